@@ -1,0 +1,3 @@
+module github.com/efs-csi/efs-csi-driver
+
+go 1.26.0
