@@ -1,0 +1,40 @@
+# Every target works on a fresh machine with Go 1.26 as root (bind mounts need it).
+GO      ?= go
+BIN     := bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION)
+
+.PHONY: build run test test-short fuzz bench e2e lint clean
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+# The quick start: emulator + driver + workload + audit, about a minute.
+run: build
+	$(BIN)/efs-csi-stress --embedded
+
+# Every unit, conformance, csi-sanity and fuzz-seed test, under the race detector.
+test: build
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m ./...
+
+test-short:
+	$(GO) test -short ./...
+
+# Short fuzzing runs of every fuzz target (FUZZTIME=30s make fuzz).
+FUZZTIME ?= 20s
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$pkg | grep ^Fuzz); do \
+	    echo "== $$pkg $$f"; $(GO) test -run=^$$ -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+bench:
+	$(GO) test -run=^$$ -bench=. -benchmem ./...
+
+e2e: build
+	bash hack/e2e.sh
+
+clean:
+	rm -rf $(BIN)

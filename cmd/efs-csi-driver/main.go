@@ -1,0 +1,83 @@
+// Command efs-csi-driver serves the CSI Identity, Controller and Node services
+// for Amazon EFS access points on a unix socket.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/internal/logging"
+	"github.com/efs-csi/efs-csi-driver/pkg/driver"
+)
+
+func main() {
+	var (
+		cfg               driver.Config
+		tags, logFormat   string
+		metricsAlias      string
+		version           bool
+		verbosity         int
+		volMetricsRefresh time.Duration
+	)
+	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///tmp/csi.sock", "CSI endpoint (unix socket)")
+	flag.StringVar(&cfg.DriverName, "driver-name", "efs.csi.aws.com", "CSI driver name")
+	flag.StringVar(&cfg.Mode, "mode", driver.ModeAll, "services to run: controller, node or all")
+	flag.StringVar(&cfg.NodeID, "node-id", "", "node ID reported by NodeGetInfo (required in node and all modes)")
+	flag.StringVar(&cfg.Zone, "zone", "", "availability zone reported as topology by NodeGetInfo")
+	flag.StringVar(&tags, "tags", "", "space-separated key:value tags added to every access point")
+	flag.BoolVar(&cfg.DeleteRootDir, "delete-access-point-root-dir", false, "remove an access point's root directory and its data on DeleteVolume")
+	flag.StringVar(&cfg.LocalRoot, "local-root", "", "emulator data directory: mount file systems with bind mounts from DIR/<fs-id> instead of mount -t efs")
+	flag.StringVar(&cfg.TempDir, "tmp-dir", "", "parent directory of temporary mount points (default: the system temp dir)")
+	flag.StringVar(&cfg.MetricsAddress, "metrics-address", "", "address of the Prometheus /metrics endpoint (empty: none)")
+	flag.StringVar(&metricsAlias, "http-endpoint", "", "alias of --metrics-address, as the upstream driver names it")
+	flag.BoolVar(&cfg.VolMetricsOptIn, "vol-metrics-opt-in", false, "report volume usage in NodeGetVolumeStats")
+	flag.DurationVar(&volMetricsRefresh, "vol-metrics-refresh-period", 0, "accepted for upstream compatibility; stats are read on demand")
+	flag.DurationVar(&cfg.UnmountTimeout, "unmount-timeout", 2*time.Minute, "how long an unmount may take")
+	flag.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long calls in flight may run after SIGTERM")
+	flag.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent mount operations on the node")
+	flag.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	flag.IntVar(&verbosity, "v", 0, "log verbosity (accepted for upstream compatibility; 5+ logs debug)")
+	flag.BoolVar(&version, "version", false, "print the version and exit")
+	flag.Parse()
+
+	if version {
+		fmt.Println(driver.Version)
+		return
+	}
+	level := slog.LevelInfo
+	if verbosity >= 5 {
+		level = slog.LevelDebug
+	}
+	log, err := logging.New(os.Stderr, logFormat, level)
+	if err != nil {
+		fail(err)
+	}
+	if cfg.MetricsAddress == "" {
+		cfg.MetricsAddress = metricsAlias
+	}
+	if cfg.Tags, err = driver.ParseTags(tags); err != nil {
+		fail(err)
+	}
+	cfg.Logger = log
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	d, err := driver.New(ctx, cfg)
+	if err != nil {
+		fail(err)
+	}
+	if err := d.Run(ctx); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "efs-csi-driver:", err)
+	os.Exit(1)
+}

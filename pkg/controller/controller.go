@@ -1,0 +1,144 @@
+// Package controller implements the CSI Controller service: CreateVolume and
+// DeleteVolume carve EFS access points out of a file system so that no
+// interleaving of retries, timeouts, restarts and concurrent calls can race,
+// leak an access point, hand out a GID twice or lose data. docs/design.md
+// walks through the protocols; the comments here say which step is which.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+)
+
+// Tags written on every access point this driver creates.
+const (
+	TagCluster    = "efs.csi.aws.com/cluster"     // "true", as the upstream driver
+	TagVolumeName = "efs.csi.aws.com/volume-name" // the CO's volume name: how Delete finds the Create to exclude
+	TagCapacity   = "efs.csi.aws.com/capacity"    // requested bytes: a repeat with another size is incompatible
+	TagBasePath   = "efs.csi.aws.com/base-path"   // the class's basePath: never removed as a root directory
+)
+
+// Errors this package adds to the sentinels of pkg/efs, pkg/volume, pkg/gid and
+// pkg/keylock. pkg/driver maps each to a gRPC code.
+var (
+	// ErrIncompatible: an access point exists for this name with other parameters.
+	ErrIncompatible = errors.New("volume exists with incompatible parameters")
+	// ErrVolumeNotFound: the volume ID names nothing that exists.
+	ErrVolumeNotFound = errors.New("volume not found")
+	// ErrNotYetVisible: EFS says the token's access point exists but does not show it yet; retry.
+	ErrNotYetVisible = errors.New("access point not yet visible")
+	// ErrUnsafeRootDir: removing this root directory could remove data that is not the volume's.
+	ErrUnsafeRootDir = errors.New("refusing to remove root directory")
+	// ErrRootDirRemoval: the root directory could not be removed; the access point is kept.
+	ErrRootDirRemoval = errors.New("root directory removal failed")
+	// ErrInvalidRequest: a required request field is missing or malformed.
+	ErrInvalidRequest = errors.New("invalid request")
+)
+
+// EFS is the subset of the EFS API the controller calls. pkg/efs.Client
+// implements it. Contract:
+//   - CreateAccessPoint is idempotent by ClientToken: a repeated token yields an
+//     *efs.AlreadyExistsError naming the existing access point (or, on lenient
+//     servers, that access point itself).
+//   - Errors wrap the sentinels of pkg/efs. ErrUnavailable means the outcome of
+//     a mutating call is unknown: it may have been applied.
+//   - DescribeAccessPoint may answer ErrAccessPointNotFound for an access point
+//     created a moment ago (eventual consistency); DeleteAccessPoint does not.
+type EFS interface {
+	CreateAccessPoint(ctx context.Context, in efs.CreateAccessPointInput) (*efs.AccessPoint, error)
+	DeleteAccessPoint(ctx context.Context, accessPointID string) error
+	DescribeAccessPoint(ctx context.Context, accessPointID string) (*efs.AccessPoint, error)
+	ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error
+}
+
+// FileSystemMounter mounts the root of a whole file system, for removing an
+// access point's root directory. Contract: MountFileSystem mounts at an
+// existing empty directory or fails leaving nothing mounted; Unmount of a
+// target that is not mounted is not an error.
+type FileSystemMounter interface {
+	MountFileSystem(ctx context.Context, fsID, target string) error
+	Unmount(ctx context.Context, target string) error
+}
+
+// Config wires the service. EFS is required; Mounter is required when
+// DeleteRootDir is set.
+type Config struct {
+	EFS           EFS
+	Mounter       FileSystemMounter
+	Tags          map[string]string // added to every access point (--tags)
+	DeleteRootDir bool              // --delete-access-point-root-dir
+	TempDir       string            // parent of per-call mount points; "" = os.TempDir()
+	GIDMaxAge     gid.Options       // how stale the allocator's listing may get
+	Logger        *slog.Logger
+}
+
+// Service is the CSI Controller service.
+type Service struct {
+	csi.UnimplementedControllerServer
+	efs     EFS
+	mounter FileSystemMounter
+	tags    map[string]string
+	delRoot bool
+	tmpDir  string
+	locks   *keylock.Set
+	gids    *gid.Allocator
+	log     *slog.Logger
+}
+
+// New validates cfg and builds the service.
+func New(cfg Config) (*Service, error) {
+	if cfg.EFS == nil {
+		return nil, errors.New("controller: EFS client is required")
+	}
+	if cfg.DeleteRootDir && cfg.Mounter == nil {
+		return nil, errors.New("controller: deleting root directories needs a file system mounter")
+	}
+	for k := range cfg.Tags {
+		if k == TagCluster || k == TagVolumeName || k == TagCapacity || k == TagBasePath {
+			return nil, fmt.Errorf("controller: tag %q is reserved for the driver", k)
+		}
+	}
+	if cfg.TempDir == "" {
+		cfg.TempDir = os.TempDir()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{
+		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, delRoot: cfg.DeleteRootDir,
+		tmpDir: cfg.TempDir, locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDMaxAge), log: cfg.Logger,
+	}, nil
+}
+
+// LocksHeld is the number of volume locks held now: 0 at rest.
+func (s *Service) LocksHeld() int { return s.locks.Len() }
+
+// GIDStats reports the allocator's view per file system, for metrics.
+func (s *Service) GIDStats() map[string]gid.Stats { return s.gids.Stats() }
+
+// ControllerGetCapabilities advertises create/delete and listing.
+func (s *Service) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	var caps []*csi.ControllerServiceCapability
+	for _, c := range []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+	} {
+		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
+			Rpc: &csi.ControllerServiceCapability_RPC{Type: c}}})
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+func nameKey(name string) string { return "name/" + name }
+func apKey(apID string) string   { return "ap/" + apID }
+
+func capacityTag(bytes int64) string { return strconv.FormatInt(bytes, 10) }

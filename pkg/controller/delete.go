@@ -1,0 +1,146 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// DeleteVolume removes the access point of a provisioned volume.
+//
+// Protocol (docs/design.md, "Delete"):
+//  1. Parse; an unparsable ID or a static volume (no access point) is done.
+//  2. Lock the access point ID, describe it, recover the volume name from its
+//     tag and lock the name too: a Create of the same volume in flight makes
+//     this call ABORTED instead of racing it.
+//  3. With --delete-access-point-root-dir, remove the root directory first;
+//     if that fails the access point stays, so a retry can finish the job.
+//  4. Delete the access point; "not found" means an earlier attempt did.
+func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, fmt.Errorf("%w: volume ID is required", ErrInvalidRequest)
+	}
+	id, err := volume.ParseID(req.GetVolumeId())
+	if err != nil || id.AccessPointID == "" {
+		// Not ours to delete: the CO may send anything, and a static volume
+		// owns no access point (the upstream driver answers OK for both).
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	unlock, err := s.locks.TryLock(apKey(id.AccessPointID))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	ap, err := s.efs.DescribeAccessPoint(ctx, id.AccessPointID)
+	if errors.Is(err, efs.ErrAccessPointNotFound) {
+		// Gone, or created so recently that Describe does not show it yet.
+		// DeleteAccessPoint is authoritative: call it rather than trust Describe.
+		return &csi.DeleteVolumeResponse{}, s.deleteAccessPoint(ctx, id.AccessPointID, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if name := ap.Tags[TagVolumeName]; name != "" {
+		unlockName, err := s.locks.TryLock(nameKey(name))
+		if err != nil {
+			return nil, err
+		}
+		defer unlockName()
+	}
+	if s.delRoot {
+		if err := s.removeRootDir(ctx, ap); err != nil {
+			return nil, err
+		}
+	}
+	return &csi.DeleteVolumeResponse{}, s.deleteAccessPoint(ctx, ap.ID, ap)
+}
+
+func (s *Service) deleteAccessPoint(ctx context.Context, id string, ap *efs.AccessPoint) error {
+	err := s.efs.DeleteAccessPoint(ctx, id)
+	if errors.Is(err, efs.ErrAccessPointNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if ap != nil && ap.PosixUser != nil && ap.Tags[TagVolumeName] != "" {
+		s.gids.Forget(ap.FileSystemID, ap.PosixUser.GID)
+	}
+	return nil
+}
+
+// cleanupTimeout bounds the unmount after the call's own context is gone.
+const cleanupTimeout = 30 * time.Second
+
+// removeRootDir mounts the file system at a fresh directory of its own,
+// removes the access point's root directory, and always unmounts and removes
+// the mount point, whether removal succeeded, failed or was cancelled.
+func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) (err error) {
+	rel, err := removableRoot(ap)
+	if err != nil {
+		return err
+	}
+	mnt, err := os.MkdirTemp(s.tmpDir, "efs-csi-delete-")
+	if err != nil {
+		return fmt.Errorf("%w: mount point: %v", ErrRootDirRemoval, err)
+	}
+	if err := s.mounter.MountFileSystem(ctx, ap.FileSystemID, mnt); err != nil {
+		_ = os.Remove(mnt)
+		return fmt.Errorf("%w: mount %s: %w", ErrRootDirRemoval, ap.FileSystemID, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if uerr := s.mounter.Unmount(cctx, mnt); uerr != nil {
+			// Never remove a directory that may still be the file system.
+			err = errors.Join(err, fmt.Errorf("%w: unmount %s: %w", ErrRootDirRemoval, mnt, uerr))
+			return
+		}
+		if rerr := os.Remove(mnt); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("%w: remove mount point: %v", ErrRootDirRemoval, rerr))
+		}
+	}()
+	target, err := volume.ResolveInside(mnt, rel)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnsafeRootDir, ap.Path, err)
+	}
+	if target == mnt {
+		return fmt.Errorf("%w: %s resolves to the file system root", ErrUnsafeRootDir, ap.Path)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(target); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrRootDirRemoval, ap.Path, err)
+	}
+	s.log.Info("root directory removed", slog.String("accessPoint", ap.ID), slog.String("path", ap.Path))
+	return nil
+}
+
+// removableRoot returns the root directory relative to the file system root,
+// refusing what removal could turn into data loss: the root itself, a path
+// that is not clean, and any access point the driver did not create.
+func removableRoot(ap *efs.AccessPoint) (string, error) {
+	p := ap.Path
+	if ap.Tags[TagVolumeName] == "" {
+		return "", fmt.Errorf("%w: access point %s was not created by this driver", ErrUnsafeRootDir, ap.ID)
+	}
+	if p == "" || !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+		return "", fmt.Errorf("%w: access point %s has root %q", ErrUnsafeRootDir, ap.ID, p)
+	}
+	if base, ok := ap.Tags[TagBasePath]; ok && path.Clean("/"+base) == p {
+		return "", fmt.Errorf("%w: access point %s has the base path %q as root", ErrUnsafeRootDir, ap.ID, p)
+	}
+	return filepath.FromSlash(p[1:]), nil
+}

@@ -1,0 +1,278 @@
+// Package driver wires the CSI services into one gRPC server on a unix socket:
+// configuration and its validation, logging and error-code interceptors,
+// metrics, and graceful shutdown.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/controller"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
+	"github.com/efs-csi/efs-csi-driver/pkg/mount"
+	"github.com/efs-csi/efs-csi-driver/pkg/node"
+)
+
+// Modes the driver runs in.
+const (
+	ModeController = "controller"
+	ModeNode       = "node"
+	ModeAll        = "all"
+)
+
+// Config is everything the command line sets.
+type Config struct {
+	Endpoint          string // unix:///path/csi.sock or a plain path
+	DriverName        string
+	Mode              string
+	NodeID            string
+	Zone              string            // topology zone reported by NodeGetInfo; "" = unknown
+	Tags              map[string]string // parsed --tags
+	DeleteRootDir     bool
+	LocalRoot         string // emulator data directory: bind mounts instead of mount -t efs
+	TempDir           string // parent of the controller's temporary mount points
+	MetricsAddress    string // "" = no metrics server
+	VolMetricsOptIn   bool
+	UnmountTimeout    time.Duration
+	ShutdownTimeout   time.Duration // how long calls in flight may run after SIGTERM
+	MaxInflightMounts int
+	EFS               efs.Config
+	Logger            *slog.Logger
+}
+
+// Driver is a configured, not yet serving, CSI plugin.
+type Driver struct {
+	cfg        Config
+	log        *slog.Logger
+	metrics    *metrics.Metrics
+	controller *controller.Service
+	node       *node.Service
+	identity   *identity
+	socketPath string
+}
+
+// ParseTags parses --tags: space-separated key:value pairs (the value may
+// contain colons; the key may not be empty).
+func ParseTags(s string) (map[string]string, error) {
+	tags := map[string]string{}
+	for _, kv := range strings.Fields(s) {
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--tags: %q is not key:value", kv)
+		}
+		tags[k] = v
+	}
+	return tags, nil
+}
+
+// New validates cfg and builds the services the mode asks for. It makes no
+// network call: a driver whose EFS API is down still starts, and says so in
+// Probe.
+func New(ctx context.Context, cfg Config) (*Driver, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DriverName == "" {
+		cfg.DriverName = "efs.csi.aws.com"
+	}
+	switch cfg.Mode {
+	case "":
+		cfg.Mode = ModeAll
+	case ModeController, ModeNode, ModeAll:
+	default:
+		return nil, fmt.Errorf("--mode %q: want controller, node or all", cfg.Mode)
+	}
+	sock, err := socketPath(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger, metrics: metrics.New(), socketPath: sock}
+	cfg.EFS.Observer = d.metrics
+
+	var client *efs.Client
+	needEFS := cfg.Mode != ModeNode || cfg.LocalRoot != ""
+	if needEFS {
+		if client, err = efs.New(ctx, cfg.EFS); err != nil {
+			return nil, fmt.Errorf("EFS client: %w", err)
+		}
+	}
+	var mounter *mount.Mounter
+	if cfg.LocalRoot != "" {
+		mounter, err = mount.NewLocal(cfg.LocalRoot, client)
+	} else {
+		mounter, err = mount.NewEFS()
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	d.identity = &identity{name: cfg.DriverName, controller: cfg.Mode != ModeNode}
+	if cfg.Mode != ModeNode {
+		d.identity.ping = client
+		d.controller, err = controller.New(controller.Config{
+			EFS: client, Mounter: mounter, Tags: cfg.Tags, DeleteRootDir: cfg.DeleteRootDir,
+			TempDir: cfg.TempDir, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Mode != ModeController {
+		if cfg.NodeID == "" {
+			return nil, errors.New("--node-id is required in node mode")
+		}
+		d.node, err = node.New(node.Config{
+			NodeID: cfg.NodeID, Zone: cfg.Zone, Mounter: mounter, MaxConcurrentMounts: cfg.MaxInflightMounts,
+			VolMetricsOptIn: cfg.VolMetricsOptIn, UnmountTimeout: cfg.UnmountTimeout, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	d.registerGauges()
+	return d, nil
+}
+
+func (d *Driver) registerGauges() {
+	d.metrics.GaugeFunc(metrics.LocksHeldName, "Volume and target locks held now.", func() float64 {
+		return float64(d.LocksHeld())
+	})
+	if d.controller != nil {
+		d.metrics.Register(gidCollector{d.controller})
+	}
+}
+
+// LocksHeld counts the locks held by every service: zero at rest.
+func (d *Driver) LocksHeld() int {
+	n := 0
+	if d.controller != nil {
+		n += d.controller.LocksHeld()
+	}
+	if d.node != nil {
+		n += d.node.LocksHeld()
+	}
+	return n
+}
+
+func socketPath(endpoint string) (string, error) {
+	if endpoint == "" {
+		return "", errors.New("--endpoint is required")
+	}
+	if !strings.Contains(endpoint, "://") {
+		return endpoint, nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", fmt.Errorf("--endpoint %q: %w", endpoint, err)
+	}
+	if u.Scheme != "unix" {
+		return "", fmt.Errorf("--endpoint %q: only unix sockets are served", endpoint)
+	}
+	p := u.Path
+	if u.Host != "" { // unix://tmp/csi.sock, as the upstream default is written
+		p = "/" + u.Host + p
+	}
+	if p == "" {
+		return "", fmt.Errorf("--endpoint %q has no path", endpoint)
+	}
+	return p, nil
+}
+
+// listen removes a stale socket left by a killed driver, but never one that a
+// live driver still serves, then listens.
+func listen(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s is served by a running process", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	return net.Listen("unix", path)
+}
+
+// Run serves until ctx is cancelled (SIGTERM), then stops taking new calls,
+// lets calls in flight finish for up to ShutdownTimeout, cancels the rest and
+// returns.
+func (d *Driver) Run(ctx context.Context) error {
+	l, err := listen(d.socketPath)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(d.intercept))
+	csi.RegisterIdentityServer(srv, d.identity)
+	if d.controller != nil {
+		csi.RegisterControllerServer(srv, d.controller)
+	}
+	if d.node != nil {
+		csi.RegisterNodeServer(srv, d.node)
+	}
+
+	var httpSrv *http.Server
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	if d.cfg.MetricsAddress != "" {
+		ml, err := net.Listen("tcp", d.cfg.MetricsAddress)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", d.metrics.Handler())
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := httpSrv.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		})
+		d.log.Info("metrics serving", slog.String("address", ml.Addr().String()))
+	}
+	wg.Go(func() { errc <- srv.Serve(l) })
+	d.log.Info("driver serving", slog.String("endpoint", d.socketPath), slog.String("mode", d.cfg.Mode),
+		slog.String("driver", d.cfg.DriverName), slog.String("version", Version))
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	d.log.Info("shutting down", slog.Duration("grace", d.cfg.ShutdownTimeout))
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(d.cfg.ShutdownTimeout):
+		// Calls still running see their context cancelled and roll back.
+		srv.Stop()
+		<-stopped
+	}
+	if httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	_ = os.Remove(d.socketPath)
+	d.log.Info("stopped", slog.Int("locksHeld", d.LocksHeld()))
+	return err
+}

@@ -1,0 +1,72 @@
+package driver
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/controller"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/node"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// codeTable is the one place where errors become gRPC codes. Order matters:
+// the first sentinel an error wraps decides, so the specific ones come first.
+// What the provisioner does with each code is in upstream-parity.md: it
+// retries ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED in the
+// background and treats the rest as final for that attempt.
+var codeTable = []struct {
+	err  error
+	code codes.Code
+}{
+	{context.DeadlineExceeded, codes.DeadlineExceeded},
+	{context.Canceled, codes.Canceled},
+	{keylock.ErrBusy, codes.Aborted},
+	{controller.ErrInvalidRequest, codes.InvalidArgument},
+	{volume.ErrInvalidID, codes.InvalidArgument},
+	{volume.ErrInvalidParameter, codes.InvalidArgument},
+	{volume.ErrUnsafePath, codes.InvalidArgument},
+	{controller.ErrIncompatible, codes.AlreadyExists},
+	{controller.ErrVolumeNotFound, codes.NotFound},
+	{controller.ErrNotYetVisible, codes.Unavailable},
+	{controller.ErrUnsafeRootDir, codes.FailedPrecondition},
+	{controller.ErrRootDirRemoval, codes.Internal},
+	{gid.ErrExhausted, codes.ResourceExhausted},
+	{efs.ErrLimitExceeded, codes.ResourceExhausted},
+	{efs.ErrThrottled, codes.Unavailable},
+	{efs.ErrUnavailable, codes.Unavailable},
+	{efs.ErrAccessDenied, codes.PermissionDenied},
+	{efs.ErrFileSystemNotFound, codes.NotFound},
+	{efs.ErrAccessPointNotFound, codes.NotFound},
+	{efs.ErrBadRequest, codes.InvalidArgument},
+	{efs.ErrIncorrectState, codes.FailedPrecondition},
+	{node.ErrTargetConflict, codes.AlreadyExists},
+	{node.ErrVolumeNotFound, codes.NotFound},
+	{node.ErrMountFailed, codes.Internal},
+}
+
+// toStatus turns a service error into a gRPC status error. Errors that already
+// carry a status keep it.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codeOf(err), err.Error())
+}
+
+func codeOf(err error) codes.Code {
+	for _, e := range codeTable {
+		if errors.Is(err, e.err) {
+			return e.code
+		}
+	}
+	return codes.Internal
+}
