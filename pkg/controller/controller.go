@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -93,6 +94,12 @@ type Service struct {
 	locks   *keylock.Set
 	gids    *gid.Allocator
 	log     *slog.Logger
+
+	// inDoubt holds the GID reservation of a volume whose CreateAccessPoint
+	// had an unknown outcome, until its next attempt resolves it. Only touched
+	// under the volume's name lock; mu guards the map itself.
+	mu      sync.Mutex
+	inDoubt map[string]*gid.Reservation
 }
 
 // New validates cfg and builds the service.
@@ -117,6 +124,7 @@ func New(cfg Config) (*Service, error) {
 	return &Service{
 		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, delRoot: cfg.DeleteRootDir,
 		tmpDir: cfg.TempDir, locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDMaxAge), log: cfg.Logger,
+		inDoubt: map[string]*gid.Reservation{},
 	}, nil
 }
 

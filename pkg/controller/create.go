@@ -106,14 +106,14 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 	var res *gid.Reservation
 	uid, g := p.params.UID, p.params.GID
 	if p.params.NeedsGIDAllocation() {
-		r, err := s.gids.Reserve(ctx, p.params.FileSystemID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name)
+		r, err := s.reserveGID(ctx, p)
 		if err != nil {
 			return nil, err
 		}
 		res, g = r, r.GID()
-		if uid < 0 {
-			uid = g
-		}
+	}
+	if uid < 0 {
+		uid = g
 	}
 	in := p.input
 	in.PosixUser = &efs.PosixUser{UID: uid, GID: g}
@@ -137,13 +137,39 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 		return s.adopt(ctx, p, ae.AccessPointID)
 	case errors.Is(err, efs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		// Outcome unknown: the access point may exist with this GID. Keep the
-		// GID out of circulation; the allocator's next listing tells the truth.
-		commit(res)
+		// reservation for the retry, which then sends identical parameters.
+		s.keepInDoubt(p.name, res)
 		return nil, err
 	default:
 		release(res)
 		return nil, err
 	}
+}
+
+// reserveGID returns the reservation an earlier attempt of this volume left
+// in doubt (so a retry sends the GID the first attempt sent), or a new one.
+func (s *Service) reserveGID(ctx context.Context, p *plan) (*gid.Reservation, error) {
+	s.mu.Lock()
+	r := s.inDoubt[p.name]
+	delete(s.inDoubt, p.name)
+	s.mu.Unlock()
+	if r != nil {
+		if g := r.GID(); g >= p.params.GIDRangeStart && g <= p.params.GIDRangeEnd {
+			return r, nil
+		}
+		// The class changed between attempts; the old GID may be in use.
+		r.Commit()
+	}
+	return s.gids.Reserve(ctx, p.params.FileSystemID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name)
+}
+
+func (s *Service) keepInDoubt(name string, r *gid.Reservation) {
+	if r == nil {
+		return
+	}
+	s.mu.Lock()
+	s.inDoubt[name] = r
+	s.mu.Unlock()
 }
 
 // adopt returns the existing access point id if it is what p asks for. It
