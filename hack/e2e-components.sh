@@ -6,8 +6,9 @@
 # Every binary lands in ${EFS_E2E_CACHE:-/var/cache/efs-csi-e2e}/<name>-<version>/, outside
 # the repository, so that a warm run only checks that the files exist (seconds) and CI
 # rebuilds only on a fresh machine. A cache entry is written under a temporary name and
-# renamed when complete, and the whole script holds a lock, so an interrupted build or two
-# callers at once (the test suite and a background warm-up) never leave half a binary.
+# renamed when complete, and each component is built under a lock of its own, so neither
+# an interrupted build nor two callers at once (the test suite and a background warm-up)
+# leave half a binary or build a component twice.
 #
 # `go install pkg@version` refuses modules whose go.mod has replace directives (etcd,
 # kubernetes and external-provisioner all do), so each component is built in a scratch
@@ -15,8 +16,11 @@
 # (./staging/..., ../api) targets rewritten to the published module at the matching version.
 #
 # Usage:
-#   hack/e2e-components.sh           build what is missing, then print NAME=path lines
-#   hack/e2e-components.sh --paths   print NAME=path lines only (no build, no network)
+#   hack/e2e-components.sh [NAME...]  build what is missing (all, or only the NAMEs among
+#                                     etcd kube-apiserver kube-controller-manager
+#                                     csi-provisioner helm kubeconform), then print
+#                                     EFS_E2E_<NAME>=path lines for every component
+#   hack/e2e-components.sh --paths    print those lines only (no build, no network)
 # Components are built one after another: the machine's cores are shared.
 set -euo pipefail
 
@@ -55,6 +59,17 @@ if [[ "${1:-}" == "--paths" ]]; then
 	exit 0
 fi
 
+WANTED=("$@")
+# wanted BIN: whether BIN was asked for (everything is, when nothing is named).
+wanted() {
+	((${#WANTED[@]} == 0)) && return 0
+	local w
+	for w in "${WANTED[@]}"; do
+		[[ "$w" == "$1" ]] && return 0
+	done
+	return 1
+}
+
 log() { echo "[e2e-components $(date +%H:%M:%S)] $*" >&2; }
 
 # Local Go toolchain only: a component asking for a newer one should fail loudly here.
@@ -63,8 +78,13 @@ export GOFLAGS=-mod=mod
 export CGO_ENABLED=0
 
 mkdir -p "$CACHE"
-exec 9>"$CACHE/.lock"
-flock 9
+
+# lock NAME: hold (until the calling function returns) a per-component lock, so that two
+# callers at once build a component once while one of them can use another meanwhile.
+lock() {
+	exec {lock_fd}>"$CACHE/.${1}.lock"
+	flock "$lock_fd"
+}
 
 # replace_lines GOMOD LOCAL_VERSION SKIP_REGEX: the replace directives of GOMOD as
 # `go mod edit -replace` arguments; a local-path target becomes the replaced module itself
@@ -102,13 +122,17 @@ replace_lines() {
 build_scratch() {
 	local name=$1 module=$2 version=$3 local_version=$4 skip=$5 ldflags=$6
 	shift 6
-	local missing=() spec pkg bin
+	local missing=() asked=0 spec pkg bin lock_fd
+	lock "$name"
 	for spec in "$@"; do
 		bin=${spec##*:}
+		wanted "$bin" || continue
+		asked=$((asked + 1))
 		[[ -x "$CACHE/${bin}-${version}/${bin}" ]] || missing+=("$spec")
 	done
 	if ((${#missing[@]} == 0)); then
-		log "$name $version: cached"
+		((asked == 0)) || log "$name $version: cached"
+		exec {lock_fd}>&-
 		return
 	fi
 	local start=$SECONDS
@@ -150,15 +174,19 @@ build_scratch() {
 		log "$name $version: $bin built in $((SECONDS - t)) s ($(du -h "$dest/$bin" | cut -f1))"
 	done
 	rm -rf "$work"
+	exec {lock_fd}>&-
 	log "$name $version: done in $((SECONDS - start)) s"
 }
 
 # go_install NAME MODULE VERSION PKG: for tools whose go.mod has no replace directives.
 go_install() {
 	local name=$1 module=$2 version=$3 pkg=$4
-	local dest="$CACHE/${name}-${version}"
+	local dest="$CACHE/${name}-${version}" lock_fd
+	wanted "$name" || return 0
+	lock "$name"
 	if [[ -x "$dest/$name" ]]; then
 		log "$name $version: cached"
+		exec {lock_fd}>&-
 		return
 	fi
 	local t=$SECONDS
@@ -169,6 +197,7 @@ go_install() {
 	mkdir -p "$dest"
 	mv -f "$gobin/$name" "$dest/$name"
 	rmdir "$gobin"
+	exec {lock_fd}>&-
 	log "$name $version: installed in $((SECONDS - t)) s"
 }
 

@@ -1,0 +1,42 @@
+{{/* Labels shared by every object; the Helm ones are left out of the kustomize manifests. */}}
+{{- define "efs-csi.labels" -}}
+app.kubernetes.io/name: efs-csi-driver
+app.kubernetes.io/part-of: efs-csi-driver
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- if .Values.helmLabels }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: stable across upgrades (selectors are immutable). */}}
+{{- define "efs-csi.selector" -}}
+app.kubernetes.io/name: efs-csi-driver
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "efs-csi.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "efs-csi.sidecarImage" -}}
+{{ .image.repository }}:{{ .image.tag }}
+{{- end -}}
+
+{{/* --tags value: the map rendered as sorted "key:value" pairs separated by spaces. */}}
+{{- define "efs-csi.tags" -}}
+{{- $pairs := list -}}
+{{- range $k := keys .Values.controller.tags | sortAlpha -}}
+{{- $pairs = append $pairs (printf "%s:%s" $k (get $.Values.controller.tags $k)) -}}
+{{- end -}}
+{{- join " " $pairs -}}
+{{- end -}}
+
+{{- define "efs-csi.controllerServiceAccount" -}}
+{{ .Values.controller.serviceAccount.name }}
+{{- end -}}
+
+{{- define "efs-csi.nodeServiceAccount" -}}
+{{ .Values.node.serviceAccount.name }}
+{{- end -}}
