@@ -1,0 +1,112 @@
+package mount
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cleanupTimeout bounds a roll-back unmount after the caller's context ended.
+const cleanupTimeout = 30 * time.Second
+
+// NewEFS returns the production Mounter: `mount -t efs` through the
+// efs-utils mount helper (amazon-efs-utils must be installed on the node).
+func NewEFS(opts ...Option) (*Mounter, error) {
+	m := newMounter(nil, opts)
+	m.b = &efsBackend{run: m.run}
+	return m, nil
+}
+
+type efsBackend struct {
+	run Runner
+}
+
+func (e *efsBackend) mount(ctx context.Context, vol Volume, target string) error {
+	args := efsMountArgs(vol, target)
+	out, err := e.run(ctx, "mount", args...)
+	if err != nil {
+		return fmt.Errorf("mount %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// efsMountArgs builds the argv of `mount` (without the command name) the way
+// efs-utils expects it:
+//
+//	mount -t efs -o tls,accesspoint=fsap-Y,mounttargetip=IP,crossaccount,ro,OPTS fs-X:/path target
+//
+// The source path is relative to the access point root when there is one.
+func efsMountArgs(vol Volume, target string) []string {
+	var o []string
+	if !vol.NoTLS || vol.AccessPointID != "" {
+		o = append(o, "tls")
+	}
+	if vol.AccessPointID != "" {
+		o = append(o, "accesspoint="+vol.AccessPointID)
+	}
+	if vol.MountTargetIP != "" {
+		o = append(o, "mounttargetip="+vol.MountTargetIP)
+	}
+	if vol.CrossAccount {
+		o = append(o, "crossaccount")
+	}
+	if vol.ReadOnly {
+		o = append(o, "ro")
+	}
+	for _, f := range vol.Options {
+		if !contains(o, f) {
+			o = append(o, f)
+		}
+	}
+	return []string{"-t", "efs", "-o", strings.Join(o, ","), efsSource(vol), target}
+}
+
+func efsSource(vol Volume) string {
+	p := vol.Path
+	if p == "" {
+		p = "/"
+	}
+	return vol.FileSystemID + ":" + p
+}
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+// classify compares an NFS mount with vol. efs-utils mounts show up as nfs4
+// from 127.0.0.1:/path (TLS, through its stunnel) or from the mount
+// target's address: the path is all that can be compared, so two volumes of
+// one file system with the same path (or two access points) look alike. The
+// CO gives every volume its own target, so that is enough to recognise a
+// retry; a read-only mismatch is a conflict, since `mount -o ro` is atomic.
+func (e *efsBackend) classify(_ context.Context, vol Volume, m mountInfo, _ *unix.Stat_t) (State, error) {
+	if !strings.HasPrefix(m.FSType, "nfs") && m.FSType != "efs" {
+		return Conflict, nil
+	}
+	_, p, ok := strings.Cut(m.Source, ":")
+	want := vol.Path
+	if want == "" {
+		want = "/"
+	}
+	if !ok || p != want || m.readOnly() != vol.ReadOnly {
+		return Conflict, nil
+	}
+	return Mounted, nil
+}
+
+// execRunner runs a command; when ctx ends it kills it and stops waiting for
+// its output soon after (a mount helper stuck on a dead server).
+func execRunner(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd.CombinedOutput()
+}

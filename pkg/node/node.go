@@ -1,0 +1,188 @@
+// Package node is the CSI Node service: it mounts volumes into pods' target
+// directories (NodePublishVolume), unmounts them (NodeUnpublishVolume), and
+// reports where the node is and what a mounted volume holds.
+//
+// Every call may be a retry: of a call that timed out and is still running
+// (it holds the target's lock, so the retry is ABORTED at once), or of a call
+// whose process was killed between mounting and answering (the retry finds
+// the mount in /proc/self/mountinfo and answers OK without mounting again). A
+// target left stacked, half made or pointing at a vanished directory is
+// unmounted and mounted again, never mounted over.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/mount"
+)
+
+// Sentinel errors; pkg/driver maps them to gRPC codes. Invalid requests wrap
+// the pkg/volume sentinels (ErrInvalidID, ErrInvalidParameter, ErrUnsafePath)
+// and a busy target wraps keylock.ErrBusy.
+var (
+	// ErrTargetConflict: the target holds a different mount (ALREADY_EXISTS).
+	ErrTargetConflict = errors.New("target path holds another mount")
+	// ErrVolumeNotFound: the volume's directory does not exist, or the path
+	// given to NodeGetVolumeStats is not a mounted volume (NOT_FOUND).
+	ErrVolumeNotFound = errors.New("volume not found")
+	// ErrMountFailed: mounting or unmounting failed (INTERNAL).
+	ErrMountFailed = errors.New("mount failed")
+)
+
+// TopologyZoneKey is the topology segment NodeGetInfo reports the zone in.
+const TopologyZoneKey = "topology.kubernetes.io/zone"
+
+// Mounter is what the service needs from a mount back end; *mount.Mounter
+// satisfies it. The contract:
+//
+//   - Inspect reports what target holds relative to vol and changes nothing;
+//     a target that does not exist is mount.NotMounted.
+//   - MountVolume mounts vol on target, an existing directory that is not a
+//     mount point: it refuses a mount point (mounts are never stacked) and
+//     leaves nothing mounted when it fails. A missing volume directory is an
+//     error wrapping mount.ErrNotFound.
+//   - Unmount removes every mount stacked on target; nothing mounted, or no
+//     target, is not an error. ForceUnmount does the same for a mount whose
+//     server does not answer (forced, detached).
+//   - Usage reports the statfs figures of a mount point, mount.ErrNotMounted
+//     for anything else.
+//
+// All of them return when ctx ends, even if a system call is still stuck.
+type Mounter interface {
+	Inspect(ctx context.Context, vol mount.Volume, target string) (mount.State, error)
+	MountVolume(ctx context.Context, vol mount.Volume, target string) error
+	Unmount(ctx context.Context, target string) error
+	ForceUnmount(ctx context.Context, target string) error
+	Usage(ctx context.Context, target string) (mount.Usage, error)
+}
+
+// DefaultMaxConcurrentMounts bounds concurrent mounts when Config leaves it 0.
+const DefaultMaxConcurrentMounts = 16
+
+// Config wires the service.
+type Config struct {
+	NodeID string // required
+	Zone   string // availability zone; "" = no topology
+	// Mounter is required.
+	Mounter Mounter
+	// MaxConcurrentMounts bounds NodePublishVolume calls mounting at once;
+	// others wait for a slot within their deadline. <= 0 means
+	// DefaultMaxConcurrentMounts.
+	MaxConcurrentMounts int
+	// VolMetricsOptIn advertises GET_VOLUME_STATS, as upstream's
+	// --vol-metrics-opt-in: kubelet then calls NodeGetVolumeStats for every
+	// mounted volume periodically, and a statfs on an NFS mount can block.
+	// NodeGetVolumeStats answers either way.
+	VolMetricsOptIn bool
+	// UnmountTimeout: an unmount still running after this long is forced
+	// (umount -f -l), so a dead server cannot keep a pod terminating. 0
+	// means never force.
+	UnmountTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Service is the CSI Node service.
+type Service struct {
+	csi.UnimplementedNodeServer
+	nodeID         string
+	zone           string
+	mounter        Mounter
+	volMetrics     bool
+	unmountTimeout time.Duration
+	locks          *keylock.Set
+	slots          chan struct{} // one token per mount in progress
+	log            *slog.Logger
+}
+
+// New validates cfg and builds the service.
+func New(cfg Config) (*Service, error) {
+	if cfg.NodeID == "" {
+		return nil, errors.New("node: node ID is required")
+	}
+	if cfg.Mounter == nil {
+		return nil, errors.New("node: mounter is required")
+	}
+	if cfg.MaxConcurrentMounts <= 0 {
+		cfg.MaxConcurrentMounts = DefaultMaxConcurrentMounts
+	}
+	if cfg.UnmountTimeout < 0 {
+		return nil, fmt.Errorf("node: unmount timeout %v is negative", cfg.UnmountTimeout)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{
+		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn,
+		unmountTimeout: cfg.UnmountTimeout, locks: keylock.New(),
+		slots: make(chan struct{}, cfg.MaxConcurrentMounts), log: cfg.Logger,
+	}, nil
+}
+
+// LocksHeld is the number of target locks held now: 0 at rest.
+func (s *Service) LocksHeld() int { return s.locks.Len() }
+
+// NodeGetInfo reports the node ID, the zone as topology when known, and no
+// volume limit (EFS mounts are not attachments).
+func (s *Service) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	resp := &csi.NodeGetInfoResponse{NodeId: s.nodeID}
+	if s.zone != "" {
+		resp.AccessibleTopology = &csi.Topology{Segments: map[string]string{TopologyZoneKey: s.zone}}
+	}
+	return resp, nil
+}
+
+// NodeGetCapabilities: no staging (EFS has nothing to attach); volume stats
+// when opted in.
+func (s *Service) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	if s.volMetrics {
+		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{
+				Type: csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+			}},
+		})
+	}
+	return resp, nil
+}
+
+// acquire takes a mount slot, waiting no longer than ctx allows.
+func (s *Service) acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case s.slots <- struct{}{}:
+		return func() { <-s.slots }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for one of %d mount slots: %w", cap(s.slots), ctx.Err())
+	}
+}
+
+// unmount unmounts target; past UnmountTimeout it forces the unmount, with
+// a short deadline of its own, so that a caller whose deadline is the same as
+// the timeout still gets the forced unmount.
+func (s *Service) unmount(ctx context.Context, target string) error {
+	if s.unmountTimeout <= 0 {
+		return s.mounter.Unmount(ctx, target)
+	}
+	uctx, cancel := context.WithTimeout(ctx, s.unmountTimeout)
+	defer cancel()
+	err := s.mounter.Unmount(uctx, target)
+	if err == nil || !errors.Is(uctx.Err(), context.DeadlineExceeded) || ctx.Err() == context.Canceled {
+		return err
+	}
+	s.log.Warn("unmount timed out, forcing it", slog.String("target", target), slog.Duration("timeout", s.unmountTimeout))
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), forceUnmountTimeout)
+	defer fcancel()
+	if ferr := s.mounter.ForceUnmount(fctx, target); ferr != nil {
+		return errors.Join(err, fmt.Errorf("forced unmount: %w", ferr))
+	}
+	return nil
+}
+
+// forceUnmountTimeout bounds a forced unmount, which should not block.
+const forceUnmountTimeout = 10 * time.Second
