@@ -1,0 +1,101 @@
+// Command efs-emulator serves the Amazon EFS API on a local port, backed by
+// directories under --data-dir, so that the driver runs and is tested with no
+// AWS account. See docs/emulator.md.
+//
+//	efs-emulator --listen 127.0.0.1:PORT --data-dir DIR [--file-system fs-ID ...]
+//	    [--access-point-limit N] [--lenient-client-token] [fault flags]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/internal/emulator"
+)
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "efs-emulator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("efs-emulator", flag.ContinueOnError)
+	var cfg emulator.Config
+	var fileSystems listFlag
+	cfg.Faults = map[emulator.Op]emulator.Fault{}
+	listen := fs.String("listen", "127.0.0.1:8049", "`address` to serve the EFS API and /_emulator/ on")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` for the state and one directory per file system (required)")
+	fs.Var(&fileSystems, "file-system", "create file system `fs-ID` at start if missing; repeatable")
+	fs.IntVar(&cfg.AccessPointLimit, "access-point-limit", emulator.DefaultAccessPointLimit, "access points per file system")
+	fs.BoolVar(&cfg.LenientClientToken, "lenient-client-token", false, "a repeated ClientToken with identical parameters returns the existing access point")
+	fs.Int64Var(&cfg.Seed, "seed", 0, "seed for IDs, jitter and fault rates (0: random)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	emulator.RegisterFaultFlags(fs, cfg.Faults)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if cfg.DataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	cfg.FileSystems = fileSystems
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	switch *logFormat {
+	case "json":
+		h = slog.NewJSONHandler(os.Stderr, nil)
+	case "text":
+	default:
+		return fmt.Errorf("--log-format %q: want text or json", *logFormat)
+	}
+	cfg.Logger = slog.New(h)
+
+	emu, err := emulator.New(cfg)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		_ = emu.Close()
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-ctx.Done()
+		cfg.Logger.Info("stopping")
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := emu.Shutdown(sctx); err != nil {
+			cfg.Logger.Warn("unclean stop", "err", err)
+			_ = emu.Close()
+		}
+	}()
+	cfg.Logger.Info("serving the EFS API", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "fileSystems", cfg.FileSystems)
+	if err := emu.Serve(l); err != nil {
+		_ = emu.Close()
+		return err
+	}
+	<-stopped // Serve returns as Shutdown begins: let it drain and close the store
+	return nil
+}

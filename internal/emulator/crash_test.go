@@ -1,0 +1,5 @@
+package emulator_test
+
+const childDirEnv = "EFS_EMULATOR_TEST_CHILD_DIR"
+
+func runChildEmulator(dir string) { panic("todo " + dir) }

@@ -1,0 +1,267 @@
+// Package emulator serves the Amazon EFS API (the REST-JSON protocol under
+// /2015-02-01/) well enough that the unmodified AWS SDK for Go v2 and the AWS
+// CLI cannot tell the difference where the CSI driver would care: file
+// systems, mount targets, access points and tags, with EFS's validation,
+// error codes, ClientToken semantics, limits and pagination. Each file system
+// is a directory on the local disk; state survives restarts and crashes.
+//
+// It can also misbehave on purpose, per operation: latency, throttling,
+// internal errors, lost answers and delayed visibility (see Fault), set at
+// start through Config or at run time through SetFault or the control
+// endpoint under /_emulator/ (docs/emulator.md).
+package emulator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures an Emulator.
+type Config struct {
+	// DataDir holds the state store and one directory per file system,
+	// DataDir/<fs-id>/. Required; created if missing.
+	DataDir string
+	// FileSystems are created at start when missing (IDs as EFS's,
+	// fs- and 8 to 40 hex digits), each with one mount target at 127.0.0.1
+	// in us-east-1a.
+	FileSystems []string
+	// AccessPointLimit is the number of access points per file system;
+	// 0 means 10000 (EFS's limit).
+	AccessPointLimit int
+	// LenientClientToken: a repeated ClientToken with the same parameters
+	// returns the existing access point instead of AccessPointAlreadyExists
+	// (with other parameters it still conflicts).
+	LenientClientToken bool
+	// Faults are the faults in force at start.
+	Faults map[Op]Fault
+	// Seed seeds IDs, jitter and fault rates; 0 picks one at random.
+	Seed int64
+	// Logger receives one line per request; nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultAccessPointLimit is EFS's per-file-system access point limit.
+const DefaultAccessPointLimit = 10000
+
+// Phase is when a Hook runs.
+type Phase int
+
+const (
+	// BeforeApply: the request passed its faults and validation and is
+	// about to change or read the state.
+	BeforeApply Phase = iota
+	// AfterApply: the request succeeded and is durable; the answer is not
+	// written yet (nor lost, if a lost-answer fault strikes).
+	AfterApply
+)
+
+func (p Phase) String() string {
+	if p == AfterApply {
+		return "AfterApply"
+	}
+	return "BeforeApply"
+}
+
+// Hook observes requests; it is called synchronously in the request's
+// goroutine and may block to hold it. req is the decoded input, a pointer
+// to one of the *Input types of this package (CreateAccessPointInput, ...).
+type Hook func(op Op, phase Phase, req any)
+
+// Emulator is an EFS API server. Its methods are safe for concurrent use.
+type Emulator struct {
+	cfg    Config
+	log    *slog.Logger
+	rand   *lockedRand
+	state  *state
+	faults faults
+	counts map[Op]*atomic.Int64
+	hook   atomic.Pointer[Hook]
+	mux    *http.ServeMux
+
+	mu        sync.Mutex
+	servers   []*http.Server
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens (or creates) the state in cfg.DataDir and creates the missing
+// file systems of cfg.FileSystems.
+func New(cfg Config) (*Emulator, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("emulator: DataDir is required")
+	}
+	if cfg.AccessPointLimit < 0 {
+		return nil, fmt.Errorf("emulator: AccessPointLimit %d is negative", cfg.AccessPointLimit)
+	}
+	if cfg.AccessPointLimit == 0 {
+		cfg.AccessPointLimit = DefaultAccessPointLimit
+	}
+	for _, id := range cfg.FileSystems {
+		if !ValidFileSystemID(id) {
+			return nil, fmt.Errorf("emulator: file system ID %q does not match ^fs-[0-9a-f]{8,40}$", id)
+		}
+	}
+	if err := validateFaults(cfg.Faults); err != nil {
+		return nil, fmt.Errorf("emulator: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dataDir, dirPerm); err != nil {
+		return nil, fmt.Errorf("emulator: %w", err)
+	}
+	st, err := openStore(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("emulator: %w", err)
+	}
+	e := &Emulator{cfg: cfg, log: log, rand: newLockedRand(cfg.Seed), counts: map[Op]*atomic.Int64{}}
+	e.cfg.DataDir = dataDir
+	if e.state, err = newState(st, dataDir, log, e.rand); err != nil {
+		_ = st.close()
+		return nil, fmt.Errorf("emulator: load state: %w", err)
+	}
+	for _, op := range Ops() {
+		e.counts[op] = new(atomic.Int64)
+	}
+	e.faults.setAll(cfg.Faults)
+	for _, id := range cfg.FileSystems {
+		if e.state.hasFileSystem(id) {
+			continue
+		}
+		rec := fileSystemRec{ID: id, CreationToken: id, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode}
+		if _, aerr := e.state.createFileSystem(rec, true); aerr != nil {
+			_ = st.close()
+			return nil, fmt.Errorf("emulator: create file system %s: %v", id, aerr)
+		}
+		log.Info("created file system", "fileSystem", id)
+	}
+	e.mux = e.routes()
+	return e, nil
+}
+
+// Handler serves the EFS API and the control endpoint under /_emulator/.
+func (e *Emulator) Handler() http.Handler { return e.mux }
+
+// Serve answers requests on l until Close or Shutdown; it then returns nil.
+func (e *Emulator) Serve(l net.Listener) error {
+	srv := &http.Server{
+		Handler:           e.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(e.log.Handler(), slog.LevelWarn),
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return l.Close()
+	}
+	e.servers = append(e.servers, srv)
+	e.mu.Unlock()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops serving gracefully: it waits, until ctx ends, for requests in
+// flight, then closes the store. Close is still safe to call afterwards.
+func (e *Emulator) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, srv := range e.stopServing() {
+		errs = append(errs, srv.Shutdown(ctx))
+	}
+	errs = append(errs, e.closeStore())
+	return errors.Join(errs...)
+}
+
+// Close stops serving at once (connections are closed) and closes the
+// store. It is idempotent.
+func (e *Emulator) Close() error {
+	var errs []error
+	for _, srv := range e.stopServing() {
+		errs = append(errs, srv.Close())
+	}
+	errs = append(errs, e.closeStore())
+	return errors.Join(errs...)
+}
+
+func (e *Emulator) stopServing() []*http.Server {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closed = true
+	srvs := e.servers
+	e.servers = nil
+	return srvs
+}
+
+func (e *Emulator) closeStore() error {
+	e.closeOnce.Do(func() { e.closeErr = e.state.store.close() })
+	return e.closeErr
+}
+
+// FileSystemDir is the directory that holds file system fsID's data.
+func (e *Emulator) FileSystemDir(fsID string) string { return filepath.Join(e.cfg.DataDir, fsID) }
+
+// SetFault replaces the fault of op (AllOps: of every operation); the zero
+// Fault clears it. An invalid fault is ignored and logged (see
+// Fault.Validate).
+func (e *Emulator) SetFault(op Op, f Fault) {
+	if err := f.Validate(); err != nil {
+		e.log.Error("fault ignored", "op", op, "err", err)
+		return
+	}
+	e.faults.set(op, f)
+}
+
+// Faults returns the faults in force.
+func (e *Emulator) Faults() map[Op]Fault { return e.faults.snapshot() }
+
+// ResetFaults clears every fault.
+func (e *Emulator) ResetFaults() { e.faults.reset() }
+
+// Counts returns the number of requests per operation since start (or the
+// last ResetCounts), faulted ones included.
+func (e *Emulator) Counts() map[Op]int64 {
+	out := make(map[Op]int64, len(e.counts))
+	for op, c := range e.counts {
+		out[op] = c.Load()
+	}
+	return out
+}
+
+// ResetCounts sets every request counter to zero.
+func (e *Emulator) ResetCounts() {
+	for _, c := range e.counts {
+		c.Store(0)
+	}
+}
+
+// SetHook installs h (nil removes it).
+func (e *Emulator) SetHook(h Hook) {
+	if h == nil {
+		e.hook.Store(nil)
+		return
+	}
+	e.hook.Store(&h)
+}
+
+func (e *Emulator) callHook(op Op, p Phase, req any) {
+	if h := e.hook.Load(); h != nil {
+		(*h)(op, p, req)
+	}
+}

@@ -1,0 +1,111 @@
+package emulator
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RegisterFaultFlags defines the fault flags on fs; each use sets one aspect
+// of the fault of the operations it names into faults ("*" names every
+// operation, expanded at once, so a later flag for one operation refines it):
+//
+//	--latency OP=DUR[~JITTER]          e.g. CreateAccessPoint=50ms~20ms
+//	--throttle OP=RATE[:BURST]         requests/second, e.g. '*=10:5'
+//	--error-rate OP=P                  e.g. DeleteAccessPoint=0.1
+//	--lost-answer-rate OP=P[:500|:drop]
+//	--visibility-delay [CreateAccessPoint=]DUR
+//
+// Every flag but --visibility-delay may be repeated.
+func RegisterFaultFlags(fs *flag.FlagSet, faults map[Op]Fault) {
+	for _, k := range faultKinds {
+		fs.Var(&faultFlag{kind: k, faults: faults}, k.name, k.usage)
+	}
+}
+
+type faultKind struct {
+	name, usage string
+	set         func(f *Fault, v string) error
+}
+
+var faultKinds = []faultKind{
+	{"latency", "add latency to `OP=DUR[~JITTER]` (OP may be '*'); repeatable", func(f *Fault, v string) error {
+		d, j, _ := strings.Cut(v, "~")
+		var err error
+		if f.Latency, err = time.ParseDuration(d); err != nil {
+			return err
+		}
+		if j != "" {
+			f.Jitter, err = time.ParseDuration(j)
+		}
+		return err
+	}},
+	{"throttle", "answer ThrottlingException past `OP=RATE[:BURST]` requests/second; repeatable", func(f *Fault, v string) error {
+		r, b, _ := strings.Cut(v, ":")
+		var err error
+		if f.ThrottleRate, err = strconv.ParseFloat(r, 64); err != nil {
+			return err
+		}
+		if b != "" {
+			f.ThrottleBurst, err = strconv.Atoi(b)
+		}
+		return err
+	}},
+	{"error-rate", "answer InternalServerError, not applied, with probability `OP=P`; repeatable", func(f *Fault, v string) error {
+		var err error
+		f.ErrorRate, err = strconv.ParseFloat(v, 64)
+		return err
+	}},
+	{"lost-answer-rate", "apply, then lose the answer (500 or dropped connection) with probability `OP=P[:500|:drop]`; repeatable", func(f *Fault, v string) error {
+		p, mode, _ := strings.Cut(v, ":")
+		var err error
+		f.LostAnswerRate, err = strconv.ParseFloat(p, 64)
+		f.LostAnswerMode = LostMode(mode)
+		return err
+	}},
+	{"visibility-delay", "hide new access points from DescribeAccessPoints for `DUR`", func(f *Fault, v string) error {
+		var err error
+		f.VisibilityDelay, err = time.ParseDuration(v)
+		return err
+	}},
+}
+
+type faultFlag struct {
+	kind   faultKind
+	faults map[Op]Fault
+	last   string
+}
+
+func (ff *faultFlag) String() string { return ff.last }
+
+func (ff *faultFlag) Set(v string) error {
+	opName, val, ok := strings.Cut(v, "=")
+	if !ok {
+		if ff.kind.name != "visibility-delay" {
+			return fmt.Errorf("want OP=VALUE, got %q", v)
+		}
+		opName, val = string(OpCreateAccessPoint), v
+	}
+	op := Op(opName)
+	ops := []Op{op}
+	switch {
+	case op == AllOps:
+		ops = Ops()
+	case !op.valid():
+		return fmt.Errorf("unknown operation %q", opName)
+	}
+	for _, o := range ops {
+		f := ff.faults[o]
+		if err := ff.kind.set(&f, val); err != nil {
+			return fmt.Errorf("%s: %w", v, err)
+		}
+		if err := f.Validate(); err != nil {
+			return fmt.Errorf("%s: %w", v, err)
+		}
+		ff.faults[o] = f
+	}
+	ff.last = v
+	return nil
+}

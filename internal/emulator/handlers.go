@@ -1,0 +1,553 @@
+package emulator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+const (
+	apiPrefix    = "/2015-02-01"
+	maxBodyBytes = 1 << 20
+)
+
+// request is a decoded and validated request: in is what a Hook sees, run
+// applies it and returns the success status and body.
+type request struct {
+	in  any
+	run func() (status int, body any, err *apiError)
+}
+
+// decoder parses and validates one operation's HTTP request.
+type decoder func(r *http.Request) (request, *apiError)
+
+func (e *Emulator) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	api := func(pattern string, op Op, d decoder) { mux.Handle(pattern, e.endpoint(op, d)) }
+	api("POST "+apiPrefix+"/access-points", OpCreateAccessPoint, e.decodeCreateAccessPoint)
+	api("GET "+apiPrefix+"/access-points", OpDescribeAccessPoints, e.decodeDescribeAccessPoints)
+	api("DELETE "+apiPrefix+"/access-points/{id}", OpDeleteAccessPoint, e.decodeDeleteAccessPoint)
+	api("POST "+apiPrefix+"/file-systems", OpCreateFileSystem, e.decodeCreateFileSystem)
+	api("GET "+apiPrefix+"/file-systems", OpDescribeFileSystems, e.decodeDescribeFileSystems)
+	api("DELETE "+apiPrefix+"/file-systems/{id}", OpDeleteFileSystem, e.decodeDeleteFileSystem)
+	api("POST "+apiPrefix+"/mount-targets", OpCreateMountTarget, e.decodeCreateMountTarget)
+	api("GET "+apiPrefix+"/mount-targets", OpDescribeMountTargets, e.decodeDescribeMountTargets)
+	api("DELETE "+apiPrefix+"/mount-targets/{id}", OpDeleteMountTarget, e.decodeDeleteMountTarget)
+	api("POST "+apiPrefix+"/resource-tags/{id}", OpTagResource, e.decodeTagResource)
+	api("DELETE "+apiPrefix+"/resource-tags/{id}", OpUntagResource, e.decodeUntagResource)
+	api("GET "+apiPrefix+"/resource-tags/{id}", OpListTagsForResource, e.decodeListTagsForResource)
+	e.controlRoutes(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		rec := &recorder{ResponseWriter: w}
+		writeError(rec, errorf(http.StatusNotFound, codeUnknownOperation, "no operation %s %s", r.Method, r.URL.Path))
+		e.logRequest(r, "", rec, time.Now(), "")
+	})
+	return mux
+}
+
+// recorder remembers the status and error code for the request log line.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (e *Emulator) logRequest(r *http.Request, op Op, rec *recorder, start time.Time, fault string) {
+	attrs := []any{"op", op, "method", r.Method, "path", r.URL.Path, "status", rec.status,
+		"dur", time.Since(start).Round(time.Microsecond)}
+	if code := rec.Header().Get("x-amzn-ErrorType"); code != "" {
+		attrs = append(attrs, "error", code)
+	}
+	if fault != "" {
+		attrs = append(attrs, "fault", fault)
+	}
+	e.log.Info("request", attrs...)
+}
+
+// endpoint serves one operation: count, faults, decode, hooks, apply, answer.
+func (e *Emulator) endpoint(op Op, decode decoder) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		e.counts[op].Add(1)
+		rec := &recorder{ResponseWriter: w}
+		rec.Header().Set("x-amzn-RequestId", e.rand.hex(8)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(12))
+		fault := e.serve(r.Context(), op, decode, rec, r)
+		e.logRequest(r, op, rec, start, fault)
+	})
+}
+
+// serve answers one API request and names the fault that struck, if any.
+func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder, r *http.Request) string {
+	f := e.faults.get(op)
+	if f != nil {
+		if d := f.Latency + e.rand.duration(f.Jitter); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return "latency (client gone)"
+			}
+		}
+		if f.bucket != nil && !f.bucket.Allow() {
+			writeError(w, errorf(http.StatusTooManyRequests, codeThrottling, "Rate exceeded"))
+			return "throttle"
+		}
+		if e.rand.chance(f.ErrorRate) {
+			writeError(w, errorf(http.StatusInternalServerError, codeInternal, "injected internal error (not applied)"))
+			return "error"
+		}
+	}
+	req, aerr := decode(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return ""
+	}
+	e.callHook(op, BeforeApply, req.in)
+	status, body, aerr := req.run()
+	if aerr != nil {
+		writeError(w, aerr)
+		return ""
+	}
+	e.callHook(op, AfterApply, req.in)
+	if f != nil && e.rand.chance(f.LostAnswerRate) {
+		return e.loseAnswer(w, f.LostAnswerMode)
+	}
+	writeJSON(w, status, body)
+	return ""
+}
+
+// loseAnswer fails a request that was applied: a 500, or a connection closed
+// without an answer.
+func (e *Emulator) loseAnswer(w *recorder, mode LostMode) string {
+	if mode == LostMixed {
+		mode = Lost500
+		if e.rand.chance(0.5) {
+			mode = LostDrop
+		}
+	}
+	if mode == LostDrop {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			if tc, ok := conn.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // reset: the client must not mistake it for a clean end
+			}
+			_ = conn.Close()
+			return "lost answer (connection dropped)"
+		}
+	}
+	writeError(w, errorf(http.StatusInternalServerError, codeInternal, "injected internal error (applied, answer lost)"))
+	return "lost answer (500)"
+}
+
+// ---- decoding helpers ----
+
+func decodeBody(r *http.Request, v any) *apiError {
+	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return badRequest("request body exceeds %d bytes", maxBodyBytes)
+		}
+		return badRequest("reading request body: %v", err)
+	}
+	if len(b) == 0 {
+		b = []byte("{}")
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return badRequest("malformed request body: %v", err)
+	}
+	return nil
+}
+
+func parseQuery(r *http.Request) (url.Values, *apiError) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("malformed query string: %v", err)
+	}
+	return q, nil
+}
+
+// queryInt reads an optional integer parameter between 1 and max; absent is 0.
+func queryInt(q url.Values, name string, max int) (int, *apiError) {
+	s, ok := q[name]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s[0])
+	if err != nil || n < 1 || n > max {
+		return 0, badRequest("%s must be an integer between 1 and %d, got %q", name, max, s[0])
+	}
+	return n, nil
+}
+
+func orDefault(n int) int {
+	if n == 0 {
+		return defaultPageSize
+	}
+	return n
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// ---- access points ----
+
+func (e *Emulator) decodeCreateAccessPoint(r *http.Request) (request, *apiError) {
+	in := new(CreateAccessPointInput)
+	if e := decodeBody(r, in); e != nil {
+		return request{}, e
+	}
+	n, aerr := validateCreateAccessPoint(in)
+	if aerr != nil {
+		return request{}, aerr
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		opt := createOptions{limit: e.cfg.AccessPointLimit, lenient: e.cfg.LenientClientToken}
+		if f := e.faults.get(OpCreateAccessPoint); f != nil && f.VisibilityDelay > 0 {
+			opt.visibleAt = time.Now().Add(f.VisibilityDelay)
+		}
+		ap, aerr := e.state.createAccessPoint(n, opt)
+		return http.StatusOK, ap, aerr
+	}}, nil
+}
+
+func validateCreateAccessPoint(in *CreateAccessPointInput) (*newAccessPoint, *apiError) {
+	if in.ClientToken == nil {
+		return nil, badRequest("ClientToken is required")
+	}
+	if e := validateToken("ClientToken", *in.ClientToken); e != nil {
+		return nil, e
+	}
+	fsID, e := resourceID("FileSystemId", str(in.FileSystemId), "fs")
+	if e != nil {
+		return nil, e
+	}
+	n := &newAccessPoint{fsID: fsID, token: *in.ClientToken, path: "/"}
+	if rd := in.RootDirectory; rd != nil {
+		if rd.Path != nil {
+			n.path = *rd.Path
+		}
+		if e := validatePath(n.path); e != nil {
+			return nil, e
+		}
+		if e := validateCreationInfo(rd.CreationInfo); e != nil {
+			return nil, e
+		}
+		if ci := rd.CreationInfo; ci != nil {
+			n.ci = &creationInfo{OwnerUid: *ci.OwnerUid, OwnerGid: *ci.OwnerGid, Permissions: *ci.Permissions}
+		}
+	}
+	if e := validatePosixUser(in.PosixUser); e != nil {
+		return nil, e
+	}
+	if pu := in.PosixUser; pu != nil {
+		n.pu = &wirePosixUser{Uid: *pu.Uid, Gid: *pu.Gid, SecondaryGids: pu.SecondaryGids}
+	}
+	if n.tags, e = validateTags(in.Tags); e != nil {
+		return nil, e
+	}
+	n.params = canonicalParams(n)
+	return n, nil
+}
+
+func (e *Emulator) decodeDescribeAccessPoints(r *http.Request) (request, *apiError) {
+	q, aerr := parseQuery(r)
+	if aerr != nil {
+		return request{}, aerr
+	}
+	in := &DescribeAccessPointsInput{AccessPointId: q.Get("AccessPointId"), FileSystemId: q.Get("FileSystemId"), NextToken: q.Get("NextToken")}
+	if in.MaxResults, aerr = queryInt(q, "MaxResults", maxAccessPointsPage); aerr != nil {
+		return request{}, aerr
+	}
+	switch {
+	case (in.AccessPointId == "") == (in.FileSystemId == ""):
+		return request{}, badRequest("give exactly one of AccessPointId and FileSystemId")
+	case in.AccessPointId != "":
+		id, aerr := resourceID("AccessPointId", in.AccessPointId, "fsap")
+		if aerr != nil {
+			return request{}, aerr
+		}
+		return request{in: in, run: func() (int, any, *apiError) {
+			ap, aerr := e.state.describeAccessPoint(id, time.Now())
+			return http.StatusOK, describeAccessPointsOutput{AccessPoints: []wireAccessPoint{ap}}, aerr
+		}}, nil
+	}
+	id, aerr := resourceID("FileSystemId", in.FileSystemId, "fs")
+	if aerr != nil {
+		return request{}, aerr
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		out, aerr := e.state.listAccessPoints(id, in.NextToken, orDefault(in.MaxResults), time.Now())
+		return http.StatusOK, out, aerr
+	}}, nil
+}
+
+func (e *Emulator) decodeDeleteAccessPoint(r *http.Request) (request, *apiError) {
+	in := &DeleteAccessPointInput{AccessPointId: r.PathValue("id")}
+	id, aerr := resourceID("AccessPointId", in.AccessPointId, "fsap")
+	if aerr != nil {
+		return request{}, aerr
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		return http.StatusNoContent, nil, e.state.deleteAccessPoint(id)
+	}}, nil
+}
+
+// ---- file systems ----
+
+func (e *Emulator) decodeCreateFileSystem(r *http.Request) (request, *apiError) {
+	in := new(CreateFileSystemInput)
+	if aerr := decodeBody(r, in); aerr != nil {
+		return request{}, aerr
+	}
+	if in.CreationToken == nil {
+		return request{}, badRequest("CreationToken is required")
+	}
+	if aerr := validateToken("CreationToken", *in.CreationToken); aerr != nil {
+		return request{}, aerr
+	}
+	rec := fileSystemRec{
+		CreationToken: *in.CreationToken, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode,
+		ProvisionedMiBs: in.ProvisionedThroughputInMibps, Encrypted: in.Encrypted != nil && *in.Encrypted,
+		KmsKeyID: str(in.KmsKeyId), AZName: str(in.AvailabilityZoneName),
+	}
+	if p := str(in.PerformanceMode); p != "" {
+		if p != "generalPurpose" && p != "maxIO" {
+			return request{}, badRequest("PerformanceMode %q: want generalPurpose or maxIO", p)
+		}
+		rec.PerformanceMode = p
+	}
+	if t := str(in.ThroughputMode); t != "" {
+		if t != "bursting" && t != "provisioned" && t != "elastic" {
+			return request{}, badRequest("ThroughputMode %q: want bursting, provisioned or elastic", t)
+		}
+		rec.ThroughputMode = t
+	}
+	if (rec.ThroughputMode == "provisioned") != (rec.ProvisionedMiBs != nil) {
+		return request{}, badRequest("ProvisionedThroughputInMibps is required with, and only with, ThroughputMode provisioned")
+	}
+	if p := rec.ProvisionedMiBs; p != nil && !(*p >= 1) {
+		return request{}, badRequest("ProvisionedThroughputInMibps must be at least 1")
+	}
+	var aerr *apiError
+	if rec.Tags, aerr = validateTags(in.Tags); aerr != nil {
+		return request{}, aerr
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		fs, aerr := e.state.createFileSystem(rec, false)
+		return http.StatusCreated, fs, aerr
+	}}, nil
+}
+
+func (e *Emulator) decodeDescribeFileSystems(r *http.Request) (request, *apiError) {
+	q, aerr := parseQuery(r)
+	if aerr != nil {
+		return request{}, aerr
+	}
+	in := &DescribeFileSystemsInput{FileSystemId: q.Get("FileSystemId"), CreationToken: q.Get("CreationToken"), Marker: q.Get("Marker")}
+	if in.MaxItems, aerr = queryInt(q, "MaxItems", maxDescribeItems); aerr != nil {
+		return request{}, aerr
+	}
+	if in.FileSystemId != "" {
+		if in.FileSystemId, aerr = resourceID("FileSystemId", in.FileSystemId, "fs"); aerr != nil {
+			return request{}, aerr
+		}
+	}
+	if in.CreationToken != "" {
+		if aerr := validateToken("CreationToken", in.CreationToken); aerr != nil {
+			return request{}, aerr
+		}
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		out, aerr := e.state.describeFileSystems(in, orDefault(in.MaxItems))
+		return http.StatusOK, out, aerr
+	}}, nil
+}
+
+func (e *Emulator) decodeDeleteFileSystem(r *http.Request) (request, *apiError) {
+	in := &DeleteFileSystemInput{FileSystemId: r.PathValue("id")}
+	id, aerr := resourceID("FileSystemId", in.FileSystemId, "fs")
+	if aerr != nil {
+		return request{}, aerr
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		return http.StatusNoContent, nil, e.state.deleteFileSystem(id)
+	}}, nil
+}
+
+// ---- mount targets ----
+
+func (e *Emulator) decodeCreateMountTarget(r *http.Request) (request, *apiError) {
+	in := new(CreateMountTargetInput)
+	if aerr := decodeBody(r, in); aerr != nil {
+		return request{}, aerr
+	}
+	fsID, aerr := resourceID("FileSystemId", str(in.FileSystemId), "fs")
+	if aerr != nil {
+		return request{}, aerr
+	}
+	subnet, aerr := resourceID("SubnetId", str(in.SubnetId), "subnet")
+	if aerr != nil {
+		return request{}, aerr
+	}
+	ip := str(in.IpAddress)
+	if ip != "" {
+		if a := net.ParseIP(ip); a == nil || a.To4() == nil {
+			return request{}, badRequest("IpAddress %q is not an IPv4 address", ip)
+		}
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		mt, aerr := e.state.createMountTarget(fsID, subnet, ip)
+		return http.StatusOK, mt, aerr
+	}}, nil
+}
+
+func (e *Emulator) decodeDescribeMountTargets(r *http.Request) (request, *apiError) {
+	q, aerr := parseQuery(r)
+	if aerr != nil {
+		return request{}, aerr
+	}
+	in := &DescribeMountTargetsInput{FileSystemId: q.Get("FileSystemId"), MountTargetId: q.Get("MountTargetId"),
+		AccessPointId: q.Get("AccessPointId"), Marker: q.Get("Marker")}
+	if in.MaxItems, aerr = queryInt(q, "MaxItems", maxDescribeItems); aerr != nil {
+		return request{}, aerr
+	}
+	given := 0
+	for _, f := range []struct {
+		name, kind string
+		v          *string
+	}{{"FileSystemId", "fs", &in.FileSystemId}, {"MountTargetId", "fsmt", &in.MountTargetId}, {"AccessPointId", "fsap", &in.AccessPointId}} {
+		if *f.v == "" {
+			continue
+		}
+		given++
+		if *f.v, aerr = resourceID(f.name, *f.v, f.kind); aerr != nil {
+			return request{}, aerr
+		}
+	}
+	if given != 1 {
+		return request{}, badRequest("give exactly one of FileSystemId, MountTargetId and AccessPointId")
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		out, aerr := e.state.describeMountTargets(in, orDefault(in.MaxItems), time.Now())
+		return http.StatusOK, out, aerr
+	}}, nil
+}
+
+func (e *Emulator) decodeDeleteMountTarget(r *http.Request) (request, *apiError) {
+	in := &DeleteMountTargetInput{MountTargetId: r.PathValue("id")}
+	id, aerr := resourceID("MountTargetId", in.MountTargetId, "fsmt")
+	if aerr != nil {
+		return request{}, aerr
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		return http.StatusNoContent, nil, e.state.deleteMountTarget(id)
+	}}, nil
+}
+
+// ---- tags ----
+
+func taggableID(r *http.Request) (string, *apiError) {
+	return resourceID("ResourceId", r.PathValue("id"), "fs", "fsap")
+}
+
+func (e *Emulator) decodeTagResource(r *http.Request) (request, *apiError) {
+	id, aerr := taggableID(r)
+	if aerr != nil {
+		return request{}, aerr
+	}
+	in := &TagResourceInput{ResourceId: id}
+	if aerr := decodeBody(r, in); aerr != nil {
+		return request{}, aerr
+	}
+	if len(in.Tags) == 0 {
+		return request{}, badRequest("Tags is required")
+	}
+	add, aerr := validateTags(in.Tags)
+	if aerr != nil {
+		return request{}, aerr
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		return http.StatusOK, nil, e.state.updateTags(id, func(old []tag) ([]tag, *apiError) { return mergeTags(old, add) })
+	}}, nil
+}
+
+func (e *Emulator) decodeUntagResource(r *http.Request) (request, *apiError) {
+	id, aerr := taggableID(r)
+	if aerr != nil {
+		return request{}, aerr
+	}
+	q, aerr := parseQuery(r)
+	if aerr != nil {
+		return request{}, aerr
+	}
+	in := &UntagResourceInput{ResourceId: id, TagKeys: q["tagKeys"]}
+	if len(in.TagKeys) == 0 {
+		return request{}, badRequest("TagKeys is required")
+	}
+	if len(in.TagKeys) > maxTags {
+		return request{}, badRequest("%d tag keys given; at most %d are allowed", len(in.TagKeys), maxTags)
+	}
+	drop := map[string]bool{}
+	for _, k := range in.TagKeys {
+		if aerr := validateTagKey(k); aerr != nil {
+			return request{}, aerr
+		}
+		drop[k] = true
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		return http.StatusOK, nil, e.state.updateTags(id, func(old []tag) ([]tag, *apiError) {
+			var out []tag
+			for _, t := range old {
+				if !drop[t.Key] {
+					out = append(out, t)
+				}
+			}
+			return out, nil
+		})
+	}}, nil
+}
+
+func (e *Emulator) decodeListTagsForResource(r *http.Request) (request, *apiError) {
+	id, aerr := taggableID(r)
+	if aerr != nil {
+		return request{}, aerr
+	}
+	q, aerr := parseQuery(r)
+	if aerr != nil {
+		return request{}, aerr
+	}
+	in := &ListTagsForResourceInput{ResourceId: id, NextToken: q.Get("NextToken")}
+	if in.MaxResults, aerr = queryInt(q, "MaxResults", maxDescribeItems); aerr != nil {
+		return request{}, aerr
+	}
+	return request{in: in, run: func() (int, any, *apiError) {
+		out, aerr := e.state.listTags(id, in.NextToken, orDefault(in.MaxResults), time.Now())
+		return http.StatusOK, out, aerr
+	}}, nil
+}
