@@ -1,0 +1,227 @@
+// Package audit checks what a workload left behind against what the driver
+// promised: every volume reported created exists, nothing else does, GIDs
+// are unique, no temporary mount or directory is left, the driver is at rest
+// and no live volume lost data. Check is a pure function over plain inputs;
+// collect.go gathers those inputs from the EFS API, /proc and the driver's
+// metrics.
+package audit
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/controller"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
+)
+
+// Marker is a file the workload wrote into a live volume's root directory
+// right after its create answered, and whether it is still there.
+type Marker struct {
+	Volume  string `json:"volume"`
+	Path    string `json:"path"`
+	Present bool   `json:"present"`
+}
+
+// Inputs is everything an audit looks at.
+type Inputs struct {
+	FileSystemID string
+	AccessPoints []efs.AccessPoint // every access point of the file system
+	// Live maps each volume reported created and not deleted to its volume ID.
+	Live map[string]string
+	// RunNames holds every volume name the run used: an access point tagged
+	// with one of them belongs to the run.
+	RunNames map[string]bool
+	// Exclusive: the file system belongs to the run, so every access point
+	// on it must be owned by a live volume.
+	Exclusive bool
+	// Answers maps a name to every distinct volume ID the provisioners got
+	// for it; more than one means two volumes for one claim.
+	Answers map[string][]string
+	Mounts  []string // temporary mount points still mounted
+	TmpDirs []string // temporary mount directories still present
+	// Gauges holds the driver's metrics samples; nil when not scraped.
+	Gauges  map[string]float64
+	Markers []Marker
+	// RootDirsLeft lists root directories of deleted volumes still present
+	// although the driver removes root directories on delete.
+	RootDirsLeft []string
+}
+
+// Finding is one thing wrong, named so that a reader can look it up.
+type Finding struct {
+	Subject string `json:"subject"` // an access point, a volume, a GID, a path
+	Detail  string `json:"detail"`
+}
+
+// Report is the outcome of one audit.
+type Report struct {
+	AccessPoints  int       `json:"accessPoints"`
+	LiveVolumes   int       `json:"liveVolumes"`
+	Leaked        []Finding `json:"leakedAccessPoints"`
+	Missing       []Finding `json:"missingVolumes"`
+	DuplicateGIDs []Finding `json:"duplicateGIDs"`
+	Conflicts     []Finding `json:"conflictingAnswers"`
+	Mounts        []Finding `json:"leftoverMounts"`
+	TmpDirs       []Finding `json:"leftoverTempDirs"`
+	GaugesChecked bool      `json:"gaugesChecked"`
+	Gauges        []Finding `json:"gaugesNotAtRest"`
+	Markers       int       `json:"markersChecked"`
+	LostMarkers   []Finding `json:"lostMarkers"`
+	RootDirsLeft  []Finding `json:"rootDirsLeft"`
+}
+
+// Figure is one audit number, for tables.
+type Figure struct {
+	Name  string
+	Value int
+}
+
+// Figures lists every finding count in a fixed order.
+func (r *Report) Figures() []Figure {
+	return []Figure{
+		{"leaked access points", len(r.Leaked)},
+		{"volumes missing", len(r.Missing)},
+		{"duplicate GIDs", len(r.DuplicateGIDs)},
+		{"conflicting answers", len(r.Conflicts)},
+		{"leftover temp mounts", len(r.Mounts)},
+		{"leftover temp dirs", len(r.TmpDirs)},
+		{"gauges not at rest", len(r.Gauges)},
+		{"lost markers", len(r.LostMarkers)},
+		{"root dirs left", len(r.RootDirsLeft)},
+	}
+}
+
+// Total is the number of findings: zero means clean.
+func (r *Report) Total() int {
+	n := 0
+	for _, f := range r.Figures() {
+		n += f.Value
+	}
+	return n
+}
+
+// All lists every finding with its category, for logs.
+func (r *Report) All() []string {
+	var out []string
+	add := func(cat string, fs []Finding) {
+		for _, f := range fs {
+			out = append(out, fmt.Sprintf("%s: %s: %s", cat, f.Subject, f.Detail))
+		}
+	}
+	add("leaked", r.Leaked)
+	add("missing", r.Missing)
+	add("duplicate GID", r.DuplicateGIDs)
+	add("conflict", r.Conflicts)
+	add("mount", r.Mounts)
+	add("temp dir", r.TmpDirs)
+	add("gauge", r.Gauges)
+	add("lost marker", r.LostMarkers)
+	add("root dir left", r.RootDirsLeft)
+	return out
+}
+
+// ParseVolumeID splits a provisioned volume ID, `efs:fs-X::fsap-Y` or the
+// older `fs-X::fsap-Y`, into its file system and access point.
+func ParseVolumeID(id string) (fsID, apID string, ok bool) {
+	fsID, apID, ok = strings.Cut(strings.TrimPrefix(id, "efs:"), "::")
+	if !ok || !strings.HasPrefix(fsID, "fs-") || !strings.HasPrefix(apID, "fsap-") {
+		return "", "", false
+	}
+	return fsID, apID, true
+}
+
+// Check audits in.
+func Check(in Inputs) *Report {
+	r := &Report{AccessPoints: len(in.AccessPoints), LiveVolumes: len(in.Live), Markers: len(in.Markers)}
+	byID := make(map[string]*efs.AccessPoint, len(in.AccessPoints))
+	for i := range in.AccessPoints {
+		byID[in.AccessPoints[i].ID] = &in.AccessPoints[i]
+	}
+
+	// Every live volume exists, on the right file system, and is its own.
+	owned := map[string]string{} // access point → live volume name
+	for _, name := range sortedKeys(in.Live) {
+		id := in.Live[name]
+		fsID, apID, ok := ParseVolumeID(id)
+		switch ap := byID[apID]; {
+		case !ok:
+			r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("volume ID %q is not a provisioned volume ID", id)})
+		case in.FileSystemID != "" && fsID != in.FileSystemID:
+			r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("volume %s is on file system %s, want %s", id, fsID, in.FileSystemID)})
+		case ap == nil:
+			r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("access point %s of volume %s does not exist", apID, id)})
+		case ap.FileSystemID != fsID:
+			r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("access point %s is on file system %s, volume ID says %s", apID, ap.FileSystemID, fsID)})
+		case owned[apID] != "":
+			r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("access point %s is also volume %s", apID, owned[apID])})
+		default:
+			owned[apID] = name
+			if tag, ok := ap.Tags[controller.TagVolumeName]; ok && tag != name {
+				r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("access point %s is tagged for volume %s", apID, tag)})
+			}
+		}
+	}
+
+	// Nothing of the run exists that no live volume owns.
+	for _, ap := range in.AccessPoints {
+		name := ap.Tags[controller.TagVolumeName]
+		if owned[ap.ID] != "" || !(in.Exclusive || in.RunNames[name]) {
+			continue
+		}
+		r.Leaked = append(r.Leaked, Finding{ap.ID, fmt.Sprintf("volume name %q, path %s, no live volume owns it", name, ap.Path)})
+	}
+
+	// GIDs are unique among the access points the driver created.
+	byGID := map[int64][]string{}
+	for _, ap := range in.AccessPoints {
+		if ap.PosixUser == nil || (ap.Tags[controller.TagCluster] != "true" && !in.RunNames[ap.Tags[controller.TagVolumeName]]) {
+			continue
+		}
+		byGID[ap.PosixUser.GID] = append(byGID[ap.PosixUser.GID], ap.ID)
+	}
+	for _, gid := range sortedKeys(byGID) {
+		if ids := byGID[gid]; len(ids) > 1 {
+			r.DuplicateGIDs = append(r.DuplicateGIDs, Finding{strconv.FormatInt(gid, 10), "shared by " + strings.Join(ids, ", ")})
+		}
+	}
+
+	for _, name := range sortedKeys(in.Answers) {
+		if ids := in.Answers[name]; len(ids) > 1 {
+			r.Conflicts = append(r.Conflicts, Finding{name, "answered with " + strings.Join(ids, " and ")})
+		}
+	}
+	for _, m := range slices.Sorted(slices.Values(in.Mounts)) {
+		r.Mounts = append(r.Mounts, Finding{m, "temporary mount still mounted"})
+	}
+	for _, d := range slices.Sorted(slices.Values(in.TmpDirs)) {
+		r.TmpDirs = append(r.TmpDirs, Finding{d, "temporary mount directory left behind"})
+	}
+	if in.Gauges != nil {
+		r.GaugesChecked = true
+		for _, g := range []string{metrics.LocksHeldName, metrics.InFlightName} {
+			v, ok := in.Gauges[g]
+			switch {
+			case !ok:
+				r.Gauges = append(r.Gauges, Finding{g, "not exported by the driver"})
+			case v != 0:
+				r.Gauges = append(r.Gauges, Finding{g, fmt.Sprintf("%g at rest, want 0", v)})
+			}
+		}
+	}
+	for _, m := range in.Markers {
+		if !m.Present {
+			r.LostMarkers = append(r.LostMarkers, Finding{m.Volume, "marker " + m.Path + " is gone: the volume lost data"})
+		}
+	}
+	for _, d := range in.RootDirsLeft {
+		r.RootDirsLeft = append(r.RootDirsLeft, Finding{d, "root directory of a deleted volume still exists"})
+	}
+	return r
+}
+
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K { return slices.Sorted(maps.Keys(m)) }
