@@ -1,0 +1,147 @@
+// Package volume parses what the CO hands the driver: volume IDs,
+// StorageClass parameters, and sub paths that must stay inside a base
+// directory. Every parsing error wraps ErrInvalidID, ErrInvalidParameter or
+// ErrUnsafePath (pkg/driver maps them to InvalidArgument) and names the
+// offending value.
+package volume
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+)
+
+// Sentinel errors.
+var (
+	// ErrInvalidID: a volume ID that is not one of the forms ParseID accepts.
+	ErrInvalidID = errors.New("invalid volume ID")
+	// ErrInvalidParameter: a StorageClass parameter (or the request values a
+	// parameter combines with) that cannot be honoured. The error is a
+	// *ParamError naming the parameter.
+	ErrInvalidParameter = errors.New("invalid parameter")
+	// ErrUnsafePath: a path that would leave the directory it must stay in.
+	ErrUnsafePath = errors.New("unsafe path")
+)
+
+// MaxIDLength is the CSI limit on volume IDs (and names), in bytes.
+const MaxIDLength = 128
+
+// provisionedPrefix marks IDs returned by CreateVolume since upstream v2.
+const provisionedPrefix = "efs:"
+
+// EFS resource ID syntax, as the EFS API validates it.
+var (
+	fileSystemIDRe  = regexp.MustCompile(`^fs-[0-9a-f]{8,40}$`)
+	accessPointIDRe = regexp.MustCompile(`^fsap-[0-9a-f]{8,40}$`)
+)
+
+// ValidFileSystemID reports whether s looks like an EFS file system ID.
+func ValidFileSystemID(s string) bool { return fileSystemIDRe.MatchString(s) }
+
+// ValidAccessPointID reports whether s looks like an EFS access point ID.
+func ValidAccessPointID(s string) bool { return accessPointIDRe.MatchString(s) }
+
+// ID is a parsed volume ID.
+type ID struct {
+	FileSystemID string
+	// Path is "" (the root of the file system, or of the access point) or
+	// an absolute, cleaned path without ".." components.
+	Path string
+	// AccessPointID is "" for a volume on the bare file system.
+	AccessPointID string
+}
+
+// ParseID accepts every volume ID form users of the upstream driver have:
+//
+//	efs:fs-X::fsap-Y          returned by CreateVolume (current)
+//	fs-X::fsap-Y              returned by CreateVolume (older releases)
+//	fs-X                      static: the whole file system
+//	fs-X:/sub/path            static: a directory of it
+//	fs-X:/sub/path:fsap-Y     static: a directory below an access point root
+//
+// and the "efs:" prefix on any of them. Empty fields may be omitted or left
+// empty ("fs-X:" and "fs-X::" mean "fs-X"). As upstream, a relative path is
+// taken relative to the root; it is returned absolute. A path with a ".."
+// component, a control character, or an ID longer than MaxIDLength bytes is
+// rejected.
+func ParseID(s string) (ID, error) {
+	bad := func(format string, args ...any) (ID, error) {
+		return ID{}, fmt.Errorf("%w %q: %s", ErrInvalidID, truncate(s, MaxIDLength), fmt.Sprintf(format, args...))
+	}
+	if s == "" {
+		return bad("empty")
+	}
+	if len(s) > MaxIDLength {
+		return bad("longer than %d bytes", MaxIDLength)
+	}
+	fields := strings.Split(strings.TrimPrefix(s, provisionedPrefix), ":")
+	if len(fields) > 3 {
+		return bad("expected at most three fields separated by ':'")
+	}
+	id := ID{FileSystemID: fields[0]}
+	if !ValidFileSystemID(id.FileSystemID) {
+		return bad("file system ID %q is not of the form fs-<hex>", id.FileSystemID)
+	}
+	if len(fields) >= 2 && fields[1] != "" {
+		p, err := cleanAbs(fields[1])
+		if err != nil {
+			return bad("path: %v", err)
+		}
+		id.Path = p
+	}
+	if len(fields) == 3 && fields[2] != "" {
+		id.AccessPointID = fields[2]
+		if !ValidAccessPointID(id.AccessPointID) {
+			return bad("access point ID %q is not of the form fsap-<hex>", id.AccessPointID)
+		}
+	}
+	return id, nil
+}
+
+// String returns the ID in the upstream static form ("fs-X", "fs-X:/p",
+// "fs-X::fsap-Y", "fs-X:/p:fsap-Y"); ParseID(id.String()) == id.
+func (id ID) String() string {
+	switch {
+	case id.AccessPointID != "":
+		return id.FileSystemID + ":" + id.Path + ":" + id.AccessPointID
+	case id.Path != "":
+		return id.FileSystemID + ":" + id.Path
+	}
+	return id.FileSystemID
+}
+
+// ProvisionedID is the volume ID CreateVolume returns: "efs:fs-X::fsap-Y".
+func ProvisionedID(fsID, apID string) string {
+	return provisionedPrefix + fsID + "::" + apID
+}
+
+// cleanAbs makes p absolute and clean. "/" and "" become "" (the root). It
+// rejects ".." components (even ones Clean could fold away: they are never
+// meant), NUL and other control characters.
+func cleanAbs(p string) (string, error) {
+	if i := strings.IndexFunc(p, isControl); i >= 0 {
+		return "", fmt.Errorf("control character %q", p[i])
+	}
+	for _, c := range strings.Split(p, "/") {
+		if c == ".." {
+			return "", errors.New(`".." component`)
+		}
+	}
+	p = path.Clean("/" + p)
+	if p == "/" {
+		return "", nil
+	}
+	return p, nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// truncate keeps error messages bounded when the input is hostile.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

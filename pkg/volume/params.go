@@ -1,0 +1,327 @@
+package volume
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// StorageClass parameter keys, spelled as the upstream driver spells them.
+const (
+	ParamProvisioningMode      = "provisioningMode"
+	ParamFileSystemID          = "fileSystemId"
+	ParamDirectoryPerms        = "directoryPerms"
+	ParamUID                   = "uid"
+	ParamGID                   = "gid"
+	ParamGIDRangeStart         = "gidRangeStart"
+	ParamGIDRangeEnd           = "gidRangeEnd"
+	ParamBasePath              = "basePath"
+	ParamSubPathPattern        = "subPathPattern"
+	ParamEnsureUniqueDirectory = "ensureUniqueDirectory"
+	ParamReuseAccessPoint      = "reuseAccessPoint"
+	ParamAZ                    = "az"
+	// Set by the external-provisioner when run with --extra-create-metadata.
+	ParamPVCName      = "csi.storage.k8s.io/pvc/name"
+	ParamPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
+	ParamPVName       = "csi.storage.k8s.io/pv/name"
+)
+
+// Values and defaults.
+const (
+	// ProvisioningModeAccessPoint is the only provisioning mode.
+	ProvisioningModeAccessPoint = "efs-ap"
+	// DefaultGIDRangeStart and DefaultGIDRangeEnd are upstream's defaults:
+	// 50000 plus the per-file-system access point limit (10,000).
+	DefaultGIDRangeStart = 50000
+	DefaultGIDRangeEnd   = 60000
+	// DefaultDirectoryPerms applies when directoryPerms is absent. Upstream
+	// sends an empty mode, which EFS rejects; a private directory is the
+	// safe reading of "no opinion".
+	DefaultDirectoryPerms = "700"
+	// MaxPosixID is the largest uid/gid EFS accepts.
+	MaxPosixID = 1<<32 - 1
+)
+
+var knownParams = []string{
+	ParamProvisioningMode, ParamFileSystemID, ParamDirectoryPerms, ParamUID, ParamGID,
+	ParamGIDRangeStart, ParamGIDRangeEnd, ParamBasePath, ParamSubPathPattern,
+	ParamEnsureUniqueDirectory, ParamReuseAccessPoint, ParamAZ,
+	ParamPVCName, ParamPVCNamespace, ParamPVName,
+}
+
+// ParamError names the parameter that cannot be honoured. It wraps
+// ErrInvalidParameter.
+type ParamError struct {
+	Key    string // the parameter, e.g. "gidRangeEnd"
+	Reason string
+}
+
+func (e *ParamError) Error() string {
+	return fmt.Sprintf("%v %s: %s", ErrInvalidParameter, e.Key, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidParameter) true.
+func (e *ParamError) Unwrap() error { return ErrInvalidParameter }
+
+func paramErr(key, format string, args ...any) error {
+	return &ParamError{Key: key, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Params are the parsed StorageClass parameters of a CreateVolume call.
+type Params struct {
+	FileSystemID   string
+	DirectoryPerms string // octal, 3 or 4 digits, e.g. "700"
+	// UID and GID are -1 when not given. A missing one is allocated from
+	// [GIDRangeStart, GIDRangeEnd] (see NeedsGIDAllocation and Identity).
+	UID, GID                   int64
+	GIDRangeStart, GIDRangeEnd int64
+	// BasePath is "" or an absolute, cleaned directory (never "/").
+	BasePath string
+	// SubPathPattern is the template of the root directory below BasePath,
+	// "" for the default (the volume name).
+	SubPathPattern        string
+	EnsureUniqueDirectory bool // default true
+	ReuseAccessPoint      bool
+	AZ                    string
+	PVCName               string
+	PVCNamespace          string
+	PVName                string
+}
+
+var octalModeRe = regexp.MustCompile(`^[0-7]{3,4}$`)
+
+// ParseParams validates the CreateVolume parameters and applies upstream's
+// defaults. Unknown keys are rejected; every error is a *ParamError naming
+// the parameter, checked in a fixed order so the same input always yields
+// the same message.
+func ParseParams(m map[string]string) (Params, error) {
+	unknown := make([]string, 0)
+	for k := range m {
+		if !slices.Contains(knownParams, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return Params{}, paramErr(unknown[0], "unknown parameter (known: %s)", strings.Join(knownParams, ", "))
+	}
+
+	p := Params{
+		DirectoryPerms:        DefaultDirectoryPerms,
+		UID:                   -1,
+		GID:                   -1,
+		GIDRangeStart:         DefaultGIDRangeStart,
+		GIDRangeEnd:           DefaultGIDRangeEnd,
+		EnsureUniqueDirectory: true,
+	}
+	mode, ok := m[ParamProvisioningMode]
+	switch {
+	case !ok:
+		return Params{}, paramErr(ParamProvisioningMode, "missing; use %q", ProvisioningModeAccessPoint)
+	case mode != ProvisioningModeAccessPoint:
+		return Params{}, paramErr(ParamProvisioningMode, "provisioning mode %q is not supported, only %q", mode, ProvisioningModeAccessPoint)
+	}
+
+	fsID, ok := m[ParamFileSystemID]
+	switch {
+	case !ok:
+		return Params{}, paramErr(ParamFileSystemID, "missing")
+	case strings.TrimSpace(fsID) == "":
+		return Params{}, paramErr(ParamFileSystemID, "cannot be empty")
+	case !ValidFileSystemID(fsID):
+		return Params{}, paramErr(ParamFileSystemID, "%q is not a file system ID of the form fs-<hex>", truncate(fsID, 64))
+	}
+	p.FileSystemID = fsID
+
+	if v, ok := m[ParamDirectoryPerms]; ok {
+		if !octalModeRe.MatchString(v) {
+			return Params{}, paramErr(ParamDirectoryPerms, "%q is not an octal mode of 3 or 4 digits such as \"700\"", truncate(v, 64))
+		}
+		p.DirectoryPerms = v
+	}
+
+	var err error
+	if p.UID, err = posixID(m, ParamUID); err != nil {
+		return Params{}, err
+	}
+	if p.GID, err = posixID(m, ParamGID); err != nil {
+		return Params{}, err
+	}
+	if err := p.parseGIDRange(m); err != nil {
+		return Params{}, err
+	}
+
+	if v, ok := m[ParamBasePath]; ok {
+		if p.BasePath, err = parseBasePath(v); err != nil {
+			return Params{}, err
+		}
+	}
+	if v, ok := m[ParamSubPathPattern]; ok {
+		if _, err := parsePattern(v); err != nil {
+			return Params{}, err
+		}
+		p.SubPathPattern = v
+	}
+	if p.EnsureUniqueDirectory, err = boolParam(m, ParamEnsureUniqueDirectory, true); err != nil {
+		return Params{}, err
+	}
+	if p.ReuseAccessPoint, err = boolParam(m, ParamReuseAccessPoint, false); err != nil {
+		return Params{}, err
+	}
+
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{ParamAZ, &p.AZ}, {ParamPVCName, &p.PVCName}, {ParamPVCNamespace, &p.PVCNamespace}, {ParamPVName, &p.PVName}} {
+		v := m[f.key]
+		if strings.ContainsFunc(v, isControl) {
+			return Params{}, paramErr(f.key, "%q contains a control character", truncate(v, 64))
+		}
+		*f.dst = v
+	}
+	if p.ReuseAccessPoint && p.PVCName == "" {
+		// Upstream hashes the empty string: every claim would share one token.
+		return Params{}, paramErr(ParamReuseAccessPoint, "needs %s (run the external-provisioner with --extra-create-metadata)", ParamPVCName)
+	}
+	return p, nil
+}
+
+// posixID parses an optional uid or gid: -1 when absent.
+func posixID(m map[string]string, key string) (int64, error) {
+	v, ok := m[key]
+	if !ok {
+		return -1, nil
+	}
+	return boundedInt(key, v, 0, "greater than or equal to 0")
+}
+
+// boundedInt parses a decimal in [min, MaxPosixID]; minWhat says what min
+// means in the error.
+func boundedInt(key, v string, min int64, minWhat string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err != nil:
+		return 0, paramErr(key, "%q is not an integer", truncate(v, 64))
+	case n < min:
+		return 0, paramErr(key, "must be %s, got %d", minWhat, n)
+	case n > MaxPosixID:
+		return 0, paramErr(key, "must be at most %d, got %d", int64(MaxPosixID), n)
+	}
+	return n, nil
+}
+
+// parseGIDRange applies upstream's rules: both bounds or neither; start > 0;
+// end > start.
+func (p *Params) parseGIDRange(m map[string]string) error {
+	startS, hasStart := m[ParamGIDRangeStart]
+	endS, hasEnd := m[ParamGIDRangeEnd]
+	if !hasStart && !hasEnd {
+		return nil
+	}
+	if !hasStart {
+		return paramErr(ParamGIDRangeStart, "missing: %s and %s go together", ParamGIDRangeStart, ParamGIDRangeEnd)
+	}
+	start, err := boundedInt(ParamGIDRangeStart, startS, 1, "greater than 0")
+	if err != nil {
+		return err
+	}
+	if !hasEnd {
+		return paramErr(ParamGIDRangeEnd, "missing: %s and %s go together", ParamGIDRangeStart, ParamGIDRangeEnd)
+	}
+	end, err := boundedInt(ParamGIDRangeEnd, endS, start+1, fmt.Sprintf("greater than %s (%d)", ParamGIDRangeStart, start))
+	if err != nil {
+		return err
+	}
+	p.GIDRangeStart, p.GIDRangeEnd = start, end
+	return nil
+}
+
+// boolParam parses a boolean as strconv.ParseBool does. Upstream silently
+// treated an unparsable ensureUniqueDirectory as true; here a typo is an
+// error rather than a surprise.
+func boolParam(m map[string]string, key string, def bool) (bool, error) {
+	v, ok := m[key]
+	if !ok {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, paramErr(key, "%q is not a boolean (use \"true\" or \"false\")", truncate(v, 64))
+	}
+	return b, nil
+}
+
+// parseBasePath accepts an absolute or (as upstream) relative directory and
+// returns it absolute and clean, "" for the root. It must leave room below
+// it for the volume's own directory.
+func parseBasePath(v string) (string, error) {
+	segs := strings.FieldsFunc(v, func(r rune) bool { return r == '/' })
+	segs = slices.DeleteFunc(segs, func(s string) bool { return s == "." })
+	for _, s := range segs {
+		if err := checkSegment(s); err != nil {
+			return "", paramErr(ParamBasePath, "%q: %v", truncate(v, 128), err)
+		}
+	}
+	if len(segs) == 0 {
+		return "", nil
+	}
+	base := "/" + strings.Join(segs, "/")
+	switch {
+	case len(segs) >= MaxRootDirDepth:
+		return "", paramErr(ParamBasePath, "%q has %d levels; EFS allows %d in an access point root and the volume needs one", truncate(base, 128), len(segs), MaxRootDirDepth)
+	case len(base)+2 > MaxRootDirLength:
+		return "", paramErr(ParamBasePath, "%q is %d characters; EFS allows %d in an access point root and the volume needs some", truncate(base, 128), len(base), MaxRootDirLength)
+	}
+	return base, nil
+}
+
+// NeedsGIDAllocation reports whether the POSIX identity is not fully fixed by
+// the class. As upstream, a missing uid or gid is taken from the allocated
+// GID: see Identity.
+func (p Params) NeedsGIDAllocation() bool { return p.UID < 0 || p.GID < 0 }
+
+// Identity returns the uid and gid of the access point, filling what the
+// class does not fix with the allocated GID (upstream: uid = gid = allocated
+// when neither is given).
+func (p Params) Identity(allocated int64) (uid, gid int64) {
+	uid, gid = p.UID, p.GID
+	if uid < 0 {
+		uid = allocated
+	}
+	if gid < 0 {
+		gid = allocated
+	}
+	return uid, gid
+}
+
+// MaxClientTokenLength is EFS's limit on CreateAccessPoint's ClientToken.
+const MaxClientTokenLength = 64
+
+// ClientToken is the CreateAccessPoint ClientToken for a volume: a function
+// of the name alone, so every retry sends the same one. It is the name itself
+// when that is at most 64 printable ASCII characters (what upstream sends for
+// Kubernetes' "pvc-<uid>" names, so access points it created are found), and
+// otherwise the hex SHA-256 of the name (64 characters).
+//
+// With ReuseAccessPoint it is, as upstream, the hex SHA-256 of the PVC name,
+// so a claim re-created under the same name (in any cluster) gets its old
+// access point back.
+func (p Params) ClientToken(volumeName string) string {
+	if p.ReuseAccessPoint {
+		return sha256Hex(p.PVCName)
+	}
+	if len(volumeName) > 0 && len(volumeName) <= MaxClientTokenLength &&
+		!strings.ContainsFunc(volumeName, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+		return volumeName
+	}
+	return sha256Hex(volumeName)
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,209 @@
+package volume
+
+import (
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+)
+
+// minimal is the smallest parameter set ParseParams accepts.
+func minimal() map[string]string {
+	return map[string]string{ParamProvisioningMode: "efs-ap", ParamFileSystemID: fsID}
+}
+
+func with(kv ...string) map[string]string {
+	m := minimal()
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+func without(key string) map[string]string {
+	m := minimal()
+	delete(m, key)
+	return m
+}
+
+func TestParseParamsDefaults(t *testing.T) {
+	p, err := ParseParams(minimal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Params{
+		FileSystemID: fsID, DirectoryPerms: "700", UID: -1, GID: -1,
+		GIDRangeStart: 50000, GIDRangeEnd: 60000, EnsureUniqueDirectory: true,
+	}
+	if p != want {
+		t.Fatalf("defaults = %+v\nwant %+v", p, want)
+	}
+	if !p.NeedsGIDAllocation() {
+		t.Error("NeedsGIDAllocation is false without uid/gid")
+	}
+}
+
+func TestParseParamsAcceptsEveryParameter(t *testing.T) {
+	tests := []struct {
+		name  string
+		in    map[string]string
+		check func(Params) bool
+	}{
+		{"directoryPerms 3 digits", with(ParamDirectoryPerms, "755"), func(p Params) bool { return p.DirectoryPerms == "755" }},
+		{"directoryPerms 4 digits", with(ParamDirectoryPerms, "0770"), func(p Params) bool { return p.DirectoryPerms == "0770" }},
+		{"uid only", with(ParamUID, "1000"), func(p Params) bool { return p.UID == 1000 && p.GID == -1 && p.NeedsGIDAllocation() }},
+		{"gid only", with(ParamGID, "0"), func(p Params) bool { return p.GID == 0 && p.UID == -1 && p.NeedsGIDAllocation() }},
+		{"uid and gid", with(ParamUID, "1000", ParamGID, "2000"), func(p Params) bool { return p.UID == 1000 && p.GID == 2000 && !p.NeedsGIDAllocation() }},
+		{"largest uid", with(ParamUID, "4294967295"), func(p Params) bool { return p.UID == 4294967295 }},
+		{"gid range", with(ParamGIDRangeStart, "1000", ParamGIDRangeEnd, "2000"), func(p Params) bool { return p.GIDRangeStart == 1000 && p.GIDRangeEnd == 2000 }},
+		{"basePath absolute", with(ParamBasePath, "/dynamic_provisioning"), func(p Params) bool { return p.BasePath == "/dynamic_provisioning" }},
+		{"basePath relative as upstream", with(ParamBasePath, "a//b/"), func(p Params) bool { return p.BasePath == "/a/b" }},
+		{"basePath root is none", with(ParamBasePath, "/"), func(p Params) bool { return p.BasePath == "" }},
+		{"basePath empty is none", with(ParamBasePath, ""), func(p Params) bool { return p.BasePath == "" }},
+		{"subPathPattern", with(ParamSubPathPattern, "${.PVC.namespace}/${.PVC.name}"), func(p Params) bool { return p.SubPathPattern == "${.PVC.namespace}/${.PVC.name}" }},
+		{"ensureUniqueDirectory false", with(ParamEnsureUniqueDirectory, "false"), func(p Params) bool { return !p.EnsureUniqueDirectory }},
+		{"ensureUniqueDirectory True", with(ParamEnsureUniqueDirectory, "True"), func(p Params) bool { return p.EnsureUniqueDirectory }},
+		{"reuseAccessPoint", with(ParamReuseAccessPoint, "true", ParamPVCName, "data"), func(p Params) bool { return p.ReuseAccessPoint && p.PVCName == "data" }},
+		{"az", with(ParamAZ, "us-east-1a"), func(p Params) bool { return p.AZ == "us-east-1a" }},
+		{"extra create metadata", with(ParamPVCName, "c", ParamPVCNamespace, "ns", ParamPVName, "pvc-1"),
+			func(p Params) bool { return p.PVCName == "c" && p.PVCNamespace == "ns" && p.PVName == "pvc-1" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := ParseParams(tt.in)
+			if err != nil {
+				t.Fatalf("ParseParams(%v): %v", tt.in, err)
+			}
+			if !tt.check(p) {
+				t.Fatalf("ParseParams(%v) = %+v", tt.in, p)
+			}
+		})
+	}
+}
+
+func TestParseParamsRejectsNamingTheParameter(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      map[string]string
+		wantKey string
+		wantMsg string
+	}{
+		{"unknown key", with("fsType", "efs"), "fsType", "unknown"},
+		{"unknown reserved-prefix key", with("csi.storage.k8s.io/pvc/uid", "x"), "csi.storage.k8s.io/pvc/uid", "unknown"},
+		{"missing provisioningMode", without(ParamProvisioningMode), ParamProvisioningMode, "missing"},
+		{"other provisioningMode", with(ParamProvisioningMode, "efs-dir"), ParamProvisioningMode, "not supported"},
+		{"missing fileSystemId", without(ParamFileSystemID), ParamFileSystemID, "missing"},
+		{"blank fileSystemId", with(ParamFileSystemID, "  "), ParamFileSystemID, "empty"},
+		{"malformed fileSystemId", with(ParamFileSystemID, "fs-xyz"), ParamFileSystemID, "fs-<hex>"},
+		{"directoryPerms not octal", with(ParamDirectoryPerms, "800"), ParamDirectoryPerms, "octal"},
+		{"directoryPerms too short", with(ParamDirectoryPerms, "70"), ParamDirectoryPerms, "octal"},
+		{"directoryPerms symbolic", with(ParamDirectoryPerms, "rwx"), ParamDirectoryPerms, "octal"},
+		{"uid not a number", with(ParamUID, "root"), ParamUID, "integer"},
+		{"uid negative", with(ParamUID, "-1"), ParamUID, "greater than or equal to 0"},
+		{"uid too large", with(ParamUID, "4294967296"), ParamUID, "at most"},
+		{"gid not a number", with(ParamGID, "1e3"), ParamGID, "integer"},
+		{"gid negative", with(ParamGID, "-5"), ParamGID, "greater than or equal to 0"},
+		{"range end without start", with(ParamGIDRangeEnd, "2000"), ParamGIDRangeStart, "missing"},
+		{"range start without end", with(ParamGIDRangeStart, "1000"), ParamGIDRangeEnd, "missing"},
+		{"range start zero", with(ParamGIDRangeStart, "0", ParamGIDRangeEnd, "10"), ParamGIDRangeStart, "greater than 0"},
+		{"range start not a number", with(ParamGIDRangeStart, "a", ParamGIDRangeEnd, "10"), ParamGIDRangeStart, "integer"},
+		{"range end not a number", with(ParamGIDRangeStart, "1", ParamGIDRangeEnd, "ten"), ParamGIDRangeEnd, "integer"},
+		{"range end equals start", with(ParamGIDRangeStart, "1000", ParamGIDRangeEnd, "1000"), ParamGIDRangeEnd, "greater than gidRangeStart"},
+		{"range end below start", with(ParamGIDRangeStart, "1000", ParamGIDRangeEnd, "999"), ParamGIDRangeEnd, "greater than gidRangeStart"},
+		{"range end too large", with(ParamGIDRangeStart, "1", ParamGIDRangeEnd, "4294967296"), ParamGIDRangeEnd, "at most"},
+		{"basePath dot-dot", with(ParamBasePath, "/a/../b"), ParamBasePath, "'.'"},
+		{"basePath hidden", with(ParamBasePath, "/.snapshot"), ParamBasePath, "'.'"},
+		{"basePath forbidden char", with(ParamBasePath, "/a$b"), ParamBasePath, "contains one of"},
+		{"basePath control char", with(ParamBasePath, "/a\nb"), ParamBasePath, "control"},
+		{"basePath too deep", with(ParamBasePath, "/a/b/c/d"), ParamBasePath, "levels"},
+		{"basePath too long", with(ParamBasePath, "/"+strings.Repeat("b", 98)), ParamBasePath, "characters"},
+		{"subPathPattern unknown variable", with(ParamSubPathPattern, "${PVC.name}"), ParamSubPathPattern, "unknown variable"},
+		{"subPathPattern unterminated", with(ParamSubPathPattern, "${.PVC.name"), ParamSubPathPattern, "unterminated"},
+		{"subPathPattern stray brace", with(ParamSubPathPattern, "a}b"), ParamSubPathPattern, "stray"},
+		{"subPathPattern stray dollar", with(ParamSubPathPattern, "$HOME"), ParamSubPathPattern, "stray"},
+		{"subPathPattern dot-dot", with(ParamSubPathPattern, "../${.PVC.name}"), ParamSubPathPattern, `".."`},
+		{"subPathPattern control char", with(ParamSubPathPattern, "a\tb"), ParamSubPathPattern, "control"},
+		{"ensureUniqueDirectory not bool", with(ParamEnsureUniqueDirectory, "yes"), ParamEnsureUniqueDirectory, "boolean"},
+		{"reuseAccessPoint not bool", with(ParamReuseAccessPoint, "maybe"), ParamReuseAccessPoint, "boolean"},
+		{"reuseAccessPoint without PVC name", with(ParamReuseAccessPoint, "true"), ParamReuseAccessPoint, "--extra-create-metadata"},
+		{"az control char", with(ParamAZ, "us\x00east"), ParamAZ, "control"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := ParseParams(tt.in)
+			if !errors.Is(err, ErrInvalidParameter) {
+				t.Fatalf("ParseParams(%v) = %+v, %v; want ErrInvalidParameter", tt.in, p, err)
+			}
+			var pe *ParamError
+			if !errors.As(err, &pe) || pe.Key != tt.wantKey {
+				t.Fatalf("error %v names %q, want %q", err, pe.Key, tt.wantKey)
+			}
+			if !strings.Contains(err.Error(), tt.wantKey) || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("message %q should name %q and say %q", err, tt.wantKey, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func TestParseParamsDoesNotKeepTheCallersMap(t *testing.T) {
+	m := with(ParamBasePath, "/x")
+	orig := maps.Clone(m)
+	if _, err := ParseParams(m); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(m, orig) {
+		t.Fatalf("ParseParams changed its input: %v", m)
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	tests := []struct {
+		name             string
+		uid, gid         int64
+		wantUID, wantGID int64
+	}{
+		{"neither fixed: both allocated", -1, -1, 50123, 50123},
+		{"uid fixed", 1000, -1, 1000, 50123},
+		{"gid fixed: uid allocated as upstream", -1, 2000, 50123, 2000},
+		{"both fixed", 1000, 2000, 1000, 2000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Params{UID: tt.uid, GID: tt.gid}
+			if u, g := p.Identity(50123); u != tt.wantUID || g != tt.wantGID {
+				t.Fatalf("Identity = %d, %d; want %d, %d", u, g, tt.wantUID, tt.wantGID)
+			}
+		})
+	}
+}
+
+func TestClientToken(t *testing.T) {
+	long := strings.Repeat("n", 128)
+	tests := []struct {
+		name   string
+		p      Params
+		volume string
+		want   string
+	}{
+		{"kubernetes name is sent as is, as upstream", Params{}, "pvc-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", "pvc-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"},
+		{"64 characters still as is", Params{}, strings.Repeat("x", 64), strings.Repeat("x", 64)},
+		{"128-character name is hashed", Params{}, long, sha256Hex(long)},
+		{"65 characters are hashed", Params{}, strings.Repeat("x", 65), sha256Hex(strings.Repeat("x", 65))},
+		{"non-ASCII is hashed", Params{}, "vol-é", sha256Hex("vol-é")},
+		{"space is hashed", Params{}, "a b", sha256Hex("a b")},
+		// Upstream: sha256 hex of the PVC name, so access points it created are reused.
+		{"reuse hashes the PVC name", Params{ReuseAccessPoint: true, PVCName: "data", PVCNamespace: "ns"}, "pvc-1",
+			"3a6eb0790f39ac87c94f3856b2dd2c5d110e6811602261a9a923d3bb23adc8b7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.p.ClientToken(tt.volume)
+			if got != tt.want {
+				t.Fatalf("ClientToken(%q) = %q, want %q", tt.volume, got, tt.want)
+			}
+			if len(got) > MaxClientTokenLength {
+				t.Fatalf("token is %d characters", len(got))
+			}
+		})
+	}
+}
