@@ -62,7 +62,11 @@ func efsMountArgs(vol Volume, target string) []string {
 			o = append(o, f)
 		}
 	}
-	return []string{"-t", "efs", "-o", strings.Join(o, ","), efsSource(vol), target}
+	args := []string{"-t", "efs"}
+	if len(o) > 0 {
+		args = append(args, "-o", strings.Join(o, ","))
+	}
+	return append(args, efsSource(vol), target)
 }
 
 func efsSource(vol Volume) string {

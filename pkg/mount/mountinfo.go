@@ -60,7 +60,10 @@ func parseMountInfo(r io.Reader) ([]mountInfo, error) {
 }
 
 func parseMountInfoLine(line string) (mountInfo, error) {
-	f := strings.Fields(line)
+	// Fields are separated by single spaces; spaces inside them are
+	// escaped. (strings.Fields would also split on other Unicode spaces,
+	// which the kernel leaves as they are.)
+	f := strings.Split(line, " ")
 	sep := -1
 	for i := 6; i < len(f); i++ {
 		if f[i] == "-" {
