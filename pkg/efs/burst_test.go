@@ -1,0 +1,119 @@
+package efs_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/config"
+	sdk "github.com/aws/aws-sdk-go-v2/service/efs"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+)
+
+// throttleHalf answers every other request with ThrottlingException. The
+// first burst requests are held until all of them have arrived, so the
+// burst really is one: every first attempt is in flight at once and half of
+// them come back throttled together. With throttleFirst, the whole first
+// round is throttled.
+func throttleHalf(f *fakeEFS, burst int64, throttleFirst bool) {
+	var n atomic.Int64
+	all := make(chan struct{})
+	f.always = func(w http.ResponseWriter, r *http.Request) {
+		i := n.Add(1)
+		switch {
+		case i == burst:
+			close(all)
+		case i < burst:
+			select {
+			case <-all:
+			case <-time.After(10 * time.Second): // a call that never came must not hang the test
+			}
+		}
+		if i%2 == 0 || (throttleFirst && i <= burst) {
+			apiError(429, "ThrottlingException", nil)(w, r)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// runBurst runs n concurrent calls of do, each with the deadline timeout,
+// and returns their errors.
+func runBurst(n int, timeout time.Duration, do func(ctx context.Context) error) []error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = do(ctx) })
+	}
+	wg.Wait()
+	return errs
+}
+
+// The upstream defect: under a burst of throttles the SDK's retry quota runs
+// dry and calls fail hard ("retry quota exceeded"). Here, 1,000 concurrent
+// deletes against an API that throttles half of all requests all succeed.
+func TestThousandConcurrentCallsAtFiftyPercentThrottleAllSucceed(t *testing.T) {
+	const calls = 1000
+	fake := newFake(t)
+	throttleHalf(fake, calls, false)
+	c, obs := newClient(t, fake.URL(), nil)
+	errs := runBurst(calls, 30*time.Second, func(ctx context.Context) error { return c.DeleteAccessPoint(ctx, "fsap-1") })
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			if failed == 0 {
+				t.Errorf("first failure: %v", err)
+			}
+			failed++
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d calls failed", failed, calls)
+	}
+	if got := obs.Calls(efs.OpDeleteAccessPoint, efs.OutcomeThrottled); got < calls/2 {
+		t.Errorf("only %d throttled attempts observed: the server did not throttle half", got)
+	}
+	t.Logf("%d requests for %d calls, %d retries", fake.Requests(), calls, obs.Retries(efs.OpDeleteAccessPoint))
+}
+
+// The control for the test above: the SDK's own standard retryer, with the
+// defaults the upstream driver uses, loses calls to its retry quota. If this
+// ever stopped failing, the test above would prove nothing. To keep it fast
+// and independent of machine speed, the burst is 300 calls whose first
+// attempts are all throttled at once: 300 retries at 5 quota tokens each
+// from a quota of 500.
+func TestSDKStandardRetryerRunsOutOfQuotaUnderABurst(t *testing.T) {
+	const calls = 300
+	fake := newFake(t)
+	throttleHalf(fake, calls, true)
+	awsCfg, err := config.LoadDefaultConfig(t.Context(), config.WithRegion("us-east-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The SDK's defaults, as the upstream driver uses them.
+	raw := sdk.NewFromConfig(awsCfg, func(o *sdk.Options) { o.BaseEndpoint = aws.String(fake.URL()) })
+	errs := runBurst(calls, 15*time.Second, func(ctx context.Context) error {
+		_, err := raw.DeleteAccessPoint(ctx, &sdk.DeleteAccessPointInput{AccessPointId: aws.String("fsap-1")})
+		return err
+	})
+	quota := 0
+	for _, err := range errs {
+		var q ratelimit.QuotaExceededError
+		if errors.As(err, &q) {
+			quota++
+		}
+	}
+	if quota == 0 {
+		t.Fatal("no call failed on the retry quota: the burst is too weak to show the upstream defect")
+	}
+	t.Logf("%d of %d calls failed with retry quota exceeded", quota, calls)
+}
