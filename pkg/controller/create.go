@@ -110,10 +110,8 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 		if err != nil {
 			return nil, err
 		}
-		res, g = r, r.GID()
-	}
-	if uid < 0 {
-		uid = g
+		res = r
+		uid, g = p.params.Identity(r.GID())
 	}
 	in := p.input
 	in.PosixUser = &efs.PosixUser{UID: uid, GID: g}
@@ -187,7 +185,7 @@ func (s *Service) adopt(ctx context.Context, p *plan, id string) (*efs.AccessPoi
 		return nil, fmt.Errorf("%w: access point %s for volume %q: %s", ErrIncompatible, ap.ID, p.name, why)
 	}
 	if ap.PosixUser != nil && p.params.NeedsGIDAllocation() {
-		s.gids.MarkUsed(ap.FileSystemID, ap.PosixUser.GID)
+		s.gids.MarkUsed(ap.FileSystemID, allocatedID(p.params.GID, ap))
 	}
 	return ap, nil
 }
@@ -208,24 +206,36 @@ func (p *plan) incompatibility(ap *efs.AccessPoint) string {
 	if c, ok := ap.Tags[TagCapacity]; ok && c != capacityTag(p.capacity) {
 		return fmt.Sprintf("capacity %s bytes, want %d", c, p.capacity)
 	}
-	g := posixGID(ap)
+	uid, g := posixIDs(ap)
 	switch {
-	case !p.params.NeedsGIDAllocation() && g != p.params.GID:
+	case p.params.GID >= 0 && g != p.params.GID:
 		return fmt.Sprintf("gid %d, want %d", g, p.params.GID)
-	case p.params.NeedsGIDAllocation() && (g < p.params.GIDRangeStart || g > p.params.GIDRangeEnd):
-		return fmt.Sprintf("gid %d outside [%d, %d]", g, p.params.GIDRangeStart, p.params.GIDRangeEnd)
+	case p.params.UID >= 0 && uid != p.params.UID:
+		return fmt.Sprintf("uid %d, want %d", uid, p.params.UID)
 	}
-	if p.params.UID >= 0 && ap.PosixUser != nil && ap.PosixUser.UID != p.params.UID {
-		return fmt.Sprintf("uid %d, want %d", ap.PosixUser.UID, p.params.UID)
+	if p.params.NeedsGIDAllocation() {
+		// The allocated GID went to whichever of uid/gid the class leaves open.
+		alloc := g
+		if p.params.GID >= 0 {
+			alloc = uid
+		}
+		if alloc < p.params.GIDRangeStart || alloc > p.params.GIDRangeEnd {
+			return fmt.Sprintf("allocated id %d outside [%d, %d]", alloc, p.params.GIDRangeStart, p.params.GIDRangeEnd)
+		}
 	}
 	return ""
 }
 
-func posixGID(ap *efs.AccessPoint) int64 {
+func posixIDs(ap *efs.AccessPoint) (uid, gid int64) {
 	if ap.PosixUser == nil {
-		return -1
+		return -1, -1
 	}
-	return ap.PosixUser.GID
+	return ap.PosixUser.UID, ap.PosixUser.GID
+}
+
+func posixGID(ap *efs.AccessPoint) int64 {
+	_, g := posixIDs(ap)
+	return g
 }
 
 // defaultCapacity is reported when the CO asks for no size: EFS is elastic.
@@ -257,4 +267,14 @@ func release(r *gid.Reservation) {
 	if r != nil {
 		r.Release()
 	}
+}
+
+// allocatedID is the id the allocator handed out for ap: its gid, or its uid
+// when the class fixed the gid.
+func allocatedID(fixedGID int64, ap *efs.AccessPoint) int64 {
+	uid, g := posixIDs(ap)
+	if fixedGID >= 0 {
+		return uid
+	}
+	return g
 }

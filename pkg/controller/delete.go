@@ -111,7 +111,7 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) (err e
 			err = errors.Join(err, fmt.Errorf("%w: remove mount point: %v", ErrRootDirRemoval, rerr))
 		}
 	}()
-	target, err := volume.ResolveInside(mnt, rel)
+	target, err := volume.ResolveParentInside(mnt, rel)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnsafeRootDir, ap.Path, err)
 	}

@@ -215,7 +215,10 @@ func listen(path string) (net.Listener, error) {
 // Run serves until ctx is cancelled (SIGTERM), then stops taking new calls,
 // lets calls in flight finish for up to ShutdownTimeout, cancels the rest and
 // returns.
-func (d *Driver) Run(ctx context.Context) error {
+func (d *Driver) Run(ctx context.Context) error { return d.run(ctx, nil) }
+
+// run closes ready, if given, once the socket accepts connections.
+func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 	l, err := listen(d.socketPath)
 	if err != nil {
 		return err
@@ -250,6 +253,9 @@ func (d *Driver) Run(ctx context.Context) error {
 		d.log.Info("metrics serving", slog.String("address", ml.Addr().String()))
 	}
 	wg.Go(func() { errc <- srv.Serve(l) })
+	if ready != nil {
+		close(ready)
+	}
 	d.log.Info("driver serving", slog.String("endpoint", d.socketPath), slog.String("mode", d.cfg.Mode),
 		slog.String("driver", d.cfg.DriverName), slog.String("version", Version))
 

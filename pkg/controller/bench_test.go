@@ -1,0 +1,124 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/efs-csi/efs-csi-driver/internal/emulator"
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+)
+
+func newBenchBed(b *testing.B) (*Service, *emulator.Emulator, *efs.Client) {
+	b.Helper()
+	url, emu := emulatortest.Start(b, emulator.Config{DataDir: b.TempDir(), FileSystems: []string{testFS}, AccessPointLimit: 100000})
+	client, err := efs.New(context.Background(), efs.Config{Region: "us-east-1", Endpoint: url, RateLimits: unlimited})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := New(Config{EFS: client, TempDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return svc, emu, client
+}
+
+// BenchmarkCreateDeleteVolume measures CreateVolume+DeleteVolume pairs per
+// second at the concurrency a provisioner's worker pool would use.
+//
+//	go test -run=^$ -bench=CreateDeleteVolume -benchtime=2000x ./pkg/controller
+func BenchmarkCreateDeleteVolume(b *testing.B) {
+	for _, conc := range []int{1, 16, 100} {
+		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
+			svc, _, _ := newBenchBed(b)
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for range conc {
+				wg.Go(func() {
+					for {
+						i := next.Add(1)
+						if i > int64(b.N) {
+							return
+						}
+						ctx := context.Background()
+						r, err := svc.CreateVolume(ctx, createReq(fmt.Sprintf("pvc-%d", i), 1<<30, params()))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if _, err := svc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: r.Volume.VolumeId}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+		})
+	}
+}
+
+// BenchmarkAPICallsPerCreateVolume counts EFS API calls per CreateVolume on a
+// file system that already holds 0, 1,000 or 10,000 access points: the GID
+// allocator lists once, not once per create, so the figure stays close to 1.
+//
+//	go test -run=^$ -bench=APICallsPerCreateVolume -benchtime=1000x ./pkg/controller
+func BenchmarkAPICallsPerCreateVolume(b *testing.B) {
+	for _, existing := range []int{0, 1000, 10000} {
+		b.Run(fmt.Sprintf("existing=%d", existing), func(b *testing.B) {
+			svc, emu, client := newBenchBed(b)
+			fill(b, client, existing)
+			before := total(emu.Counts())
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := svc.CreateVolume(context.Background(), createReq(fmt.Sprintf("pvc-%d", i), 1<<30, params())); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(total(emu.Counts())-before)/float64(b.N), "calls/create")
+		})
+	}
+}
+
+// fill creates n access points with GIDs the allocator must learn about.
+func fill(b *testing.B, client *efs.Client, n int) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				g := 70000 + i // outside the class's range: the allocator must still page past them
+				_, err := client.CreateAccessPoint(context.Background(), efs.CreateAccessPointInput{
+					FileSystemID: testFS, ClientToken: fmt.Sprintf("fill-%d", i), Path: fmt.Sprintf("/fill/%d", i),
+					PosixUser:    &efs.PosixUser{UID: g, GID: g},
+					CreationInfo: &efs.CreationInfo{OwnerUID: g, OwnerGID: g, Permissions: "700"},
+				})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func total(m map[emulator.Op]int64) int64 {
+	var t int64
+	for _, v := range m {
+		t += v
+	}
+	return t
+}

@@ -1,0 +1,60 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/controller"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// The provisioner retries UNAVAILABLE, ABORTED and deadline codes in the
+// background and gives up on the others for that attempt, so each class of
+// failure must land on the code that makes it do the right thing.
+func TestErrorsMapToTheCodesTheProvisionerExpects(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{fmt.Errorf("CreateAccessPoint: %w", efs.ErrThrottled), codes.Unavailable},
+		{fmt.Errorf("CreateAccessPoint: %w", efs.ErrUnavailable), codes.Unavailable},
+		{fmt.Errorf("CreateAccessPoint: %w: %w", efs.ErrUnavailable, context.DeadlineExceeded), codes.DeadlineExceeded},
+		{fmt.Errorf("x: %w", efs.ErrLimitExceeded), codes.ResourceExhausted},
+		{fmt.Errorf("x: %w", gid.ErrExhausted), codes.ResourceExhausted},
+		{fmt.Errorf("x: %w", efs.ErrAccessDenied), codes.PermissionDenied},
+		{fmt.Errorf("gidRangeEnd: %w", volume.ErrInvalidParameter), codes.InvalidArgument},
+		{fmt.Errorf("x: %w", volume.ErrInvalidID), codes.InvalidArgument},
+		{fmt.Errorf("x: %w", keylock.ErrBusy), codes.Aborted},
+		{fmt.Errorf("x: %w", controller.ErrIncompatible), codes.AlreadyExists},
+		{fmt.Errorf("x: %w", controller.ErrNotYetVisible), codes.Unavailable},
+		{fmt.Errorf("x: %w", controller.ErrUnsafeRootDir), codes.FailedPrecondition},
+		{fmt.Errorf("x: %w", controller.ErrRootDirRemoval), codes.Internal},
+		{&efs.AlreadyExistsError{AccessPointID: "fsap-1"}, codes.Internal},
+		{errors.New("anything else"), codes.Internal},
+		{status.Error(codes.OutOfRange, "kept"), codes.OutOfRange},
+	} {
+		if got := status.Code(toStatus(tc.err)); got != tc.want {
+			t.Errorf("%v: code %s, want %s", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestParseTags(t *testing.T) {
+	got, err := ParseTags("team:storage  env:prod url:http://x")
+	if err != nil || len(got) != 3 || got["url"] != "http://x" || got["team"] != "storage" {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"novalue", ":v"} {
+		if _, err := ParseTags(bad); err == nil {
+			t.Errorf("ParseTags(%q) accepted", bad)
+		}
+	}
+}

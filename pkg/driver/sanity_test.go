@@ -1,0 +1,78 @@
+package driver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+
+	"github.com/efs-csi/efs-csi-driver/internal/emulator"
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+)
+
+const sanityFS = "fs-0123456789abcdef0"
+
+var unlimited = map[string]efs.RateLimit{"*": {}}
+
+// startDriver runs a driver in all modes on a unix socket in front of a
+// fresh emulator, mounting with bind mounts from the emulator's data dir.
+func startDriver(t *testing.T, mut ...func(*Config)) (socket string, emu *emulator.Emulator) {
+	t.Helper()
+	data := t.TempDir()
+	url, emu := emulatortest.Start(t, emulator.Config{DataDir: data, FileSystems: []string{sanityFS}})
+	socket = filepath.Join(t.TempDir(), "csi.sock")
+	cfg := Config{
+		Endpoint: "unix://" + socket, Mode: ModeAll, NodeID: "node-1", LocalRoot: data,
+		DeleteRootDir: true, TempDir: t.TempDir(),
+		EFS: efs.Config{Region: "us-east-1", Endpoint: url, RateLimits: unlimited},
+	}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() { done <- d.run(ctx, ready) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("driver stopped: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("driver: %v", err)
+		}
+		if n := d.LocksHeld(); n != 0 {
+			t.Errorf("%d locks held at rest", n)
+		}
+	})
+	return socket, emu
+}
+
+// TestSanity runs the whole csi-sanity suite (Identity, Controller, Node)
+// against the driver on a unix socket, the emulator over HTTP and real bind
+// mounts.
+func TestSanity(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("csi-sanity's node tests need root for bind mounts")
+	}
+	socket, _ := startDriver(t)
+	cfg := sanity.NewTestConfig()
+	cfg.Address = socket
+	base := t.TempDir()
+	cfg.TargetPath = filepath.Join(base, "target")
+	cfg.StagingPath = filepath.Join(base, "staging")
+	cfg.TestVolumeParameters = map[string]string{
+		"provisioningMode": "efs-ap", "fileSystemId": sanityFS, "directoryPerms": "700",
+	}
+	cfg.IdempotentCount = 2
+	sanity.Test(t, cfg)
+}
