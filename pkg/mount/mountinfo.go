@@ -135,6 +135,17 @@ func mountsAt(path string) ([]mountInfo, error) {
 	return at, nil
 }
 
+// Layers reports how many mounts are stacked on target: 0 when it is not a
+// mount point or does not exist. For tests and diagnostics.
+func Layers(target string) (int, error) {
+	real, exists, err := realPath(target)
+	if err != nil || !exists {
+		return 0, err
+	}
+	at, err := mountsAt(real)
+	return len(at), err
+}
+
 // realPath resolves the symlinks in target's parent directories, so that it
 // can be compared with mountinfo, without following target itself (the
 // mount, if any, sits on target; following it could reach a hung NFS
