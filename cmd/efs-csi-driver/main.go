@@ -20,6 +20,7 @@ func main() {
 	var (
 		cfg               driver.Config
 		tags, logFormat   string
+		rateLimits        string
 		metricsAlias      string
 		version           bool
 		verbosity         int
@@ -41,6 +42,7 @@ func main() {
 	flag.DurationVar(&cfg.UnmountTimeout, "unmount-timeout", 2*time.Minute, "how long an unmount may take")
 	flag.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long calls in flight may run after SIGTERM")
 	flag.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent mount operations on the node")
+	flag.StringVar(&rateLimits, "api-rate-limits", "", "client-side EFS API rates: Operation=perSecond[:burst],... (\"*\" for the rest, 0 = unlimited; default CreateAccessPoint/DeleteAccessPoint 10/s, reads 20/s)")
 	flag.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	flag.IntVar(&verbosity, "v", 0, "log verbosity (accepted for upstream compatibility; 5+ logs debug)")
 	flag.BoolVar(&version, "version", false, "print the version and exit")
@@ -62,6 +64,9 @@ func main() {
 		cfg.MetricsAddress = metricsAlias
 	}
 	if cfg.Tags, err = driver.ParseTags(tags); err != nil {
+		fail(err)
+	}
+	if cfg.EFS.RateLimits, err = driver.ParseRateLimits(rateLimits); err != nil {
 		fail(err)
 	}
 	cfg.Logger = log

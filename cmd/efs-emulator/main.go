@@ -45,6 +45,7 @@ func run(args []string) error {
 	fs.Var(&fileSystems, "file-system", "create file system `fs-ID` at start if missing; repeatable")
 	fs.IntVar(&cfg.AccessPointLimit, "access-point-limit", emulator.DefaultAccessPointLimit, "access points per file system")
 	fs.BoolVar(&cfg.LenientClientToken, "lenient-client-token", false, "a repeated ClientToken with identical parameters returns the existing access point")
+	fs.BoolVar(&cfg.NoFsync, "no-fsync", false, "do not fsync commits: state survives the emulator's crash, not the machine's")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "seed for IDs, jitter and fault rates (0: random)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	emulator.RegisterFaultFlags(fs, cfg.Faults)

@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +78,35 @@ func ParseTags(s string) (map[string]string, error) {
 		tags[k] = v
 	}
 	return tags, nil
+}
+
+// ParseRateLimits parses --api-rate-limits: comma-separated
+// Operation=perSecond[:burst] pairs; "*" names every operation not listed and
+// a rate of 0 means unlimited. "" keeps the client's defaults.
+func ParseRateLimits(s string) (map[string]efs.RateLimit, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]efs.RateLimit{}
+	for _, kv := range strings.Split(s, ",") {
+		op, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || op == "" {
+			return nil, fmt.Errorf("--api-rate-limits: %q is not Operation=rate[:burst]", kv)
+		}
+		rs, bs, hasBurst := strings.Cut(v, ":")
+		r, err := strconv.ParseFloat(rs, 64)
+		if err != nil || r < 0 {
+			return nil, fmt.Errorf("--api-rate-limits: %s: rate %q is not a non-negative number", op, rs)
+		}
+		b := int(math.Ceil(r))
+		if hasBurst {
+			if b, err = strconv.Atoi(bs); err != nil || b < 1 {
+				return nil, fmt.Errorf("--api-rate-limits: %s: burst %q is not a positive integer", op, bs)
+			}
+		}
+		out[op] = efs.RateLimit{PerSecond: r, Burst: b}
+	}
+	return out, nil
 }
 
 // New validates cfg and builds the services the mode asks for. It makes no

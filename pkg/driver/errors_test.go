@@ -58,3 +58,15 @@ func TestParseTags(t *testing.T) {
 		}
 	}
 }
+
+func TestParseRateLimits(t *testing.T) {
+	got, err := ParseRateLimits("CreateAccessPoint=5:10, *=0")
+	if err != nil || got["CreateAccessPoint"] != (efs.RateLimit{PerSecond: 5, Burst: 10}) || got["*"].PerSecond != 0 {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"x", "=1", "Op=-1", "Op=1:0", "Op=a"} {
+		if _, err := ParseRateLimits(bad); err == nil {
+			t.Errorf("ParseRateLimits(%q) accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+// Command efs-csi-stress plays Kubernetes' provisioner against an EFS CSI
+// driver: many concurrent CreateVolume and DeleteVolume calls with retries,
+// duplicates, deletes during provisioning, emulator faults and driver kills;
+// then it audits the backend for leaks, lost volumes, duplicate GIDs and
+// leftovers, and writes a summary, a JSON and an HTML report.
+//
+// Exit status: 0 clean, 1 audit findings, 2 the run could not complete.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/efs-csi/efs-csi-driver/internal/logging"
+	"github.com/efs-csi/efs-csi-driver/internal/stress"
+)
+
+func main() {
+	cfg := stress.Default()
+	var params, logFormat string
+	var verbose bool
+	flag.BoolVar(&cfg.Embedded, "embedded", false, "start the EFS emulator and the driver here (temporary directories, loopback)")
+	flag.StringVar(&cfg.Endpoint, "endpoint", "", "CSI endpoint of a running driver, unix:///path/csi.sock")
+	flag.StringVar(&cfg.DriverBinary, "driver-binary", "", "embedded: efs-csi-driver to run (default: next to this binary, else PATH)")
+	flag.StringVar(&cfg.DriverCmd, "driver-cmd", "", "shell command that runs the driver serving --endpoint; the tool starts, kills and restarts it")
+	flag.StringVar(&cfg.EFSEndpoint, "efs-endpoint", "", "EFS API URL for the audit and, for an emulator, its fault control (default: the AWS SDK's resolution)")
+	flag.StringVar(&cfg.Region, "region", cfg.Region, "AWS region of the EFS API")
+	flag.StringVar(&cfg.FileSystemID, "file-system", "", "file system the volumes are carved from (remote runs)")
+	flag.StringVar(&cfg.MetricsURL, "metrics-url", "", "driver's Prometheus endpoint, http://HOST:PORT/metrics, for the at-rest gauges")
+	flag.StringVar(&cfg.TmpDir, "tmp-dir", "", "driver's --tmp-dir, scanned for leftover temporary mounts (default: the system temp dir)")
+	flag.StringVar(&cfg.DataDir, "data-dir", "", "emulator data directory, if local: enables the lost-data markers")
+	flag.BoolVar(&cfg.Exclusive, "exclusive", false, "every access point of the file system belongs to this run (any other is a leak)")
+	flag.BoolVar(&cfg.KeepWorkDir, "keep-work-dir", false, "embedded: keep the emulator data and driver temp directory")
+
+	flag.IntVar(&cfg.Volumes, "volumes", cfg.Volumes, "number of volumes (claims)")
+	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "provisioner workers")
+	flag.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call timeout; a call cut short is retried while the driver may still run it")
+	flag.DurationVar(&cfg.BackoffInitial, "backoff-initial", cfg.BackoffInitial, "first retry delay (doubles per failure)")
+	flag.DurationVar(&cfg.BackoffMax, "backoff-max", cfg.BackoffMax, "longest retry delay")
+	flag.Float64Var(&cfg.DuplicateRate, "duplicate-rate", cfg.DuplicateRate, "fraction of claims provisioned by two provisioners at once")
+	flag.Float64Var(&cfg.DeleteDuringCreateRate, "delete-during-create-rate", cfg.DeleteDuringCreateRate, "fraction of claims deleted while being provisioned")
+	flag.DurationVar(&cfg.CancelWindow, "cancel-window", cfg.CancelWindow, "a claim deleted during provisioning cancels its first call within this time")
+	flag.StringVar(&params, "parameters", "", "extra StorageClass parameters, k=v,k=v (fileSystemId is set by the tool)")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed for the workload's choices (0: random); names are always random")
+	flag.DurationVar(&cfg.MaxDuration, "max-duration", cfg.MaxDuration, "give up after this long")
+
+	flag.StringVar(&cfg.FaultProfile, "fault-profile", "", "emulator faults: none, latency, throttle, errors, lost-answers (default: lost-answers embedded, none otherwise)")
+	flag.Float64Var(&cfg.FaultRate, "fault-rate", cfg.FaultRate, "probability used by the errors and lost-answers profiles")
+	flag.Var(&cfg.Chaos, "chaos", "kill the driver (SIGKILL) at random moments and restart it (default: on when embedded)")
+	flag.DurationVar(&cfg.ChaosInterval, "chaos-interval", cfg.ChaosInterval, "mean time between driver kills")
+
+	flag.DurationVar(&cfg.Settle, "settle", cfg.Settle, "how long the driver may take to come to rest before an audit")
+	flag.StringVar(&cfg.OutDir, "out-dir", "", "directory for the reports and logs (default: a new temporary directory)")
+	flag.StringVar(&cfg.ReportJSON, "report-json", "", "JSON report path (default: OUT-DIR/report.json)")
+	flag.StringVar(&cfg.ReportHTML, "report-html", "", "HTML report path (default: OUT-DIR/report.html)")
+	flag.Var(&cfg.Progress, "progress", "progress display: true (bar), false, or auto (bar on a terminal, else a line every 5s)")
+	flag.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	flag.BoolVar(&verbose, "v", false, "log more")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fail(fmt.Errorf("unexpected arguments %q", flag.Args()))
+	}
+
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelDebug
+	}
+	log, err := logging.New(os.Stderr, logFormat, level)
+	if err != nil {
+		fail(err)
+	}
+	cfg.Logger = log
+	if params != "" {
+		for _, kv := range strings.Split(params, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				fail(fmt.Errorf("--parameters: %q is not k=v", kv))
+			}
+			cfg.Parameters[k] = v
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	_, err = stress.Run(ctx, cfg)
+	switch {
+	case err == nil:
+	case errors.Is(err, stress.ErrFindings):
+		os.Exit(1)
+	default:
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "efs-csi-stress:", err)
+	os.Exit(2)
+}
