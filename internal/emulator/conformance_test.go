@@ -80,7 +80,10 @@ func emulatorOnly(t testing.TB) {
 	}
 }
 
-var emulatorIDRE = regexp.MustCompile(`^fsap-[0-9a-f]{17}$`)
+var (
+	accessPointIDRE = regexp.MustCompile(`^fsap-[0-9a-f]{17}$`)
+	mountTargetIDRE = regexp.MustCompile(`^fsmt-[0-9a-f]{17}$`)
+)
 
 func token() string { return fmt.Sprintf("tok-%016x", rand.Uint64()) }
 
@@ -226,7 +229,7 @@ func TestCreateAccessPointAnswersWhatWasAsked(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateAccessPoint: %v", err)
 	}
-	if !emulatorIDRE.MatchString(*out.AccessPointId) {
+	if !accessPointIDRE.MatchString(*out.AccessPointId) {
 		t.Errorf("AccessPointId %q is not fsap- and 17 hex digits", *out.AccessPointId)
 	}
 	check := func(what string, ap types.AccessPointDescription) {

@@ -72,14 +72,14 @@ type Fault struct {
 	// (0 means max(1, ceil(rate))); the rest get ThrottlingException 429.
 	// 0 means no throttle.
 	ThrottleRate  float64
-	ThrottleBurst int    
+	ThrottleBurst int
 	// ErrorRate is the probability of InternalServerError 500 without
 	// applying the request.
 	ErrorRate float64
 	// LostAnswerRate is the probability that a successful request is
 	// applied and committed, and then its answer is lost as LostAnswerMode
 	// says: the case that makes a retry dangerous.
-	LostAnswerRate float64 
+	LostAnswerRate float64
 	LostAnswerMode LostMode
 	// VisibilityDelay (CreateAccessPoint only) hides a new access point from
 	// DescribeAccessPoints (by ID and in listings) for this long.

@@ -90,10 +90,15 @@ type commitReq struct {
 	done chan error
 }
 
-func openStore(dir string) (*store, error) {
+// openStore opens DataDir/emulator.db. With noSync commits are not fsynced:
+// they survive the emulator's crash (the kernel holds them) but not the
+// machine's.
+func openStore(dir string, noSync bool) (*store, error) {
 	db, err := bolt.Open(filepath.Join(dir, dbFile), 0o600, &bolt.Options{
 		Timeout:      time.Second, // another emulator holds the file: fail, do not hang
 		FreelistType: bolt.FreelistMapType,
+		NoSync:       noSync,
+		NoGrowSync:   noSync,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open state store in %s: %w", dir, err)

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/efs"
+	"github.com/aws/aws-sdk-go-v2/service/efs/types"
+)
+
+// The command line is a contract: external tests start the emulator with it.
+// These run the real command (this test binary, re-executed as main).
+
+const beMainEnv = "EFS_EMULATOR_TEST_BE_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(beMainEnv) != "" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// lockedBuffer collects the process's log while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func command(args ...string) (*exec.Cmd, *lockedBuffer) {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), beMainEnv+"=1")
+	log := &lockedBuffer{}
+	cmd.Stderr = log
+	return cmd, log
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// start runs the command and waits until it answers on addr.
+func start(t *testing.T, addr string, args ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	cmd, log := command(append([]string{"--listen", addr}, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/_emulator/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return cmd, log
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("emulator not answering after 10s: %v\n%s", err, log)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for the process to listen
+	}
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func stop(t *testing.T, cmd *exec.Cmd, log *lockedBuffer) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, log)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running 10s after SIGTERM\n%s", log)
+	}
+}
+
+func client(addr string) *efs.Client {
+	return efs.New(efs.Options{
+		Region: "us-west-2", BaseEndpoint: aws.String("http://" + addr), RetryMaxAttempts: 1,
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "any", SecretAccessKey: "any"}, nil
+		}),
+	})
+}
+
+func TestCommandLineServesConfiguresAndStopsCleanly(t *testing.T) {
+	ctx := context.Background()
+	dir, addr := t.TempDir(), freeAddr(t)
+	args := []string{"--data-dir", dir, "--file-system", "fs-0123456789abcdef0", "--file-system", "fs-00000000000000002",
+		"--access-point-limit", "2", "--lenient-client-token", "--latency", "DescribeFileSystems=1ms~1ms", "--throttle", "DeleteAccessPoint=0.001:1"}
+	cmd, log := start(t, addr, args...)
+	c := client(addr)
+
+	fss, err := c.DescribeFileSystems(ctx, &efs.DescribeFileSystemsInput{})
+	if err != nil || len(fss.FileSystems) != 2 {
+		t.Fatalf("DescribeFileSystems: %v %+v, want the 2 file systems of --file-system", err, fss)
+	}
+	in := func(tok string) *efs.CreateAccessPointInput {
+		return &efs.CreateAccessPointInput{FileSystemId: aws.String("fs-0123456789abcdef0"), ClientToken: aws.String(tok)}
+	}
+	first, err := c.CreateAccessPoint(ctx, in("a"))
+	if err != nil {
+		t.Fatalf("CreateAccessPoint: %v", err)
+	}
+	again, err := c.CreateAccessPoint(ctx, in("a"))
+	if err != nil || *again.AccessPointId != *first.AccessPointId {
+		t.Fatalf("--lenient-client-token: repeat gave %v, %v", again, err)
+	}
+	if _, err := c.CreateAccessPoint(ctx, in("b")); err != nil {
+		t.Fatalf("CreateAccessPoint: %v", err)
+	}
+	var limit *types.AccessPointLimitExceeded
+	if _, err := c.CreateAccessPoint(ctx, in("c")); !errors.As(err, &limit) {
+		t.Fatalf("--access-point-limit 2: third create gave %v", err)
+	}
+	var throttled interface{ ErrorCode() string }
+	for range 2 {
+		_, err = c.DeleteAccessPoint(ctx, &efs.DeleteAccessPointInput{AccessPointId: first.AccessPointId})
+	}
+	if !errors.As(err, &throttled) || throttled.ErrorCode() != "ThrottlingException" {
+		t.Fatalf("--throttle DeleteAccessPoint=0.001:1: second delete gave %v", err)
+	}
+	stop(t, cmd, log)
+	if n := strings.Count(log.String(), "msg=request"); n < 7 {
+		t.Errorf("%d request log lines for 7 requests:\n%s", n, log)
+	}
+
+	// Started again on the same data dir, it has kept everything.
+	cmd, log = start(t, addr, "--data-dir", dir, "--file-system", "fs-0123456789abcdef0")
+	aps, err := client(addr).DescribeAccessPoints(ctx, &efs.DescribeAccessPointsInput{FileSystemId: aws.String("fs-0123456789abcdef0")})
+	if err != nil || len(aps.AccessPoints) != 1 {
+		t.Fatalf("after restart: %v, %+v, want the one access point left", err, aps)
+	}
+	stop(t, cmd, log)
+}
+
+func TestCommandLineRejectsBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	for name, args := range map[string][]string{
+		"no data dir":         {"--listen", "127.0.0.1:0"},
+		"malformed fs ID":     {"--data-dir", dir, "--file-system", "fs-nothex"},
+		"bad fault flag":      {"--data-dir", dir, "--error-rate", "CreateAccessPoint=2"},
+		"unknown flag":        {"--data-dir", dir, "--region", "us-east-1"},
+		"positional argument": {"--data-dir", dir, "extra"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd, log := command(args...)
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+				t.Fatalf("exit %v, want a failure\n%s", err, log)
+			}
+		})
+	}
+}

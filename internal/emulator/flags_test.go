@@ -1,0 +1,70 @@
+package emulator
+
+import (
+	"flag"
+	"io"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestFaultFlagsBuildFaults(t *testing.T) {
+	all := func(f Fault) map[Op]Fault {
+		m := map[Op]Fault{}
+		for _, op := range Ops() {
+			m[op] = f
+		}
+		return m
+	}
+	withCreate := func(m map[Op]Fault, f Fault) map[Op]Fault { m[OpCreateAccessPoint] = f; return m }
+	cases := []struct {
+		name string
+		args []string
+		want map[Op]Fault
+	}{
+		{"latency with jitter", []string{"--latency", "CreateAccessPoint=50ms~20ms"},
+			map[Op]Fault{OpCreateAccessPoint: {Latency: 50 * time.Millisecond, Jitter: 20 * time.Millisecond}}},
+		{"throttle with burst", []string{"--throttle", "DescribeAccessPoints=2.5:4"},
+			map[Op]Fault{OpDescribeAccessPoints: {ThrottleRate: 2.5, ThrottleBurst: 4}}},
+		{"error rate", []string{"--error-rate", "DeleteAccessPoint=0.1"}, map[Op]Fault{OpDeleteAccessPoint: {ErrorRate: 0.1}}},
+		{"lost answer dropping", []string{"--lost-answer-rate", "CreateAccessPoint=1:drop"},
+			map[Op]Fault{OpCreateAccessPoint: {LostAnswerRate: 1, LostAnswerMode: LostDrop}}},
+		{"visibility delay without op", []string{"--visibility-delay", "2s"}, map[Op]Fault{OpCreateAccessPoint: {VisibilityDelay: 2 * time.Second}}},
+		{"star expands, a later flag refines one op", []string{"--latency", "*=10ms", "--error-rate", "CreateAccessPoint=0.5"},
+			withCreate(all(Fault{Latency: 10 * time.Millisecond}), Fault{Latency: 10 * time.Millisecond, ErrorRate: 0.5})},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := map[Op]Fault{}
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			RegisterFaultFlags(fs, got)
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("faults %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestFaultFlagsRejectNonsense(t *testing.T) {
+	for _, args := range [][]string{
+		{"--latency", "50ms"},
+		{"--latency", "Nope=50ms"},
+		{"--latency", "CreateAccessPoint=fast"},
+		{"--latency", "CreateAccessPoint=-1s"},
+		{"--throttle", "CreateAccessPoint=x"},
+		{"--throttle", "CreateAccessPoint=1:-2"},
+		{"--error-rate", "CreateAccessPoint=1.5"},
+		{"--lost-answer-rate", "CreateAccessPoint=0.5:sometimes"},
+		{"--visibility-delay", "CreateAccessPoint=later"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		RegisterFaultFlags(fs, map[Op]Fault{})
+		if err := fs.Parse(args); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
