@@ -3,7 +3,6 @@ package mount
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,41 +10,23 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/mount/mounttest"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
-
-// fakeAPs is an access point table; DescribeAccessPoint answers as the EFS
-// client does.
-type fakeAPs map[string]efs.AccessPoint
-
-func (f fakeAPs) DescribeAccessPoint(_ context.Context, id string) (*efs.AccessPoint, error) {
-	ap, ok := f[id]
-	if !ok {
-		return nil, fmt.Errorf("describe %s: %w", id, efs.ErrAccessPointNotFound)
-	}
-	return &ap, nil
-}
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("bind mounts need root")
-	}
-}
 
 // fixture is a local root holding file system fsID, and a Mounter on it.
 // Tests that use it make real mounts: they need root.
 type fixture struct {
 	root, fsDir string
-	aps         fakeAPs
+	aps         mounttest.AccessPoints
 	m           *Mounter
 }
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	requireRoot(t)
+	mounttest.RequireRoot(t)
 	root := t.TempDir()
-	f := &fixture{root: root, fsDir: filepath.Join(root, fsID), aps: fakeAPs{}}
+	f := &fixture{root: root, fsDir: filepath.Join(root, fsID), aps: mounttest.AccessPoints{}}
 	must(t, os.Mkdir(f.fsDir, 0o755))
 	m, err := NewLocal(root, f.aps)
 	if err != nil {
@@ -60,29 +41,15 @@ func newFixture(t testing.TB) *fixture {
 func (f *fixture) dir(t testing.TB, rel string) string {
 	t.Helper()
 	p := filepath.Join(f.fsDir, rel)
-	must(t, os.MkdirAll(p, 0o755))
-	must(t, os.WriteFile(filepath.Join(p, "marker"), []byte(rel), 0o644))
+	mounttest.WriteMarker(t, p, rel)
 	return p
 }
 
-// newTarget returns an empty directory to mount on; whatever is left
-// mounted on it is detached when the test ends, before its parent is
-// removed.
+// newTarget returns an empty directory to mount on, unmounted at cleanup.
 func newTarget(t testing.TB) string {
 	t.Helper()
-	target := filepath.Join(t.TempDir(), "target")
+	target := mounttest.Target(t)
 	must(t, os.Mkdir(target, 0o750))
-	t.Cleanup(func() {
-		for range maxLayers {
-			if layers(t, target) == 0 {
-				return
-			}
-			if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
-				t.Errorf("cleanup: unmount %s: %v", target, err)
-				return
-			}
-		}
-	})
 	return target
 }
 
@@ -107,15 +74,6 @@ func (f *fixture) mountFails(t *testing.T, vol Volume, want error) {
 	if n := layers(t, target); n != 0 {
 		t.Errorf("%d mounts on the target after a failure", n)
 	}
-}
-
-func marker(t testing.TB, dir string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "marker"))
-	if err != nil {
-		t.Fatalf("read marker in %s: %v", dir, err)
-	}
-	return string(b)
 }
 
 func must(t testing.TB, err error) {
@@ -146,7 +104,7 @@ func TestLocalMountsTheDirectoryTheVolumeNames(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			target := newTarget(t)
 			must(t, f.m.MountVolume(context.Background(), tt.vol, target))
-			if got := marker(t, target); got != tt.marker {
+			if got := mounttest.Marker(t, target); got != tt.marker {
 				t.Errorf("target shows %q, want %q", got, tt.marker)
 			}
 			if n := layers(t, target); n != 1 {
@@ -389,7 +347,7 @@ func TestMountFileSystemMountsTheRoot(t *testing.T) {
 	f.dir(t, ".")
 	target := newTarget(t)
 	must(t, f.m.MountFileSystem(ctx, fsID, target))
-	if got := marker(t, target); got != "." {
+	if got := mounttest.Marker(t, target); got != "." {
 		t.Errorf("target shows %q, want the file system root", got)
 	}
 	must(t, f.m.Unmount(ctx, target))
@@ -442,7 +400,7 @@ func FuzzLocalSourceStaysInside(f *testing.F) {
 	} {
 		must(f, os.Symlink(to, filepath.Join(fsDir, link)))
 	}
-	aps := fakeAPs{}
+	aps := mounttest.AccessPoints{}
 	m, err := NewLocal(root, aps)
 	if err != nil {
 		f.Fatal(err)

@@ -3,16 +3,13 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"golang.org/x/sys/unix"
 
-	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/mount"
+	"github.com/efs-csi/efs-csi-driver/pkg/mount/mounttest"
 )
 
 const (
@@ -20,17 +17,6 @@ const (
 	apID  = "fsap-0123456789abcdef0"
 	apID2 = "fsap-0123456789abcdef1"
 )
-
-// fakeAPs answers DescribeAccessPoint from a table, as the EFS client does.
-type fakeAPs map[string]efs.AccessPoint
-
-func (f fakeAPs) DescribeAccessPoint(_ context.Context, id string) (*efs.AccessPoint, error) {
-	ap, ok := f[id]
-	if !ok {
-		return nil, fmt.Errorf("describe %s: %w", id, efs.ErrAccessPointNotFound)
-	}
-	return &ap, nil
-}
 
 // nodeFixture is a local root with file system fsID and two access points
 // (apID on /vol1, apID2 on /vol2), a real local Mounter, and a Service.
@@ -42,16 +28,13 @@ type nodeFixture struct {
 
 func newNodeFixture(t testing.TB) *nodeFixture {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("bind mounts need root")
-	}
+	mounttest.RequireRoot(t)
 	root := t.TempDir()
 	f := &nodeFixture{root: root, fsDir: filepath.Join(root, fsID)}
 	for _, d := range []string{"vol1", "vol2"} {
-		must(t, os.MkdirAll(filepath.Join(f.fsDir, d), 0o755))
-		must(t, os.WriteFile(filepath.Join(f.fsDir, d, "marker"), []byte(d), 0o644))
+		mounttest.WriteMarker(t, filepath.Join(f.fsDir, d), d)
 	}
-	aps := fakeAPs{
+	aps := mounttest.AccessPoints{
 		apID:  {ID: apID, FileSystemID: fsID, Path: "/vol1"},
 		apID2: {ID: apID2, FileSystemID: fsID, Path: "/vol2"},
 	}
@@ -73,40 +56,15 @@ func newService(t testing.TB, cfg Config) *Service {
 	return s
 }
 
-// newTarget returns a path whose parent exists (the CO's contract) and that
-// the driver is to create; mounts left on it are detached at cleanup,
-// before the temporary directory is removed.
-func newTarget(t testing.TB) string {
-	t.Helper()
-	target := filepath.Join(t.TempDir(), "mount")
-	t.Cleanup(func() {
-		for range 32 {
-			if layers(t, target) == 0 {
-				return
-			}
-			if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
-				t.Errorf("cleanup: unmount %s: %v", target, err)
-				return
-			}
-		}
-	})
-	return target
-}
+// newTarget returns a path whose parent exists (the CO's contract) and
+// that the driver is to create; it is unmounted at cleanup.
+func newTarget(t testing.TB) string { return mounttest.Target(t) }
 
 func layers(t testing.TB, target string) int {
 	t.Helper()
 	n, err := mount.Layers(target)
 	must(t, err)
 	return n
-}
-
-func marker(t testing.TB, dir string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "marker"))
-	if err != nil {
-		t.Fatalf("read marker in %s: %v", dir, err)
-	}
-	return string(b)
 }
 
 func must(t testing.TB, err error) {

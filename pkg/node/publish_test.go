@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/mount/mounttest"
 )
 
 var (
@@ -24,7 +25,7 @@ func TestPublishCreatesTheTargetAndUnpublishRemovesIt(t *testing.T) {
 	f := newNodeFixture(t)
 	target := newTarget(t)
 	must(t, publish(f.svc, vol1, target))
-	if got := marker(t, target); got != "vol1" {
+	if got := mounttest.Marker(t, target); got != "vol1" {
 		t.Errorf("target shows %q, want vol1", got)
 	}
 	if n := layers(t, target); n != 1 {
@@ -34,7 +35,7 @@ func TestPublishCreatesTheTargetAndUnpublishRemovesIt(t *testing.T) {
 	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("target still there after unpublish: %v", err)
 	}
-	if got := marker(t, filepath.Join(f.fsDir, "vol1")); got != "vol1" {
+	if got := mounttest.Marker(t, filepath.Join(f.fsDir, "vol1")); got != "vol1" {
 		t.Errorf("the volume's data changed: %q", got)
 	}
 	// Unpublishing what is gone is OK.
@@ -76,7 +77,7 @@ func TestPublishAnotherVolumeOnAnOccupiedTargetConflicts(t *testing.T) {
 	if n := layers(t, target); n != 1 {
 		t.Errorf("%d mounts on the target, want 1", n)
 	}
-	if got := marker(t, target); got != "vol1" {
+	if got := mounttest.Marker(t, target); got != "vol1" {
 		t.Errorf("target shows %q, want vol1", got)
 	}
 }
@@ -139,7 +140,7 @@ func TestPublishRepairsBrokenTargets(t *testing.T) {
 			if n := layers(t, target); n != 1 {
 				t.Errorf("%d mounts on the target, want 1", n)
 			}
-			if got := marker(t, target); got != "vol1" {
+			if got := mounttest.Marker(t, target); got != "vol1" {
 				t.Errorf("target shows %q, want vol1", got)
 			}
 			err = unix.Access(target, unix.W_OK)
