@@ -1,0 +1,221 @@
+// Package stress is the efs-csi-stress tool: it plays Kubernetes'
+// provisioner against a CSI driver (workload), optionally under emulator
+// faults and with the driver killed at random (chaos), then audits the
+// backend (audit) and reports (report). In embedded mode it starts the EFS
+// emulator in-process and the driver as a child process itself.
+package stress
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/internal/stress/workload"
+)
+
+// Toggle is a flag that is on, off, or decided by the mode (auto).
+type Toggle int
+
+const (
+	Auto Toggle = iota
+	On
+	Off
+)
+
+// String implements flag.Value.
+func (t *Toggle) String() string {
+	switch *t {
+	case On:
+		return "true"
+	case Off:
+		return "false"
+	}
+	return "auto"
+}
+
+// Set implements flag.Value: true/false/1/0 or auto.
+func (t *Toggle) Set(s string) error {
+	if s == "auto" {
+		*t = Auto
+		return nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want true, false or auto")
+	}
+	*t = Off
+	if b {
+		*t = On
+	}
+	return nil
+}
+
+// IsBoolFlag lets `--chaos` stand alone for `--chaos=true`.
+func (t *Toggle) IsBoolFlag() bool { return true }
+
+// MarshalText shows toggles readably in the JSON report.
+func (t Toggle) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// Config is everything the command line sets.
+type Config struct {
+	// Target. Embedded starts the emulator and the driver; otherwise
+	// Endpoint names a running driver's socket.
+	Embedded     bool   `json:"embedded"`
+	Endpoint     string `json:"endpoint,omitempty"`      // unix:///path/csi.sock
+	DriverBinary string `json:"driverBinary,omitempty"`  // embedded: efs-csi-driver to run ("" = next to this binary, or PATH)
+	DriverCmd    string `json:"driverCommand,omitempty"` // remote: shell command that runs the driver (for chaos)
+	EFSEndpoint  string `json:"efsEndpoint,omitempty"`   // remote: EFS API for the audit ("" = SDK defaults) and emulator control
+	Region       string `json:"region,omitempty"`
+	FileSystemID string `json:"fileSystemId,omitempty"`
+	MetricsURL   string `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
+	TmpDir       string `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
+	DataDir      string `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
+	Exclusive    bool   `json:"exclusive"`            // every access point on the file system belongs to the run
+	KeepWorkDir  bool   `json:"keepWorkDir,omitempty"`
+
+	// Workload.
+	Volumes                int               `json:"volumes"`
+	Concurrency            int               `json:"concurrency"`
+	Timeout                time.Duration     `json:"timeout"`
+	BackoffInitial         time.Duration     `json:"backoffInitial"`
+	BackoffMax             time.Duration     `json:"backoffMax"`
+	DuplicateRate          float64           `json:"duplicateRate"`
+	DeleteDuringCreateRate float64           `json:"deleteDuringCreateRate"`
+	CancelWindow           time.Duration     `json:"cancelWindow"`
+	Parameters             map[string]string `json:"parameters"` // StorageClass parameters
+	Seed                   uint64            `json:"seed,omitempty"`
+	MaxDuration            time.Duration     `json:"maxDuration"`
+
+	// Faults and chaos.
+	FaultProfile  string        `json:"faultProfile"` // none, latency, throttle, errors, lost-answers ("" = by mode)
+	FaultRate     float64       `json:"faultRate"`
+	Chaos         Toggle        `json:"chaos"`
+	ChaosInterval time.Duration `json:"chaosInterval"`
+
+	// Audit and reports.
+	Settle     time.Duration `json:"settle"` // how long the driver may take to come to rest before an audit
+	OutDir     string        `json:"outDir,omitempty"`
+	ReportJSON string        `json:"reportJson,omitempty"`
+	ReportHTML string        `json:"reportHtml,omitempty"`
+	Progress   Toggle        `json:"progress"` // auto: a bar when stderr is a terminal, else a line every few seconds
+
+	Logger *slog.Logger `json:"-"`
+	Stdout io.Writer    `json:"-"`
+	Stderr io.Writer    `json:"-"`
+}
+
+// DefaultParameters is the StorageClass the workload provisions from; the
+// file system ID is the run's.
+func DefaultParameters() map[string]string {
+	return map[string]string{
+		"provisioningMode": "efs-ap",
+		"directoryPerms":   "700",
+		"gidRangeStart":    "50000",
+		"gidRangeEnd":      "59999",
+		"basePath":         "/stress",
+	}
+}
+
+// Default is the quick start: 300 volumes at concurrency 32 with duplicates,
+// deletes during provisioning, lost answers and a few driver kills, well
+// under a minute on 2 cores.
+func Default() Config {
+	return Config{
+		Region:                 "us-east-1",
+		Volumes:                300,
+		Concurrency:            32,
+		Timeout:                2 * time.Second,
+		BackoffInitial:         workload.DefaultBackoff.Initial,
+		BackoffMax:             workload.DefaultBackoff.Max,
+		DuplicateRate:          0.1,
+		DeleteDuringCreateRate: 0.1,
+		CancelWindow:           20 * time.Millisecond,
+		Parameters:             DefaultParameters(),
+		MaxDuration:            30 * time.Minute,
+		FaultRate:              0.05,
+		ChaosInterval:          1500 * time.Millisecond,
+		Settle:                 30 * time.Second,
+	}
+}
+
+// Fault profiles.
+const (
+	ProfileNone        = "none"
+	ProfileLatency     = "latency"
+	ProfileThrottle    = "throttle"
+	ProfileErrors      = "errors"
+	ProfileLostAnswers = "lost-answers"
+)
+
+// ErrFindings: the run completed and the audit found something wrong. The
+// report says what.
+var ErrFindings = errors.New("audit findings")
+
+// resolve fills the mode-dependent defaults and rejects contradictions.
+func (c *Config) resolve() error {
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(c.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if c.Parameters == nil {
+		c.Parameters = DefaultParameters()
+	}
+	managed := c.Embedded || c.DriverCmd != ""
+	switch {
+	case c.Volumes < 0:
+		return fmt.Errorf("--volumes %d is negative", c.Volumes)
+	case c.Concurrency < 1:
+		return fmt.Errorf("--concurrency must be at least 1")
+	case c.Timeout <= 0:
+		return fmt.Errorf("--timeout must be positive")
+	case c.DuplicateRate < 0 || c.DuplicateRate > 1 || c.DeleteDuringCreateRate < 0 || c.DeleteDuringCreateRate > 1:
+		return fmt.Errorf("rates must be between 0 and 1")
+	case c.FaultRate < 0 || c.FaultRate > 1:
+		return fmt.Errorf("--fault-rate must be between 0 and 1")
+	case c.Chaos == On && !managed:
+		return fmt.Errorf("--chaos needs a driver this tool runs: --embedded or --driver-cmd")
+	case c.Embedded && (c.Endpoint != "" || c.DriverCmd != "" || c.EFSEndpoint != "" || c.FileSystemID != ""):
+		return fmt.Errorf("--embedded runs its own driver and emulator: drop --endpoint, --driver-cmd, --efs-endpoint and --file-system")
+	case !c.Embedded && c.Endpoint == "":
+		return fmt.Errorf("--endpoint is required unless --embedded")
+	case !c.Embedded && c.FileSystemID == "":
+		return fmt.Errorf("--file-system is required unless --embedded")
+	}
+	if c.FaultProfile == "" {
+		c.FaultProfile = ProfileNone
+		if c.Embedded {
+			c.FaultProfile = ProfileLostAnswers
+		}
+	}
+	if _, err := profile(c.FaultProfile, c.FaultRate); err != nil {
+		return err
+	}
+	if c.FaultProfile != ProfileNone && !c.Embedded && c.EFSEndpoint == "" {
+		return fmt.Errorf("--fault-profile %s needs the emulator's --efs-endpoint", c.FaultProfile)
+	}
+	if c.Chaos == Auto {
+		c.Chaos = Off
+		if c.Embedded {
+			c.Chaos = On
+		}
+	}
+	if c.ChaosInterval <= 0 {
+		c.ChaosInterval = Default().ChaosInterval
+	}
+	if c.MaxDuration <= 0 {
+		c.MaxDuration = Default().MaxDuration
+	}
+	if c.Embedded {
+		c.Exclusive = true
+	}
+	return nil
+}

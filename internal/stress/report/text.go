@@ -1,0 +1,129 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Summary writes the human summary: what ran, how fast, what failed, what
+// the audits found.
+func (r *Report) Summary(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	defer tw.Flush()
+	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
+
+	p("efs-csi-stress: %s run, %.1fs, outcome %s\n", r.Mode, r.Seconds, strings.ToUpper(r.Outcome))
+	if r.Error != "" {
+		p("error: %s\n", r.Error)
+	}
+	v := r.Volumes
+	p("volumes: %d requested, %d created, %d failed (%s), %d duplicated, %d deleted during provisioning, %d deleted, %d undeleted\n\n",
+		v.Requested, v.Created, v.Failed, codeList(v.FailedByCode), v.Duplicated, v.DeleteDuringCreate, v.Deleted, v.Undeleted)
+
+	p("phase\tvolumes\tduration\tthroughput\n")
+	for _, ph := range r.Phases {
+		p("%s\t%d\t%s\t%.1f vol/s\n", ph.Name, ph.Volumes, secs(ph.Seconds), ph.Throughput)
+	}
+	p("\n")
+	p("RPC calls\tcalls\tok\tretries\tp50\tp95\tp99\tmax\terrors by code\n")
+	for _, l := range r.RPCs {
+		p("%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Count, l.OK, l.Retries,
+			secs(l.P50), secs(l.P95), secs(l.P99), secs(l.Max), codeList(l.ByCode))
+	}
+	p("operations (first call to final answer)\t\t\t\t\t\t\t\t\n")
+	for _, l := range r.Ops {
+		p("%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Count, l.OK, l.Retries,
+			secs(l.P50), secs(l.P95), secs(l.P99), secs(l.Max), codeList(l.ByCode))
+	}
+	p("\n")
+	chaos := "off"
+	if r.Chaos.Enabled {
+		chaos = fmt.Sprintf("%d driver kills", r.Chaos.Kills)
+	}
+	p("retries: %d client calls repeated; chaos: %s; unexpected driver exits: %d\n", r.Retries(), chaos, r.Chaos.UnexpectedExits)
+	if r.Driver.Scraped {
+		p("driver: %.0f EFS API calls, EFS API retries %s\n", r.Driver.APICalls, floatList(r.Driver.APIRetries))
+	}
+	if len(r.Emulator.Counts) > 0 {
+		p("emulator requests: %s\n", intList(r.Emulator.Counts))
+	}
+	for _, inc := range r.Incidents {
+		p("incident: %s\n", inc)
+	}
+	if len(r.Audits) > 0 {
+		p("\naudit")
+		for _, a := range r.Audits {
+			p("\t%s", a.Name)
+		}
+		p("\n")
+		p("access points seen")
+		for _, a := range r.Audits {
+			p("\t%d", a.Report.AccessPoints)
+		}
+		p("\n")
+		p("live volumes")
+		for _, a := range r.Audits {
+			p("\t%d", a.Report.LiveVolumes)
+		}
+		p("\n")
+		for i, f := range r.Audits[0].Report.Figures() {
+			p("%s", f.Name)
+			for _, a := range r.Audits {
+				p("\t%d", a.Report.Figures()[i].Value)
+			}
+			p("\n")
+		}
+		tw.Flush()
+		for _, a := range r.Audits {
+			for _, f := range a.Report.All() {
+				p("finding (%s): %s\n", a.Name, f)
+			}
+		}
+	}
+	p("\nresult: %s, %d findings\n", strings.ToUpper(r.Outcome), r.Findings())
+	for _, f := range []struct{ what, path string }{{"JSON report", r.Files.JSON}, {"HTML report", r.Files.HTML}, {"driver log", r.Files.DriverLog}} {
+		if f.path != "" {
+			p("%s: %s\n", f.what, f.path)
+		}
+	}
+}
+
+// secs formats seconds with a unit that keeps three significant digits.
+func secs(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", s*1e6)
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", s*1e3)
+	}
+	return fmt.Sprintf("%.2fs", s)
+}
+
+func intList[V int | int64](m map[string]V) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if m[k] != 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+	}
+	if parts == nil {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func floatList(m map[string]float64) string {
+	ints := map[string]int64{}
+	for k, v := range m {
+		ints[k] = int64(v)
+	}
+	return intList(ints)
+}
