@@ -10,6 +10,8 @@ package emulator_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,8 +22,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/efs"
 	"github.com/aws/aws-sdk-go-v2/service/efs/types"
 	"github.com/aws/smithy-go"
@@ -61,13 +65,15 @@ func newEnv(t testing.TB, cfg emulator.Config) *env {
 	return v
 }
 
+var testCredentials = aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret"}
+
 func newClient(url string, attempts int) *efs.Client {
 	return efs.New(efs.Options{
 		Region:           "us-east-1",
 		BaseEndpoint:     aws.String(url),
 		RetryMaxAttempts: attempts,
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret"}, nil
+			return testCredentials, nil
 		}),
 	})
 }
@@ -211,6 +217,13 @@ func (v *env) raw(method, path, body string) (int, string, []byte) {
 		v.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// Signed as the SDK would: some implementations (moto) route by the
+	// credential scope of the Authorization header.
+	sum := sha256.Sum256([]byte(body))
+	if err := v4.NewSigner().SignHTTP(context.Background(), testCredentials, req, hex.EncodeToString(sum[:]),
+		"elasticfilesystem", "us-east-1", time.Now()); err != nil {
+		v.t.Fatal(err)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		v.t.Fatalf("%s %s: %v", method, path, err)
