@@ -6,12 +6,15 @@
 package stress
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/internal/stress/workload"
@@ -218,4 +221,28 @@ func (c *Config) resolve() error {
 		c.Exclusive = true
 	}
 	return nil
+}
+
+// MarshalJSON writes the configuration as the report shows it: durations as
+// "2s" rather than nanoseconds, the writers and the logger left out.
+func (c Config) MarshalJSON() ([]byte, error) {
+	out := map[string]any{}
+	v := reflect.ValueOf(c)
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || name == "" {
+			continue
+		}
+		x := v.Field(i)
+		if opts == "omitempty" && x.IsZero() {
+			continue
+		}
+		if d, ok := x.Interface().(time.Duration); ok {
+			out[name] = d.String()
+			continue
+		}
+		out[name] = x.Interface()
+	}
+	return json.Marshal(out)
 }

@@ -294,6 +294,7 @@ func (r *run) settle(ctx context.Context) map[string]float64 {
 
 // audit gathers the inputs and checks them.
 func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
+	r.rec.Event("phase", name+" audit")
 	gauges := r.settle(ctx)
 	aps, err := audit.ListAccessPoints(ctx, r.t.efs, r.t.fsID)
 	if err != nil {

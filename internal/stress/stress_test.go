@@ -14,6 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/efs-csi/efs-csi-driver/internal/emulator"
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
+	"github.com/efs-csi/efs-csi-driver/internal/stress/audit"
 	"github.com/efs-csi/efs-csi-driver/internal/stress/report"
 )
 
@@ -120,31 +125,72 @@ func TestEmbeddedRunWithLostAnswersIsCleanAndReported(t *testing.T) {
 	}
 }
 
-// Chaos kills the real driver during both phases; every retried create must
-// find its access point and every retried delete finish: no leak, nothing
-// missing, no GID twice, no lost data, and the driver back at rest.
-func TestEmbeddedRunUnderChaosLosesAndLeaksNothing(t *testing.T) {
-	cfg := embedded(t, buildDriver(t))
-	cfg.Chaos = On
-	cfg.ChaosInterval = 300 * time.Millisecond
+// The remote mode, with the driver run by --driver-cmd so that chaos can
+// kill it, faults set through the emulator's control endpoint, and markers
+// through its data directory. Every retried create must find its access
+// point and every retried delete finish: no leak, nothing missing, no GID
+// twice, no lost data, no temporary mount left, the driver back at rest.
+func TestRemoteRunUnderChaosLosesAndLeaksNothing(t *testing.T) {
+	bin := buildDriver(t)
+	const fsID = "fs-0123456789abcdef0"
+	dataDir := t.TempDir()
+	efsURL, _ := emulatortest.Start(t, emulator.Config{DataDir: dataDir, FileSystems: []string{fsID}})
+	work, err := os.MkdirTemp("", "stress-remote-") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	tmp := filepath.Join(work, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // before RemoveAll: never recurse into a mount a killed driver left
+		mounts, _ := audit.ProcessTempMounts(tmp)
+		for _, m := range mounts {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+	})
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(work, "csi.sock")
+	cmd := fmt.Sprintf("AWS_ENDPOINT_URL_EFS=%s AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x "+
+		"exec %s --endpoint unix://%s --mode controller --node-id stress --local-root %s --tmp-dir %s "+
+		"--metrics-address 127.0.0.1:%d", efsURL, bin, sock, dataDir, tmp, port)
+	if os.Geteuid() == 0 {
+		cmd += " --delete-access-point-root-dir"
+	}
+
+	cfg := embedded(t, "")
+	cfg.Embedded, cfg.DriverBinary = false, ""
+	cfg.Endpoint, cfg.DriverCmd, cfg.EFSEndpoint, cfg.FileSystemID = "unix://"+sock, cmd, efsURL, fsID
+	cfg.MetricsURL, cfg.TmpDir, cfg.DataDir, cfg.Exclusive = fmt.Sprintf("http://127.0.0.1:%d/metrics", port), tmp, dataDir, true
+	cfg.Chaos, cfg.ChaosInterval = On, 300*time.Millisecond
 	var summary strings.Builder
 	cfg.Stdout = &summary
 	rep, err := Run(context.Background(), cfg)
 	if err != nil && !errors.Is(err, ErrFindings) {
 		t.Fatalf("run: %v\n%s", err, summary.String())
 	}
-	if rep.Chaos.Kills == 0 {
-		t.Fatalf("no driver was killed\n%s", summary.String())
+	if rep.Mode != "remote" || rep.Chaos.Kills == 0 || rep.Emulator.Counts["CreateAccessPoint"] == 0 {
+		t.Fatalf("mode %s, %d kills, emulator counts %v\n%s", rep.Mode, rep.Chaos.Kills, rep.Emulator.Counts, summary.String())
 	}
 	if rep.Chaos.UnexpectedExits != 0 {
 		t.Errorf("driver exited by itself: %v", rep.Incidents)
 	}
+	if len(rep.Audits) != 2 || rep.Audits[0].Report.Markers == 0 || !rep.Audits[1].Report.GaugesChecked {
+		t.Fatalf("audits incomplete\n%s", summary.String())
+	}
 	for _, a := range rep.Audits {
 		for _, f := range a.Report.Figures() {
 			if f.Value != 0 {
-				t.Errorf("%s audit: %s = %d\n%s", a.Name, f.Name, f.Value, summary.String())
+				t.Errorf("%s audit: %s = %d", a.Name, f.Name, f.Value)
 			}
 		}
+	}
+	if t.Failed() {
+		t.Logf("reproduce: go run ./cmd/efs-csi-stress --embedded --volumes 40 --concurrency 8 --chaos-interval 300ms\n%s", summary.String())
 	}
 }
 
@@ -202,5 +248,26 @@ func TestModeDecidesDefaultFaultsAndChaos(t *testing.T) {
 				t.Errorf("profile %s chaos %v, want %s %v", cfg.FaultProfile, cfg.Chaos.String(), tc.wantFault, tc.wantChaos.String())
 			}
 		})
+	}
+}
+
+func TestConfigJSONShowsDurationsAndHidesWriters(t *testing.T) {
+	cfg := Default()
+	cfg.Stdout, cfg.Chaos = io.Discard, On
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["timeout"] != "2s" || m["chaos"] != "true" || m["volumes"] != 300.0 {
+		t.Errorf("timeout %v chaos %v volumes %v", m["timeout"], m["chaos"], m["volumes"])
+	}
+	for _, k := range []string{"Stdout", "Logger", "endpoint"} { // endpoint is empty: omitted
+		if _, ok := m[k]; ok {
+			t.Errorf("%s is in the JSON", k)
+		}
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// maxFindingLines bounds the findings listed per audit; the JSON has all.
+const maxFindingLines = 20
+
 // Summary writes the human summary: what ran, how fast, what failed, what
 // the audits found.
 func (r *Report) Summary(w io.Writer) {
@@ -80,7 +83,12 @@ func (r *Report) Summary(w io.Writer) {
 		}
 		tw.Flush()
 		for _, a := range r.Audits {
-			for _, f := range a.Report.All() {
+			all := a.Report.All()
+			for i, f := range all {
+				if i == maxFindingLines {
+					p("finding (%s): ... and %d more (see the JSON report)\n", a.Name, len(all)-i)
+					break
+				}
 				p("finding (%s): %s\n", a.Name, f)
 			}
 		}
