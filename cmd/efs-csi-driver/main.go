@@ -43,6 +43,7 @@ func main() {
 	flag.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long calls in flight may run after SIGTERM")
 	flag.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent mount operations on the node")
 	flag.StringVar(&rateLimits, "api-rate-limits", "", "client-side EFS API rates: Operation=perSecond[:burst],... (\"*\" for the rest, 0 = unlimited; default CreateAccessPoint/DeleteAccessPoint 10/s, reads 20/s)")
+	flag.StringVar(&cfg.GIDVerify, "gid-verify", "auto", "check allocated GIDs against other writers after each create: auto (while another controller may be active), always or never")
 	flag.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	flag.IntVar(&verbosity, "v", 0, "log verbosity (accepted for upstream compatibility; 5+ logs debug)")
 	flag.BoolVar(&version, "version", false, "print the version and exit")

@@ -14,14 +14,18 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
 
-func newBenchBed(b *testing.B) (*Service, *emulator.Emulator, *efs.Client) {
+func newBenchBed(b *testing.B, mut ...func(*Config)) (*Service, *emulator.Emulator, *efs.Client) {
 	b.Helper()
 	url, emu := emulatortest.Start(b, emulator.Config{DataDir: b.TempDir(), FileSystems: []string{testFS}, AccessPointLimit: 100000})
 	client, err := efs.New(context.Background(), efs.Config{Region: "us-east-1", Endpoint: url, RateLimits: unlimited})
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := New(Config{EFS: client, TempDir: b.TempDir()})
+	cfg := Config{EFS: client, TempDir: b.TempDir()}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	svc, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,10 +75,19 @@ func BenchmarkCreateDeleteVolume(b *testing.B) {
 //
 //	go test -run=^$ -bench=APICallsPerCreateVolume -benchtime=1000x ./pkg/controller
 func BenchmarkAPICallsPerCreateVolume(b *testing.B) {
-	for _, existing := range []int{0, 1000, 10000} {
-		b.Run(fmt.Sprintf("existing=%d", existing), func(b *testing.B) {
-			svc, emu, client := newBenchBed(b)
-			fill(b, client, existing)
+	for _, tc := range []struct {
+		existing int
+		phase    string
+	}{{0, "steady"}, {1000, "steady"}, {10000, "steady"}, {1000, "startup"}} {
+		b.Run(fmt.Sprintf("existing=%d/%s", tc.existing, tc.phase), func(b *testing.B) {
+			// In its first minutes a process verifies every create against
+			// other writers (one listing per batch); "steady" is after that.
+			clk := newClock()
+			svc, emu, client := newBenchBed(b, steadyState(clk))
+			if tc.phase == "steady" {
+				clk.Advance(startupVerifyWindow)
+			}
+			fill(b, client, tc.existing)
 			before := total(emu.Counts())
 			b.ResetTimer()
 			for i := range b.N {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -44,6 +45,8 @@ var (
 	ErrRootDirRemoval = errors.New("root directory removal failed")
 	// ErrInvalidRequest: a required request field is missing or malformed.
 	ErrInvalidRequest = errors.New("invalid request")
+	// ErrGIDContention: another writer took every GID this call tried; retry.
+	ErrGIDContention = errors.New("GID contention with another writer")
 )
 
 // EFS is the subset of the EFS API the controller calls. pkg/efs.Client
@@ -79,7 +82,9 @@ type Config struct {
 	Tags          map[string]string // added to every access point (--tags)
 	DeleteRootDir bool              // --delete-access-point-root-dir
 	TempDir       string            // parent of per-call mount points; "" = os.TempDir()
-	GIDMaxAge     gid.Options       // how stale the allocator's listing may get
+	GIDOptions    gid.Options       // how stale the allocator's listing may get
+	GIDVerify     string            // VerifyAuto (""), VerifyAlways or VerifyNever
+	Now           func() time.Time  // nil: time.Now
 	Logger        *slog.Logger
 }
 
@@ -93,6 +98,7 @@ type Service struct {
 	tmpDir  string
 	locks   *keylock.Set
 	gids    *gid.Allocator
+	verify  *verifier
 	log     *slog.Logger
 
 	// inDoubt holds the GID reservation of a volume whose CreateAccessPoint
@@ -121,10 +127,24 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.GIDOptions.MaxAge == 0 {
+		// Short enough that another writer's access points are seen soon,
+		// long enough that listing stays a small share of the API calls.
+		cfg.GIDOptions.MaxAge = time.Minute
+	}
+	v, err := newVerifier(cfg.GIDVerify, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
+		return listAll(ctx, cfg.EFS, fsID)
+	}, cfg.Now)
+	if err != nil {
+		return nil, err
+	}
 	return &Service{
-		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, delRoot: cfg.DeleteRootDir,
-		tmpDir: cfg.TempDir, locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDMaxAge), log: cfg.Logger,
-		inDoubt: map[string]*gid.Reservation{},
+		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
+		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
+		log: cfg.Logger, inDoubt: map[string]*gid.Reservation{},
 	}, nil
 }
 

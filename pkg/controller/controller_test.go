@@ -173,7 +173,9 @@ func TestRestartedControllerAdoptsAccessPointOfKilledOne(t *testing.T) {
 // Point 4: GIDs stay unique under 150 concurrent creates, and the allocator
 // lists the file system once instead of once per create.
 func TestConcurrentCreatesGetDistinctGIDs(t *testing.T) {
-	b := newBed(t)
+	clk := newClock()
+	b := newBed(t, steadyState(clk))
+	clk.Advance(startupVerifyWindow)
 	const n = 150
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

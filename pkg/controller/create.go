@@ -101,8 +101,39 @@ func (s *Service) plan(req *csi.CreateVolumeRequest) (*plan, error) {
 	}, nil
 }
 
-// createOrAdopt runs steps 3-5 under the name lock.
+// maxYields bounds how often one call gives its GID up to another writer.
+const maxYields = 3
+
+// createOrAdopt runs steps 3-6 under the name lock.
 func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint, error) {
+	fsID := p.params.FileSystemID
+	for yields := 0; ; yields++ {
+		ap, err := s.createOnce(ctx, p)
+		if err != nil || !p.params.NeedsGIDAllocation() || !s.verify.needed(fsID) {
+			return ap, err
+		}
+		id := allocatedID(p.params.GID, ap)
+		collide, err := s.verify.collides(ctx, ap, id)
+		if err != nil || !collide {
+			// On error the access point exists unverified and unanswered:
+			// the retry adopts it and verifies again.
+			return ap, err
+		}
+		// Step 6: an access point created before ours holds the GID, so no
+		// one can have answered ours (see verifier): give it up. The GID stays
+		// marked used in the allocator: it now stands for the other one.
+		s.log.Warn("GID taken by another writer; yielding", "accessPoint", ap.ID, "gid", id, "name", p.name)
+		if err := s.efs.DeleteAccessPoint(ctx, ap.ID); err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
+			return nil, err
+		}
+		if yields+1 >= maxYields {
+			return nil, fmt.Errorf("%w: GID %d on %s is also used by another writer", ErrGIDContention, id, fsID)
+		}
+	}
+}
+
+// createOnce creates the access point or adopts the one an earlier attempt made.
+func (s *Service) createOnce(ctx context.Context, p *plan) (*efs.AccessPoint, error) {
 	var res *gid.Reservation
 	uid, g := p.params.UID, p.params.GID
 	if p.params.NeedsGIDAllocation() {
@@ -121,6 +152,7 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 	switch {
 	case err == nil:
 		commit(res)
+		s.verify.created(ap.FileSystemID, ap.ID)
 		return ap, nil
 	case errors.Is(err, efs.ErrAlreadyExists):
 		// Our token is taken: by an earlier attempt of this very volume (the

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -215,3 +217,35 @@ func apOf(t *testing.T, volID string) string {
 
 // unlimited turns off the client's pacing: the tests measure the protocol.
 var unlimited = map[string]efs.RateLimit{"*": {}}
+
+// retryable is what the provisioner retries: a busy volume, a GID contention
+// or a create whose access point is not visible yet.
+func retryable(err error) bool {
+	return errors.Is(err, keylock.ErrBusy) || errors.Is(err, ErrGIDContention) || errors.Is(err, ErrNotYetVisible)
+}
+
+// clock is a settable time source for the verifier's windows.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Now()} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// steadyState is a controller past its start-up verification window, alone
+// on its file system.
+func steadyState(clk *clock) func(*Config) {
+	return func(c *Config) { c.Now = clk.Now }
+}

@@ -51,6 +51,7 @@ type Config struct {
 	UnmountTimeout    time.Duration
 	ShutdownTimeout   time.Duration // how long calls in flight may run after SIGTERM
 	MaxInflightMounts int
+	GIDVerify         string // controller.VerifyAuto, VerifyAlways or VerifyNever
 	EFS               efs.Config
 	Logger            *slog.Logger
 }
@@ -158,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		d.identity.ping = client
 		d.controller, err = controller.New(controller.Config{
 			EFS: client, Mounter: mounter, Tags: cfg.Tags, DeleteRootDir: cfg.DeleteRootDir,
-			TempDir: cfg.TempDir, Logger: cfg.Logger,
+			TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {
 			return nil, err

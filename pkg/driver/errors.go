@@ -34,6 +34,7 @@ var codeTable = []struct {
 	{controller.ErrIncompatible, codes.AlreadyExists},
 	{controller.ErrVolumeNotFound, codes.NotFound},
 	{controller.ErrNotYetVisible, codes.Unavailable},
+	{controller.ErrGIDContention, codes.Unavailable},
 	{controller.ErrUnsafeRootDir, codes.FailedPrecondition},
 	{controller.ErrRootDirRemoval, codes.Internal},
 	{gid.ErrExhausted, codes.ResourceExhausted},
