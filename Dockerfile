@@ -12,7 +12,7 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath \
-      -ldflags "-s -w -X main.version=${VERSION}" \
+      -ldflags "-s -w -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=${VERSION}" \
       -o /out/efs-csi-driver ./cmd/efs-csi-driver
 
 # ---- runtime --------------------------------------------------------------------------

@@ -1,0 +1,77 @@
+package manifests
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestDecodeSkipsEmptyDocumentsAndKeepsOrder(t *testing.T) {
+	objs, err := Decode([]byte("---\n# only a comment\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: a\n---\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: b\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 2 || objs[0].GetName() != "a" || objs[1].GetName() != "b" {
+		t.Fatalf("got %d objects %v, want a then b", len(objs), objs)
+	}
+}
+
+func TestDecodeRejectsDocumentWithoutKind(t *testing.T) {
+	if _, err := Decode([]byte("metadata:\n  name: a\n")); err == nil {
+		t.Fatal("a document without kind/apiVersion was accepted")
+	}
+}
+
+func TestKustomization(t *testing.T) {
+	const sa = "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: a\n"
+	tests := []struct {
+		name          string
+		kustomization string
+		wantObjects   int
+		wantErr       error
+	}{
+		{"resources only are read", "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- sa.yaml\n", 1, nil},
+		// A namespace transformer would change what kubectl applies: the test must not
+		// silently apply something else.
+		{"a transformer is refused", "resources:\n- sa.yaml\nnamespace: other\n", 0, ErrTransformers},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write(t, filepath.Join(dir, "kustomization.yaml"), tc.kustomization)
+			write(t, filepath.Join(dir, "sa.yaml"), sa)
+			objs, err := Kustomization(dir)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if len(objs) != tc.wantObjects {
+				t.Fatalf("got %d objects, want %d", len(objs), tc.wantObjects)
+			}
+		})
+	}
+}
+
+// The committed kustomize base is what the e2e test applies: it must stay loadable.
+func TestRepositoryBaseLoads(t *testing.T) {
+	objs, err := Kustomization(filepath.Join("..", "..", "..", "deploy", "kubernetes", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+	}
+	for _, k := range []string{"CSIDriver", "Deployment", "DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "PodDisruptionBudget"} {
+		if kinds[k] == 0 {
+			t.Errorf("deploy/kubernetes/base has no %s (kinds: %v)", k, kinds)
+		}
+	}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

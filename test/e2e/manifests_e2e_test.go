@@ -1,0 +1,113 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/efs-csi/efs-csi-driver/test/e2e/manifests"
+)
+
+const releaseNamespace = "kube-system"
+
+// applier applies unstructured objects with server-side apply.
+type applier struct {
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
+
+func newApplier(t *testing.T, s *suite) *applier {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(s.cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disc := memory.NewMemCacheClient(s.cluster.Client.Discovery())
+	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(disc)}
+}
+
+// apply sends obj with server-side apply; dryRun asks the API server to run admission,
+// validation and defaulting without storing anything.
+func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured, dryRun bool) error {
+	gvk := obj.GroupVersionKind()
+	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("%s: %w", gvk, err)
+	}
+	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ns := obj.GetNamespace()
+		if ns == "" {
+			ns = "default"
+		}
+		ri = a.dyn.Resource(m.Resource).Namespace(ns)
+	}
+	opts := metav1.ApplyOptions{FieldManager: "efs-csi-e2e", Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err = ri.Apply(ctx, obj.GetName(), obj, opts)
+	return err
+}
+
+// Every object the project ships is accepted by a real API server of the supported
+// version: the chart with default values and with every option on, the kustomize base,
+// and the examples. kubeconform (hack/check-manifests.sh) checks schemas; this also runs
+// admission (privileged pods, priority classes, RBAC escalation rules) and defaulting.
+func TestEveryShippedManifestIsAcceptedByTheAPIServer(t *testing.T) {
+	s := env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	chart := filepath.Join(s.repo, "charts", "efs-csi-driver")
+	deploy := filepath.Join(s.repo, "deploy", "kubernetes")
+	sources := []struct {
+		name string
+		load func() ([]*unstructured.Unstructured, error)
+	}{
+		{"chart-defaults", func() ([]*unstructured.Unstructured, error) {
+			return manifests.RenderChart(s.comps.Helm, chart, releaseNamespace)
+		}},
+		{"chart-full-values", func() ([]*unstructured.Unstructured, error) {
+			return manifests.RenderChart(s.comps.Helm, chart, releaseNamespace, filepath.Join(chart, "ci", "full-values.yaml"))
+		}},
+		{"kustomize-base", func() ([]*unstructured.Unstructured, error) {
+			return manifests.Kustomization(filepath.Join(deploy, "base"))
+		}},
+		{"examples", func() ([]*unstructured.Unstructured, error) {
+			paths, err := filepath.Glob(filepath.Join(deploy, "examples", "*.yaml"))
+			if err != nil {
+				return nil, err
+			}
+			return manifests.Files(paths...)
+		}},
+	}
+	a := newApplier(t, s)
+	for _, src := range sources {
+		t.Run(src.name, func(t *testing.T) {
+			objs, err := src.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(objs) == 0 {
+				t.Fatal("no objects")
+			}
+			for _, obj := range objs {
+				if err := a.apply(ctx, obj, true); err != nil {
+					t.Errorf("%s %s/%s rejected: %v", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+				}
+			}
+			t.Logf("%d objects accepted (server-side dry run)", len(objs))
+		})
+	}
+}
