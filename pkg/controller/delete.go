@@ -8,9 +8,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -91,7 +94,7 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) (err e
 	if err != nil {
 		return err
 	}
-	mnt, err := os.MkdirTemp(s.tmpDir, "efs-csi-delete-")
+	mnt, err := os.MkdirTemp(s.tmpDir, mountPointPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return fmt.Errorf("%w: mount point: %v", ErrRootDirRemoval, err)
 	}
@@ -143,4 +146,44 @@ func removableRoot(ap *efs.AccessPoint) (string, error) {
 		return "", fmt.Errorf("%w: access point %s has the base path %q as root", ErrUnsafeRootDir, ap.ID, p)
 	}
 	return filepath.FromSlash(p[1:]), nil
+}
+
+// mountPointPrefix names the per-call mount points: prefix + pid + "-" + random,
+// so a restarted process can tell its dead predecessor's from a live one's.
+const mountPointPrefix = "efs-csi-delete-"
+
+// CleanStaleMountPoints unmounts and removes the mount points that a killed
+// controller process left in the temporary directory. Mount points of live
+// processes (another controller sharing the directory) are left alone.
+func (s *Service) CleanStaleMountPoints(ctx context.Context) error {
+	if s.mounter == nil {
+		return nil
+	}
+	dirs, err := filepath.Glob(filepath.Join(s.tmpDir, mountPointPrefix+"*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, dir := range dirs {
+		pidPart, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), mountPointPrefix), "-")
+		pid, err := strconv.Atoi(pidPart)
+		if err != nil || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		if err := s.mounter.Unmount(ctx, dir); err != nil {
+			errs = append(errs, err)
+			continue // never remove what may still be a mounted file system
+		}
+		if err := os.Remove(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.log.Info("removed a stale mount point", slog.String("path", dir))
+	}
+	return errors.Join(errs...)
+}
+
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }

@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -204,4 +206,37 @@ func deleteReq(id string) *csi.DeleteVolumeRequest { return &csi.DeleteVolumeReq
 
 func remountReadOnly(target string) error {
 	return unix.Mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, "")
+}
+
+// A controller killed between mount and unmount leaves its mount point; the
+// next process removes it, but never one of a live process.
+func TestRestartCleansMountPointsOfDeadProcessesOnly(t *testing.T) {
+	r := newRootBed(t)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(r.tmp, fmt.Sprintf("%s%d-x", mountPointPrefix, dead.Process.Pid))
+	live := filepath.Join(r.tmp, fmt.Sprintf("%s%d-y", mountPointPrefix, os.Getppid()))
+	for _, dir := range []string{stale, live} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.mounter.MountFileSystem(r.ctx(), testFS, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.svc.CleanStaleMountPoints(r.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale mount point of a dead process still there: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("mount point of a live process removed: %v", err)
+	}
+	if err := r.mounter.Unmount(r.ctx(), live); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(live)
 }

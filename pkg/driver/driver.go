@@ -251,6 +251,12 @@ func (d *Driver) Run(ctx context.Context) error { return d.run(ctx, nil) }
 
 // run closes ready, if given, once the socket accepts connections.
 func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
+	if d.controller != nil {
+		// A controller killed mid-delete leaves its temporary mount behind.
+		if err := d.controller.CleanStaleMountPoints(ctx); err != nil {
+			d.log.Warn("stale mount points", slog.String("error", err.Error()))
+		}
+	}
 	l, err := listen(d.socketPath)
 	if err != nil {
 		return err
