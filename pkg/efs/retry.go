@@ -1,8 +1,8 @@
 package efs
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -109,6 +109,9 @@ func (p *retryPolicy) backoff(retry int) time.Duration {
 // the context error. subject names the resource in error messages.
 func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attempt func(context.Context) (T, error)) (T, error) {
 	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("%s %s: %w: not sent: %w", op, subject, ErrUnavailable, err)
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.defaultTimeout)
@@ -121,7 +124,7 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 		if limiter != nil {
 			if err := limiter.Wait(ctx); err != nil {
 				// Wait fails at once when the wait would pass the deadline.
-				return zero, p.giveUp(ctx, op, subject, last, n, start, "client-side rate limit")
+				return zero, p.giveUp(ctx, op, subject, last, n, start)
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, p.attemptTimeout)
@@ -134,47 +137,41 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 			return out, nil
 		}
 		cl := classify(err)
-		if ctx.Err() != nil {
-			// The caller's deadline or cancellation, not this attempt's timeout.
-			cl.outcome = OutcomeTimeout
-			if errors.Is(ctx.Err(), context.Canceled) {
-				cl.outcome = OutcomeCanceled
-			}
-		}
 		p.observer.APICall(op, cl.outcome, took)
 		last = wrapError(op, subject, cl, err)
-		if !cl.retry {
-			return zero, last
+		if !cl.retry && (ctx.Err() == nil || cl.outcome == OutcomeClientError) {
+			return zero, last // a definitive answer, or an error no retry can heal
 		}
 		if ctx.Err() != nil {
-			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "")
+			return zero, p.giveUp(ctx, op, subject, last, n+1, start)
 		}
 		sleep := p.backoff(n)
 		if deadline, _ := ctx.Deadline(); time.Until(deadline) <= sleep {
-			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "")
+			return zero, p.giveUp(ctx, op, subject, last, n+1, start)
 		}
 		p.observer.Retry(op)
 		p.log.Debug("retrying EFS call", "op", op, "subject", subject, "attempt", n+1, "backoff", sleep, "error", last)
 		if !sleepCtx(ctx, sleep) {
-			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "")
+			return zero, p.giveUp(ctx, op, subject, last, n+1, start)
 		}
 	}
 }
 
 // giveUp builds the error for a call that ran out of time: the last
-// classified error (or ErrThrottled when the client-side rate limit alone
-// used the time up) plus the context's error, so that errors.Is matches both
-// the sentinel and context.DeadlineExceeded / context.Canceled.
-func (p *retryPolicy) giveUp(ctx context.Context, op, subject string, last error, attempts int, start time.Time, why string) error {
+// classified error plus the context's error, so that errors.Is matches both
+// the sentinel and context.DeadlineExceeded / context.Canceled. With no
+// attempt made, the client-side rate limit used the time up: ErrThrottled.
+func (p *retryPolicy) giveUp(ctx context.Context, op, subject string, last error, attempts int, start time.Time) error {
 	ctxErr := ctx.Err()
+	if last == nil {
+		return fmt.Errorf("%s %s: %w: no client-side rate limit token before the deadline: %w",
+			op, subject, ErrThrottled, cmp.Or(ctxErr, context.DeadlineExceeded))
+	}
 	if ctxErr == nil {
 		// Stopping before the deadline because the next wait would pass it.
 		ctxErr = context.DeadlineExceeded
 	}
 	elapsed := time.Since(start).Round(time.Millisecond)
-	if last == nil {
-		return fmt.Errorf("%s %s: %w: %s: %w", op, subject, ErrThrottled, why, ctxErr)
-	}
 	p.log.Debug("giving up EFS call", "op", op, "subject", subject, "attempts", attempts, "elapsed", elapsed, "error", last)
 	return fmt.Errorf("%w (gave up after %d attempts in %v: %w)", last, attempts, elapsed, ctxErr)
 }

@@ -456,3 +456,18 @@ func TestPing(t *testing.T) {
 		})
 	}
 }
+
+// A call whose context has already ended sends nothing and says why.
+func TestEndedContextSendsNothing(t *testing.T) {
+	fake := newFake(t)
+	c, _ := newClient(t, fake.URL(), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), -time.Second)
+	defer cancel()
+	err := deleteAP(c, ctx)
+	if !errors.Is(err, efs.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want ErrUnavailable and context.DeadlineExceeded", err)
+	}
+	if fake.Requests() != 0 {
+		t.Errorf("%d requests sent", fake.Requests())
+	}
+}
