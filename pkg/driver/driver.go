@@ -136,6 +136,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, metrics: metrics.New(), socketPath: sock}
 	cfg.EFS.Observer = d.metrics
+	if cfg.EFS.Logger == nil {
+		cfg.EFS.Logger = cfg.Logger
+	}
 
 	var client *efs.Client
 	needEFS := cfg.Mode != ModeNode || cfg.LocalRoot != ""

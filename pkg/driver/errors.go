@@ -24,6 +24,10 @@ var codeTable = []struct {
 	err  error
 	code codes.Code
 }{
+	// EFS throttling, 5xx and timeouts, also when the call's deadline ended
+	// the retries: UNAVAILABLE, which the provisioner retries.
+	{efs.ErrThrottled, codes.Unavailable},
+	{efs.ErrUnavailable, codes.Unavailable},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{keylock.ErrBusy, codes.Aborted},
@@ -39,8 +43,6 @@ var codeTable = []struct {
 	{controller.ErrRootDirRemoval, codes.Internal},
 	{gid.ErrExhausted, codes.ResourceExhausted},
 	{efs.ErrLimitExceeded, codes.ResourceExhausted},
-	{efs.ErrThrottled, codes.Unavailable},
-	{efs.ErrUnavailable, codes.Unavailable},
 	{efs.ErrAccessDenied, codes.PermissionDenied},
 	{efs.ErrFileSystemNotFound, codes.NotFound},
 	{efs.ErrAccessPointNotFound, codes.NotFound},

@@ -26,7 +26,9 @@ func TestErrorsMapToTheCodesTheProvisionerExpects(t *testing.T) {
 	}{
 		{fmt.Errorf("CreateAccessPoint: %w", efs.ErrThrottled), codes.Unavailable},
 		{fmt.Errorf("CreateAccessPoint: %w", efs.ErrUnavailable), codes.Unavailable},
-		{fmt.Errorf("CreateAccessPoint: %w: %w", efs.ErrUnavailable, context.DeadlineExceeded), codes.DeadlineExceeded},
+		{fmt.Errorf("CreateAccessPoint: %w: %w", efs.ErrUnavailable, context.DeadlineExceeded), codes.Unavailable},
+		{fmt.Errorf("CreateAccessPoint: %w: %w", efs.ErrThrottled, context.DeadlineExceeded), codes.Unavailable},
+		{fmt.Errorf("lock: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{fmt.Errorf("x: %w", efs.ErrLimitExceeded), codes.ResourceExhausted},
 		{fmt.Errorf("x: %w", gid.ErrExhausted), codes.ResourceExhausted},
 		{fmt.Errorf("x: %w", efs.ErrAccessDenied), codes.PermissionDenied},
