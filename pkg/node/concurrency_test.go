@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 )
 
@@ -136,20 +138,41 @@ func TestUnmountTimeoutForcesTheUnmount(t *testing.T) {
 	}
 }
 
-// TestUnmountErrorsAreNotForced: only a timeout leads to a forced unmount;
-// an unmount that fails (say, EBUSY) is reported.
-func TestUnmountErrorsAreNotForced(t *testing.T) {
+// TestOnlyATimedOutUnmountIsForced: an unmount that fails (say, EBUSY),
+// or whose caller gives up before UnmountTimeout, is reported, not forced.
+func TestOnlyATimedOutUnmountIsForced(t *testing.T) {
 	f := newNodeFixture(t)
-	target := newTarget(t)
-	must(t, publish(f.svc, vol1, target))
-	h := &hookMounter{Mounter: f.mounter, forced: make(chan string, 1)}
-	h.beforeUnmount = func(context.Context) error { return errors.New("device or resource busy") }
-	s := newService(t, Config{Mounter: h, UnmountTimeout: time.Hour})
-	expectIs(t, "unpublish", unpublish(s, vol1, target), ErrMountFailed)
-	if len(h.forced) != 0 {
-		t.Error("a failed unmount was forced")
+	tests := []struct {
+		name    string
+		hook    func(ctx context.Context) error
+		callCtx func() (context.Context, context.CancelFunc)
+		want    error
+	}{
+		{"unmount fails", func(context.Context) error { return errors.New("device or resource busy") },
+			func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, ErrMountFailed},
+		{"caller's deadline before the unmount timeout", func(ctx context.Context) error {
+			<-ctx.Done()
+			return fmt.Errorf("unmount: %w", ctx.Err())
+		}, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Millisecond)
+		}, context.DeadlineExceeded},
 	}
-	if n := layers(t, target); n != 1 {
-		t.Errorf("%d mounts, want the one that could not be unmounted", n)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := newTarget(t)
+			must(t, publish(f.svc, vol1, target))
+			h := &hookMounter{Mounter: f.mounter, forced: make(chan string, 1), beforeUnmount: tt.hook}
+			s := newService(t, Config{Mounter: h, UnmountTimeout: time.Hour})
+			ctx, cancel := tt.callCtx()
+			defer cancel()
+			_, err := s.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol1, TargetPath: target})
+			expectIs(t, "unpublish", err, tt.want)
+			if len(h.forced) != 0 {
+				t.Error("the unmount was forced")
+			}
+			if n := layers(t, target); n != 1 {
+				t.Errorf("%d mounts, want the one that was not unmounted", n)
+			}
+		})
 	}
 }

@@ -162,17 +162,19 @@ func (s *Service) acquire(ctx context.Context) (release func(), err error) {
 	}
 }
 
-// unmount unmounts target; past UnmountTimeout it forces the unmount, with
-// a short deadline of its own, so that a caller whose deadline is the same as
-// the timeout still gets the forced unmount.
+// unmount unmounts target; once the unmount has run for UnmountTimeout it
+// forces it, with a short deadline of its own, so that a caller whose
+// deadline is the same as the timeout still gets the forced unmount. A
+// caller that gives up sooner gets its context's error and no forcing.
 func (s *Service) unmount(ctx context.Context, target string) error {
 	if s.unmountTimeout <= 0 {
 		return s.mounter.Unmount(ctx, target)
 	}
+	start := time.Now()
 	uctx, cancel := context.WithTimeout(ctx, s.unmountTimeout)
 	defer cancel()
 	err := s.mounter.Unmount(uctx, target)
-	if err == nil || !errors.Is(uctx.Err(), context.DeadlineExceeded) || ctx.Err() == context.Canceled {
+	if err == nil || uctx.Err() == nil || time.Since(start) < s.unmountTimeout {
 		return err
 	}
 	s.log.Warn("unmount timed out, forcing it", slog.String("target", target), slog.Duration("timeout", s.unmountTimeout))
