@@ -3,6 +3,7 @@ package mount
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -372,6 +373,24 @@ func TestUsage(t *testing.T) {
 	}
 	if u.TotalInodes != 1000 || u.UsedInodes < 2 || u.FreeInodes != u.TotalInodes-u.UsedInodes {
 		t.Errorf("inodes: %+v, want 1000 total, at least 2 used", u)
+	}
+}
+
+func TestProductSaturates(t *testing.T) {
+	tests := []struct {
+		a, b uint64
+		want int64
+	}{
+		{0, 4096, 0},
+		{3, 4096, 12288},
+		{1 << 51, 4096, math.MaxInt64}, // 8 EiB
+		{math.MaxUint64, 1, math.MaxInt64},
+		{math.MaxUint64, 0, 0},
+	}
+	for _, tt := range tests {
+		if got := product(tt.a, tt.b); got != tt.want {
+			t.Errorf("product(%d, %d) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
 	}
 }
 

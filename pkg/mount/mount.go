@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -310,15 +311,24 @@ func (m *Mounter) Usage(ctx context.Context, target string) (Usage, error) {
 	if err != nil {
 		return Usage{}, fmt.Errorf("statfs %s: %w", target, err)
 	}
-	bs := st.Bsize
+	bs := uint64(st.Bsize)
 	return Usage{
-		TotalBytes:     int64(st.Blocks) * bs,
-		AvailableBytes: int64(st.Bavail) * bs,
-		UsedBytes:      int64(st.Blocks-st.Bfree) * bs,
-		TotalInodes:    int64(st.Files),
-		FreeInodes:     int64(st.Ffree),
-		UsedInodes:     int64(st.Files - st.Ffree),
+		TotalBytes:     product(st.Blocks, bs),
+		AvailableBytes: product(st.Bavail, bs),
+		UsedBytes:      product(st.Blocks-st.Bfree, bs),
+		TotalInodes:    product(st.Files, 1),
+		FreeInodes:     product(st.Ffree, 1),
+		UsedInodes:     product(st.Files-st.Ffree, 1),
 	}, nil
+}
+
+// product is a*b capped at MaxInt64: EFS reports a size of nearly 8 EiB,
+// which some block size products would push past int64.
+func product(a, b uint64) int64 {
+	if b != 0 && a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return int64(a * b)
 }
 
 // existingTarget checks that target is an existing directory, not a
