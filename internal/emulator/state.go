@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -40,6 +41,16 @@ type accessPoint struct {
 	phase     apPhase
 	done      chan struct{} // closed when the in-flight commit ends
 	visibleAt time.Time     // Describe hides it until then (visibility fault)
+	json      []byte        // describe() encoded, for listings; nil when stale
+}
+
+// encoded is ap's description in JSON, kept until ap changes (listing pages
+// of up to 1,000 then cost a copy, not an encoding); call with s.mu held.
+func (ap *accessPoint) encoded() []byte {
+	if ap.json == nil {
+		ap.json, _ = json.Marshal(ap.describe())
+	}
+	return ap.json
 }
 
 type fileSystem struct {
@@ -404,24 +415,33 @@ func page[T any](list []T, seqOf func(T) uint64, after uint64, max int, keep fun
 	return out, ""
 }
 
-func (s *state) listAccessPoints(fsID, next string, max int, now time.Time) (describeAccessPointsOutput, *apiError) {
+func (s *state) listAccessPoints(fsID, next string, max int, now time.Time) (rawJSON, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fs := s.fss[fsID]
 	if fs == nil {
-		return describeAccessPointsOutput{}, fsNotFound(fsID)
+		return nil, fsNotFound(fsID)
 	}
 	after, e := parsePageToken("NextToken", next, fsID)
 	if e != nil {
-		return describeAccessPointsOutput{}, e
+		return nil, e
 	}
 	aps, tok := page(fs.aps, func(ap *accessPoint) uint64 { return ap.Seq }, after, max,
 		func(ap *accessPoint) bool { return ap.visible(now) }, fsID)
-	out := describeAccessPointsOutput{AccessPoints: make([]wireAccessPoint, len(aps)), NextToken: tok}
+	// The describeAccessPointsOutput shape, written by hand from the cache.
+	b := bytes.NewBufferString(`{"AccessPoints":[`)
 	for i, ap := range aps {
-		out.AccessPoints[i] = ap.describe()
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(ap.encoded())
 	}
-	return out, nil
+	b.WriteByte(']')
+	if tok != "" {
+		b.WriteString(`,"NextToken":"` + tok + `"`) // base64url: nothing to escape
+	}
+	b.WriteByte('}')
+	return rawJSON(b.Bytes()), nil
 }
 
 // ---- file systems ----
@@ -641,7 +661,7 @@ func (s *state) updateTags(id string, change func([]tag) ([]tag, *apiError)) *ap
 		if err := s.store.commit(func(tx *bolt.Tx) error { return put(tx, bucketAccessPoints, id, &rec) }); err != nil {
 			return internalError(err)
 		}
-		ap.Tags = tags
+		ap.Tags, ap.json = tags, nil
 		return nil
 	}
 	s.mu.Lock()

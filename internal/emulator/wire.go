@@ -289,16 +289,22 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	_ = json.NewEncoder(w).Encode(e)
 }
 
+// rawJSON is an answer body encoded already.
+type rawJSON []byte
+
 // writeJSON answers a success with a JSON body, or none when body is nil.
 func writeJSON(w http.ResponseWriter, status int, body any) {
 	if body == nil {
 		w.WriteHeader(status)
 		return
 	}
-	b, err := json.Marshal(body)
-	if err != nil {
-		writeError(w, internalError(err))
-		return
+	b, ok := body.(rawJSON)
+	if !ok {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			writeError(w, internalError(err))
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
