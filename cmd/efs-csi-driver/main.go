@@ -39,7 +39,7 @@ func main() {
 	flag.StringVar(&metricsAlias, "http-endpoint", "", "alias of --metrics-address, as the upstream driver names it")
 	flag.BoolVar(&cfg.VolMetricsOptIn, "vol-metrics-opt-in", false, "report volume usage in NodeGetVolumeStats")
 	flag.DurationVar(&volMetricsRefresh, "vol-metrics-refresh-period", 0, "accepted for upstream compatibility; stats are read on demand")
-	flag.DurationVar(&cfg.UnmountTimeout, "unmount-timeout", 2*time.Minute, "how long an unmount may take")
+	flag.DurationVar(&cfg.UnmountTimeout, "unmount-timeout", 30*time.Second, "how long an unmount may take before it is forced (umount -f -l)")
 	flag.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long calls in flight may run after SIGTERM")
 	flag.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent mount operations on the node")
 	flag.StringVar(&rateLimits, "api-rate-limits", "", "client-side EFS API rates: Operation=perSecond[:burst],... (\"*\" for the rest, 0 = unlimited; default CreateAccessPoint/DeleteAccessPoint 10/s, reads 20/s)")

@@ -29,6 +29,10 @@ func main() {
 	flag.BoolVar(&cfg.Embedded, "embedded", false, "start the EFS emulator and the driver here (temporary directories, loopback)")
 	flag.StringVar(&cfg.Endpoint, "endpoint", "", "CSI endpoint of a running driver, unix:///path/csi.sock")
 	flag.StringVar(&cfg.DriverBinary, "driver-binary", "", "embedded: efs-csi-driver to run (default: next to this binary, else PATH)")
+	flag.Func("driver-arg", "embedded: one more flag for the driver (repeatable), e.g. --driver-arg=--tags=team:storage", func(s string) error {
+		cfg.DriverArgs = append(cfg.DriverArgs, s)
+		return nil
+	})
 	flag.StringVar(&cfg.DriverCmd, "driver-cmd", "", "shell command that runs the driver serving --endpoint; the tool starts, kills and restarts it")
 	flag.StringVar(&cfg.EFSEndpoint, "efs-endpoint", "", "EFS API URL for the audit and, for an emulator, its fault control (default: the AWS SDK's resolution)")
 	flag.StringVar(&cfg.Region, "region", cfg.Region, "AWS region of the EFS API")

@@ -149,9 +149,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	var mounter *mount.Mounter
 	if cfg.LocalRoot != "" {
-		mounter, err = mount.NewLocal(cfg.LocalRoot, client)
+		mounter, err = mount.NewLocal(cfg.LocalRoot, client, mount.WithLogger(cfg.Logger))
 	} else {
-		mounter, err = mount.NewEFS()
+		mounter, err = mount.NewEFS(mount.WithLogger(cfg.Logger))
 	}
 	if err != nil {
 		return nil, err

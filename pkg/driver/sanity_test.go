@@ -26,7 +26,7 @@ func startDriver(t *testing.T, mut ...func(*Config)) (socket string, emu *emulat
 	socket = filepath.Join(t.TempDir(), "csi.sock")
 	cfg := Config{
 		Endpoint: "unix://" + socket, Mode: ModeAll, NodeID: "node-1", LocalRoot: data,
-		DeleteRootDir: true, TempDir: t.TempDir(),
+		DeleteRootDir: true, TempDir: t.TempDir(), VolMetricsOptIn: true,
 		EFS: efs.Config{Region: "us-east-1", Endpoint: url, RateLimits: unlimited},
 	}
 	for _, m := range mut {
