@@ -543,6 +543,11 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 			_, err := v.efs.DeleteAccessPoint(ctx, &efs.DeleteAccessPointInput{AccessPointId: aws.String("fsap-doesnotexist")})
 			return err
 		}, "AccessPointNotFound"},
+		{"a known file system's ARN names it in tag operations", func() error {
+			_, err := v.efs.ListTagsForResource(ctx, &efs.ListTagsForResourceInput{
+				ResourceId: aws.String("arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/" + realFS)})
+			return err
+		}, ""},
 		{"a known file system's ARN works", func() error {
 			_, err := v.efs.DescribeAccessPoints(ctx, &efs.DescribeAccessPointsInput{
 				FileSystemId: aws.String("arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/" + realFS)})

@@ -32,13 +32,16 @@ func (e *Emulator) routes() *http.ServeMux {
 	api := func(pattern string, op Op, d decoder) { mux.Handle(pattern, e.endpoint(op, d)) }
 	api("POST "+apiPrefix+"/access-points", OpCreateAccessPoint, e.decodeCreateAccessPoint)
 	api("GET "+apiPrefix+"/access-points", OpDescribeAccessPoints, e.decodeDescribeAccessPoints)
-	api("DELETE "+apiPrefix+"/access-points/{id}", OpDeleteAccessPoint, e.decodeDeleteAccessPoint)
+	api("DELETE "+apiPrefix+"/access-points/{id}", OpDeleteAccessPoint, deleteByID("AccessPointId", "fsap", e.state.deleteAccessPoint,
+		func(id string) any { return &DeleteAccessPointInput{AccessPointId: id} }))
 	api("POST "+apiPrefix+"/file-systems", OpCreateFileSystem, e.decodeCreateFileSystem)
 	api("GET "+apiPrefix+"/file-systems", OpDescribeFileSystems, e.decodeDescribeFileSystems)
-	api("DELETE "+apiPrefix+"/file-systems/{id}", OpDeleteFileSystem, e.decodeDeleteFileSystem)
+	api("DELETE "+apiPrefix+"/file-systems/{id}", OpDeleteFileSystem, deleteByID("FileSystemId", "fs", e.state.deleteFileSystem,
+		func(id string) any { return &DeleteFileSystemInput{FileSystemId: id} }))
 	api("POST "+apiPrefix+"/mount-targets", OpCreateMountTarget, e.decodeCreateMountTarget)
 	api("GET "+apiPrefix+"/mount-targets", OpDescribeMountTargets, e.decodeDescribeMountTargets)
-	api("DELETE "+apiPrefix+"/mount-targets/{id}", OpDeleteMountTarget, e.decodeDeleteMountTarget)
+	api("DELETE "+apiPrefix+"/mount-targets/{id}", OpDeleteMountTarget, deleteByID("MountTargetId", "fsmt", e.state.deleteMountTarget,
+		func(id string) any { return &DeleteMountTargetInput{MountTargetId: id} }))
 	api("POST "+apiPrefix+"/resource-tags/{id}", OpTagResource, e.decodeTagResource)
 	api("DELETE "+apiPrefix+"/resource-tags/{id}", OpUntagResource, e.decodeUntagResource)
 	api("GET "+apiPrefix+"/resource-tags/{id}", OpListTagsForResource, e.decodeListTagsForResource)
@@ -161,6 +164,21 @@ func (e *Emulator) loseAnswer(w *recorder, mode LostMode) string {
 }
 
 // ---- decoding helpers ----
+
+// deleteByID decodes DELETE .../{id} of a kind of resource; input wraps the
+// ID as the operation's *Input for hooks.
+func deleteByID(field, kind string, del func(id string) *apiError, input func(id string) any) decoder {
+	return func(r *http.Request) (request, *apiError) {
+		raw := r.PathValue("id")
+		id, aerr := resourceID(field, raw, kind)
+		if aerr != nil {
+			return request{}, aerr
+		}
+		return request{in: input(raw), run: func() (int, any, *apiError) {
+			return http.StatusNoContent, nil, del(id)
+		}}, nil
+	}
+}
 
 func decodeBody(r *http.Request, v any) *apiError {
 	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
@@ -307,17 +325,6 @@ func (e *Emulator) decodeDescribeAccessPoints(r *http.Request) (request, *apiErr
 	}}, nil
 }
 
-func (e *Emulator) decodeDeleteAccessPoint(r *http.Request) (request, *apiError) {
-	in := &DeleteAccessPointInput{AccessPointId: r.PathValue("id")}
-	id, aerr := resourceID("AccessPointId", in.AccessPointId, "fsap")
-	if aerr != nil {
-		return request{}, aerr
-	}
-	return request{in: in, run: func() (int, any, *apiError) {
-		return http.StatusNoContent, nil, e.state.deleteAccessPoint(id)
-	}}, nil
-}
-
 // ---- file systems ----
 
 func (e *Emulator) decodeCreateFileSystem(r *http.Request) (request, *apiError) {
@@ -389,17 +396,6 @@ func (e *Emulator) decodeDescribeFileSystems(r *http.Request) (request, *apiErro
 	}}, nil
 }
 
-func (e *Emulator) decodeDeleteFileSystem(r *http.Request) (request, *apiError) {
-	in := &DeleteFileSystemInput{FileSystemId: r.PathValue("id")}
-	id, aerr := resourceID("FileSystemId", in.FileSystemId, "fs")
-	if aerr != nil {
-		return request{}, aerr
-	}
-	return request{in: in, run: func() (int, any, *apiError) {
-		return http.StatusNoContent, nil, e.state.deleteFileSystem(id)
-	}}, nil
-}
-
 // ---- mount targets ----
 
 func (e *Emulator) decodeCreateMountTarget(r *http.Request) (request, *apiError) {
@@ -456,17 +452,6 @@ func (e *Emulator) decodeDescribeMountTargets(r *http.Request) (request, *apiErr
 	return request{in: in, run: func() (int, any, *apiError) {
 		out, aerr := e.state.describeMountTargets(in, orDefault(in.MaxItems), time.Now())
 		return http.StatusOK, out, aerr
-	}}, nil
-}
-
-func (e *Emulator) decodeDeleteMountTarget(r *http.Request) (request, *apiError) {
-	in := &DeleteMountTargetInput{MountTargetId: r.PathValue("id")}
-	id, aerr := resourceID("MountTargetId", in.MountTargetId, "fsmt")
-	if aerr != nil {
-		return request{}, aerr
-	}
-	return request{in: in, run: func() (int, any, *apiError) {
-		return http.StatusNoContent, nil, e.state.deleteMountTarget(id)
 	}}, nil
 }
 
