@@ -155,11 +155,13 @@ func (s *Service) LocksHeld() int { return s.locks.Len() }
 func (s *Service) GIDStats() map[string]gid.Stats { return s.gids.Stats() }
 
 // ControllerGetCapabilities advertises create/delete and listing.
-func (s *Service) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+func (s *Service) ControllerGetCapabilities(_ context.Context, _ *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	var caps []*csi.ControllerServiceCapability
-	for _, c := range []csi.ControllerServiceCapability_RPC_Type{
-		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
-	} {
+	rpcs := []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}
+	if s.canList() {
+		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_LIST_VOLUMES)
+	}
+	for _, c := range rpcs {
 		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
 			Rpc: &csi.ControllerServiceCapability_RPC{Type: c}}})
 	}

@@ -36,6 +36,7 @@ var codeTable = []struct {
 	{volume.ErrInvalidParameter, codes.InvalidArgument},
 	{volume.ErrUnsafePath, codes.InvalidArgument},
 	{controller.ErrIncompatible, codes.AlreadyExists},
+	{controller.ErrInvalidStartingToken, codes.Aborted},
 	{controller.ErrVolumeNotFound, codes.NotFound},
 	{controller.ErrNotYetVisible, codes.Unavailable},
 	{controller.ErrGIDContention, codes.Unavailable},

@@ -299,6 +299,29 @@ func (c *Client) DescribeFileSystem(ctx context.Context, fsID string) (*FileSyst
 	return nil, fmt.Errorf("%s %s: %w: not in the answer", OpDescribeFileSystems, fsID, ErrFileSystemNotFound)
 }
 
+// ListFileSystems returns every file system of the account and region (all pages).
+func (c *Client) ListFileSystems(ctx context.Context) ([]FileSystem, error) {
+	var fss []FileSystem
+	var marker *string
+	for {
+		in := &sdk.DescribeFileSystemsInput{Marker: marker}
+		out, err := call(ctx, c.policy, OpDescribeFileSystems, "", func(ctx context.Context) (*sdk.DescribeFileSystemsOutput, error) {
+			return c.api.DescribeFileSystems(ctx, in)
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range out.FileSystems {
+			fss = append(fss, FileSystem{ID: aws.ToString(d.FileSystemId), LifeCycleState: string(d.LifeCycleState), Tags: fromTags(d.Tags)})
+		}
+		next := aws.ToString(out.NextMarker)
+		if next == "" || next == aws.ToString(marker) {
+			return fss, nil
+		}
+		marker = out.NextMarker
+	}
+}
+
 // DescribeMountTargets returns every mount target of fsID (all pages).
 func (c *Client) DescribeMountTargets(ctx context.Context, fsID string) ([]MountTarget, error) {
 	var mts []MountTarget

@@ -1,0 +1,83 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// FileSystemLister is implemented by EFS clients that can enumerate the
+// account's file systems; with one, the controller serves ListVolumes.
+type FileSystemLister interface {
+	ListFileSystems(ctx context.Context) ([]efs.FileSystem, error)
+}
+
+// ErrInvalidStartingToken: ListVolumes was given a token it never issued.
+var ErrInvalidStartingToken = fmt.Errorf("invalid starting token")
+
+// ListVolumes lists the volumes this driver provisioned: every access point
+// carrying the driver's tags, on every file system the credentials can see,
+// ordered by volume ID. The starting token is the last volume ID of the
+// previous page, so a token stays valid when that volume is deleted and a
+// volume created between pages shows up if it sorts after the token.
+func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	fsl, ok := s.efs.(FileSystemLister)
+	if !ok {
+		return nil, fmt.Errorf("%w: listing volumes needs a file system lister", ErrInvalidRequest)
+	}
+	if req.GetMaxEntries() < 0 {
+		return nil, fmt.Errorf("%w: max_entries must not be negative", ErrInvalidRequest)
+	}
+	after := req.GetStartingToken()
+	if after != "" {
+		if id, err := volume.ParseID(after); err != nil || id.AccessPointID == "" {
+			return nil, fmt.Errorf("%w: %q", ErrInvalidStartingToken, after)
+		}
+	}
+	fss, err := fsl.ListFileSystems(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, fs := range fss {
+		err := s.efs.ListAccessPoints(ctx, fs.ID, func(page []efs.AccessPoint) error {
+			for _, ap := range page {
+				if ap.Tags[TagCluster] == "true" && ap.Tags[TagVolumeName] != "" {
+					ids = append(ids, volume.ProvisionedID(ap.FileSystemID, ap.ID))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(ids)
+	start, _ := slices.BinarySearchFunc(ids, after, func(id, token string) int {
+		if id <= token {
+			return -1
+		}
+		return 1
+	})
+	ids = ids[start:]
+	resp := &csi.ListVolumesResponse{}
+	if n := int(req.GetMaxEntries()); n > 0 && len(ids) > n {
+		ids = ids[:n]
+		resp.NextToken = ids[n-1]
+	}
+	for _, id := range ids {
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{Volume: &csi.Volume{VolumeId: id}})
+	}
+	return resp, nil
+}
+
+// canList reports whether ListVolumes can be honest with this EFS client.
+func (s *Service) canList() bool {
+	_, ok := s.efs.(FileSystemLister)
+	return ok
+}
