@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
@@ -20,6 +21,12 @@ var unlimited = map[string]efs.RateLimit{"*": {}}
 // startDriver runs a driver in all modes on a unix socket in front of a
 // fresh emulator, mounting with bind mounts from the emulator's data dir.
 func startDriver(t *testing.T, mut ...func(*Config)) (socket string, emu *emulator.Emulator) {
+	socket, emu, _ = startDriverStop(t, mut...)
+	return socket, emu
+}
+
+// startDriverStop also returns a stop function: cancel (SIGTERM) and wait for Run.
+func startDriverStop(t *testing.T, mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
 	t.Helper()
 	data := t.TempDir()
 	url, emu := emulatortest.Start(t, emulator.Config{DataDir: data, FileSystems: []string{sanityFS}})
@@ -45,16 +52,24 @@ func startDriver(t *testing.T, mut ...func(*Config)) (socket string, emu *emulat
 	case err := <-done:
 		t.Fatalf("driver stopped: %v", err)
 	}
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("driver: %v", err)
 		}
 		if n := d.LocksHeld(); n != 0 {
 			t.Errorf("%d locks held at rest", n)
 		}
 	})
-	return socket, emu
+	return socket, emu, stop
 }
 
 // TestSanity runs the whole csi-sanity suite (Identity, Controller, Node)
