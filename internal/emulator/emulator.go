@@ -146,6 +146,10 @@ func New(cfg Config) (*Emulator, error) {
 	e.faults.setAll(cfg.Faults)
 	for _, id := range cfg.FileSystems {
 		if e.state.hasFileSystem(id) {
+			if err := mkdirFileSystem(dataDir, id); err != nil { // its directory may have been removed
+				_ = st.close()
+				return nil, fmt.Errorf("emulator: %w", err)
+			}
 			continue
 		}
 		rec := fileSystemRec{ID: id, CreationToken: id, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode}

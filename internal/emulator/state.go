@@ -327,8 +327,8 @@ func (ap *accessPoint) visible(now time.Time) bool {
 	return ap.phase != apCreating && !now.Before(ap.visibleAt)
 }
 
-// readyAccessPoint finds a visible access point and waits out a delete in
-// flight; it returns with s.mu held when err is nil.
+// lockReadyAccessPoint finds a committed access point, waiting out a delete
+// in flight; it returns with s.mu held when the error is nil.
 func (s *state) lockReadyAccessPoint(id string) (*accessPoint, *apiError) {
 	for {
 		s.mu.Lock()

@@ -168,13 +168,12 @@ func (s *store) drain() {
 	}
 }
 
-// close waits for queued writers, then closes the file.
+// close refuses new writers and closes the file once the running write
+// transaction ends; writers still queued then get an error.
 func (s *store) close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	// bbolt's Close waits for a running write transaction; writers queued
-	// after it find the database closed and get an error.
 	return s.db.Close()
 }
 
