@@ -461,6 +461,15 @@ func taggableID(r *http.Request) (string, *apiError) {
 	return resourceID("ResourceId", r.PathValue("id"), "fs", "fsap")
 }
 
+func taggableIDAndQuery(r *http.Request) (string, url.Values, *apiError) {
+	id, aerr := taggableID(r)
+	if aerr != nil {
+		return "", nil, aerr
+	}
+	q, aerr := parseQuery(r)
+	return id, q, aerr
+}
+
 func (e *Emulator) decodeTagResource(r *http.Request) (request, *apiError) {
 	id, aerr := taggableID(r)
 	if aerr != nil {
@@ -483,11 +492,7 @@ func (e *Emulator) decodeTagResource(r *http.Request) (request, *apiError) {
 }
 
 func (e *Emulator) decodeUntagResource(r *http.Request) (request, *apiError) {
-	id, aerr := taggableID(r)
-	if aerr != nil {
-		return request{}, aerr
-	}
-	q, aerr := parseQuery(r)
+	id, q, aerr := taggableIDAndQuery(r)
 	if aerr != nil {
 		return request{}, aerr
 	}
@@ -519,11 +524,7 @@ func (e *Emulator) decodeUntagResource(r *http.Request) (request, *apiError) {
 }
 
 func (e *Emulator) decodeListTagsForResource(r *http.Request) (request, *apiError) {
-	id, aerr := taggableID(r)
-	if aerr != nil {
-		return request{}, aerr
-	}
-	q, aerr := parseQuery(r)
+	id, q, aerr := taggableIDAndQuery(r)
 	if aerr != nil {
 		return request{}, aerr
 	}
