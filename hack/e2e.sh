@@ -15,4 +15,4 @@ if [[ -z "${EFS_E2E_BIN_DIR:-}" && -x bin/efs-csi-driver && -x bin/efs-emulator 
 	export EFS_E2E_BIN_DIR="$root/bin"
 fi
 cd test/e2e
-go test -tags e2e -count=1 -timeout 40m -v ./... "$@"
+go test -tags e2e -count=1 -timeout 60m -v ./... "$@"
