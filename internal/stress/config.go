@@ -67,18 +67,19 @@ func (t Toggle) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
 type Config struct {
 	// Target. Embedded starts the emulator and the driver; otherwise
 	// Endpoint names a running driver's socket.
-	Embedded     bool   `json:"embedded"`
-	Endpoint     string `json:"endpoint,omitempty"`      // unix:///path/csi.sock
-	DriverBinary string `json:"driverBinary,omitempty"`  // embedded: efs-csi-driver to run ("" = next to this binary, or PATH)
-	DriverCmd    string `json:"driverCommand,omitempty"` // remote: shell command that runs the driver (for chaos)
-	EFSEndpoint  string `json:"efsEndpoint,omitempty"`   // remote: EFS API for the audit ("" = SDK defaults) and emulator control
-	Region       string `json:"region,omitempty"`
-	FileSystemID string `json:"fileSystemId,omitempty"`
-	MetricsURL   string `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
-	TmpDir       string `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
-	DataDir      string `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
-	Exclusive    bool   `json:"exclusive"`            // every access point on the file system belongs to the run
-	KeepWorkDir  bool   `json:"keepWorkDir,omitempty"`
+	Embedded     bool     `json:"embedded"`
+	Endpoint     string   `json:"endpoint,omitempty"`      // unix:///path/csi.sock
+	DriverBinary string   `json:"driverBinary,omitempty"`  // embedded: efs-csi-driver to run ("" = next to this binary, or PATH)
+	DriverArgs   []string `json:"driverArgs,omitempty"`    // embedded: extra driver flags
+	DriverCmd    string   `json:"driverCommand,omitempty"` // remote: shell command that runs the driver (for chaos)
+	EFSEndpoint  string   `json:"efsEndpoint,omitempty"`   // remote: EFS API for the audit ("" = SDK defaults) and emulator control
+	Region       string   `json:"region,omitempty"`
+	FileSystemID string   `json:"fileSystemId,omitempty"`
+	MetricsURL   string   `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
+	TmpDir       string   `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
+	DataDir      string   `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
+	Exclusive    bool     `json:"exclusive"`            // every access point on the file system belongs to the run
+	KeepWorkDir  bool     `json:"keepWorkDir,omitempty"`
 
 	// Workload.
 	Volumes                int               `json:"volumes"`
@@ -131,7 +132,7 @@ func Default() Config {
 		Region:                 "us-east-1",
 		Volumes:                300,
 		Concurrency:            32,
-		Timeout:                2 * time.Second,
+		Timeout:                10 * time.Second, // external-provisioner's default --timeout
 		BackoffInitial:         workload.DefaultBackoff.Initial,
 		BackoffMax:             workload.DefaultBackoff.Max,
 		DuplicateRate:          0.1,

@@ -65,7 +65,9 @@ func (d *driverProc) start() error {
 	}
 	cmd := exec.Command(d.argv[0], d.argv[1:]...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = d.env, d.out, d.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a stress run that dies (a closed pipe, a kill) must not
+	// leave its driver serving.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start driver %s: %w", d.argv[0], err)
 	}

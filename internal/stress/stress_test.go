@@ -262,7 +262,7 @@ func TestConfigJSONShowsDurationsAndHidesWriters(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	if m["timeout"] != "2s" || m["chaos"] != "true" || m["volumes"] != 300.0 {
+	if m["timeout"] != "10s" || m["chaos"] != "true" || m["volumes"] != 300.0 {
 		t.Errorf("timeout %v chaos %v volumes %v", m["timeout"], m["chaos"], m["volumes"])
 	}
 	for _, k := range []string{"Stdout", "Logger", "endpoint"} { // endpoint is empty: omitted

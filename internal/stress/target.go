@@ -165,6 +165,7 @@ func setupEmbedded(ctx context.Context, cfg *Config, outDir string, onEvent func
 	if t.rootDirDel = os.Geteuid() == 0; t.rootDirDel {
 		argv = append(argv, "--delete-access-point-root-dir")
 	}
+	argv = append(argv, cfg.DriverArgs...)
 	t.driverLog = filepath.Join(outDir, "driver.log")
 	dlog, err := os.Create(t.driverLog)
 	if err != nil {
