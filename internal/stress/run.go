@@ -74,6 +74,11 @@ func (r *run) run(ctx context.Context) (err error) {
 		return err
 	}
 	defer r.t.close()
+	defer func() { // a run cut short must not leave a shared emulator faulty
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = r.setFaults(ctx, nil)
+	}()
 	r.rep.Files.DriverLog = r.t.driverLog
 	if err := waitReady(ctx, r.t.conn, 30*time.Second); err != nil {
 		return err
