@@ -15,4 +15,6 @@ if [[ -z "${EFS_E2E_BIN_DIR:-}" && -x bin/efs-csi-driver && -x bin/efs-emulator 
 	export EFS_E2E_BIN_DIR="$root/bin"
 fi
 cd test/e2e
-go test -tags e2e -count=1 -timeout 60m -v ./... "$@"
+# Helpers' unit tests first; then the suite alone, so that -v output streams.
+go test -count=1 -race ./cluster/... ./manifests/...
+go test -tags e2e -count=1 -timeout 60m -v . "$@"

@@ -37,21 +37,32 @@ const (
 	deleteFromA    = 100 // of the first batch, deleted while the second provisions
 	deleteFromB    = 50  // of the second batch, deleted right after creation
 	scaleNamespace = "e2e-scale"
+	// The scenario restarts the provisioner twice (driver restart, kill); more starts
+	// than this mean it crash-loops.
+	maxProvisionerStarts = 10
 )
 
 // controllerStack is the emulator, the driver and csi-provisioner of one test, started
 // with the arguments the chart gives them in a cluster.
 type controllerStack struct {
-	t           *testing.T
-	s           *suite
-	dir         string
-	endpoint    string // emulator URL
-	socket      string
-	driverArgs  []string
-	provArgs    []string
-	emulator    *cluster.Process
-	driver      *cluster.Process
-	provisioner *cluster.Process
+	t          *testing.T
+	s          *suite
+	dir        string
+	endpoint   string // emulator URL
+	socket     string
+	driverArgs []string
+	provArgs   []string
+	emulator   *cluster.Process
+	driver     *cluster.Process
+
+	// csi-provisioner exits when it loses its connection to the driver, as it does in a
+	// pod, where kubelet restarts the container: supervise restarts it likewise.
+	mu                  sync.Mutex
+	provisioner         *cluster.Process
+	provisionerStarts   int
+	provisionerStartErr error
+	stopSupervisor      chan struct{}
+	supervisorDone      chan struct{}
 }
 
 // The scenario on a real control plane: 200 PVCs at once all get Bound; PVCs are
@@ -120,9 +131,9 @@ func TestProvisioningAtScaleSurvivesRestartsWithoutLeaks(t *testing.T) {
 		n, err := countBound(ctx, s)
 		return n >= firstBatch-deleteFromA+secondBatch/10, err
 	})
-	st.provisioner.Kill()
-	t.Log("provisioner killed (SIGKILL)")
-	st.startProvisioner()
+	killed := st.currentProvisioner()
+	killed.Kill()
+	t.Log("provisioner killed (SIGKILL); the supervisor starts it again as kubelet would")
 	live := firstBatch - deleteFromA + secondBatch - deleteFromB
 	waitFor(ctx, t, "the surviving PVCs bound and the deleted ones' volumes gone", func() (bool, error) {
 		n, err := countBound(ctx, s)
@@ -168,8 +179,9 @@ func TestProvisioningAtScaleSurvivesRestartsWithoutLeaks(t *testing.T) {
 	}
 	phase3 := time.Since(t2)
 	t.Logf("phase 3: %d PVCs deleted, every volume gone in %v", len(rest), phase3.Round(time.Millisecond))
-	t.Logf("access points seen in all: %d, distinct GIDs at every check; whole scenario %v", len(seen), time.Since(start).Round(time.Millisecond))
 	st.checkAlive()
+	t.Logf("access points seen in all: %d, distinct GIDs at every check; csi-provisioner started %d times; whole scenario %v",
+		len(seen), st.starts(), time.Since(start).Round(time.Millisecond))
 }
 
 // startControllerStack starts the emulator, applies the chart's CSIDriver and RBAC and
@@ -246,16 +258,18 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite) *controll
 		"--csi-address=": st.socket,
 	}), "--kubeconfig="+kubeconfig)
 	st.startDriver(ctx)
-	st.startProvisioner()
+	st.supervise()
 	t.Cleanup(func() {
-		if st.provisioner != nil {
-			st.provisioner.Stop(syscall.SIGTERM, 10*time.Second)
+		close(st.stopSupervisor)
+		<-st.supervisorDone
+		if p := st.currentProvisioner(); p != nil {
+			p.Stop(syscall.SIGTERM, 10*time.Second)
 		}
 		if st.driver != nil {
 			st.driver.Stop(syscall.SIGTERM, 45*time.Second)
 		}
 		if t.Failed() {
-			for _, p := range []*cluster.Process{st.emulator, st.driver, st.provisioner} {
+			for _, p := range []*cluster.Process{st.emulator, st.driver, st.currentProvisioner()} {
 				if p != nil {
 					p.Tail(testWriter{t}, 30)
 				}
@@ -312,18 +326,77 @@ func (st *controllerStack) startDriver(ctx context.Context) {
 	}
 }
 
-func (st *controllerStack) startProvisioner() {
+// supervise starts csi-provisioner and starts it again whenever it exits, until
+// stopSupervisor is closed.
+func (st *controllerStack) supervise() {
 	st.t.Helper()
-	p, err := cluster.StartProcess("csi-provisioner", st.s.dir, st.s.comps.CSIProvisioner, nil, st.provArgs...)
-	if err != nil {
+	st.stopSupervisor = make(chan struct{})
+	st.supervisorDone = make(chan struct{})
+	if err := st.startProvisioner(); err != nil {
 		st.t.Fatal(err)
 	}
+	go func() {
+		defer close(st.supervisorDone)
+		var err error
+		for {
+			select {
+			case <-st.currentProvisioner().Done():
+			case <-st.stopSupervisor:
+				return
+			}
+			select {
+			case <-st.stopSupervisor:
+				return
+			default:
+			}
+			if st.starts() >= maxProvisionerStarts {
+				err = fmt.Errorf("csi-provisioner exited %d times; giving up", maxProvisionerStarts)
+			} else {
+				err = st.startProvisioner()
+			}
+			if err != nil {
+				st.mu.Lock()
+				st.provisionerStartErr = err
+				st.mu.Unlock()
+				return
+			}
+		}
+	}()
+}
+
+func (st *controllerStack) startProvisioner() error {
+	p, err := cluster.StartProcess("csi-provisioner", st.s.dir, st.s.comps.CSIProvisioner, nil, st.provArgs...)
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
 	st.provisioner = p
+	st.provisionerStarts++
+	st.mu.Unlock()
+	return nil
+}
+
+func (st *controllerStack) currentProvisioner() *cluster.Process {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.provisioner
+}
+
+func (st *controllerStack) starts() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.provisionerStarts
 }
 
 func (st *controllerStack) checkAlive() {
 	st.t.Helper()
-	for _, p := range []*cluster.Process{st.emulator, st.driver, st.provisioner} {
+	st.mu.Lock()
+	err := st.provisionerStartErr
+	st.mu.Unlock()
+	if err != nil {
+		st.t.Errorf("restarting csi-provisioner: %v", err)
+	}
+	for _, p := range []*cluster.Process{st.emulator, st.driver} {
 		select {
 		case <-p.Done():
 			st.t.Errorf("%s exited during the test; log %s", p.Name, p.LogPath)
