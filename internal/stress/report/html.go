@@ -97,16 +97,25 @@ func timelineSVG(t Timeline, events []Event) string {
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="12" text-anchor="middle">time since start (bucket %gs)</text>`, left+pw/2, h-4, t.BucketSeconds)
 	fmt.Fprintf(&b, `<text x="14" y="%.1f" font-size="12" text-anchor="middle" transform="rotate(-90 14 %.1f)">answers per second</text>`, top+ph/2, top+ph/2)
+	// Phases are full-height lines with staggered labels; kills and crashes
+	// are ticks under the top edge, readable even when there are hundreds.
+	phases := 0
 	for _, e := range events {
-		colour, dash := "#888", "4 3"
-		if e.Kind == "kill" {
-			colour, dash = "#c53030", "2 2"
+		title := fmt.Sprintf("<title>%s %s at %.2fs</title>", esc(e.Kind), esc(e.Note), e.Seconds)
+		if e.Kind != "phase" {
+			fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#c53030" stroke-width="1.5">%s</line>`,
+				x(e.Seconds), x(e.Seconds), top, top+10, title)
+			continue
 		}
-		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="%s"><title>%s %s at %.2fs</title></line>`,
-			x(e.Seconds), x(e.Seconds), top, top+ph, colour, dash, esc(e.Kind), esc(e.Note), e.Seconds)
-		if e.Kind == "phase" {
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" fill="#555">%s</text>`, x(e.Seconds)+3, top+12, esc(e.Note))
+		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#888" stroke-dasharray="4 3">%s</line>`,
+			x(e.Seconds), x(e.Seconds), top, top+ph, title)
+		lx, anchor := x(e.Seconds)+3, "start"
+		if lx > left+pw-100 { // near the right edge: write leftwards
+			lx, anchor = x(e.Seconds)-3, "end"
 		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" fill="#555" text-anchor="%s">%s</text>`,
+			lx, top+24+float64(phases%2)*12, anchor, esc(e.Note))
+		phases++
 	}
 	for i, s := range t.Series {
 		var pts []string
@@ -119,7 +128,7 @@ func timelineSVG(t Timeline, events []Event) string {
 		fmt.Fprintf(&b, `<rect x="%.1f" y="8" width="12" height="12" fill="%s"/><text x="%.1f" y="18" font-size="12">%s</text>`, lx, colour, lx+16, esc(s.Name))
 	}
 	lx := left + 10 + float64(len(t.Series))*170
-	fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="8" y2="20" stroke="#c53030" stroke-dasharray="2 2"/><text x="%.1f" y="18" font-size="12">driver killed</text>`, lx, lx, lx+6)
+	fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="8" y2="18" stroke="#c53030" stroke-width="1.5"/><text x="%.1f" y="18" font-size="12">driver killed</text>`, lx, lx, lx+6)
 	b.WriteString(`</svg>`)
 	return b.String()
 }
