@@ -180,6 +180,7 @@ func TestProvisioningAtScaleSurvivesRestartsWithoutLeaks(t *testing.T) {
 	phase3 := time.Since(t2)
 	t.Logf("phase 3: %d PVCs deleted, every volume gone in %v", len(rest), phase3.Round(time.Millisecond))
 	st.checkAlive()
+	st.logUsage()
 	t.Logf("access points seen in all: %d, distinct GIDs at every check; csi-provisioner started %d times; whole scenario %v",
 		len(seen), st.starts(), time.Since(start).Round(time.Millisecond))
 }
@@ -386,6 +387,21 @@ func (st *controllerStack) starts() int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.provisionerStarts
+}
+
+// logUsage reports peak memory and CPU of the emulator and of the current driver and
+// provisioner processes (since their last start): the figures to size the chart's
+// resource requests from.
+func (st *controllerStack) logUsage() {
+	st.t.Helper()
+	for _, p := range []*cluster.Process{st.driver, st.currentProvisioner(), st.emulator} {
+		u, err := p.Usage()
+		if err != nil {
+			st.t.Logf("usage of %s: %v", p.Name, err)
+			continue
+		}
+		st.t.Logf("usage of %s since its last start: peak RSS %d MiB, CPU %v", p.Name, u.PeakRSS>>20, u.CPU)
+	}
 }
 
 func (st *controllerStack) checkAlive() {

@@ -145,3 +145,25 @@ func logContains(path, s string) func(context.Context) error {
 		return nil
 	}
 }
+
+// A busy child shows CPU time and a resident set: the figures the e2e report sizes
+// resource requests from are read, not zero.
+func TestUsageOfABusyProcess(t *testing.T) {
+	p, err := StartProcess("busy", t.TempDir(), "/bin/sh", nil, "-c", `i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; echo "fin""ished"; exec sleep 60`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx, logContains(p.LogPath, "finished")); err != nil {
+		t.Fatal(err)
+	}
+	u, err := p.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PeakRSS == 0 || u.CPU == 0 {
+		t.Errorf("usage = %+v, want non-zero memory and CPU", u)
+	}
+}

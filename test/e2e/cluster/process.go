@@ -150,3 +150,51 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Usage is what a running process has used so far, for sizing resource requests.
+type Usage struct {
+	PeakRSS uint64        // bytes (VmHWM)
+	CPU     time.Duration // user + system
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times: 100 on every Linux
+// architecture Go supports.
+const clockTicks = 100
+
+// Usage reads the process's peak resident memory and CPU time from /proc.
+func (p *Process) Usage() (Usage, error) {
+	var u Usage
+	pid := p.cmd.Process.Pid
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb uint64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil {
+				return u, fmt.Errorf("VmHWM %q: %w", rest, err)
+			}
+			u.PeakRSS = kb * 1024
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, err
+	}
+	// Fields after the command name (which may hold spaces) start at state, field 3;
+	// utime and stime are fields 14 and 15.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(fields) < 13 {
+		return u, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	var utime, stime uint64
+	if _, err := fmt.Sscan(fields[11], &utime); err != nil {
+		return u, err
+	}
+	if _, err := fmt.Sscan(fields[12], &stime); err != nil {
+		return u, err
+	}
+	u.CPU = time.Duration(utime+stime) * time.Second / clockTicks
+	return u, nil
+}
