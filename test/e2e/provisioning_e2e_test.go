@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,53 +15,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/efs"
 	efstypes "github.com/aws/aws-sdk-go-v2/service/efs/types"
-	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/efs-csi/efs-csi-driver/test/e2e/cluster"
-	"github.com/efs-csi/efs-csi-driver/test/e2e/manifests"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 const (
-	fileSystemID   = "fs-0123456789abcdef0" // the example StorageClass names it
-	storageClass   = "efs-sc"
-	controllerSA   = "efs-csi-controller-sa"
-	firstBatch     = 200
-	secondBatch    = 100
-	deleteFromA    = 100 // of the first batch, deleted while the second provisions
-	deleteFromB    = 50  // of the second batch, deleted right after creation
-	scaleNamespace = "e2e-scale"
-	// The scenario restarts the provisioner twice (driver restart, kill); more starts
-	// than this mean it crash-loops.
-	maxProvisionerStarts = 10
+	storageClass = "efs-sc"
+	firstBatch   = 200
+	secondBatch  = 100
+	deleteFromA  = 100 // of the first batch, deleted while the second provisions
+	deleteFromB  = 50  // of the second batch, deleted right after creation
+	overlapPVCs  = 100
 )
-
-// controllerStack is the emulator, the driver and csi-provisioner of one test, started
-// with the arguments the chart gives them in a cluster.
-type controllerStack struct {
-	t          *testing.T
-	s          *suite
-	dir        string
-	endpoint   string // emulator URL
-	socket     string
-	driverArgs []string
-	provArgs   []string
-	emulator   *cluster.Process
-	driver     *cluster.Process
-
-	// csi-provisioner exits when it loses its connection to the driver, as it does in a
-	// pod, where kubelet restarts the container: supervise restarts it likewise.
-	mu                  sync.Mutex
-	provisioner         *cluster.Process
-	provisionerStarts   int
-	provisionerStartErr error
-	stopSupervisor      chan struct{}
-	supervisorDone      chan struct{}
-}
 
 // The scenario on a real control plane: 200 PVCs at once all get Bound; PVCs are
 // deleted while others are still provisioning; the driver restarts and the provisioner is
@@ -75,350 +41,95 @@ func TestProvisioningAtScaleSurvivesRestartsWithoutLeaks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	st := startControllerStack(ctx, t, s)
-	kube := s.cluster.Client
+	st := startControllerStack(ctx, t, s, stackOptions{replicas: 1, leaderElection: true})
+	r := st.replicas[0]
+	ns := newNamespace(ctx, t, s, "e2e-scale")
 	efsc := efsClient(st.endpoint)
-
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNamespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pvcs := kube.CoreV1().PersistentVolumeClaims(scaleNamespace)
 	nameA := func(i int) string { return fmt.Sprintf("a-%03d", i) }
 	nameB := func(i int) string { return fmt.Sprintf("b-%03d", i) }
 
 	// Phase 1: 200 PVCs at once; the driver restarts (SIGTERM, graceful) once a third of
 	// them is bound, with the rest in flight.
 	t0 := time.Now()
-	createPVCs(ctx, t, s, firstBatch, nameA)
+	ns.create(ctx, t, firstBatch, nameA)
 	waitFor(ctx, t, "a third of the first batch bound", func() (bool, error) {
-		n, err := countBound(ctx, s)
+		n, err := ns.bound(ctx)
 		return n >= firstBatch/3, err
 	})
-	took, graceful := st.driver.Stop(syscall.SIGTERM, 45*time.Second)
+	took, graceful := r.driver.Stop(syscall.SIGTERM, 45*time.Second)
 	t.Logf("driver stopped on SIGTERM in %v (graceful: %v)", took.Round(time.Millisecond), graceful)
 	if !graceful {
 		t.Errorf("the driver did not exit within 45 s of SIGTERM")
 	}
-	st.startDriver(ctx)
+	r.startDriver(ctx)
 	waitFor(ctx, t, "all of the first batch bound", func() (bool, error) {
-		n, err := countBound(ctx, s)
+		n, err := ns.bound(ctx)
 		return n == firstBatch, err
 	})
-	phase1 := time.Since(t0)
-	t.Logf("phase 1: %d PVCs bound in %v (driver restarted once)", firstBatch, phase1.Round(time.Millisecond))
+	t.Logf("phase 1: %d PVCs bound in %v (driver restarted once)", firstBatch, time.Since(t0).Round(time.Millisecond))
 	seen := map[string]int32{} // access point -> GID, over the whole run
 	checkAccessPoints(ctx, t, s, efsc, seen, firstBatch)
 
 	// Phase 2: 100 more at once; right away half of the first batch and half of the new
 	// one are deleted, the latter mostly before they are provisioned. The provisioner is
-	// killed (SIGKILL: it loses its in-flight memory) in the middle and started again.
+	// killed (SIGKILL: it loses its in-flight memory) in the middle; the replica starts it
+	// again as kubelet would.
 	t1 := time.Now()
-	createPVCs(ctx, t, s, secondBatch, nameB)
-	pendingAtDelete := 0
-	for i := range deleteFromB {
-		pvc, err := pvcs.Get(ctx, nameB(i), metav1.GetOptions{})
-		if err == nil && pvc.Status.Phase != corev1.ClaimBound {
-			pendingAtDelete++
-		}
-	}
-	deletePVCs(ctx, t, s, deleteFromB, nameB)
-	deletePVCs(ctx, t, s, deleteFromA, nameA)
+	ns.create(ctx, t, secondBatch, nameB)
+	pendingAtDelete := ns.pending(ctx, deleteFromB, nameB)
+	ns.delete(ctx, t, deleteFromB, nameB)
+	ns.delete(ctx, t, deleteFromA, nameA)
 	t.Logf("phase 2: deleted %d + %d PVCs; %d of the second batch's deleted ones were not bound yet", deleteFromA, deleteFromB, pendingAtDelete)
 	if pendingAtDelete == 0 {
 		t.Log("note: every deleted PVC of the second batch was already bound: the in-flight deletion case was not exercised this time")
 	}
 	waitFor(ctx, t, "a tenth of the second batch bound", func() (bool, error) {
-		n, err := countBound(ctx, s)
+		n, err := ns.bound(ctx)
 		return n >= firstBatch-deleteFromA+secondBatch/10, err
 	})
-	killed := st.currentProvisioner()
-	killed.Kill()
-	t.Log("provisioner killed (SIGKILL); the supervisor starts it again as kubelet would")
+	r.currentProvisioner().Kill()
+	t.Log("provisioner killed (SIGKILL)")
 	live := firstBatch - deleteFromA + secondBatch - deleteFromB
-	waitFor(ctx, t, "the surviving PVCs bound and the deleted ones' volumes gone", func() (bool, error) {
-		n, err := countBound(ctx, s)
-		if err != nil || n != live {
-			return false, err
-		}
-		pvs, err := countPVs(ctx, s)
-		return pvs == live, err
-	})
-	phase2 := time.Since(t1)
-	t.Logf("phase 2: %d live volumes in %v (provisioner killed once)", live, phase2.Round(time.Millisecond))
+	ns.waitLive(ctx, t, live)
+	t.Logf("phase 2: %d live volumes in %v (provisioner killed once)", live, time.Since(t1).Round(time.Millisecond))
 	checkAccessPoints(ctx, t, s, efsc, seen, live)
 
 	// Phase 3: delete the rest; every volume and access point must go.
 	t2 := time.Now()
-	var rest []string
-	list, err := pvcs.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range list.Items {
-		rest = append(rest, p.Name)
-	}
-	deletePVCs(ctx, t, s, len(rest), func(i int) string { return rest[i] })
-	waitFor(ctx, t, "every PVC and PV gone", func() (bool, error) {
-		left, err := pvcs.List(ctx, metav1.ListOptions{})
-		if err != nil || len(left.Items) > 0 {
-			return false, err
-		}
-		n, err := countPVs(ctx, s)
-		return n == 0, err
-	})
-	// DeleteVolume returned before each PV went, but a CreateVolume that the provisioner
-	// abandoned (killed, or its PVC deleted) may still finish: give the access point count
-	// time to settle before calling what is left a leak.
-	var leaked []efstypes.AccessPointDescription
-	waitForOrTimeout(ctx, 90*time.Second, func() (bool, error) {
-		leaked, err = accessPoints(ctx, efsc)
-		return len(leaked) == 0, err
-	})
-	for _, ap := range leaked {
-		t.Errorf("access point leaked: %s root %s tags %v", aws.ToString(ap.AccessPointId), rootPath(ap), tagMap(ap.Tags))
-	}
-	phase3 := time.Since(t2)
-	t.Logf("phase 3: %d PVCs deleted, every volume gone in %v", len(rest), phase3.Round(time.Millisecond))
+	n := ns.deleteAll(ctx, t)
+	waitNoLeaks(ctx, t, s, efsc)
+	t.Logf("phase 3: %d PVCs deleted, every volume gone in %v", n, time.Since(t2).Round(time.Millisecond))
 	st.checkAlive()
 	st.logUsage()
 	t.Logf("access points seen in all: %d, distinct GIDs at every check; csi-provisioner started %d times; whole scenario %v",
-		len(seen), st.starts(), time.Since(start).Round(time.Millisecond))
+		len(seen), r.starts(), time.Since(start).Round(time.Millisecond))
 }
 
-// startControllerStack starts the emulator, applies the chart's CSIDriver and RBAC and
-// the example StorageClass for real, and starts the driver and csi-provisioner with the
-// chart Deployment's arguments (local socket, kubeconfig and ports substituted).
-func startControllerStack(ctx context.Context, t *testing.T, s *suite) *controllerStack {
-	t.Helper()
-	st := &controllerStack{t: t, s: s, dir: t.TempDir()}
-	st.socket = filepath.Join(st.dir, "csi.sock")
-
-	port, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
-	st.emulator, err = cluster.StartProcess("efs-emulator", s.dir, filepath.Join(s.bins, "efs-emulator"), nil,
-		fmt.Sprintf("--listen=127.0.0.1:%d", port), "--data-dir="+filepath.Join(st.dir, "efs"), "--file-system="+fileSystemID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.emulator.Stop(syscall.SIGTERM, 10*time.Second) })
+// Two controller replicas both active at once, as during a leader election handover, with
+// no election at all (the worst case: both provisioners act on every PVC and both drivers
+// get every CreateVolume and DeleteVolume), serving one file system: each PVC still gets
+// exactly one access point, no GID is given twice, and nothing is left after deletion.
+func TestTwoActiveControllersNeitherLeakNorDuplicate(t *testing.T) {
+	s := env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	st := startControllerStack(ctx, t, s, stackOptions{replicas: 2, leaderElection: false})
+	ns := newNamespace(ctx, t, s, "e2e-overlap")
 	efsc := efsClient(st.endpoint)
-	if err := st.emulator.WaitReady(ctx, func(ctx context.Context) error {
-		_, err := efsc.DescribeFileSystems(ctx, &efs.DescribeFileSystemsInput{FileSystemId: aws.String(fileSystemID)})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	name := func(i int) string { return fmt.Sprintf("o-%03d", i) }
 
-	base, err := manifests.Kustomization(filepath.Join(s.repo, "deploy", "kubernetes", "base"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	examples, err := manifests.Files(filepath.Join(s.repo, "deploy", "kubernetes", "examples", "storageclass.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := newApplier(t, s)
-	var deployment *unstructured.Unstructured
-	for _, obj := range append(base, examples...) {
-		switch obj.GetKind() {
-		case "CSIDriver", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "StorageClass":
-			if err := a.apply(ctx, obj, false); err != nil {
-				t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
-			}
-		case "Deployment":
-			deployment = obj
-		}
-	}
-	if deployment == nil {
-		t.Fatal("deploy/kubernetes/base has no controller Deployment")
-	}
+	ns.create(ctx, t, overlapPVCs, name)
+	ns.waitLive(ctx, t, overlapPVCs)
+	t.Logf("%d PVCs bound by two active controllers in %v", overlapPVCs, time.Since(start).Round(time.Millisecond))
+	checkAccessPoints(ctx, t, s, efsc, map[string]int32{}, overlapPVCs)
 
-	// The provisioner acts as the chart's controller service account: if the ClusterRole
-	// lacks a permission, volumes do not get provisioned and this test fails.
-	tok, err := s.cluster.Client.CoreV1().ServiceAccounts(releaseNamespace).CreateToken(ctx, controllerSA,
-		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: aws.Int64(3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := s.cluster.WriteKubeconfig(controllerSA, tok.Status.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsPort, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.driverArgs = containerArgs(t, deployment, "efs-plugin", map[string]string{
-		"--endpoint=":        "unix://" + st.socket,
-		"--metrics-address=": fmt.Sprintf("127.0.0.1:%d", metricsPort),
-	})
-	st.provArgs = append(containerArgs(t, deployment, "csi-provisioner", map[string]string{
-		"--csi-address=": st.socket,
-	}), "--kubeconfig="+kubeconfig)
-	st.startDriver(ctx)
-	st.supervise()
-	t.Cleanup(func() {
-		close(st.stopSupervisor)
-		<-st.supervisorDone
-		if p := st.currentProvisioner(); p != nil {
-			p.Stop(syscall.SIGTERM, 10*time.Second)
-		}
-		if st.driver != nil {
-			st.driver.Stop(syscall.SIGTERM, 45*time.Second)
-		}
-		if t.Failed() {
-			for _, p := range []*cluster.Process{st.emulator, st.driver, st.currentProvisioner()} {
-				if p != nil {
-					p.Tail(testWriter{t}, 30)
-				}
-			}
-		}
-	})
-	return st
-}
-
-// containerArgs returns the args of one container of the Deployment, with the value of
-// each flag prefix in replace substituted and $(NODE_NAME) filled in.
-func containerArgs(t *testing.T, deployment *unstructured.Unstructured, name string, replace map[string]string) []string {
-	t.Helper()
-	containers, _, err := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "containers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range containers {
-		cm, _ := c.(map[string]any)
-		if cm["name"] != name {
-			continue
-		}
-		raw, _, _ := unstructured.NestedStringSlice(cm, "args")
-		args := make([]string, 0, len(raw))
-		for _, a := range raw {
-			for prefix, v := range replace {
-				if strings.HasPrefix(a, prefix) {
-					a = prefix + v
-				}
-			}
-			args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", "e2e-node"))
-		}
-		return args
-	}
-	t.Fatalf("the controller Deployment has no container %q", name)
-	return nil
-}
-
-func (st *controllerStack) startDriver(ctx context.Context) {
-	st.t.Helper()
-	p, err := cluster.StartProcess("efs-csi-driver", st.s.dir, filepath.Join(st.s.bins, "efs-csi-driver"), emulatorEnv(st.endpoint), st.driverArgs...)
-	if err != nil {
-		st.t.Fatal(err)
-	}
-	st.driver = p
-	if err := p.WaitReady(ctx, func(context.Context) error {
-		c, err := net.Dial("unix", st.socket)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}); err != nil {
-		st.t.Fatal(err)
-	}
-}
-
-// supervise starts csi-provisioner and starts it again whenever it exits, until
-// stopSupervisor is closed.
-func (st *controllerStack) supervise() {
-	st.t.Helper()
-	st.stopSupervisor = make(chan struct{})
-	st.supervisorDone = make(chan struct{})
-	if err := st.startProvisioner(); err != nil {
-		st.t.Fatal(err)
-	}
-	go func() {
-		defer close(st.supervisorDone)
-		var err error
-		for {
-			select {
-			case <-st.currentProvisioner().Done():
-			case <-st.stopSupervisor:
-				return
-			}
-			select {
-			case <-st.stopSupervisor:
-				return
-			default:
-			}
-			if st.starts() >= maxProvisionerStarts {
-				err = fmt.Errorf("csi-provisioner exited %d times; giving up", maxProvisionerStarts)
-			} else {
-				err = st.startProvisioner()
-			}
-			if err != nil {
-				st.mu.Lock()
-				st.provisionerStartErr = err
-				st.mu.Unlock()
-				return
-			}
-		}
-	}()
-}
-
-func (st *controllerStack) startProvisioner() error {
-	p, err := cluster.StartProcess("csi-provisioner", st.s.dir, st.s.comps.CSIProvisioner, nil, st.provArgs...)
-	if err != nil {
-		return err
-	}
-	st.mu.Lock()
-	st.provisioner = p
-	st.provisionerStarts++
-	st.mu.Unlock()
-	return nil
-}
-
-func (st *controllerStack) currentProvisioner() *cluster.Process {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.provisioner
-}
-
-func (st *controllerStack) starts() int {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.provisionerStarts
-}
-
-// logUsage reports peak memory and CPU of the emulator and of the current driver and
-// provisioner processes (since their last start): the figures to size the chart's
-// resource requests from.
-func (st *controllerStack) logUsage() {
-	st.t.Helper()
-	for _, p := range []*cluster.Process{st.driver, st.currentProvisioner(), st.emulator} {
-		u, err := p.Usage()
-		if err != nil {
-			st.t.Logf("usage of %s: %v", p.Name, err)
-			continue
-		}
-		st.t.Logf("usage of %s since its last start: peak RSS %d MiB, CPU %v", p.Name, u.PeakRSS>>20, u.CPU)
-	}
-}
-
-func (st *controllerStack) checkAlive() {
-	st.t.Helper()
-	st.mu.Lock()
-	err := st.provisionerStartErr
-	st.mu.Unlock()
-	if err != nil {
-		st.t.Errorf("restarting csi-provisioner: %v", err)
-	}
-	for _, p := range []*cluster.Process{st.emulator, st.driver} {
-		select {
-		case <-p.Done():
-			st.t.Errorf("%s exited during the test; log %s", p.Name, p.LogPath)
-		default:
-		}
-	}
+	t1 := time.Now()
+	ns.deleteAll(ctx, t)
+	waitNoLeaks(ctx, t, s, efsc)
+	t.Logf("every volume gone in %v", time.Since(t1).Round(time.Millisecond))
+	st.checkAlive()
+	st.logUsage()
 }
 
 // checkAccessPoints compares the file system's access points with the PVs: as many as
@@ -491,11 +202,30 @@ func accessPoints(ctx context.Context, c *efs.Client) ([]efstypes.AccessPointDes
 	return out, nil
 }
 
-func createPVCs(ctx context.Context, t *testing.T, s *suite, n int, name func(int) string) {
+// namespace is a test's own namespace of PVCs on the example StorageClass.
+type namespace struct {
+	s    *suite
+	name string
+}
+
+func newNamespace(ctx context.Context, t *testing.T, s *suite, name string) *namespace {
+	t.Helper()
+	if _, err := s.cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &namespace{s: s, name: name}
+}
+
+func (ns *namespace) pvcs() typedcorev1.PersistentVolumeClaimInterface {
+	return ns.s.cluster.Client.CoreV1().PersistentVolumeClaims(ns.name)
+}
+
+// create makes PVCs name(0..n-1) at once.
+func (ns *namespace) create(ctx context.Context, t *testing.T, n int, name func(int) string) {
 	t.Helper()
 	parallel(t, n, func(i int) error {
 		pvc := &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: scaleNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: ns.name},
 			Spec: corev1.PersistentVolumeClaimSpec{
 				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 				StorageClassName: aws.String(storageClass),
@@ -504,20 +234,100 @@ func createPVCs(ctx context.Context, t *testing.T, s *suite, n int, name func(in
 				},
 			},
 		}
-		_, err := s.cluster.Client.CoreV1().PersistentVolumeClaims(scaleNamespace).Create(ctx, pvc, metav1.CreateOptions{})
+		_, err := ns.pvcs().Create(ctx, pvc, metav1.CreateOptions{})
 		return err
 	})
 }
 
-func deletePVCs(ctx context.Context, t *testing.T, s *suite, n int, name func(int) string) {
+// delete deletes PVCs name(0..n-1) at once.
+func (ns *namespace) delete(ctx context.Context, t *testing.T, n int, name func(int) string) {
 	t.Helper()
 	parallel(t, n, func(i int) error {
-		err := s.cluster.Client.CoreV1().PersistentVolumeClaims(scaleNamespace).Delete(ctx, name(i), metav1.DeleteOptions{})
+		err := ns.pvcs().Delete(ctx, name(i), metav1.DeleteOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return err
 	})
+}
+
+// deleteAll deletes every PVC left in the namespace and returns how many.
+func (ns *namespace) deleteAll(ctx context.Context, t *testing.T) int {
+	t.Helper()
+	list, err := ns.pvcs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	ns.delete(ctx, t, len(names), func(i int) string { return names[i] })
+	return len(names)
+}
+
+// pending counts how many of PVCs name(0..n-1) are not bound.
+func (ns *namespace) pending(ctx context.Context, n int, name func(int) string) int {
+	pending := 0
+	for i := range n {
+		pvc, err := ns.pvcs().Get(ctx, name(i), metav1.GetOptions{})
+		if err == nil && pvc.Status.Phase != corev1.ClaimBound {
+			pending++
+		}
+	}
+	return pending
+}
+
+func (ns *namespace) bound(ctx context.Context) (int, error) {
+	list, err := ns.pvcs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.ClaimBound {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// waitLive waits until live PVCs are bound and exactly as many PVs exist (the volumes
+// of deleted PVCs are gone).
+func (ns *namespace) waitLive(ctx context.Context, t *testing.T, live int) {
+	t.Helper()
+	waitFor(ctx, t, fmt.Sprintf("%d PVCs bound and as many PVs", live), func() (bool, error) {
+		n, err := ns.bound(ctx)
+		if err != nil || n != live {
+			return false, err
+		}
+		pvs, err := countPVs(ctx, ns.s)
+		return pvs == live, err
+	})
+}
+
+// waitNoLeaks waits until no PV is left, then until no access point is: DeleteVolume
+// returned before each PV went, but a CreateVolume that a provisioner abandoned (killed,
+// or its PVC deleted) may still finish, so the access point count gets time to settle
+// before what is left is called a leak.
+func waitNoLeaks(ctx context.Context, t *testing.T, s *suite, c *efs.Client) {
+	t.Helper()
+	waitFor(ctx, t, "every PV gone", func() (bool, error) {
+		n, err := countPVs(ctx, s)
+		return n == 0, err
+	})
+	var leaked []efstypes.AccessPointDescription
+	var err error
+	waitForOrTimeout(ctx, 90*time.Second, func() (bool, error) {
+		leaked, err = accessPoints(ctx, c)
+		return len(leaked) == 0, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ap := range leaked {
+		t.Errorf("access point leaked: %s root %s tags %v", aws.ToString(ap.AccessPointId), rootPath(ap), tagMap(ap.Tags))
+	}
 }
 
 // parallel runs f(0..n-1) with up to 50 at once, as a burst of kubectl users would.
@@ -547,20 +357,6 @@ func parallel(t *testing.T, n int, f func(int) error) {
 	if len(errs) > 0 {
 		t.FailNow()
 	}
-}
-
-func countBound(ctx context.Context, s *suite) (int, error) {
-	list, err := s.cluster.Client.CoreV1().PersistentVolumeClaims(scaleNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, p := range list.Items {
-		if p.Status.Phase == corev1.ClaimBound {
-			n++
-		}
-	}
-	return n, nil
 }
 
 func countPVs(ctx context.Context, s *suite) (int, error) {

@@ -1,0 +1,335 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/efs"
+	authv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/efs-csi/efs-csi-driver/test/e2e/cluster"
+	"github.com/efs-csi/efs-csi-driver/test/e2e/manifests"
+)
+
+const (
+	fileSystemID = "fs-0123456789abcdef0" // the example StorageClass names it
+	controllerSA = "efs-csi-controller-sa"
+	// A scenario restarts a provisioner at most a few times (driver restart, kill); more
+	// starts than this mean it crash-loops.
+	maxProvisionerStarts = 10
+)
+
+// controllerStack is one EFS emulator and the controller replicas serving it, each a
+// driver and a csi-provisioner started with the arguments the chart gives them.
+type controllerStack struct {
+	t        *testing.T
+	s        *suite
+	endpoint string // emulator URL
+	emulator *cluster.Process
+	replicas []*replica
+}
+
+// replica is one controller pod: the driver and its csi-provisioner on a socket of their
+// own. csi-provisioner exits when it loses its connection to the driver, as it does in a
+// pod, where kubelet restarts the container: the replica restarts it likewise.
+type replica struct {
+	t          *testing.T
+	s          *suite
+	name       string
+	socket     string
+	endpoint   string
+	driverArgs []string
+	provArgs   []string
+	driver     *cluster.Process
+
+	mu                  sync.Mutex
+	provisioner         *cluster.Process
+	provisionerStarts   int
+	provisionerStartErr error
+	stopSupervisor      chan struct{}
+	supervisorDone      chan struct{}
+}
+
+type stackOptions struct {
+	replicas int
+	// leaderElection false strips the provisioners' --leader-election flags: every
+	// replica then acts on every PVC, the worst case of two leaders overlapping.
+	leaderElection bool
+}
+
+// startControllerStack starts the emulator, applies the chart's CSIDriver and RBAC and
+// the example StorageClass for real, and starts the replicas with the chart Deployment's
+// arguments (local sockets, kubeconfig and ports substituted).
+func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stackOptions) *controllerStack {
+	t.Helper()
+	dir := t.TempDir()
+	st := &controllerStack{t: t, s: s}
+	port, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
+	st.emulator, err = cluster.StartProcess("efs-emulator", s.dir, filepath.Join(s.bins, "efs-emulator"), nil,
+		fmt.Sprintf("--listen=127.0.0.1:%d", port), "--data-dir="+filepath.Join(dir, "efs"), "--file-system="+fileSystemID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	efsc := efsClient(st.endpoint)
+	if err := st.emulator.WaitReady(ctx, func(ctx context.Context) error {
+		_, err := efsc.DescribeFileSystems(ctx, &efs.DescribeFileSystemsInput{FileSystemId: aws.String(fileSystemID)})
+		return err
+	}); err != nil {
+		st.emulator.Kill()
+		t.Fatal(err)
+	}
+
+	deployment := applyControllerObjects(ctx, t, s)
+	// The provisioners act as the chart's controller service account: if the ClusterRole
+	// lacks a permission, volumes do not get provisioned and the test fails.
+	tok, err := s.cluster.Client.CoreV1().ServiceAccounts(releaseNamespace).CreateToken(ctx, controllerSA,
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: aws.Int64(3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := s.cluster.WriteKubeconfig(controllerSA, tok.Status.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stop in reverse: replicas, then the emulator; show the logs of a failed test.
+	t.Cleanup(func() {
+		for _, r := range st.replicas {
+			r.stop()
+		}
+		st.emulator.Stop(syscall.SIGTERM, 10*time.Second)
+		if t.Failed() {
+			st.emulator.Tail(testWriter{t}, 30)
+			for _, r := range st.replicas {
+				r.driver.Tail(testWriter{t}, 30)
+				r.currentProvisioner().Tail(testWriter{t}, 30)
+			}
+		}
+	})
+	for i := range opts.replicas {
+		metricsPort, err := cluster.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &replica{t: t, s: s, name: fmt.Sprintf("%d", i), socket: filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i)), endpoint: st.endpoint}
+		r.driverArgs = containerArgs(t, deployment, "efs-plugin", map[string]string{
+			"--endpoint=":        "unix://" + r.socket,
+			"--metrics-address=": fmt.Sprintf("127.0.0.1:%d", metricsPort),
+		})
+		r.provArgs = append(containerArgs(t, deployment, "csi-provisioner", map[string]string{
+			"--csi-address=": r.socket,
+		}), "--kubeconfig="+kubeconfig)
+		if !opts.leaderElection {
+			r.provArgs = slices.DeleteFunc(r.provArgs, func(a string) bool { return strings.HasPrefix(a, "--leader-election") })
+		}
+		st.replicas = append(st.replicas, r)
+		r.startDriver(ctx)
+		r.supervise()
+	}
+	return st
+}
+
+// applyControllerObjects applies, for real, what the controller needs from the kustomize
+// base (CSIDriver, service account, RBAC) and the example StorageClass, and returns the
+// controller Deployment whose container arguments the replicas run with.
+func applyControllerObjects(ctx context.Context, t *testing.T, s *suite) *unstructured.Unstructured {
+	t.Helper()
+	base, err := manifests.Kustomization(filepath.Join(s.repo, "deploy", "kubernetes", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples, err := manifests.Files(filepath.Join(s.repo, "deploy", "kubernetes", "examples", "storageclass.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newApplier(t, s)
+	var deployment *unstructured.Unstructured
+	for _, obj := range append(base, examples...) {
+		switch obj.GetKind() {
+		case "CSIDriver", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "StorageClass":
+			if err := a.apply(ctx, obj, false); err != nil {
+				t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
+			}
+		case "Deployment":
+			deployment = obj
+		}
+	}
+	if deployment == nil {
+		t.Fatal("deploy/kubernetes/base has no controller Deployment")
+	}
+	return deployment
+}
+
+// containerArgs returns the args of one container of the Deployment, with the value of
+// each flag prefix in replace substituted and $(NODE_NAME) filled in.
+func containerArgs(t *testing.T, deployment *unstructured.Unstructured, name string, replace map[string]string) []string {
+	t.Helper()
+	containers, _, err := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "containers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range containers {
+		cm, _ := c.(map[string]any)
+		if cm["name"] != name {
+			continue
+		}
+		raw, _, _ := unstructured.NestedStringSlice(cm, "args")
+		args := make([]string, 0, len(raw))
+		for _, a := range raw {
+			for prefix, v := range replace {
+				if strings.HasPrefix(a, prefix) {
+					a = prefix + v
+				}
+			}
+			args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", "e2e-node"))
+		}
+		return args
+	}
+	t.Fatalf("the controller Deployment has no container %q", name)
+	return nil
+}
+
+// startDriver starts the replica's driver and waits until its socket answers.
+func (r *replica) startDriver(ctx context.Context) {
+	r.t.Helper()
+	p, err := cluster.StartProcess("efs-csi-driver-"+r.name, r.s.dir, filepath.Join(r.s.bins, "efs-csi-driver"), emulatorEnv(r.endpoint), r.driverArgs...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.driver = p
+	if err := p.WaitReady(ctx, func(context.Context) error {
+		c, err := net.Dial("unix", r.socket)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// supervise starts csi-provisioner and starts it again whenever it exits, until stop.
+func (r *replica) supervise() {
+	r.t.Helper()
+	r.stopSupervisor = make(chan struct{})
+	r.supervisorDone = make(chan struct{})
+	if err := r.startProvisioner(); err != nil {
+		r.t.Fatal(err)
+	}
+	go func() {
+		defer close(r.supervisorDone)
+		for {
+			select {
+			case <-r.currentProvisioner().Done():
+			case <-r.stopSupervisor:
+				return
+			}
+			select {
+			case <-r.stopSupervisor:
+				return
+			default:
+			}
+			var err error
+			if r.starts() >= maxProvisionerStarts {
+				err = fmt.Errorf("csi-provisioner exited %d times; giving up", maxProvisionerStarts)
+			} else {
+				err = r.startProvisioner()
+			}
+			if err != nil {
+				r.mu.Lock()
+				r.provisionerStartErr = err
+				r.mu.Unlock()
+				return
+			}
+		}
+	}()
+}
+
+func (r *replica) startProvisioner() error {
+	p, err := cluster.StartProcess("csi-provisioner-"+r.name, r.s.dir, r.s.comps.CSIProvisioner, nil, r.provArgs...)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.provisioner = p
+	r.provisionerStarts++
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *replica) currentProvisioner() *cluster.Process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.provisioner
+}
+
+func (r *replica) starts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.provisionerStarts
+}
+
+func (r *replica) stop() {
+	close(r.stopSupervisor)
+	<-r.supervisorDone
+	r.currentProvisioner().Stop(syscall.SIGTERM, 10*time.Second)
+	r.driver.Stop(syscall.SIGTERM, 45*time.Second)
+}
+
+// checkAlive fails the test if the emulator or a driver died, or a provisioner could
+// not be kept running.
+func (st *controllerStack) checkAlive() {
+	st.t.Helper()
+	procs := []*cluster.Process{st.emulator}
+	for _, r := range st.replicas {
+		r.mu.Lock()
+		err := r.provisionerStartErr
+		r.mu.Unlock()
+		if err != nil {
+			st.t.Errorf("replica %s: restarting csi-provisioner: %v", r.name, err)
+		}
+		procs = append(procs, r.driver)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.Done():
+			st.t.Errorf("%s exited during the test; log %s", p.Name, p.LogPath)
+		default:
+		}
+	}
+}
+
+// logUsage reports peak memory and CPU of the emulator and of the current driver and
+// provisioner processes (since their last start): the figures to size the chart's
+// resource requests from.
+func (st *controllerStack) logUsage() {
+	st.t.Helper()
+	procs := []*cluster.Process{st.emulator}
+	for _, r := range st.replicas {
+		procs = append(procs, r.driver, r.currentProvisioner())
+	}
+	for _, p := range procs {
+		u, err := p.Usage()
+		if err != nil {
+			st.t.Logf("usage of %s: %v", p.Name, err)
+			continue
+		}
+		st.t.Logf("usage of %s since its last start: peak RSS %d MiB, CPU %v", p.Name, u.PeakRSS>>20, u.CPU)
+	}
+}
