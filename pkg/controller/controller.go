@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,10 @@ const (
 	TagVolumeName = "efs.csi.aws.com/volume-name" // the CO's volume name: how Delete finds the Create to exclude
 	TagCapacity   = "efs.csi.aws.com/capacity"    // requested bytes: a repeat with another size is incompatible
 	TagBasePath   = "efs.csi.aws.com/base-path"   // the class's basePath: never removed as a root directory
+	// The claim the volume was provisioned for (--extra-create-metadata):
+	// the orphan collector asks Kubernetes whether it still exists.
+	TagClaimName      = "efs.csi.aws.com/pvc-name"
+	TagClaimNamespace = "efs.csi.aws.com/pvc-namespace"
 )
 
 // Errors this package adds to the sentinels of pkg/efs, pkg/volume, pkg/gid and
@@ -117,7 +122,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("controller: deleting root directories needs a file system mounter")
 	}
 	for k := range cfg.Tags {
-		if k == TagCluster || k == TagVolumeName || k == TagCapacity || k == TagBasePath {
+		if strings.HasPrefix(k, "efs.csi.aws.com/") {
 			return nil, fmt.Errorf("controller: tag %q is reserved for the driver", k)
 		}
 	}

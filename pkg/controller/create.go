@@ -90,6 +90,9 @@ func (s *Service) plan(req *csi.CreateVolumeRequest) (*plan, error) {
 	if params.BasePath != "" {
 		tags[TagBasePath] = params.BasePath
 	}
+	if params.PVCName != "" && params.PVCNamespace != "" {
+		tags[TagClaimName], tags[TagClaimNamespace] = params.PVCName, params.PVCNamespace
+	}
 	return &plan{
 		name: name, params: params, capacity: capacity,
 		input: efs.CreateAccessPointInput{

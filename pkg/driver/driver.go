@@ -23,9 +23,11 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/kube"
 	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
 	"github.com/efs-csi/efs-csi-driver/pkg/mount"
 	"github.com/efs-csi/efs-csi-driver/pkg/node"
+	"github.com/efs-csi/efs-csi-driver/pkg/orphans"
 )
 
 // Modes the driver runs in.
@@ -51,7 +53,10 @@ type Config struct {
 	UnmountTimeout    time.Duration
 	ShutdownTimeout   time.Duration // how long calls in flight may run after SIGTERM
 	MaxInflightMounts int
-	GIDVerify         string // controller.VerifyAuto, VerifyAlways or VerifyNever
+	GIDVerify         string        // controller.VerifyAuto, VerifyAlways or VerifyNever
+	OrphanInterval    time.Duration // 0: no orphan collection
+	OrphanGrace       time.Duration
+	Kube              kube.Config // where the orphan collector reads PVs and PVCs
 	EFS               efs.Config
 	Logger            *slog.Logger
 }
@@ -64,6 +69,7 @@ type Driver struct {
 	controller *controller.Service
 	node       *node.Service
 	identity   *identity
+	orphans    *orphans.Collector
 	socketPath string
 }
 
@@ -175,6 +181,21 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		d.node, err = node.New(node.Config{
 			NodeID: cfg.NodeID, Zone: cfg.Zone, Mounter: mounter, MaxConcurrentMounts: cfg.MaxInflightMounts,
 			VolMetricsOptIn: cfg.VolMetricsOptIn, UnmountTimeout: cfg.UnmountTimeout, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.OrphanInterval > 0 && d.controller != nil {
+		kc, err := kube.New(cfg.Kube)
+		if err != nil {
+			return nil, fmt.Errorf("orphan collection: %w", err)
+		}
+		d.orphans, err = orphans.New(orphans.Config{
+			Driver: cfg.DriverName, Interval: cfg.OrphanInterval, Grace: cfg.OrphanGrace,
+			Tags: orphans.Tags{Cluster: controller.TagCluster, VolumeName: controller.TagVolumeName,
+				ClaimName: controller.TagClaimName, ClaimNamespace: controller.TagClaimNamespace},
+			Cluster: kc, AccessPoints: client, Deleter: d.controller, Logger: cfg.Logger,
 		})
 		if err != nil {
 			return nil, err
@@ -294,6 +315,11 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 		d.log.Info("metrics serving", slog.String("address", ml.Addr().String()))
 	}
 	wg.Go(func() { errc <- srv.Serve(l) })
+	if d.orphans != nil {
+		octx, stopOrphans := context.WithCancel(ctx)
+		defer stopOrphans()
+		go d.orphans.Run(octx)
+	}
 	if ready != nil {
 		close(ready)
 	}
