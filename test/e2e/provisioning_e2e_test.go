@@ -137,7 +137,15 @@ func TestTwoActiveControllersNeitherLeakNorDuplicate(t *testing.T) {
 // changes its GID). seen accumulates access point -> GID.
 func checkAccessPoints(ctx context.Context, t *testing.T, s *suite, c *efs.Client, seen map[string]int32, want int) {
 	t.Helper()
-	aps, err := accessPoints(ctx, c)
+	// An access point whose claim was deleted while a provisioner that was then
+	// killed had its CreateVolume in flight is left to the driver's orphan
+	// collector (a few seconds here): give it the time before counting.
+	var aps []efstypes.AccessPointDescription
+	var err error
+	waitForOrTimeout(ctx, 60*time.Second, func() (bool, error) {
+		aps, err = accessPoints(ctx, c)
+		return len(aps) == want, err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

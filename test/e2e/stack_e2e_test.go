@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -108,6 +109,11 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The driver's orphan collector reads PVs and PVCs as the same service account.
+	tokenFile := filepath.Join(dir, "controller-sa.token")
+	if err := os.WriteFile(tokenFile, []byte(tok.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// Stop in reverse: replicas, then the emulator; show the logs of a failed test.
 	t.Cleanup(func() {
 		for _, r := range st.replicas {
@@ -128,10 +134,13 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 			t.Fatal(err)
 		}
 		r := &replica{t: t, s: s, name: fmt.Sprintf("%d", i), socket: filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i)), endpoint: st.endpoint}
-		r.driverArgs = containerArgs(t, deployment, "efs-plugin", map[string]string{
-			"--endpoint=":        "unix://" + r.socket,
-			"--metrics-address=": fmt.Sprintf("127.0.0.1:%d", metricsPort),
-		})
+		r.driverArgs = append(containerArgs(t, deployment, "efs-plugin", map[string]string{
+			"--endpoint=":           "unix://" + r.socket,
+			"--metrics-address=":    fmt.Sprintf("127.0.0.1:%d", metricsPort),
+			"--orphan-gc-interval=": "2s",
+			"--orphan-gc-grace=":    "5s",
+		}), "--kube-api-url="+s.cluster.Server, "--kube-token-file="+tokenFile,
+			"--kube-ca-file="+filepath.Join(s.cluster.Dir, "ca.crt"))
 		r.provArgs = append(containerArgs(t, deployment, "csi-provisioner", map[string]string{
 			"--csi-address=": r.socket,
 		}), "--kubeconfig="+kubeconfig)
