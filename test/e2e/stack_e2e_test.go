@@ -123,8 +123,9 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 		if t.Failed() {
 			st.emulator.Tail(testWriter{t}, 30)
 			for _, r := range st.replicas {
-				r.driver.Tail(testWriter{t}, 30)
-				r.currentProvisioner().Tail(testWriter{t}, 30)
+				for _, p := range r.processes() {
+					p.Tail(testWriter{t}, 30)
+				}
 			}
 		}
 	})
@@ -294,11 +295,31 @@ func (r *replica) starts() int {
 	return r.provisionerStarts
 }
 
+// stop stops what of the replica was started: a test may fail half-way through
+// starting it.
 func (r *replica) stop() {
-	close(r.stopSupervisor)
-	<-r.supervisorDone
-	r.currentProvisioner().Stop(syscall.SIGTERM, 10*time.Second)
-	r.driver.Stop(syscall.SIGTERM, 45*time.Second)
+	if r.stopSupervisor != nil {
+		close(r.stopSupervisor)
+		<-r.supervisorDone
+	}
+	for _, p := range r.processes() {
+		grace := 10 * time.Second
+		if p == r.driver {
+			grace = 45 * time.Second // calls in flight may finish
+		}
+		p.Stop(syscall.SIGTERM, grace)
+	}
+}
+
+// processes are the replica's current processes that were started, provisioner first.
+func (r *replica) processes() []*cluster.Process {
+	var out []*cluster.Process
+	for _, p := range []*cluster.Process{r.currentProvisioner(), r.driver} {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // checkAlive fails the test if the emulator or a driver died, or a provisioner could
