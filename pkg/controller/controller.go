@@ -141,7 +141,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.GIDOptions.MaxAge = time.Minute
 	}
 	v, err := newVerifier(cfg.GIDVerify, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
-		return listAll(ctx, cfg.EFS, fsID)
+		return efs.Collect(ctx, cfg.EFS.ListAccessPoints, fsID)
 	}, cfg.Now)
 	if err != nil {
 		return nil, err

@@ -190,16 +190,6 @@ func (v *verifier) run(fsID string, f *fsVerify) {
 	}
 }
 
-// listAll collects every access point of fsID.
-func listAll(ctx context.Context, e EFS, fsID string) ([]efs.AccessPoint, error) {
-	var all []efs.AccessPoint
-	err := e.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
-		all = append(all, page...)
-		return nil
-	})
-	return all, err
-}
-
 // observingSource is the allocator's view of EFS: its listings also feed the
 // verifier's detection of other writers.
 type observingSource struct {

@@ -8,6 +8,7 @@
 package efs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -101,4 +102,15 @@ type MountTarget struct {
 	AvailabilityZoneName string
 	AvailabilityZoneID   string
 	LifeCycleState       string
+}
+
+// Collect gathers every page a paged listing yields, such as
+// Client.ListAccessPoints for one file system.
+func Collect(ctx context.Context, list func(context.Context, string, func([]AccessPoint) error) error, fsID string) ([]AccessPoint, error) {
+	var all []AccessPoint
+	err := list(ctx, fsID, func(page []AccessPoint) error {
+		all = append(all, page...)
+		return nil
+	})
+	return all, err
 }

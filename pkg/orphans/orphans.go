@@ -124,11 +124,7 @@ func (c *Collector) Round(ctx context.Context) (int, error) {
 	deleted := 0
 	var errs []error
 	for _, fs := range fss {
-		var aps []efs.AccessPoint
-		err := c.cfg.AccessPoints.ListAccessPoints(ctx, fs.ID, func(page []efs.AccessPoint) error {
-			aps = append(aps, page...)
-			return nil
-		})
+		aps, err := efs.Collect(ctx, c.cfg.AccessPoints.ListAccessPoints, fs.ID)
 		if err != nil {
 			errs = append(errs, err)
 			continue
