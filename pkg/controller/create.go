@@ -468,11 +468,14 @@ func (p *plan) incompatibility(ap *efs.AccessPoint) string {
 		return fmt.Sprintf("file system %s, want %s", ap.FileSystemID, p.params.FileSystemID)
 	}
 	if p.params.ReuseAccessPoint {
-		// The point of reuse: a re-created claim gets its old access point,
-		// whatever its directory or size.
-		return ""
-	}
-	if ap.Path != p.input.Path {
+		// The token is a hash of the claim name alone (as upstream, so its
+		// access points are found): a claim of that name in another
+		// namespace, class or cluster finds the same access point and must
+		// not get it.
+		if why := p.reuseMismatch(ap); why != "" {
+			return why
+		}
+	} else if ap.Path != p.input.Path {
 		return fmt.Sprintf("root directory %q, want %q", ap.Path, p.input.Path)
 	}
 	if c, ok := ap.Tags[TagCapacity]; ok && c != capacityTag(p.capacity) {
@@ -494,6 +497,22 @@ func (p *plan) incompatibility(ap *efs.AccessPoint) string {
 		if alloc < p.params.GIDRangeStart || alloc > p.params.GIDRangeEnd {
 			return fmt.Sprintf("allocated id %d outside [%d, %d]", alloc, p.params.GIDRangeStart, p.params.GIDRangeEnd)
 		}
+	}
+	return ""
+}
+
+// reuseMismatch says why ap, found by the reuseAccessPoint token, belongs to
+// another claim than p's, or "". Access points without our tags (made by the
+// upstream driver) are judged by their root directory alone.
+func (p *plan) reuseMismatch(ap *efs.AccessPoint) string {
+	if ns, ok := ap.Tags[TagClaimNamespace]; ok && ns != p.params.PVCNamespace {
+		return fmt.Sprintf("made for a claim in namespace %q, not %q", ns, p.params.PVCNamespace)
+	}
+	if name, ok := ap.Tags[TagClaimName]; ok && name != p.params.PVCName {
+		return fmt.Sprintf("made for claim %q, not %q", name, p.params.PVCName)
+	}
+	if !p.params.RootDirFits(ap.Path) {
+		return fmt.Sprintf("root directory %q is not one this class makes (it makes %q)", ap.Path, p.input.Path)
 	}
 	return ""
 }

@@ -260,7 +260,7 @@ func (v *verifier) verdict(ap *efs.AccessPoint, created bool, rivals []efs.Acces
 		}
 		live = writerDead // our own deadline passed: settled
 	}
-	if live != writerDead && age < settleAfter {
+	if (live == writerAlive || live == writerUnknown) && age < settleAfter {
 		return waitForIt
 	}
 	if len(rivals) == 0 {
