@@ -271,3 +271,28 @@ func TestConfigJSONShowsDurationsAndHidesWriters(t *testing.T) {
 		}
 	}
 }
+
+// One controller without GID verification, a GID range barely wider than
+// the volumes, lost answers: the allocator alone keeps every GID unique
+// (verification cannot hide an allocator defect here).
+func TestUnverifiedStormInANarrowGIDRangeHasNoDuplicateGIDs(t *testing.T) {
+	cfg := embedded(t, buildDriver(t))
+	cfg.Chaos = Off
+	cfg.Volumes, cfg.Concurrency = 40, 16
+	cfg.Parameters["gidRangeStart"], cfg.Parameters["gidRangeEnd"] = "50000", "50045"
+	cfg.DriverArgs = []string{"--gid-verify=never"}
+	var summary strings.Builder
+	cfg.Stdout = &summary
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range rep.Audits {
+		if len(a.Report.DuplicateGIDs) != 0 || rep.Findings() != 0 {
+			t.Fatalf("%s audit: duplicate GIDs %v, %d findings in all", a.Name, a.Report.DuplicateGIDs, rep.Findings())
+		}
+	}
+	if rep.Volumes.Failed != 0 {
+		t.Errorf("%d volumes failed\n%s", rep.Volumes.Failed, summary.String())
+	}
+}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"path"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
