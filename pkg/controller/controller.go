@@ -104,6 +104,7 @@ type Service struct {
 	locks   *keylock.Set
 	gids    *gid.Allocator
 	verify  *verifier
+	roots   *rootDirs // root-directory removal (rootdir.go)
 	log     *slog.Logger
 
 	// inDoubt holds the GID reservation of a volume whose CreateAccessPoint
@@ -149,7 +150,8 @@ func New(cfg Config) (*Service, error) {
 	return &Service{
 		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
-		log: cfg.Logger, inDoubt: map[string]*gid.Reservation{},
+		roots: newRootDirs(cfg.EFS),
+		log:   cfg.Logger, inDoubt: map[string]*gid.Reservation{},
 	}, nil
 }
 
