@@ -64,6 +64,7 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 		defer unlockName()
 	}
 	if s.delRoot {
+		defer s.roots.deletingNow(ap.ID)() // through the DeleteAccessPoint below
 		if err := s.removeRootDir(ctx, ap); err != nil {
 			return nil, err
 		}

@@ -24,6 +24,12 @@ type rootDirs struct {
 	listings *freshFlight[string, []efs.AccessPoint]
 	kept     atomic.Int64 // deletes that left a directory another access point reaches
 
+	// deleting are the access points whose DeleteVolume is under way in
+	// this process: doomed, so they do not keep a shared directory (two
+	// deletes of a shared directory at once would otherwise keep it both).
+	delMu    sync.Mutex
+	deleting map[string]int
+
 	// pending are the mount points whose unmount failed, retried until
 	// it succeeds; the value is false while a retry of it is under way.
 	mu      sync.Mutex
@@ -35,8 +41,29 @@ func newRootDirs(api EFS) *rootDirs {
 		listings: newFreshFlight(rootListTimeout, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
 			return efs.Collect(ctx, api.ListAccessPoints, fsID)
 		}),
-		pending: map[string]bool{},
+		pending:  map[string]bool{},
+		deleting: map[string]int{},
 	}
+}
+
+// deletingNow marks apID as being deleted until the returned func is called.
+func (r *rootDirs) deletingNow(apID string) (done func()) {
+	r.delMu.Lock()
+	r.deleting[apID]++
+	r.delMu.Unlock()
+	return func() {
+		r.delMu.Lock()
+		if r.deleting[apID]--; r.deleting[apID] == 0 {
+			delete(r.deleting, apID)
+		}
+		r.delMu.Unlock()
+	}
+}
+
+func (r *rootDirs) beingDeleted(apID string) bool {
+	r.delMu.Lock()
+	defer r.delMu.Unlock()
+	return r.deleting[apID] > 0
 }
 
 // RootDirsKept counts the deletes that kept the root directory because
@@ -55,7 +82,8 @@ func (s *Service) PendingUnmounts() int {
 // whose root directory is ap's, inside it or contains it, from a listing
 // that started after the call; nil if there is none. Every access point
 // counts, whoever created it (this driver, the upstream driver, an
-// operator): its users' data is in the directory too.
+// operator): its users' data is in the directory too. One this process is
+// deleting right now does not: its volume is released already.
 func (s *Service) sharer(ctx context.Context, ap *efs.AccessPoint) (*efs.AccessPoint, error) {
 	aps, err := s.roots.listings.Do(ctx, ap.FileSystemID)
 	if err != nil {
@@ -63,7 +91,7 @@ func (s *Service) sharer(ctx context.Context, ap *efs.AccessPoint) (*efs.AccessP
 	}
 	for i := range aps {
 		other := &aps[i]
-		if other.ID != ap.ID && live(other) && nested(other.Path, ap.Path) {
+		if other.ID != ap.ID && live(other) && !s.roots.beingDeleted(other.ID) && nested(other.Path, ap.Path) {
 			return other, nil
 		}
 	}

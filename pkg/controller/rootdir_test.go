@@ -577,3 +577,34 @@ func TestConcurrentDeletesShareOneFreshListing(t *testing.T) {
 	}
 	r.wantAccessPoints(0)
 }
+
+// Two deletes of volumes sharing a directory at once: neither keeps it for
+// the other, which is going away too, so the directory does not leak.
+func TestConcurrentDeletesOfASharedDirectoryRemoveIt(t *testing.T) {
+	r := newRootBed(t)
+	a, b := r.createWith("pvc-a", sharedData("a")...), r.createWith("pvc-b", sharedData("b")...)
+	root := r.rootOf(a)
+	write(t, filepath.Join(root, "data"), "shared")
+	g := newGate()
+	r.lists.before = g.hold
+	joined := make(chan string, 2)
+	r.svc.roots.listings.joined = func(fsID string) { joined <- fsID }
+	first := async(func() error { return r.delete(a) })
+	<-g.arrived // a's listing is in flight and shows b
+	second := async(func() error { return r.delete(b) })
+	<-joined
+	<-joined
+	g.open()
+	for _, e := range []<-chan error{first, second} {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("shared directory left behind by two deletes at once: %v", err)
+	}
+	if n := r.svc.RootDirsKept(); n != 0 {
+		t.Fatalf("RootDirsKept() = %d, want 0", n)
+	}
+	r.wantAccessPoints(0)
+}
