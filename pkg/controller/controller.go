@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -91,6 +92,11 @@ type Config struct {
 	GIDVerify     string            // VerifyAuto (""), VerifyAlways or VerifyNever
 	Now           func() time.Time  // nil: time.Now
 	Logger        *slog.Logger
+
+	// Tests stand in for processes: who this Service is, and how another
+	// writer's process is looked up (nil: this process and /proc).
+	identity  *writer
+	procStart func(pid int) (uint64, bool)
 }
 
 // Service is the CSI Controller service.
@@ -107,11 +113,19 @@ type Service struct {
 	roots   *rootDirs // root-directory removal (rootdir.go)
 	log     *slog.Logger
 
-	// inDoubt holds the GID reservation of a volume whose CreateAccessPoint
-	// had an unknown outcome, until its next attempt resolves it. Only touched
-	// under the volume's name lock; mu guards the map itself.
+	// pending holds, per volume generation (pendingKey), the GID
+	// reservation of a create whose outcome is unknown, until a later
+	// attempt settles it. Only touched under the volume's name lock; mu
+	// guards the map itself.
 	mu      sync.Mutex
-	inDoubt map[string]*gid.Reservation
+	pending map[string]*pending
+	nextGen map[string]int // volume name -> generation to start at (see retire)
+	writer  string         // TagWriter value of this Service
+	// answers and answerOf: the volumes this process answered (name ->
+	// access point, and back), so a repeat costs a Describe, not a create.
+	// A delete drops its entry under the volume's locks.
+	answers  map[string]*efs.AccessPoint
+	answerOf map[string]string
 }
 
 // New validates cfg and builds the service.
@@ -136,22 +150,34 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.GIDOptions.Seed == "" {
+		// Two processes creating at once start their GID searches apart.
+		cfg.GIDOptions.Seed = strconv.FormatUint(rand.Uint64(), 36)
+	}
 	if cfg.GIDOptions.MaxAge == 0 {
 		// Short enough that another writer's access points are seen soon,
 		// long enough that listing stays a small share of the API calls.
 		cfg.GIDOptions.MaxAge = time.Minute
 	}
+	me := selfWriter(cfg.GIDOptions.Seed)
+	if cfg.identity != nil {
+		me = *cfg.identity
+	}
 	v, err := newVerifier(cfg.GIDVerify, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
 		return efs.Collect(ctx, cfg.EFS.ListAccessPoints, fsID)
-	}, cfg.Now)
+	}, cfg.Now, me)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.procStart != nil {
+		v.procStart = cfg.procStart
 	}
 	return &Service{
 		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
+		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
+		answers: map[string]*efs.AccessPoint{}, answerOf: map[string]string{},
 		roots: newRootDirs(cfg.EFS),
-		log:   cfg.Logger, inDoubt: map[string]*gid.Reservation{},
 	}, nil
 }
 

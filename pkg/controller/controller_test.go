@@ -77,7 +77,7 @@ func TestDeleteWhileCreateRetryInFlightIsAborted(t *testing.T) {
 	b := newBed(t)
 	vol := b.mustCreate("pvc-1")
 	g := newGate()
-	b.hook.set("CreateAccessPoint", g.hold, nil)
+	b.hook.set("DescribeAccessPoint", g.hold, nil) // the retry of an answered volume is one Describe
 	retry := async(func() error { _, err := b.create("pvc-1"); return err })
 	<-g.arrived
 	if err := b.delete(vol); !errors.Is(err, keylock.ErrBusy) {
@@ -151,6 +151,7 @@ func TestRestartedControllerAdoptsAccessPointOfKilledOne(t *testing.T) {
 	if _, err := a.create("pvc-1"); err == nil {
 		t.Fatal("first attempt succeeded")
 	}
+	a.kill()
 	b := newBedOn(t, a.url, a.emu)
 	vol := b.mustCreate("pvc-1")
 	aps := b.wantAccessPoints(1)

@@ -2,10 +2,13 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -45,9 +48,12 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	}
 	defer unlock()
 
-	ap, err := s.createOrAdopt(ctx, p)
-	if err != nil {
-		return nil, err
+	ap := s.repeat(ctx, p)
+	if ap == nil {
+		if ap, err = s.createOrAdopt(ctx, p); err != nil {
+			return nil, err
+		}
+		s.remember(p.name, ap)
 	}
 	s.log.Info("volume ready", slog.String("name", p.name), slog.String("accessPoint", ap.ID),
 		slog.String("path", ap.Path), slog.Int64("gid", posixGID(ap)))
@@ -55,6 +61,50 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 		VolumeId:      volume.ProvisionedID(ap.FileSystemID, ap.ID),
 		CapacityBytes: p.capacity,
 	}}, nil
+}
+
+// repeat answers a repeated CreateVolume of a volume this process answered
+// before from one Describe instead of a CreateAccessPoint: no mutation, and
+// no verification (it was verified when first answered). nil: go the whole
+// way (unknown, gone, changed, or Describe failed).
+func (s *Service) repeat(ctx context.Context, p *plan) *efs.AccessPoint {
+	s.mu.Lock()
+	known := s.answers[p.name]
+	s.mu.Unlock()
+	if known == nil {
+		return nil
+	}
+	ap, err := s.efs.DescribeAccessPoint(ctx, known.ID)
+	if err != nil || p.check(ap) != nil {
+		if errors.Is(err, efs.ErrAccessPointNotFound) {
+			s.forgetAnswer(known.ID)
+		}
+		return nil
+	}
+	s.gids.Record(*ap)
+	return ap
+}
+
+// remember records an answered volume (under its name lock).
+func (s *Service) remember(name string, ap *efs.AccessPoint) {
+	s.verify.markAnswered(ap.ID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.answers[name]; old != nil {
+		delete(s.answerOf, old.ID)
+	}
+	s.answers[name], s.answerOf[ap.ID] = ap, name
+}
+
+// forgetAnswer drops what this process remembers of a deleted access point.
+func (s *Service) forgetAnswer(apID string) {
+	s.verify.forget(apID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if name, ok := s.answerOf[apID]; ok {
+		delete(s.answers, name)
+		delete(s.answerOf, apID)
+	}
 }
 
 func (s *Service) plan(req *csi.CreateVolumeRequest) (*plan, error) {
@@ -86,6 +136,7 @@ func (s *Service) plan(req *csi.CreateVolumeRequest) (*plan, error) {
 	}
 	tags[TagCluster] = "true"
 	tags[TagVolumeName] = name
+	tags[TagWriter] = s.writer
 	tags[TagCapacity] = capacityTag(capacity)
 	if params.BasePath != "" {
 		tags[TagBasePath] = params.BasePath
@@ -104,125 +155,311 @@ func (s *Service) plan(req *csi.CreateVolumeRequest) (*plan, error) {
 	}, nil
 }
 
-// maxYields bounds how often one call gives its GID up to another writer.
-const maxYields = 3
+// maxYields bounds how often one call gives its GID up to another writer;
+// maxGenerations bounds the client tokens a volume can ever use (see yield).
+const (
+	maxYields      = 3
+	maxGenerations = 16
+)
 
 // createOrAdopt runs steps 3-6 under the name lock.
+//
+// Generations: when verification finds that an access point created earlier
+// holds our GID, ours must go, and the volume needs another access point
+// with another GID. EFS documents nothing about reusing a deleted access
+// point's client token, so the replacement is created under the next
+// generation's token (generationToken) before the loser is deleted: every
+// moment, some generation's access point exists, and a retry that finds
+// generation 0 gone finds the latest one by its token in a listing.
 func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint, error) {
 	fsID := p.params.FileSystemID
+	var losers []efs.AccessPoint // earlier generations to delete once a later one stands
+	gen := s.firstGeneration(p.name)
 	for yields := 0; ; yields++ {
-		ap, err := s.createOnce(ctx, p)
-		if err != nil || !p.params.NeedsGIDAllocation() || !s.verify.needed(fsID) {
-			return ap, err
+		ap, created, err := s.createOnce(ctx, p, gen)
+		if errors.Is(err, ErrNotYetVisible) && gen == 0 {
+			// Generation 0's access point may be gone because it yielded:
+			// look for a later generation before asking for a retry.
+			if found, k, ferr := s.findGeneration(ctx, p); ferr == nil && found != nil {
+				ap, gen, err = found, k, p.check(found)
+			}
 		}
-		id := allocatedID(p.params.GID, ap)
-		collide, err := s.verify.collides(ctx, ap, id)
-		if err != nil || !collide {
-			// On error the access point exists unverified and unanswered:
-			// the retry adopts it and verifies again.
-			return ap, err
-		}
-		// Step 6: an access point created before ours holds the GID, so no
-		// one can have answered ours (see verifier): give it up. The GID stays
-		// marked used in the allocator: it now stands for the other one.
-		s.log.Warn("GID taken by another writer; yielding", "accessPoint", ap.ID, "gid", id, "name", p.name)
-		if err := s.efs.DeleteAccessPoint(ctx, ap.ID); err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
+		if err != nil {
+			if errors.Is(err, gid.ErrExhausted) && len(losers) > 0 {
+				// No GID left for a successor: the losers must not stay,
+				// they share their GIDs. The next attempt starts here.
+				err = errors.Join(err, s.retire(ctx, losers))
+				s.setFirstGeneration(p.name, gen)
+			}
 			return nil, err
 		}
-		if yields+1 >= maxYields {
+		if !p.params.NeedsGIDAllocation() || !s.verify.needed(fsID) {
+			return ap, s.retire(ctx, losers)
+		}
+		id := allocatedID(p.params.GID, ap)
+		rivals, listing, err := s.verify.rivals(ctx, ap, id)
+		if err != nil {
+			// The access point exists unverified and unanswered: the
+			// retry finds it and verifies again.
+			return nil, err
+		}
+		// Generations converge on the latest: a later one exists only
+		// because this one yielded, and nobody answers an earlier one once
+		// a later one is listed (see verifier).
+		if later, k, older := generations(listing, p.input.ClientToken, ap.ID, gen); later != nil {
+			losers = append(append(losers, *ap), older...)
+			s.gids.Record(*later)
+			s.verify.learned(later)
+			ap, gen = later, k
+			if err := p.check(ap); err != nil {
+				return nil, err
+			}
+			continue
+		} else {
+			losers = append(losers, older...)
+		}
+		switch s.verify.verdict(ap, created, rivals) {
+		case answerIt:
+			return ap, s.retire(ctx, losers)
+		case waitForIt:
+			return nil, errors.Join(fmt.Errorf("%w: access point %s (GID %d) was made by another writer that may still be verifying it (%d other access points carry the GID)",
+				ErrGIDContention, ap.ID, id, len(rivals)), s.retire(ctx, losers))
+		}
+		// yieldIt: another access point carries the GID and ours gives way.
+		// Its GID stays used in the allocator: it stands for the other one.
+		s.log.Warn("GID taken by another writer; yielding", "accessPoint", ap.ID, "gid", id, "name", p.name, "generation", gen)
+		losers = append(losers, *ap)
+		if gen+1 >= maxGenerations || yields+1 >= maxYields {
 			return nil, fmt.Errorf("%w: GID %d on %s is also used by another writer", ErrGIDContention, id, fsID)
 		}
+		gen++
 	}
 }
 
-// createOnce creates the access point or adopts the one an earlier attempt made.
-func (s *Service) createOnce(ctx context.Context, p *plan) (*efs.AccessPoint, error) {
-	var res *gid.Reservation
-	uid, g := p.params.UID, p.params.GID
-	if p.params.NeedsGIDAllocation() {
-		r, err := s.reserveGID(ctx, p)
-		if err != nil {
-			return nil, err
+// generations finds the other generations of a volume (base is its
+// generation-0 token) in a listing: the latest one if it is later than gen
+// (with its generation), and every one earlier than max(gen, latest) but ap.
+func generations(listing []efs.AccessPoint, base, apID string, gen int) (later *efs.AccessPoint, k int, older []efs.AccessPoint) {
+	genOf := make(map[string]int, maxGenerations)
+	for g := range maxGenerations {
+		genOf[generationToken(base, g)] = g
+	}
+	top := gen
+	for i := range listing {
+		if g, ok := genOf[listing[i].ClientToken]; ok && listing[i].ID != apID && g > top {
+			later, top = &listing[i], g
 		}
-		res = r
-		uid, g = p.params.Identity(r.GID())
+	}
+	for _, other := range listing {
+		if g, ok := genOf[other.ClientToken]; ok && other.ID != apID && g < top && (later == nil || other.ID != later.ID) {
+			older = append(older, other)
+		}
+	}
+	return later, top, older
+}
+
+// retire deletes access points that yielded their GID or were superseded by
+// a later generation of their volume; never one this process answered.
+func (s *Service) retire(ctx context.Context, aps []efs.AccessPoint) error {
+	for _, ap := range aps {
+		if !s.verify.mayRetire(&ap) {
+			continue
+		}
+		if err := s.efs.DeleteAccessPoint(ctx, ap.ID); err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
+			return err
+		}
+		s.gids.Forget(ap.FileSystemID, ap.ID)
+		s.verify.forget(ap.ID)
+	}
+	return nil
+}
+
+func (s *Service) setFirstGeneration(name string, gen int) {
+	s.mu.Lock()
+	s.nextGen[name] = gen
+	s.mu.Unlock()
+}
+
+// firstGeneration is where a create of name starts: 0, unless this process
+// deleted an earlier generation that had no successor.
+func (s *Service) firstGeneration(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextGen[name]
+}
+
+// generationToken is the client token of generation gen of a volume whose
+// generation-0 token is base: base itself (what upstream sends, so its
+// access points are found), then a hash of base and gen.
+func generationToken(base string, gen int) string {
+	if gen == 0 {
+		return base
+	}
+	sum := sha256.Sum256([]byte(base + "\x00generation-" + strconv.Itoa(gen)))
+	return hex.EncodeToString(sum[:])
+}
+
+// findGeneration looks for the latest generation (> 0) of p's access point
+// in a fresh listing of its file system.
+func (s *Service) findGeneration(ctx context.Context, p *plan) (*efs.AccessPoint, int, error) {
+	aps, err := s.verify.listAfterNow(ctx, p.params.FileSystemID)
+	if err != nil {
+		return nil, 0, err
+	}
+	byToken := make(map[string]*efs.AccessPoint, len(aps))
+	for i := range aps {
+		byToken[aps[i].ClientToken] = &aps[i]
+	}
+	for gen := maxGenerations - 1; gen > 0; gen-- {
+		if ap := byToken[generationToken(p.input.ClientToken, gen)]; ap != nil {
+			s.gids.Record(*ap)
+			s.verify.learned(ap)
+			return ap, gen, nil
+		}
+	}
+	return nil, 0, nil
+}
+
+// pending is the GID reservation of one generation of a volume between
+// attempts. Only touched under the volume's name lock.
+type pending struct {
+	res *gid.Reservation // nil for a class that fixes uid and gid
+	// inDoubt: an attempt with res had an unknown outcome, so an access
+	// point may carry its GID. Then only a definitive answer about the
+	// volume's access point (created, or found by its token) releases it;
+	// any other error of a later attempt keeps it.
+	inDoubt bool
+}
+
+// settle releases the reservation: its create's access point is known (and
+// recorded) or provably not made with it.
+func (pd *pending) settle() {
+	if pd.res != nil {
+		pd.res.Release()
+	}
+}
+
+// createOnce creates generation gen of the access point (created), or
+// adopts the one an earlier attempt made.
+func (s *Service) createOnce(ctx context.Context, p *plan, gen int) (ap *efs.AccessPoint, created bool, err error) {
+	key := pendingKey(p.name, gen)
+	pd, err := s.takePending(ctx, p, key)
+	if err != nil {
+		return nil, false, err
+	}
+	uid, g := p.params.UID, p.params.GID
+	if pd.res != nil {
+		uid, g = p.params.Identity(pd.res.GID())
 	}
 	in := p.input
+	in.ClientToken = generationToken(p.input.ClientToken, gen)
 	in.PosixUser = &efs.PosixUser{UID: uid, GID: g}
 	in.CreationInfo = &efs.CreationInfo{OwnerUID: uid, OwnerGID: g, Permissions: p.params.DirectoryPerms}
 
-	ap, err := s.efs.CreateAccessPoint(ctx, in)
+	ap, err = s.efs.CreateAccessPoint(ctx, in)
 	switch {
 	case err == nil:
-		commit(res)
-		s.verify.created(ap.FileSystemID, ap.ID)
-		return ap, nil
+		s.gids.Record(*ap) // before the release: the GID is never free in between
+		pd.settle()
+		s.verify.learned(ap)
+		return ap, true, nil
 	case errors.Is(err, efs.ErrAlreadyExists):
 		// Our token is taken: by an earlier attempt of this very volume (the
 		// answer was lost, the caller timed out, or the process died), or on a
-		// lenient server by an access point with other parameters. The GID we
-		// reserved is not the one it carries.
-		release(res)
+		// lenient server by an access point with other parameters.
 		var ae *efs.AlreadyExistsError
 		if !errors.As(err, &ae) || ae.AccessPointID == "" {
-			return nil, fmt.Errorf("client token %q is taken but EFS named no access point: %w", in.ClientToken, err)
+			s.keepPending(key, pd)
+			return nil, false, fmt.Errorf("client token %q is taken but EFS named no access point: %w", in.ClientToken, err)
 		}
-		return s.adopt(ctx, p, ae.AccessPointID)
+		found, err := s.efs.DescribeAccessPoint(ctx, ae.AccessPointID)
+		if err != nil {
+			// Until we see it we cannot know which GID it carries: if an
+			// attempt of ours is in doubt, it may be ours.
+			s.keepPending(key, pd)
+			if errors.Is(err, efs.ErrAccessPointNotFound) {
+				return nil, false, fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, in.ClientToken)
+			}
+			return nil, false, err
+		}
+		// The token is bound to this access point, so none of our attempts
+		// made another one: its GIDs are recorded, ours is free again.
+		s.gids.Record(*found)
+		pd.settle()
+		s.verify.learned(found)
+		if err := p.check(found); err != nil {
+			return nil, false, err
+		}
+		return found, false, nil
 	case errors.Is(err, efs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		// Outcome unknown: the access point may exist with this GID. Keep the
 		// reservation for the retry, which then sends identical parameters.
-		s.keepInDoubt(p.name, res)
-		return nil, err
+		pd.inDoubt = true
+		s.keepPending(key, pd)
+		return nil, false, err
 	default:
-		release(res)
-		return nil, err
+		s.keepPending(key, pd) // released unless an earlier attempt is in doubt
+		return nil, false, err
 	}
 }
 
-// reserveGID returns the reservation an earlier attempt of this volume left
-// in doubt (so a retry sends the GID the first attempt sent), or a new one.
-func (s *Service) reserveGID(ctx context.Context, p *plan) (*gid.Reservation, error) {
+func pendingKey(name string, gen int) string { return name + "\x00" + strconv.Itoa(gen) }
+
+// takePending returns what an earlier attempt of this generation left (so a
+// retry sends the GID the first attempt sent), or a new reservation.
+func (s *Service) takePending(ctx context.Context, p *plan, key string) (*pending, error) {
 	s.mu.Lock()
-	r := s.inDoubt[p.name]
-	delete(s.inDoubt, p.name)
+	pd := s.pending[key]
+	delete(s.pending, key)
 	s.mu.Unlock()
-	if r != nil {
-		if g := r.GID(); g >= p.params.GIDRangeStart && g <= p.params.GIDRangeEnd {
-			return r, nil
+	if pd != nil && (pd.res == nil) == p.params.NeedsGIDAllocation() {
+		// The class changed between attempts from or to a fixed identity;
+		// an in-doubt GID stays held for good, it may be on an access point.
+		if !pd.inDoubt {
+			pd.settle()
 		}
-		// The class changed between attempts; the old GID may be in use.
-		r.Commit()
+		pd = nil
 	}
-	return s.gids.Reserve(ctx, p.params.FileSystemID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name)
+	if pd != nil && pd.res != nil {
+		if g := pd.res.GID(); g < p.params.GIDRangeStart || g > p.params.GIDRangeEnd {
+			if !pd.inDoubt {
+				pd.settle()
+			}
+			pd = nil
+		}
+	}
+	if pd != nil {
+		return pd, nil
+	}
+	pd = &pending{}
+	if p.params.NeedsGIDAllocation() {
+		r, err := s.gids.Reserve(ctx, p.params.FileSystemID, p.params.GIDRangeStart, p.params.GIDRangeEnd, key)
+		if err != nil {
+			return nil, err
+		}
+		pd.res = r
+	}
+	return pd, nil
 }
 
-func (s *Service) keepInDoubt(name string, r *gid.Reservation) {
-	if r == nil {
+// keepPending hands pd to the next attempt if an attempt is in doubt, and
+// releases it otherwise.
+func (s *Service) keepPending(key string, pd *pending) {
+	if !pd.inDoubt {
+		pd.settle()
 		return
 	}
 	s.mu.Lock()
-	s.inDoubt[name] = r
+	s.pending[key] = pd
 	s.mu.Unlock()
 }
 
-// adopt returns the existing access point id if it is what p asks for. It
-// describes the access point under the name lock, so it can never return one
-// that a concurrent DeleteVolume removed (Delete needs the same lock).
-func (s *Service) adopt(ctx context.Context, p *plan, id string) (*efs.AccessPoint, error) {
-	ap, err := s.efs.DescribeAccessPoint(ctx, id)
-	if errors.Is(err, efs.ErrAccessPointNotFound) {
-		return nil, fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, id, p.input.ClientToken)
-	}
-	if err != nil {
-		return nil, err
-	}
+// check returns ErrIncompatible unless ap can serve as the volume p describes.
+func (p *plan) check(ap *efs.AccessPoint) error {
 	if why := p.incompatibility(ap); why != "" {
-		return nil, fmt.Errorf("%w: access point %s for volume %q: %s", ErrIncompatible, ap.ID, p.name, why)
+		return fmt.Errorf("%w: access point %s for volume %q: %s", ErrIncompatible, ap.ID, p.name, why)
 	}
-	if ap.PosixUser != nil && p.params.NeedsGIDAllocation() {
-		s.gids.MarkUsed(ap.FileSystemID, allocatedID(p.params.GID, ap))
-	}
-	return ap, nil
+	return nil
 }
 
 // incompatibility says why ap cannot serve as the volume p describes, or "".
@@ -231,11 +468,14 @@ func (p *plan) incompatibility(ap *efs.AccessPoint) string {
 		return fmt.Sprintf("file system %s, want %s", ap.FileSystemID, p.params.FileSystemID)
 	}
 	if p.params.ReuseAccessPoint {
-		// The point of reuse: a re-created claim gets its old access point,
-		// whatever its directory or size.
-		return ""
-	}
-	if ap.Path != p.input.Path {
+		// The token is a hash of the claim name alone (as upstream, so its
+		// access points are found): a claim of that name in another
+		// namespace, class or cluster finds the same access point and must
+		// not get it.
+		if why := p.reuseMismatch(ap); why != "" {
+			return why
+		}
+	} else if ap.Path != p.input.Path {
 		return fmt.Sprintf("root directory %q, want %q", ap.Path, p.input.Path)
 	}
 	if c, ok := ap.Tags[TagCapacity]; ok && c != capacityTag(p.capacity) {
@@ -257,6 +497,22 @@ func (p *plan) incompatibility(ap *efs.AccessPoint) string {
 		if alloc < p.params.GIDRangeStart || alloc > p.params.GIDRangeEnd {
 			return fmt.Sprintf("allocated id %d outside [%d, %d]", alloc, p.params.GIDRangeStart, p.params.GIDRangeEnd)
 		}
+	}
+	return ""
+}
+
+// reuseMismatch says why ap, found by the reuseAccessPoint token, belongs to
+// another claim than p's, or "". Access points without our tags (made by the
+// upstream driver) are judged by their root directory alone.
+func (p *plan) reuseMismatch(ap *efs.AccessPoint) string {
+	if ns, ok := ap.Tags[TagClaimNamespace]; ok && ns != p.params.PVCNamespace {
+		return fmt.Sprintf("made for a claim in namespace %q, not %q", ns, p.params.PVCNamespace)
+	}
+	if name, ok := ap.Tags[TagClaimName]; ok && name != p.params.PVCName {
+		return fmt.Sprintf("made for claim %q, not %q", name, p.params.PVCName)
+	}
+	if !p.params.RootDirFits(ap.Path) {
+		return fmt.Sprintf("root directory %q is not one this class makes (it makes %q)", ap.Path, p.input.Path)
 	}
 	return ""
 }
@@ -289,19 +545,6 @@ func capacityOf(r *csi.CapacityRange) (int64, error) {
 		return lim, nil
 	}
 	return defaultCapacity, nil
-}
-
-// commit and release accept the nil reservation of a class with a fixed GID.
-func commit(r *gid.Reservation) {
-	if r != nil {
-		r.Commit()
-	}
-}
-
-func release(r *gid.Reservation) {
-	if r != nil {
-		r.Release()
-	}
 }
 
 // allocatedID is the id the allocator handed out for ap: its gid, or its uid

@@ -51,7 +51,7 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	if errors.Is(err, efs.ErrAccessPointNotFound) {
 		// Gone, or created so recently that Describe does not show it yet.
 		// DeleteAccessPoint is authoritative: call it rather than trust Describe.
-		return &csi.DeleteVolumeResponse{}, s.deleteAccessPoint(ctx, id.AccessPointID, nil)
+		return &csi.DeleteVolumeResponse{}, s.deleteAccessPoint(ctx, id.FileSystemID, id.AccessPointID)
 	}
 	if err != nil {
 		return nil, err
@@ -69,20 +69,17 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 			return nil, err
 		}
 	}
-	return &csi.DeleteVolumeResponse{}, s.deleteAccessPoint(ctx, ap.ID, ap)
+	return &csi.DeleteVolumeResponse{}, s.deleteAccessPoint(ctx, ap.FileSystemID, ap.ID)
 }
 
-func (s *Service) deleteAccessPoint(ctx context.Context, id string, ap *efs.AccessPoint) error {
-	err := s.efs.DeleteAccessPoint(ctx, id)
-	if errors.Is(err, efs.ErrAccessPointNotFound) {
-		return nil
-	}
-	if err != nil {
+// deleteAccessPoint deletes apID and tells the allocator its ids are free.
+func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) error {
+	err := s.efs.DeleteAccessPoint(ctx, apID)
+	if err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
 		return err
 	}
-	if ap != nil && ap.PosixUser != nil && ap.Tags[TagVolumeName] != "" {
-		s.gids.Forget(ap.FileSystemID, ap.PosixUser.GID)
-	}
+	s.gids.Forget(fsID, apID)
+	s.forgetAnswer(apID)
 	return nil
 }
 

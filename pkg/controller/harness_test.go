@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,23 @@ type hookEFS struct {
 	before map[string]func(arg any)                  // may block
 	after  map[string]func(arg any, err error) error // may block; returns the answer's error
 	inputs []efs.CreateAccessPointInput
+	// listFilter, if set, rewrites every listing (see ListAccessPoints).
+	listFilter func([]efs.AccessPoint) []efs.AccessPoint
+	// deletedTokens, when not nil, makes a deleted access point's client
+	// token stay taken (AlreadyExists naming the deleted ID), as EFS may:
+	// it documents nothing either way. The emulator frees it. Shared
+	// between beds that stand for processes on one EFS.
+	deletedTokens *sync.Map // token -> deleted access point ID
+}
+
+// keepTokens makes the beds' EFS keep deleted access points' tokens.
+func keepTokens(beds ...*bed) {
+	m := &sync.Map{}
+	for _, b := range beds {
+		b.hook.mu.Lock()
+		b.hook.deletedTokens = m
+		b.hook.mu.Unlock()
+	}
 }
 
 func (h *hookEFS) hooks(op string) (func(any), func(any, error) error) {
@@ -59,12 +77,30 @@ func hooked[T any](h *hookEFS, op string, arg any, call func() (T, error)) (T, e
 func (h *hookEFS) CreateAccessPoint(ctx context.Context, in efs.CreateAccessPointInput) (*efs.AccessPoint, error) {
 	h.mu.Lock()
 	h.inputs = append(h.inputs, in)
+	kept := h.deletedTokens
 	h.mu.Unlock()
+	if kept != nil {
+		if id, ok := kept.Load(in.ClientToken); ok {
+			return nil, &efs.AlreadyExistsError{AccessPointID: id.(string)}
+		}
+	}
 	return hooked(h, "CreateAccessPoint", in, func() (*efs.AccessPoint, error) { return h.EFS.CreateAccessPoint(ctx, in) })
 }
 
 func (h *hookEFS) DeleteAccessPoint(ctx context.Context, id string) error {
+	h.mu.Lock()
+	kept := h.deletedTokens
+	h.mu.Unlock()
+	var token string
+	if kept != nil {
+		if ap, err := h.EFS.DescribeAccessPoint(ctx, id); err == nil {
+			token = ap.ClientToken
+		}
+	}
 	_, err := hooked(h, "DeleteAccessPoint", id, func() (struct{}, error) { return struct{}{}, h.EFS.DeleteAccessPoint(ctx, id) })
+	if err == nil && token != "" {
+		kept.Store(token, id)
+	}
 	return err
 }
 
@@ -101,7 +137,25 @@ type bed struct {
 	client *efs.Client
 	hook   *hookEFS
 	svc    *Service
+	pid    int // the process this controller stands for (see kill)
 }
+
+// Each bed stands for a controller process of its own on one host: its
+// writer tag names a fake PID that is alive until the test kills it.
+var (
+	fakePIDs  atomic.Int64
+	fakeProcs sync.Map // pid -> true while alive
+)
+
+func fakeProcStart(pid int) (uint64, bool) {
+	if _, ok := fakeProcs.Load(pid); ok {
+		return 1, true
+	}
+	return 0, false
+}
+
+// kill marks the bed's process dead: other beds may now settle what it made.
+func (b *bed) kill() { fakeProcs.Delete(b.pid) }
 
 func newBed(t *testing.T, mut ...func(*Config)) *bed {
 	t.Helper()
@@ -118,7 +172,10 @@ func newBedOn(t *testing.T, url string, emu *emulator.Emulator, mut ...func(*Con
 		t.Fatal(err)
 	}
 	b := &bed{t: t, emu: emu, url: url, client: client, hook: &hookEFS{EFS: client}}
-	cfg := Config{EFS: b.hook, TempDir: t.TempDir()}
+	b.pid = int(fakePIDs.Add(1))
+	fakeProcs.Store(b.pid, true)
+	cfg := Config{EFS: b.hook, TempDir: t.TempDir(),
+		identity: &writer{host: "test-host", pid: b.pid, start: 1, nonce: "n"}, procStart: fakeProcStart}
 	for _, m := range mut {
 		m(&cfg)
 	}
@@ -248,4 +305,43 @@ func (c *clock) Advance(d time.Duration) {
 // on its file system.
 func steadyState(clk *clock) func(*Config) {
 	return func(c *Config) { c.Now = clk.Now }
+}
+
+// ListAccessPoints passes listings through hide, when set: a test makes a
+// listing lag (leave out access points) or change its order.
+func (h *hookEFS) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
+	h.mu.Lock()
+	hide := h.listFilter
+	h.mu.Unlock()
+	if hide == nil {
+		return h.EFS.ListAccessPoints(ctx, fsID, fn)
+	}
+	all, err := efs.Collect(ctx, h.EFS.ListAccessPoints, fsID)
+	if err != nil {
+		return err
+	}
+	return fn(hide(all))
+}
+
+func (h *hookEFS) setListFilter(f func([]efs.AccessPoint) []efs.AccessPoint) {
+	h.mu.Lock()
+	h.listFilter = f
+	h.mu.Unlock()
+}
+
+// wantUniqueIDs fails when two live access points share a GID, or, when
+// byUID, a UID.
+func (b *bed) wantUniqueIDs(byUID bool) {
+	b.t.Helper()
+	seen := map[int64]string{}
+	for _, ap := range b.accessPoints() {
+		id := ap.PosixUser.GID
+		if byUID {
+			id = ap.PosixUser.UID
+		}
+		if other, dup := seen[id]; dup {
+			b.t.Errorf("id %d on both %s and %s", id, other, ap.ID)
+		}
+		seen[id] = ap.ID
+	}
 }

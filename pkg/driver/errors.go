@@ -3,6 +3,8 @@ package driver
 import (
 	"context"
 	"errors"
+	"regexp"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -63,7 +65,32 @@ func toStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	return status.Error(codeOf(err), err.Error())
+	return status.Error(codeOf(err), redact(err.Error()))
+}
+
+// What a status message must not carry: the CO writes it into events that
+// the claim's tenant reads. AWS errors name role ARNs and account IDs, and
+// their raw bodies can be long.
+var (
+	arnRe       = regexp.MustCompile(`arn:aws[a-zA-Z-]*:[a-zA-Z0-9-]*:[a-z0-9-]*:[0-9]*:[^\s"',;)]*`)
+	accountIDRe = regexp.MustCompile(`(?i)\b(account(?: ?id)?[ :=]+)[0-9]{12}\b`)
+	requestIDRe = regexp.MustCompile(`(?i)request ?id: ?[0-9a-f-]+`)
+)
+
+// maxStatusMessage bounds a status message.
+const maxStatusMessage = 1024
+
+// redact strips role and resource ARNs, account IDs and AWS request IDs from
+// a status message and bounds its length. The driver's log keeps the full
+// error for the operator.
+func redact(msg string) string {
+	msg = arnRe.ReplaceAllString(msg, "arn:(redacted)")
+	msg = accountIDRe.ReplaceAllString(msg, "${1}(redacted)")
+	msg = requestIDRe.ReplaceAllString(msg, "RequestID: (redacted)")
+	if len(msg) > maxStatusMessage {
+		msg = strings.ToValidUTF8(msg[:maxStatusMessage], "") + "..."
+	}
+	return msg
 }
 
 func codeOf(err error) codes.Code {

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"maps"
 	"math/bits"
 	"sync"
 	"time"
@@ -48,6 +47,10 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives a debug line per listing; default discards.
 	Logger *slog.Logger
+	// Seed is mixed into every hint: processes with different seeds start
+	// their searches at different GIDs for the same volume, so two writers
+	// that cannot see each other's reservations rarely collide.
+	Seed string
 }
 
 // Allocator hands out GIDs per file system. It is safe for concurrent use.
@@ -56,6 +59,7 @@ type Allocator struct {
 	maxAge time.Duration
 	now    func() time.Time
 	log    *slog.Logger
+	seed   string
 
 	mu  sync.Mutex
 	fss map[string]*fsView
@@ -67,21 +71,35 @@ type Allocator struct {
 
 // fsView is what the allocator knows about one file system. Guarded by
 // Allocator.mu.
+//
+// It is kept per access point ID, not per GID count, because a listing is a
+// snapshot of some moment while it ran (or of a lagging replica): it may or
+// may not show what this process created or deleted meanwhile, and counting
+// cannot tell which. By ID the merge is exact:
+//   - local holds access points this process created or found (Record)
+//     until a listing shows them; a listing that does not show one yet
+//     never drops it.
+//   - deleted holds access points this process deleted (Forget) until a
+//     listing no longer shows them; a stale listing that still shows one
+//     never brings it back.
+//
+// Every access point's uid and gid both count as used: classes that fix
+// the gid allocate the uid from the range, and a value that is any live
+// access point's uid or gid is never handed out.
 type fsView struct {
-	listed   bool           // used holds a listing (plus changes since)
-	listedAt time.Time      // when the listing in used started
-	gen      uint64         // listings completed
-	used     map[int64]int  // GID -> access points using it
-	reserved map[int64]bool // GIDs held by in-flight creates
-	// taken has a bit per GID that is used or reserved, in 64-bit words
-	// keyed by gid/64: finding a free GID skips 64 at a time, and a sparse
-	// map stays small however scattered the GIDs are.
+	listed   bool                // listedAPs holds a complete listing
+	listedAt time.Time           // when that listing started
+	gen      uint64              // listings completed
+	apsOf    map[string][2]int64 // live access point ID -> its uid, gid (listing ∪ local − deleted)
+	local    map[string][2]int64 // recorded by this process, not yet seen in a listing
+	deleted  map[string]bool     // forgotten by this process, still seen in the last listing
+	used     map[int64]int       // id -> access points in apsOf carrying it (as uid or gid)
+	reserved map[int64]int       // id -> reservations holding it
+	// taken has a bit per id that is used or reserved, in 64-bit words
+	// keyed by id/64: finding a free id skips 64 at a time, and a sparse
+	// map stays small however scattered the ids are.
 	taken  map[int64]uint64
 	flight *listing // the listing in progress, nil when none
-	// Changes made while flight runs, replayed onto its result (the listing
-	// may have been read before or after each of them).
-	added     map[int64]int
-	forgotten map[int64]int
 }
 
 // listing is one ListAccessPoints in progress; done is closed when it ends.
@@ -92,7 +110,7 @@ type listing struct {
 
 // New returns an Allocator reading access points from src.
 func New(src Source, opts Options) *Allocator {
-	a := &Allocator{src: src, maxAge: opts.MaxAge, now: opts.Now, log: opts.Logger, fss: map[string]*fsView{}}
+	a := &Allocator{src: src, maxAge: opts.MaxAge, now: opts.Now, log: opts.Logger, seed: opts.Seed, fss: map[string]*fsView{}}
 	if a.maxAge <= 0 {
 		a.maxAge = DefaultMaxAge
 	}
@@ -109,34 +127,31 @@ func New(src Source, opts Options) *Allocator {
 func (a *Allocator) view(fsID string) *fsView {
 	v := a.fss[fsID]
 	if v == nil {
-		v = &fsView{used: map[int64]int{}, reserved: map[int64]bool{}, taken: map[int64]uint64{}}
+		v = &fsView{apsOf: map[string][2]int64{}, local: map[string][2]int64{}, deleted: map[string]bool{},
+			used: map[int64]int{}, reserved: map[int64]int{}, taken: map[int64]uint64{}}
 		a.fss[fsID] = v
 	}
 	return v
 }
 
-// Reservation is a GID held for one create until Commit or Release.
+// Reservation is a GID held for one create until Release. A create whose
+// outcome is unknown keeps its reservation (the access point may exist with
+// this GID) and hands it to the retry.
 type Reservation struct {
-	a     *Allocator
-	fsID  string
-	gid   int64
-	state int // reserved, committed or released; guarded by a.mu
+	a        *Allocator
+	fsID     string
+	gid      int64
+	released bool // guarded by a.mu
 }
-
-const (
-	reserved = iota
-	committed
-	released
-)
 
 // GID is the reserved GID.
 func (r *Reservation) GID() int64 { return r.gid }
 
-// Reserve picks a GID in [lo, hi] that no access point of fsID uses (as far
-// as the view knows) and no other reservation holds, and holds it until
-// Commit or Release. hint (the volume name) chooses where the search starts,
-// so two processes creating different volumes rarely pick the same GID and a
-// retry of one volume tends to get the same one.
+// Reserve picks a GID in [lo, hi] that no access point of fsID uses as uid
+// or gid (as far as the view knows) and no other reservation holds, and
+// holds it until Release. hint (the volume name, mixed with Options.Seed)
+// chooses where the search starts, so two processes creating different
+// volumes rarely pick the same GID.
 //
 // The file system is listed only when its view is missing or older than
 // MaxAge, or once when the range looks full (the view may hold deleted
@@ -148,7 +163,7 @@ func (a *Allocator) Reserve(ctx context.Context, fsID string, lo, hi int64, hint
 	if lo < 0 || hi < lo || hi > maxGID {
 		return nil, fmt.Errorf("gid: invalid range [%d, %d]", lo, hi)
 	}
-	start := probeStart(lo, hi, hint)
+	start := probeStart(lo, hi, a.seed+hint)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.view(fsID)
@@ -163,7 +178,7 @@ func (a *Allocator) Reserve(ctx context.Context, fsID string, lo, hi int64, hint
 			continue
 		}
 		if g, ok := v.pick(lo, hi, start); ok {
-			v.reserved[g] = true
+			v.reserved[g]++
 			v.sync(g)
 			return &Reservation{a: a, fsID: fsID, gid: g}, nil
 		}
@@ -207,18 +222,14 @@ func (a *Allocator) refresh(ctx context.Context, fsID string, v *fsView) error {
 // list runs one listing. Called and returns with a.mu held.
 func (a *Allocator) list(ctx context.Context, fsID string, v *fsView) error {
 	f := &listing{done: make(chan struct{})}
-	v.flight, v.added, v.forgotten = f, map[int64]int{}, map[int64]int{}
+	v.flight = f
 	began := a.now()
 	a.mu.Unlock()
 
-	got := map[int64]int{}
-	n := 0
+	got := map[string][2]int64{}
 	err := a.src.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
 		for _, ap := range page {
-			n++
-			if ap.PosixUser != nil {
-				got[ap.PosixUser.GID]++
-			}
+			got[ap.ID] = idsOf(ap)
 		}
 		return nil
 	})
@@ -227,38 +238,100 @@ func (a *Allocator) list(ctx context.Context, fsID string, v *fsView) error {
 	if err != nil {
 		f.err = fmt.Errorf("gid: listing access points of %s: %w", fsID, err)
 	} else {
-		// The listing read each page at some moment while it ran, so it may
-		// or may not show the creates and deletes this process finished
-		// meanwhile. Creates are added (if it showed one too, the GID is
-		// counted twice, which only delays its release until the next
-		// listing). A delete is subtracted only as far as the listing shows
-		// more uses of the GID than the view now holds, i.e. when it can
-		// have seen the deleted access point: subtracting otherwise would
-		// free a GID that another access point sharing it still uses.
-		for g, k := range v.added {
-			got[g] += k
-		}
-		for g, k := range v.forgotten {
-			if extra := got[g] - v.used[g]; extra > 0 {
-				got[g] -= min(k, extra)
-			}
-		}
-		maps.DeleteFunc(got, func(_ int64, k int) bool { return k <= 0 })
-		v.used, v.listed, v.listedAt = got, true, began
-		v.taken = make(map[int64]uint64, len(v.taken))
-		for g := range v.used {
-			v.sync(g)
-		}
-		for g := range v.reserved {
-			v.sync(g)
-		}
+		v.merge(got)
+		v.listed, v.listedAt = true, began
 		v.gen++
 	}
-	v.flight, v.added, v.forgotten = nil, nil, nil
+	v.flight = nil
 	close(f.done)
-	a.log.Debug("listed access points", slog.String("fileSystem", fsID), slog.Int("accessPoints", n),
-		slog.Int("gids", len(got)), slog.Duration("took", a.now().Sub(began)), slog.Any("error", err))
+	a.log.Debug("listed access points", slog.String("fileSystem", fsID), slog.Int("accessPoints", len(got)),
+		slog.Int("ids", len(v.used)), slog.Duration("took", a.now().Sub(began)), slog.Any("error", err))
 	return f.err
+}
+
+// merge replaces the view with a listing, keeping what this process knows
+// better (see fsView). Caller holds a.mu.
+func (v *fsView) merge(got map[string][2]int64) {
+	for id := range v.local {
+		if _, ok := got[id]; ok {
+			delete(v.local, id) // the listing carries it now
+		}
+	}
+	for id := range v.deleted {
+		if _, ok := got[id]; !ok {
+			delete(v.deleted, id) // the listing has caught up with the delete
+		}
+	}
+	aps := make(map[string][2]int64, len(got)+len(v.local))
+	for id, ids := range got {
+		if !v.deleted[id] {
+			aps[id] = ids
+		}
+	}
+	for id, ids := range v.local {
+		aps[id] = ids
+	}
+	v.apsOf = aps
+	v.used = make(map[int64]int, len(v.used))
+	for _, ids := range aps {
+		for _, x := range distinct(ids) {
+			v.used[x]++
+		}
+	}
+	v.taken = make(map[int64]uint64, len(v.taken))
+	for g := range v.used {
+		v.sync(g)
+	}
+	for g := range v.reserved {
+		v.sync(g)
+	}
+}
+
+// idsOf is the uid and gid of ap; -1 for an access point without a POSIX user.
+func idsOf(ap efs.AccessPoint) [2]int64 {
+	if ap.PosixUser == nil {
+		return [2]int64{-1, -1}
+	}
+	return [2]int64{ap.PosixUser.UID, ap.PosixUser.GID}
+}
+
+// distinct is the ids of an access point, each once, without -1.
+func distinct(ids [2]int64) []int64 {
+	switch {
+	case ids[0] < 0 && ids[1] < 0:
+		return nil
+	case ids[0] < 0 || ids[0] == ids[1]:
+		return ids[1:]
+	case ids[1] < 0:
+		return ids[:1]
+	}
+	return ids[:]
+}
+
+// addAP and removeAP keep used and taken in step with apsOf. Caller holds a.mu.
+func (v *fsView) addAP(id string, ids [2]int64) {
+	if _, ok := v.apsOf[id]; ok {
+		return
+	}
+	v.apsOf[id] = ids
+	for _, x := range distinct(ids) {
+		v.used[x]++
+		v.sync(x)
+	}
+}
+
+func (v *fsView) removeAP(id string) {
+	ids, ok := v.apsOf[id]
+	if !ok {
+		return
+	}
+	delete(v.apsOf, id)
+	for _, x := range distinct(ids) {
+		if v.used[x]--; v.used[x] <= 0 {
+			delete(v.used, x)
+		}
+		v.sync(x)
+	}
 }
 
 // maxGID is the largest POSIX ID EFS accepts.
@@ -301,7 +374,7 @@ func (v *fsView) firstFree(from, to int64) (int64, bool) {
 // sync sets g's taken bit from its used count and reservation.
 func (v *fsView) sync(g int64) {
 	word, bit := g>>6, uint64(1)<<(g&63)
-	if v.used[g] > 0 || v.reserved[g] {
+	if v.used[g] > 0 || v.reserved[g] > 0 {
 		v.taken[word] |= bit
 		return
 	}
@@ -322,77 +395,51 @@ func (v *fsView) countUsed(lo, hi int64) int {
 	return n
 }
 
-// addUsed records one more access point using g. Caller holds a.mu.
-func (v *fsView) addUsed(g int64) {
-	if !v.listed && v.flight == nil {
-		return // the first listing will see it
-	}
-	v.used[g]++
-	v.sync(g)
-	if v.flight != nil {
-		v.added[g]++
-	}
+// Record tells the allocator that ap exists: this process created it, or
+// found it by its client token. Its uid and gid stay used until a listing
+// shows it (and then for as long as listings do), whatever listings that
+// lag behind say. Record before releasing the reservation the access point
+// was created with, so that its GID is never free in between.
+func (a *Allocator) Record(ap efs.AccessPoint) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := a.view(ap.FileSystemID)
+	delete(v.deleted, ap.ID)
+	ids := idsOf(ap)
+	v.local[ap.ID] = ids
+	v.addAP(ap.ID, ids)
 }
 
-// Commit records that the access point was created with the GID: it is now
-// used. Idempotent; a Commit after Release still marks the GID used (an
-// access point that exists must never lose its GID).
-func (r *Reservation) Commit() {
-	r.a.mu.Lock()
-	defer r.a.mu.Unlock()
-	if r.state == committed {
-		return
-	}
-	v := r.a.view(r.fsID)
-	if r.state == reserved {
-		delete(v.reserved, r.gid)
-		v.sync(r.gid)
-	}
-	r.state = committed
-	v.addUsed(r.gid)
-}
-
-// Release returns the GID: its create failed and no access point carries it.
-// A no-op after Commit or a previous Release.
+// Release gives the GID back: the create it was reserved for is settled,
+// either with an access point that Record has been told about, or with the
+// proof that no access point carries it. Idempotent.
 func (r *Reservation) Release() {
 	r.a.mu.Lock()
 	defer r.a.mu.Unlock()
-	if r.state != reserved {
+	if r.released {
 		return
 	}
-	r.state = released
+	r.released = true
 	v := r.a.view(r.fsID)
-	delete(v.reserved, r.gid)
+	if v.reserved[r.gid]--; v.reserved[r.gid] <= 0 {
+		delete(v.reserved, r.gid)
+	}
 	v.sync(r.gid)
 }
 
-// MarkUsed records an access point this process adopted (found rather than
-// created) with the given GID.
-func (a *Allocator) MarkUsed(fsID string, gid int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.view(fsID).addUsed(gid)
-}
-
-// Forget records that an access point with the given GID was deleted. The GID
-// becomes free once no other access point in the view uses it.
-func (a *Allocator) Forget(fsID string, gid int64) {
+// Forget records that this process deleted access point apID of fsID. Its
+// ids become free once no other live access point carries them; a listing
+// that still shows it does not bring them back.
+func (a *Allocator) Forget(fsID, apID string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.fss[fsID]
 	if v == nil {
 		return
 	}
-	if v.used[gid] > 0 {
-		v.used[gid]--
-		if v.used[gid] == 0 {
-			delete(v.used, gid)
-		}
-		v.sync(gid)
-	}
-	if v.flight != nil {
-		v.forgotten[gid]++
-	}
+	delete(v.local, apID)
+	v.deleted[apID] = true
+	v.removeAP(apID)
 }
 
 // Stats is one file system's view, for metrics.

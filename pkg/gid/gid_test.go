@@ -100,6 +100,18 @@ func newAllocator(src Source) (*Allocator, *clock) {
 	return New(src, Options{MaxAge: time.Minute, Now: c.now}), c
 }
 
+// apWith is an access point of fs1 with uid = gid = g.
+func apWith(id string, g int64) efs.AccessPoint {
+	return efs.AccessPoint{ID: id, FileSystemID: fs1, PosixUser: &efs.PosixUser{UID: g, GID: g}}
+}
+
+// commitAs is what the controller does when a create succeeds: record the
+// access point, then release the reservation it was made with.
+func commitAs(a *Allocator, r *Reservation, apID string) {
+	a.Record(apWith(apID, r.GID()))
+	r.Release()
+}
+
 func mustReserve(t testing.TB, a *Allocator, lo, hi int64, hint string) *Reservation {
 	t.Helper()
 	r, err := a.Reserve(context.Background(), fs1, lo, hi, hint)
@@ -134,7 +146,7 @@ func TestConcurrentReservesGetDistinctFreeGIDs(t *testing.T) {
 			}
 			gids[i] = r.GID()
 			if i%2 == 0 {
-				r.Commit()
+				commitAs(a, r, fmt.Sprint("fsap-c", i))
 			}
 		}()
 	}
@@ -170,7 +182,7 @@ func TestListingIsAmortized(t *testing.T) {
 			t.Fatalf("reserve %d got %d: used or repeated", i, r.GID())
 		}
 		seen[r.GID()] = true
-		r.Commit()
+		commitAs(a, r, fmt.Sprint("fsap-c", i))
 	}
 	if l, p := src.listings.Load(), src.pages.Load(); l != 1 || p != 10 {
 		t.Fatalf("1,000 reserves made %d listings (%d pages), want 1 (10)", l, p)
@@ -248,10 +260,10 @@ func TestReleaseAndCommit(t *testing.T) {
 	if r2.GID() != 7 {
 		t.Fatalf("released GID not reused: got %d", r2.GID())
 	}
-	r2.Commit()
+	commitAs(a, r2, "fsap-b")
 	src.add(fs1, "fsap-b", 7) // what the create did
-	r2.Commit()               // idempotent
-	r2.Release()              // no-op after Commit
+	commitAs(a, r2, "fsap-b") // idempotent
+	r2.Release()              // no-op after release
 	if n := a.usedCount(fs1, 7); n != 1 {
 		t.Fatalf("used count of 7 = %d, want 1", n)
 	}
@@ -263,7 +275,7 @@ func TestReleaseAndCommit(t *testing.T) {
 	}
 	// The access point is deleted: Forget frees the GID.
 	src.remove(fs1, "fsap-b")
-	a.Forget(fs1, 7)
+	a.Forget(fs1, "fsap-b")
 	mustReserve(t, a, 7, 7, "d")
 }
 
@@ -273,8 +285,8 @@ func TestMarkUsedAndSharedGIDs(t *testing.T) {
 	src.add(fs1, "fsap-b", 5)
 	a, _ := newAllocator(src)
 	mustReserve(t, a, 1, 10, "x").Release()
-	a.MarkUsed(fs1, 6) // adopted, not yet listed
-	a.Forget(fs1, 5)   // one of the two is deleted
+	a.Record(apWith("fsap-c", 6)) // adopted, not yet listed
+	a.Forget(fs1, "fsap-a")       // one of the two is deleted
 	if n5, n6 := a.usedCount(fs1, 5), a.usedCount(fs1, 6); n5 != 1 || n6 != 1 {
 		t.Fatalf("used counts: 5 -> %d, 6 -> %d; want 1 and 1", n5, n6)
 	}
@@ -370,7 +382,7 @@ func TestCommitDuringRefreshIsKept(t *testing.T) {
 	a, clk := newAllocator(src)
 	r := mustReserve(t, a, 1, 10, "vol")
 	g, done := staleRefresh(t, a, clk, src) // its listing will not show the new access point
-	r.Commit()
+	commitAs(a, r, "fsap-vol")
 	g.open()
 	<-done
 	src.add(fs1, "fsap-vol", r.GID()) // reality, after the listing read
@@ -386,11 +398,11 @@ func TestForgetDuringRefresh(t *testing.T) {
 	twoAPs := func(src *fakeSource) { oneAP(src); src.add(fs1, "fsap-y", 5) }
 	deleteX := func(a *Allocator, src *fakeSource) {
 		src.remove(fs1, "fsap-x")
-		a.Forget(fs1, 5)
+		a.Forget(fs1, "fsap-x")
 	}
 	createAndDelete := func(a *Allocator, _ *fakeSource) {
-		a.MarkUsed(fs1, 5)
-		a.Forget(fs1, 5)
+		a.Record(apWith("fsap-z", 5))
+		a.Forget(fs1, "fsap-z")
 	}
 	tests := []struct {
 		name      string
@@ -575,8 +587,9 @@ func BenchmarkReserveCommit(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				r := mustReserve(b, a, 50000, tc.hi, fmt.Sprint("pvc-", i))
-				r.Commit()
-				a.Forget(fs1, r.GID())
+				id := fmt.Sprint("fsap-b", r.GID())
+				commitAs(a, r, id)
+				a.Forget(fs1, id)
 			}
 			b.StopTimer()
 			if got := src.listings.Load(); got != 1 {
@@ -591,7 +604,7 @@ func BenchmarkReserveCommit(b *testing.B) {
 func TestPickMatchesNaiveScan(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 500 {
-		v := &fsView{used: map[int64]int{}, reserved: map[int64]bool{}, taken: map[int64]uint64{}}
+		v := &fsView{used: map[int64]int{}, reserved: map[int64]int{}, taken: map[int64]uint64{}}
 		lo := rng.Int64N(300)
 		hi := lo + rng.Int64N(300)
 		density := rng.Float64()
@@ -600,7 +613,7 @@ func TestPickMatchesNaiveScan(t *testing.T) {
 			case x < density/2:
 				v.used[g] = 1
 			case x < density:
-				v.reserved[g] = true
+				v.reserved[g] = 1
 			}
 			v.sync(g)
 		}
@@ -608,7 +621,7 @@ func TestPickMatchesNaiveScan(t *testing.T) {
 		want, wantOK := int64(0), false
 		for i := int64(0); i <= hi-lo; i++ {
 			g := lo + (start-lo+i)%(hi-lo+1)
-			if v.used[g] == 0 && !v.reserved[g] {
+			if v.used[g] == 0 && v.reserved[g] == 0 {
 				want, wantOK = g, true
 				break
 			}
