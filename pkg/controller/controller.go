@@ -110,6 +110,7 @@ type Service struct {
 	locks   *keylock.Set
 	gids    *gid.Allocator
 	verify  *verifier
+	roots   *rootDirs // root-directory removal (rootdir.go)
 	log     *slog.Logger
 
 	// pending holds, per volume generation (pendingKey), the GID
@@ -176,6 +177,7 @@ func New(cfg Config) (*Service, error) {
 		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
 		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
 		answers: map[string]*efs.AccessPoint{}, answerOf: map[string]string{},
+		roots: newRootDirs(cfg.EFS),
 	}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/rmtree"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -26,8 +27,9 @@ import (
 //  2. Lock the access point ID, describe it, recover the volume name from its
 //     tag and lock the name too: a Create of the same volume in flight makes
 //     this call ABORTED instead of racing it.
-//  3. With --delete-access-point-root-dir, remove the root directory first;
-//     if that fails the access point stays, so a retry can finish the job.
+//  3. With --delete-access-point-root-dir, remove the root directory first,
+//     unless another access point reaches it; if removal fails the access
+//     point stays, so a retry can finish the job.
 //  4. Delete the access point; "not found" means an earlier attempt did.
 func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
@@ -62,6 +64,7 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 		defer unlockName()
 	}
 	if s.delRoot {
+		defer s.roots.deletingNow(ap.ID)() // through the DeleteAccessPoint below
 		if err := s.removeRootDir(ctx, ap); err != nil {
 			return nil, err
 		}
@@ -83,10 +86,14 @@ func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) erro
 // cleanupTimeout bounds the unmount after the call's own context is gone.
 const cleanupTimeout = 30 * time.Second
 
-// removeRootDir mounts the file system at a fresh directory of its own,
-// removes the access point's root directory, and always unmounts and removes
-// the mount point, whether removal succeeded, failed or was cancelled.
-func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) (err error) {
+// removeRootDir mounts the file system at a fresh directory of its own and
+// removes the access point's root directory unless another live access
+// point reaches it (then the directory stays and the delete goes on). The
+// removal walks descriptors from the mount point (pkg/rmtree): a symlink or
+// a mount point on the way is refused, nothing inside is followed. The
+// mount point is always released, whether removal succeeded, failed or was
+// cancelled; an unmount that fails is retried later (releaseMount).
+func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) error {
 	rel, err := removableRoot(ap)
 	if err != nil {
 		return err
@@ -99,33 +106,31 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) (err e
 		_ = os.Remove(mnt)
 		return fmt.Errorf("%w: mount %s: %w", ErrRootDirRemoval, ap.FileSystemID, err)
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if uerr := s.mounter.Unmount(cctx, mnt); uerr != nil {
-			// Never remove a directory that may still be the file system.
-			err = errors.Join(err, fmt.Errorf("%w: unmount %s: %w", ErrRootDirRemoval, mnt, uerr))
-			return
-		}
-		if rerr := os.Remove(mnt); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("%w: remove mount point: %v", ErrRootDirRemoval, rerr))
-		}
-	}()
-	target, err := volume.ResolveParentInside(mnt, rel)
+	defer s.releaseMount(ctx, mnt)
+	// Listed after mounting, right before the removal: the window in
+	// which a new access point on the directory goes unseen is the removal.
+	other, err := s.sharer(ctx, ap)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrUnsafeRootDir, ap.Path, err)
-	}
-	if target == mnt {
-		return fmt.Errorf("%w: %s resolves to the file system root", ErrUnsafeRootDir, ap.Path)
-	}
-	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(target); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrRootDirRemoval, ap.Path, err)
+	if other != nil {
+		s.roots.kept.Add(1)
+		s.log.Warn("root directory kept: another access point reaches it",
+			slog.String("accessPoint", ap.ID), slog.String("path", ap.Path),
+			slog.String("otherAccessPoint", other.ID), slog.String("otherPath", other.Path))
+		return nil
 	}
-	s.log.Info("root directory removed", slog.String("accessPoint", ap.ID), slog.String("path", ap.Path))
-	return nil
+	err = rmtree.RemoveAll(ctx, mnt, rel)
+	switch {
+	case err == nil:
+		s.log.Info("root directory removed", slog.String("accessPoint", ap.ID), slog.String("path", ap.Path))
+		return nil
+	case errors.Is(err, rmtree.ErrUnsafe):
+		return fmt.Errorf("%w: %s: %w", ErrUnsafeRootDir, ap.Path, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %s: %w", ErrRootDirRemoval, ap.Path, ctx.Err())
+	}
+	return fmt.Errorf("%w: %s: %w", ErrRootDirRemoval, ap.Path, err)
 }
 
 // removableRoot returns the root directory relative to the file system root,
@@ -142,7 +147,7 @@ func removableRoot(ap *efs.AccessPoint) (string, error) {
 	if base, ok := ap.Tags[TagBasePath]; ok && path.Clean("/"+base) == p {
 		return "", fmt.Errorf("%w: access point %s has the base path %q as root", ErrUnsafeRootDir, ap.ID, p)
 	}
-	return filepath.FromSlash(p[1:]), nil
+	return p[1:], nil
 }
 
 // mountPointPrefix names the per-call mount points: prefix + pid + "-" + random,
@@ -152,15 +157,17 @@ const mountPointPrefix = "efs-csi-delete-"
 // CleanStaleMountPoints unmounts and removes the mount points that a killed
 // controller process left in the temporary directory. Mount points of live
 // processes (another controller sharing the directory) are left alone.
+//
+// It also retries this process's own mount points whose unmount failed.
 func (s *Service) CleanStaleMountPoints(ctx context.Context) error {
 	if s.mounter == nil {
 		return nil
 	}
+	errs := []error{s.retryUnmounts(ctx)}
 	dirs, err := filepath.Glob(filepath.Join(s.tmpDir, mountPointPrefix+"*"))
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
-	var errs []error
 	for _, dir := range dirs {
 		pidPart, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), mountPointPrefix), "-")
 		pid, err := strconv.Atoi(pidPart)

@@ -8,7 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -17,18 +20,33 @@ import (
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/mount"
+	"github.com/efs-csi/efs-csi-driver/pkg/rmtree/rmtreetest"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // hookMounter wraps the real bind-mount back end so a test can fail or
 // cancel at a chosen step, and records the mount points it was given.
 type hookMounter struct {
 	FileSystemMounter
-	afterMount func(target string) error
-	targets    []string
+	afterMount    func(target string) error
+	beforeUnmount func(target string) error // a fault: an error fails the unmount
+	mu            sync.Mutex
+	targets       []string
+}
+
+func (h *hookMounter) Unmount(ctx context.Context, target string) error {
+	if h.beforeUnmount != nil {
+		if err := h.beforeUnmount(target); err != nil {
+			return err
+		}
+	}
+	return h.FileSystemMounter.Unmount(ctx, target)
 }
 
 func (h *hookMounter) MountFileSystem(ctx context.Context, fsID, target string) error {
+	h.mu.Lock()
 	h.targets = append(h.targets, target)
+	h.mu.Unlock()
 	if err := h.FileSystemMounter.MountFileSystem(ctx, fsID, target); err != nil {
 		return err
 	}
@@ -42,7 +60,23 @@ type rootBed struct {
 	*bed
 	data    string // emulator data dir: DATA/<fs-id>/<path>
 	mounter *hookMounter
+	lists   *listHook
 	tmp     string
+}
+
+// listHook counts the controller's listings and can hold one.
+type listHook struct {
+	EFS
+	calls  atomic.Int32
+	before func(any)
+}
+
+func (l *listHook) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
+	l.calls.Add(1)
+	if l.before != nil {
+		l.before(fsID)
+	}
+	return l.EFS.ListAccessPoints(ctx, fsID, fn)
 }
 
 func newRootBed(t *testing.T) *rootBed {
@@ -50,7 +84,7 @@ func newRootBed(t *testing.T) *rootBed {
 	if os.Geteuid() != 0 {
 		t.Skip("root-directory removal needs bind mounts (root)")
 	}
-	data := t.TempDir()
+	data := rmtreetest.FastDir(t) // tmpfs: the huge trees take minutes on this disk
 	url, emu := emulatortest.Start(t, emulator.Config{DataDir: data, FileSystems: []string{testFS}})
 	client, err := efs.New(context.Background(), efs.Config{Region: "us-east-1", Endpoint: url, RateLimits: unlimited})
 	if err != nil {
@@ -63,6 +97,8 @@ func newRootBed(t *testing.T) *rootBed {
 	r := &rootBed{data: data, mounter: &hookMounter{FileSystemMounter: local}, tmp: t.TempDir()}
 	r.bed = newBedOn(t, url, emu, func(c *Config) {
 		c.DeleteRootDir, c.Mounter, c.TempDir = true, r.mounter, r.tmp
+		r.lists = &listHook{EFS: c.EFS}
+		c.EFS = r.lists
 	})
 	t.Cleanup(r.assertNoMountLeft)
 	return r
@@ -120,25 +156,6 @@ func TestDeleteRemovesOnlyItsOwnRootDirectory(t *testing.T) {
 		t.Errorf("other volume's data: %q, %v", b, err)
 	}
 	r.wantAccessPoints(1)
-}
-
-// A root that is a symlink to another volume's directory: removing it must
-// remove the link, never what it points at.
-func TestDeleteNeverFollowsRootSymlink(t *testing.T) {
-	r := newRootBed(t)
-	victim, attacker := r.mustCreate("pvc-victim"), r.mustCreate("pvc-attacker")
-	write(t, filepath.Join(r.rootOf(victim), "data"), "precious")
-	root := r.rootOf(attacker)
-	if err := os.Remove(root); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(r.rootOf(victim), root); err != nil {
-		t.Fatal(err)
-	}
-	_ = r.delete(attacker)
-	if b, err := os.ReadFile(filepath.Join(r.rootOf(victim), "data")); err != nil || string(b) != "precious" {
-		t.Fatalf("victim's data: %q, %v", b, err)
-	}
 }
 
 // A failed removal keeps the access point so the retry can finish, and the
@@ -239,4 +256,355 @@ func TestRestartCleansMountPointsOfDeadProcessesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Remove(live)
+}
+
+// createWith provisions a volume with extra StorageClass parameters.
+func (r *rootBed) createWith(name string, extra ...string) string {
+	r.t.Helper()
+	resp, err := r.svc.CreateVolume(r.ctx(), createReq(name, 1<<30, params(extra...)))
+	if err != nil {
+		r.t.Fatalf("CreateVolume(%s): %v", name, err)
+	}
+	return resp.GetVolume().GetVolumeId()
+}
+
+// handMade creates an access point as the upstream driver or an operator
+// would: none of this driver's tags.
+func (r *rootBed) handMade(path string) {
+	r.t.Helper()
+	if _, err := r.client.CreateAccessPoint(r.ctx(), efs.CreateAccessPointInput{
+		FileSystemID: testFS, ClientToken: "by-hand" + path, Path: path,
+		PosixUser: &efs.PosixUser{UID: 1, GID: 1},
+	}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rootBed) inFS(p string) string { return filepath.Join(r.data, testFS, p) }
+
+// sharedData: subPathPattern ${.PVC.name} without the unique suffix gives
+// every claim named "data" the directory /data, whatever its namespace.
+func sharedData(ns string) []string {
+	return []string{"subPathPattern", "${.PVC.name}", "ensureUniqueDirectory", "false",
+		volume.ParamPVCName, "data", volume.ParamPVCNamespace, ns}
+}
+
+// A root directory that another live access point also reaches (the same
+// directory, one above it or one below it, tagged by this driver or not) is
+// someone else's data too: the delete succeeds and leaves it.
+func TestDeleteKeepsADirectoryAnotherAccessPointReaches(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(r *rootBed) (vol string)
+		kept  bool
+	}{
+		{"the same directory, through a subPathPattern without the unique suffix", func(r *rootBed) string {
+			r.createWith("pvc-b", sharedData("b")...)
+			return r.createWith("pvc-a", sharedData("a")...)
+		}, true},
+		{"the same directory, made by hand", func(r *rootBed) string {
+			r.handMade("/pvc-a")
+			return r.mustCreate("pvc-a")
+		}, true},
+		{"a directory above it, made by hand", func(r *rootBed) string {
+			r.handMade("/team")
+			return r.createWith("pvc-a", "basePath", "/team")
+		}, true},
+		{"the whole file system, made by hand", func(r *rootBed) string {
+			r.handMade("/")
+			return r.mustCreate("pvc-a")
+		}, true},
+		{"a directory below it, made by hand", func(r *rootBed) string {
+			r.handMade("/pvc-a/sub")
+			return r.mustCreate("pvc-a")
+		}, true},
+		{"a sibling whose name it prefixes is unrelated", func(r *rootBed) string {
+			r.handMade("/a/bc")
+			return r.createWith("pvc-a", "basePath", "/a", "subPathPattern", "${.PVC.name}",
+				"ensureUniqueDirectory", "false", volume.ParamPVCName, "b", volume.ParamPVCNamespace, "ns")
+		}, false},
+		{"a directory it prefixes is unrelated", func(r *rootBed) string {
+			r.handMade("/pvc-ab")
+			return r.mustCreate("pvc-a")
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRootBed(t)
+			vol := tc.setup(r)
+			root := r.rootOf(vol)
+			write(t, filepath.Join(root, "data"), "shared")
+			if err := r.delete(vol); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			r.wantAccessPoints(1)
+			_, err := os.Stat(filepath.Join(root, "data"))
+			if tc.kept && err != nil {
+				t.Fatalf("data another access point reaches was removed: %v", err)
+			}
+			if !tc.kept && !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("root directory of an unrelated volume kept: %v", err)
+			}
+			if want := map[bool]int64{true: 1}[tc.kept]; r.svc.RootDirsKept() != want {
+				t.Fatalf("RootDirsKept() = %d, want %d", r.svc.RootDirsKept(), want)
+			}
+		})
+	}
+}
+
+// The shared directory goes with the last access point that reaches it.
+func TestSharedDirectoryIsRemovedWithItsLastAccessPoint(t *testing.T) {
+	r := newRootBed(t)
+	a, b := r.createWith("pvc-a", sharedData("a")...), r.createWith("pvc-b", sharedData("b")...)
+	root := r.rootOf(a)
+	write(t, filepath.Join(root, "data"), "shared")
+	if err := r.delete(a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "data")); err != nil {
+		t.Fatalf("namespace b's data removed with namespace a's volume: %v", err)
+	}
+	if err := r.delete(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("shared directory kept after its last access point: %v", err)
+	}
+	r.wantAccessPoints(0)
+}
+
+// A symlink anywhere on the way from the file system root to the root
+// directory (the root itself included) is refused and the access point
+// kept: it can only have been planted by someone with access above the
+// volume, and following it would remove what it points at.
+func TestSymlinkOnTheWayToTheRootIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// plant turns part of root's path into a symlink to the directory
+		// that holds precious data; root is relative to the file system.
+		plant func(r *rootBed, root string) (precious string)
+	}{
+		{"the root itself, to another volume's directory", func(r *rootBed, root string) string {
+			victim := r.rootOf(r.mustCreate("pvc-victim"))
+			must(t, os.Remove(r.inFS(root)))
+			must(t, os.Symlink(victim, r.inFS(root)))
+			return victim
+		}},
+		{"a directory above the root, to another directory of the file system", func(r *rootBed, root string) string {
+			// /base -> elsewhere: the root /base/pvc-a would be /elsewhere/pvc-a.
+			precious := r.inFS("elsewhere/" + filepath.Base(root))
+			must(t, os.MkdirAll(precious, 0o755))
+			must(t, os.RemoveAll(r.inFS("base")))
+			must(t, os.Symlink("elsewhere", r.inFS("base")))
+			return precious
+		}},
+		{"a directory above the root, out of the file system", func(r *rootBed, root string) string {
+			precious := t.TempDir()
+			must(t, os.MkdirAll(filepath.Join(precious, filepath.Base(root)), 0o755))
+			must(t, os.RemoveAll(r.inFS("base")))
+			must(t, os.Symlink(precious, r.inFS("base")))
+			return filepath.Join(precious, filepath.Base(root))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRootBed(t)
+			vol := r.createWith("pvc-a", "basePath", "/base")
+			ap, err := r.client.DescribeAccessPoint(r.ctx(), apOf(t, vol))
+			must(t, err)
+			precious := tc.plant(r, ap.Path)
+			write(t, filepath.Join(precious, "data"), "precious")
+			n := len(r.accessPoints())
+			err = r.delete(vol)
+			if !errors.Is(err, ErrUnsafeRootDir) {
+				t.Errorf("got %v, want ErrUnsafeRootDir", err)
+			}
+			r.wantAccessPoints(n)
+			if b, err := os.ReadFile(filepath.Join(precious, "data")); err != nil || string(b) != "precious" {
+				t.Fatalf("data the symlink points at: %q, %v", b, err)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hugeTree is the size of the deep and wide trees: the 200,000, or
+// a tenth of it under -short.
+func hugeTree() int {
+	if testing.Short() {
+		return 20_000
+	}
+	return 200_000
+}
+
+// A root directory 200,000 levels deep is removed with a bounded number of
+// descriptors: os.RemoveAll holds one per level and runs out.
+func TestDeleteRemovesADeepTreeWithBoundedDescriptors(t *testing.T) {
+	r := newRootBed(t)
+	vol := r.mustCreate("pvc-deep")
+	root := r.rootOf(vol)
+	rmtreetest.Chain(t, root, hugeTree())
+	rmtreetest.LimitOpenFiles(t, 256)
+	if err := r.delete(vol); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("root directory still there: %v", err)
+	}
+	r.wantAccessPoints(0)
+}
+
+// Cancelling a delete stops the removal where it is (a retry continues
+// from there) and keeps the access point until the root is gone.
+func TestCancelledRemovalStopsPromptlyAndKeepsTheAccessPoint(t *testing.T) {
+	r := newRootBed(t)
+	vol := r.mustCreate("pvc-wide")
+	root := r.rootOf(vol)
+	n := hugeTree()
+	rmtreetest.Wide(t, root, n)
+	ctx, cancel := context.WithCancel(r.ctx())
+	var cancelled atomic.Int64
+	rmtreetest.OnFirstRemoval(t, root, func() {
+		cancelled.Store(time.Now().UnixNano())
+		cancel()
+	})
+	_, err := r.svc.DeleteVolume(ctx, deleteReq(vol))
+	returned := time.Now()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	r.wantAccessPoints(1)
+	left := rmtreetest.Entries(t, root)
+	t.Logf("returned %v after the cancel; %d of %d entries left", returned.Sub(time.Unix(0, cancelled.Load())), left, n)
+	if min := n / 2; testing.Short() && left == 0 || !testing.Short() && left < min {
+		t.Fatalf("%d of %d entries left: the removal went on after the cancel", left, n)
+	}
+	if err := r.delete(vol); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("root directory still there after the retry: %v", err)
+	}
+	r.wantAccessPoints(0)
+}
+
+// mountedBelow lists the mounts under the bed's temporary directory.
+func (r *rootBed) mountedBelow() []string {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	must(r.t, err)
+	var at []string
+	for _, line := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], r.tmp+"/") {
+			at = append(at, f[4])
+		}
+	}
+	return at
+}
+
+// An unmount that fails is not forgotten: the removal succeeded, so the
+// delete does too, and the mount point is unmounted later, by the next
+// delete or by CleanStaleMountPoints.
+func TestFailedUnmountIsRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		retry func(r *rootBed, next string) error
+	}{
+		{"by the next delete", func(r *rootBed, next string) error { return r.delete(next) }},
+		{"by CleanStaleMountPoints", func(r *rootBed, _ string) error { return r.svc.CleanStaleMountPoints(r.ctx()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRootBed(t)
+			first, next := r.mustCreate("pvc-1"), r.mustCreate("pvc-2")
+			root := r.rootOf(first)
+			var fails atomic.Int32
+			fails.Store(1)
+			r.mounter.beforeUnmount = func(string) error {
+				if fails.Add(-1) >= 0 {
+					return errors.New("injected: device busy")
+				}
+				return nil
+			}
+			if err := r.delete(first); err != nil {
+				t.Fatalf("delete with a failing unmount: %v", err)
+			}
+			if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("root directory still there: %v", err)
+			}
+			if m, n := r.mountedBelow(), r.svc.PendingUnmounts(); len(m) != 1 || n != 1 {
+				t.Fatalf("after the failed unmount: mounted %v, %d pending; want the one mount point", m, n)
+			}
+			if err := tc.retry(r, next); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			if m, n := r.mountedBelow(), r.svc.PendingUnmounts(); len(m) != 0 || n != 0 {
+				t.Fatalf("after the retry: mounted %v, %d pending", m, n)
+			}
+		})
+	}
+}
+
+// Concurrent deletes share listings: the deletes that arrive while a
+// listing is in flight wait for the next one, which serves them all.
+func TestConcurrentDeletesShareOneFreshListing(t *testing.T) {
+	r := newRootBed(t)
+	vols := []string{r.mustCreate("pvc-0"), r.mustCreate("pvc-1"), r.mustCreate("pvc-2"), r.mustCreate("pvc-3")}
+	r.lists.calls.Store(0)
+	g := newGate()
+	r.lists.before = g.hold
+	joined := make(chan string, len(vols))
+	r.svc.roots.listings.joined = func(fsID string) { joined <- fsID }
+	var errs []<-chan error
+	errs = append(errs, async(func() error { return r.delete(vols[0]) }))
+	<-g.arrived // the first listing is in flight
+	for _, v := range vols[1:] {
+		errs = append(errs, async(func() error { return r.delete(v) }))
+	}
+	for range vols {
+		<-joined
+	}
+	g.open()
+	for _, e := range errs {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.lists.calls.Load(); n != 2 {
+		t.Fatalf("%d listings for %d deletes, want 2: the one in flight and one for those that came during it", n, len(vols))
+	}
+	r.wantAccessPoints(0)
+}
+
+// Two deletes of volumes sharing a directory at once: neither keeps it for
+// the other, which is going away too, so the directory does not leak.
+func TestConcurrentDeletesOfASharedDirectoryRemoveIt(t *testing.T) {
+	r := newRootBed(t)
+	a, b := r.createWith("pvc-a", sharedData("a")...), r.createWith("pvc-b", sharedData("b")...)
+	root := r.rootOf(a)
+	write(t, filepath.Join(root, "data"), "shared")
+	g := newGate()
+	r.lists.before = g.hold
+	joined := make(chan string, 2)
+	r.svc.roots.listings.joined = func(fsID string) { joined <- fsID }
+	first := async(func() error { return r.delete(a) })
+	<-g.arrived // a's listing is in flight and shows b
+	second := async(func() error { return r.delete(b) })
+	<-joined
+	<-joined
+	g.open()
+	for _, e := range []<-chan error{first, second} {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("shared directory left behind by two deletes at once: %v", err)
+	}
+	if n := r.svc.RootDirsKept(); n != 0 {
+		t.Fatalf("RootDirsKept() = %d, want 0", n)
+	}
+	r.wantAccessPoints(0)
 }

@@ -211,6 +211,7 @@ func (d *Driver) registerGauges() {
 	})
 	if d.controller != nil {
 		d.metrics.Register(gidCollector{d.controller})
+		d.metrics.Register(rootDirCollector{d.controller})
 	}
 }
 

@@ -1,0 +1,165 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+)
+
+// rootListTimeout bounds one shared listing of a file system's access points.
+const rootListTimeout = time.Minute
+
+// rootDirs is the state root-directory removal keeps between deletes.
+type rootDirs struct {
+	// listings of a file system's access points, fresh for each delete
+	// and shared by the deletes waiting at the same moment.
+	listings *freshFlight[string, []efs.AccessPoint]
+	kept     atomic.Int64 // deletes that left a directory another access point reaches
+
+	// deleting are the access points whose DeleteVolume is under way in
+	// this process: doomed, so they do not keep a shared directory (two
+	// deletes of a shared directory at once would otherwise keep it both).
+	delMu    sync.Mutex
+	deleting map[string]int
+
+	// pending are the mount points whose unmount failed, retried until
+	// it succeeds; the value is false while a retry of it is under way.
+	mu      sync.Mutex
+	pending map[string]bool
+}
+
+func newRootDirs(api EFS) *rootDirs {
+	return &rootDirs{
+		listings: newFreshFlight(rootListTimeout, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
+			return efs.Collect(ctx, api.ListAccessPoints, fsID)
+		}),
+		pending:  map[string]bool{},
+		deleting: map[string]int{},
+	}
+}
+
+// deletingNow marks apID as being deleted until the returned func is called.
+func (r *rootDirs) deletingNow(apID string) (done func()) {
+	r.delMu.Lock()
+	r.deleting[apID]++
+	r.delMu.Unlock()
+	return func() {
+		r.delMu.Lock()
+		if r.deleting[apID]--; r.deleting[apID] == 0 {
+			delete(r.deleting, apID)
+		}
+		r.delMu.Unlock()
+	}
+}
+
+func (r *rootDirs) beingDeleted(apID string) bool {
+	r.delMu.Lock()
+	defer r.delMu.Unlock()
+	return r.deleting[apID] > 0
+}
+
+// RootDirsKept counts the deletes that kept the root directory because
+// another live access point reaches it (for metrics: it only grows).
+func (s *Service) RootDirsKept() int64 { return s.roots.kept.Load() }
+
+// PendingUnmounts is the number of this process's temporary mount points
+// whose unmount failed and is to be retried: 0 at rest.
+func (s *Service) PendingUnmounts() int {
+	s.roots.mu.Lock()
+	defer s.roots.mu.Unlock()
+	return len(s.roots.pending)
+}
+
+// sharer returns a live access point other than ap on its file system
+// whose root directory is ap's, inside it or contains it, from a listing
+// that started after the call; nil if there is none. Every access point
+// counts, whoever created it (this driver, the upstream driver, an
+// operator): its users' data is in the directory too. One this process is
+// deleting right now does not: its volume is released already.
+func (s *Service) sharer(ctx context.Context, ap *efs.AccessPoint) (*efs.AccessPoint, error) {
+	aps, err := s.roots.listings.Do(ctx, ap.FileSystemID)
+	if err != nil {
+		return nil, err
+	}
+	for i := range aps {
+		other := &aps[i]
+		if other.ID != ap.ID && live(other) && !s.roots.beingDeleted(other.ID) && nested(other.Path, ap.Path) {
+			return other, nil
+		}
+	}
+	return nil, nil
+}
+
+// live: an access point being deleted gives its users no access any more.
+func live(ap *efs.AccessPoint) bool {
+	return ap.LifeCycleState != "deleting" && ap.LifeCycleState != "deleted"
+}
+
+// nested reports whether one of two root directories is the other or lies
+// inside it, comparing whole components: /a/b and /a/bc are unrelated, and
+// "/" (or no root set) contains every directory.
+func nested(a, b string) bool {
+	a, b = path.Clean("/"+a), path.Clean("/"+b)
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	return a == "/" || a == b || strings.HasPrefix(b, a+"/")
+}
+
+// releaseMount unmounts and removes a temporary mount point, on a context
+// detached from the call's (which may be cancelled already), and retries
+// the unmounts that failed before. One that fails again is kept pending,
+// never forgotten and never removed while it may still be the file system:
+// it is retried by the next delete and by CleanStaleMountPoints.
+func (s *Service) releaseMount(ctx context.Context, mnt string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	s.roots.mu.Lock()
+	s.roots.pending[mnt] = true
+	s.roots.mu.Unlock()
+	_ = s.retryUnmounts(cctx)
+}
+
+// retryUnmounts unmounts and removes every pending mount point, keeping
+// those that fail. Each is claimed while it is tried, so that concurrent
+// deletes do not unmount the same one twice.
+func (s *Service) retryUnmounts(ctx context.Context) error {
+	s.roots.mu.Lock()
+	todo := make([]string, 0, len(s.roots.pending))
+	for mnt, free := range s.roots.pending {
+		if free {
+			todo = append(todo, mnt)
+			s.roots.pending[mnt] = false // claimed
+		}
+	}
+	s.roots.mu.Unlock()
+	var errs []error
+	for _, mnt := range todo {
+		err := s.mounter.Unmount(ctx, mnt)
+		if err == nil {
+			if err = os.Remove(mnt); errors.Is(err, os.ErrNotExist) {
+				err = nil
+			}
+		}
+		s.roots.mu.Lock()
+		if err == nil {
+			delete(s.roots.pending, mnt)
+		} else {
+			s.roots.pending[mnt] = true
+		}
+		s.roots.mu.Unlock()
+		if err != nil {
+			s.log.Warn("temporary mount point not released; will retry", slog.String("path", mnt), slog.String("error", err.Error()))
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
