@@ -177,7 +177,7 @@ func New(cfg Config) (*Service, error) {
 		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
 		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
 		answers: map[string]*efs.AccessPoint{}, answerOf: map[string]string{},
-		roots: newRootDirs(cfg.EFS),
+		roots: newRootDirs(v.listings),
 	}, nil
 }
 

@@ -9,13 +9,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
-
-// rootListTimeout bounds one shared listing of a file system's access points.
-const rootListTimeout = time.Minute
 
 // rootDirs is the state root-directory removal keeps between deletes.
 type rootDirs struct {
@@ -36,11 +32,11 @@ type rootDirs struct {
 	pending map[string]bool
 }
 
-func newRootDirs(api EFS) *rootDirs {
+// newRootDirs shares listings with GID verification: both need one that
+// starts after the caller asked.
+func newRootDirs(listings *freshFlight[string, []efs.AccessPoint]) *rootDirs {
 	return &rootDirs{
-		listings: newFreshFlight(rootListTimeout, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
-			return efs.Collect(ctx, api.ListAccessPoints, fsID)
-		}),
+		listings: listings,
 		pending:  map[string]bool{},
 		deleting: map[string]int{},
 	}

@@ -84,7 +84,7 @@ const (
 // seconds, and after a listing shows access points that appeared since the
 // previous one and were not created or found by this process.
 type verifier struct {
-	list      func(ctx context.Context, fsID string) ([]efs.AccessPoint, error)
+	listings  *freshFlight[string, []efs.AccessPoint] // fresh listings, observed
 	mode      string
 	now       func() time.Time
 	me        writer
@@ -103,13 +103,6 @@ type fsVerify struct {
 	firstSeen    map[string]uint64 // access point ID -> the listing (seq) that first showed it
 	seq          uint64            // complete listings observed
 	foreignUntil time.Time
-	running      bool
-	waiting      []chan listResult
-}
-
-type listResult struct {
-	aps []efs.AccessPoint
-	err error
 }
 
 func newVerifier(mode string, list func(context.Context, string) ([]efs.AccessPoint, error), now func() time.Time, me writer) (*verifier, error) {
@@ -120,9 +113,17 @@ func newVerifier(mode string, list func(context.Context, string) ([]efs.AccessPo
 	default:
 		return nil, fmt.Errorf("GID verification mode %q: want auto, always or never", mode)
 	}
-	return &verifier{list: list, mode: mode, now: now, me: me, procStart: procStartTime,
+	v := &verifier{mode: mode, now: now, me: me, procStart: procStartTime,
 		startupUntil: now().Add(startupVerifyWindow), fs: map[string]*fsVerify{},
-		known: map[string]time.Time{}, answered: map[string]bool{}}, nil
+		known: map[string]time.Time{}, answered: map[string]bool{}}
+	v.listings = newFreshFlight(verifyListTimeout, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
+		aps, err := list(ctx, fsID)
+		if err == nil {
+			v.observe(fsID, aps)
+		}
+		return aps, err
+	})
+	return v, nil
 }
 
 func (v *verifier) get(fsID string) *fsVerify {
@@ -286,46 +287,9 @@ func (v *verifier) mayRetire(ap *efs.AccessPoint) bool {
 }
 
 // listAfterNow joins the next listing of fsID that starts after the call:
-// every create waiting at that moment shares it.
+// every create (and root-directory removal) waiting at that moment shares it.
 func (v *verifier) listAfterNow(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
-	ch := make(chan listResult, 1)
-	v.mu.Lock()
-	f := v.get(fsID)
-	f.waiting = append(f.waiting, ch)
-	if !f.running {
-		f.running = true
-		go v.run(fsID, f)
-	}
-	v.mu.Unlock()
-	select {
-	case r := <-ch:
-		return r.aps, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (v *verifier) run(fsID string, f *fsVerify) {
-	for {
-		v.mu.Lock()
-		batch := f.waiting
-		f.waiting = nil
-		if len(batch) == 0 {
-			f.running = false
-			v.mu.Unlock()
-			return
-		}
-		v.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), verifyListTimeout)
-		aps, err := v.list(ctx, fsID)
-		cancel()
-		if err == nil {
-			v.observe(fsID, aps)
-		}
-		for _, ch := range batch {
-			ch <- listResult{aps, err}
-		}
-	}
+	return v.listings.Do(ctx, fsID)
 }
 
 // observingSource is the allocator's view of EFS: its listings also feed the
