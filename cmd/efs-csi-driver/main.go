@@ -1,16 +1,21 @@
 // Command efs-csi-driver serves the CSI Identity, Controller and Node services
 // for Amazon EFS access points on a unix socket.
+//
+// It takes every flag of the upstream aws-efs-csi-driver (v3.4), so that its
+// manifests and chart arguments run unchanged; klog owns the log flags and
+// the output format, as in the sidecars of the same pods.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/efs-csi/efs-csi-driver/internal/logging"
 	"github.com/efs-csi/efs-csi-driver/pkg/driver"
@@ -18,56 +23,115 @@ import (
 
 func main() {
 	var (
-		cfg               driver.Config
-		tags, logFormat   string
-		rateLimits        string
-		metricsAlias      string
-		version           bool
-		verbosity         int
-		volMetricsRefresh time.Duration
+		cfg                          driver.Config
+		tags, rateLimits             string
+		logFormat, logFormatAlias    string
+		metricsAlias                 string
+		version, debugLogs           bool
+		volMetricsRefresh            minutes
+		volMetricsFSRateLimit        int
+		inflightOptIn, attachOptIn   bool
+		inflightLimit, attachLimit   int
+		forceUnmount                 bool
+		upstreamOnly                 = map[string]bool{}
+		efsUtilsConfDir, efsUtilsDir string
 	)
-	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///tmp/csi.sock", "CSI endpoint (unix socket)")
-	flag.StringVar(&cfg.DriverName, "driver-name", "efs.csi.aws.com", "CSI driver name")
-	flag.StringVar(&cfg.Mode, "mode", driver.ModeAll, "services to run: controller, node or all")
-	flag.StringVar(&cfg.NodeID, "node-id", "", "node ID reported by NodeGetInfo (required in node and all modes)")
-	flag.StringVar(&cfg.Zone, "zone", "", "availability zone reported as topology by NodeGetInfo")
-	flag.StringVar(&tags, "tags", "", "space-separated key:value tags added to every access point")
-	flag.BoolVar(&cfg.DeleteRootDir, "delete-access-point-root-dir", false, "remove an access point's root directory and its data on DeleteVolume")
-	flag.StringVar(&cfg.LocalRoot, "local-root", "", "emulator data directory: mount file systems with bind mounts from DIR/<fs-id> instead of mount -t efs")
-	flag.StringVar(&cfg.TempDir, "tmp-dir", "", "parent directory of temporary mount points (default: the system temp dir)")
-	flag.StringVar(&cfg.MetricsAddress, "metrics-address", "", "address of the Prometheus /metrics endpoint (empty: none)")
-	flag.StringVar(&metricsAlias, "http-endpoint", "", "alias of --metrics-address, as the upstream driver names it")
-	flag.BoolVar(&cfg.VolMetricsOptIn, "vol-metrics-opt-in", false, "report volume usage in NodeGetVolumeStats")
-	flag.DurationVar(&volMetricsRefresh, "vol-metrics-refresh-period", 0, "accepted for upstream compatibility; stats are read on demand")
-	flag.DurationVar(&cfg.UnmountTimeout, "unmount-timeout", 30*time.Second, "how long an unmount may take before it is forced (umount -f -l)")
-	flag.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long calls in flight may run after SIGTERM")
-	flag.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent mount operations on the node")
-	flag.StringVar(&rateLimits, "api-rate-limits", "", "client-side EFS API rates: Operation=perSecond[:burst],... (\"*\" for the rest, 0 = unlimited; default CreateAccessPoint/DeleteAccessPoint 10/s, reads 20/s)")
-	flag.StringVar(&cfg.GIDVerify, "gid-verify", "auto", "check allocated GIDs against other writers after each create: auto (while another controller may be active), always or never")
-	flag.DurationVar(&cfg.OrphanInterval, "orphan-gc-interval", 0, "delete access points whose claim is gone and that no PersistentVolume refers to, checking this often (0: off; needs the Kubernetes API)")
-	flag.DurationVar(&cfg.OrphanGrace, "orphan-gc-grace", 10*time.Minute, "how long an access point must stay orphaned before it is deleted")
-	flag.StringVar(&cfg.Kube.URL, "kube-api-url", "", "Kubernetes API server URL for the orphan collector (default: in-cluster)")
-	flag.StringVar(&cfg.Kube.TokenFile, "kube-token-file", "", "bearer token file (default: the pod's service account token)")
-	flag.StringVar(&cfg.Kube.CAFile, "kube-ca-file", "", "API server CA bundle (default: the pod's service account CA)")
-	flag.StringVar(&logFormat, "log-format", "text", "log format: text or json")
-	flag.IntVar(&verbosity, "v", 0, "log verbosity (accepted for upstream compatibility; 5+ logs debug)")
-	flag.BoolVar(&version, "version", false, "print the version and exit")
-	flag.Parse()
+	fs := flag.CommandLine
+	klog.InitFlags(fs) // -v, --logtostderr, --vmodule, --stderrthreshold, ...
+
+	fs.StringVar(&cfg.Endpoint, "endpoint", "unix://tmp/csi.sock", "CSI endpoint: unix:///path, unix:/path or a path")
+	fs.StringVar(&cfg.DriverName, "driver-name", "efs.csi.aws.com", "CSI driver name")
+	fs.StringVar(&cfg.Mode, "mode", driver.ModeAll, "services to run: controller, node or all")
+	fs.StringVar(&cfg.NodeID, "node-id", "", "node ID reported by NodeGetInfo (default: the EC2 instance ID from IMDSv2, else $NODE_NAME)")
+	fs.StringVar(&cfg.Zone, "zone", "", "availability zone reported as topology by NodeGetInfo")
+	fs.StringVar(&tags, "tags", "", "space-separated key:value tags added to every access point")
+	fs.BoolVar(&cfg.DeleteRootDir, "delete-access-point-root-dir", false, "remove an access point's root directory and its data on DeleteVolume")
+	fs.StringVar(&cfg.LocalRoot, "local-root", "", "emulator data directory: mount file systems with bind mounts from DIR/<fs-id> instead of mount -t efs")
+	fs.StringVar(&cfg.TempDir, "tmp-dir", "", "parent directory of temporary mount points (default: the system temp dir)")
+	fs.StringVar(&cfg.MetricsAddress, "http-endpoint", "", "address of the Prometheus /metrics and /healthz endpoint, e.g. 127.0.0.1:3301 (empty: none)")
+	fs.StringVar(&metricsAlias, "metrics-address", "", "deprecated alias of --http-endpoint")
+	fs.StringVar(&cfg.MetricsCertFile, "metrics-cert-file", "", "TLS certificate for the metrics endpoint (with --metrics-key-file)")
+	fs.StringVar(&cfg.MetricsKeyFile, "metrics-key-file", "", "TLS key for the metrics endpoint (with --metrics-cert-file)")
+	fs.BoolVar(&cfg.VolMetricsOptIn, "vol-metrics-opt-in", false, "report volume usage in NodeGetVolumeStats")
+	volMetricsRefresh = minutes(240 * time.Minute)
+	fs.Var(&volMetricsRefresh, "vol-metrics-refresh-period", "how often per-volume usage is recomputed, in minutes (a Go duration is accepted too)")
+	fs.IntVar(&volMetricsFSRateLimit, "vol-metrics-fs-rate-limit", 5, "concurrent usage computations per file system")
+	fs.DurationVar(&cfg.UnmountTimeout, "unmount-timeout", 30*time.Second, "with --force-unmount-after-timeout: how long an unmount may take before it is forced (umount -f -l)")
+	fs.BoolVar(&forceUnmount, "force-unmount-after-timeout", false, "force an unmount still running after --unmount-timeout (upstream's default: never force)")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long calls in flight may run after SIGTERM")
+	fs.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent mount operations on the node (see --max-inflight-mount-calls)")
+	fs.BoolVar(&inflightOptIn, "max-inflight-mount-calls-opt-in", false, "use --max-inflight-mount-calls as the bound on concurrent NodePublishVolume calls")
+	fs.IntVar(&inflightLimit, "max-inflight-mount-calls", 0, "with --max-inflight-mount-calls-opt-in: concurrent NodePublishVolume calls")
+	fs.BoolVar(&attachOptIn, "volume-attach-limit-opt-in", false, "report --volume-attach-limit as the node's MaxVolumesPerNode")
+	fs.IntVar(&attachLimit, "volume-attach-limit", 0, "with --volume-attach-limit-opt-in: MaxVolumesPerNode in NodeGetInfo")
+	fs.StringVar(&rateLimits, "api-rate-limits", "", "client-side EFS API rates: Operation=perSecond[:burst],... (\"*\" for the rest, 0 = unlimited; default CreateAccessPoint/DeleteAccessPoint 10/s, reads 20/s)")
+	fs.StringVar(&cfg.GIDVerify, "gid-verify", "auto", "check allocated GIDs against other writers after each create: auto (while another controller may be active), always or never")
+	fs.DurationVar(&cfg.OrphanInterval, "orphan-gc-interval", 0, "delete access points whose claim is gone and that no PersistentVolume refers to, checking this often (0: off; needs the Kubernetes API)")
+	fs.DurationVar(&cfg.OrphanGrace, "orphan-gc-grace", 10*time.Minute, "how long an access point must stay orphaned before it is deleted")
+	fs.StringVar(&cfg.Kube.URL, "kube-api-url", "", "Kubernetes API server URL for the orphan collector (default: in-cluster)")
+	fs.StringVar(&cfg.Kube.TokenFile, "kube-token-file", "", "bearer token file (default: the pod's service account token)")
+	fs.StringVar(&cfg.Kube.CAFile, "kube-ca-file", "", "API server CA bundle (default: the pod's service account CA)")
+	fs.StringVar(&logFormat, "logging-format", "text", "log format: text (klog) or json")
+	fs.StringVar(&logFormatAlias, "log-format", "", "alias of --logging-format")
+	fs.BoolVar(&debugLogs, "debug-logs", false, "debug logging (as -v=5)")
+	fs.BoolVar(&version, "version", false, "print the version and exit")
+
+	// Upstream flags for what this driver does not have (efs-utils
+	// configuration is the image's, S3 Files is not served): accepted, and
+	// named in one warning line when set.
+	for _, name := range []string{"efs-cloudwatch-log-enabled", "s3files-cloudwatch-log-enabled", "s3files-cloudwatch-metrics-enabled"} {
+		fs.Bool(name, name != "efs-cloudwatch-log-enabled", "accepted for upstream compatibility; not used")
+		upstreamOnly[name] = true
+	}
+	for _, name := range []string{"efs-utils-conf-overrides", "s3files-utils-conf-overrides", "efs-utils-static-files-path"} {
+		fs.String(name, "", "accepted for upstream compatibility; not used")
+		upstreamOnly[name] = true
+	}
+	fs.StringVar(&efsUtilsConfDir, "efs-utils-config-dir-path", "/var/amazon/efs", "accepted for upstream compatibility; not used")
+	fs.StringVar(&efsUtilsDir, "efs-utils-config-legacy-dir-path", "/etc/amazon/efs-legacy", "accepted for upstream compatibility; not used")
+	upstreamOnly["efs-utils-config-dir-path"], upstreamOnly["efs-utils-config-legacy-dir-path"] = true, true
+	fs.Parse(os.Args[1:])
 
 	if version {
 		fmt.Println(driver.Version)
 		return
 	}
-	level := slog.LevelInfo
-	if verbosity >= 5 {
-		level = slog.LevelDebug
+	if logFormatAlias != "" {
+		logFormat = logFormatAlias
 	}
-	log, err := logging.New(os.Stderr, logFormat, level)
+	if debugLogs {
+		_ = fs.Set("v", "5")
+	}
+	log, err := logging.NewKlog(os.Stderr, logFormat)
 	if err != nil {
 		fail(err)
 	}
-	if cfg.MetricsAddress == "" {
+	cfg.Logger = log
+	if metricsAlias != "" {
+		if cfg.MetricsAddress != "" {
+			fail(fmt.Errorf("--http-endpoint and its deprecated alias --metrics-address are both set"))
+		}
 		cfg.MetricsAddress = metricsAlias
+		log.Warn("--metrics-address is deprecated: use --http-endpoint")
+	}
+	if !forceUnmount {
+		cfg.UnmountTimeout = 0 // never force, as upstream by default
+	}
+	if inflightOptIn && inflightLimit > 0 {
+		cfg.MaxInflightMounts = inflightLimit
+	}
+	if attachOptIn {
+		cfg.VolumeAttachLimit = attachLimit
+	}
+	cfg.VolMetricsRefresh, cfg.VolMetricsFSRateLimit = time.Duration(volMetricsRefresh), volMetricsFSRateLimit
+	var unused []string
+	fs.Visit(func(f *flag.Flag) {
+		if upstreamOnly[f.Name] {
+			unused = append(unused, "--"+f.Name)
+		}
+	})
+	if len(unused) > 0 {
+		log.Warn("flags accepted for compatibility with the upstream driver have no effect here", "flags", unused)
 	}
 	if cfg.Tags, err = driver.ParseTags(tags); err != nil {
 		fail(err)
@@ -75,7 +139,6 @@ func main() {
 	if cfg.EFS.RateLimits, err = driver.ParseRateLimits(rateLimits); err != nil {
 		fail(err)
 	}
-	cfg.Logger = log
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -86,9 +149,11 @@ func main() {
 	if err := d.Run(ctx); err != nil {
 		fail(err)
 	}
+	klog.Flush()
 }
 
 func fail(err error) {
+	klog.Flush()
 	fmt.Fprintln(os.Stderr, "efs-csi-driver:", err)
 	os.Exit(1)
 }

@@ -157,7 +157,7 @@ func TestRemoteRunUnderChaosLosesAndLeaksNothing(t *testing.T) {
 	sock := filepath.Join(work, "csi.sock")
 	cmd := fmt.Sprintf("AWS_ENDPOINT_URL_EFS=%s AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x "+
 		"exec %s --endpoint unix://%s --mode controller --node-id stress --local-root %s --tmp-dir %s "+
-		"--metrics-address 127.0.0.1:%d", efsURL, bin, sock, dataDir, tmp, port)
+		"--http-endpoint 127.0.0.1:%d", efsURL, bin, sock, dataDir, tmp, port)
 	if os.Geteuid() == 0 {
 		cmd += " --delete-access-point-root-dir"
 	}

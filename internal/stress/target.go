@@ -160,7 +160,7 @@ func setupEmbedded(ctx context.Context, cfg *Config, outDir string, onEvent func
 	t.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	sock := filepath.Join(work, "csi.sock")
 	argv := []string{bin, "--endpoint", "unix://" + sock, "--mode", "controller", "--node-id", "efs-csi-stress",
-		"--local-root", t.dataDir, "--tmp-dir", t.tmpDir, "--metrics-address", fmt.Sprintf("127.0.0.1:%d", port)}
+		"--local-root", t.dataDir, "--tmp-dir", t.tmpDir, "--http-endpoint", fmt.Sprintf("127.0.0.1:%d", port)}
 	// Removing root directories bind-mounts the file system: root only.
 	if t.rootDirDel = os.Geteuid() == 0; t.rootDirDel {
 		argv = append(argv, "--delete-access-point-root-dir")

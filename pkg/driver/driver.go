@@ -49,7 +49,14 @@ type Config struct {
 	LocalRoot         string // emulator data directory: bind mounts instead of mount -t efs
 	TempDir           string // parent of the controller's temporary mount points
 	MetricsAddress    string // "" = no metrics server
+	MetricsCertFile   string // with MetricsKeyFile: serve metrics over TLS
+	MetricsKeyFile    string
 	VolMetricsOptIn   bool
+	// VolMetricsRefresh and VolMetricsFSRateLimit are upstream's per-volume
+	// usage settings (--vol-metrics-refresh-period, --vol-metrics-fs-rate-limit).
+	VolMetricsRefresh     time.Duration
+	VolMetricsFSRateLimit int
+	VolumeAttachLimit     int // MaxVolumesPerNode in NodeGetInfo; 0 = none
 	UnmountTimeout    time.Duration
 	ShutdownTimeout   time.Duration // how long calls in flight may run after SIGTERM
 	MaxInflightMounts int
@@ -137,6 +144,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	if (cfg.MetricsCertFile == "") != (cfg.MetricsKeyFile == "") {
+		return nil, errors.New("--metrics-cert-file and --metrics-key-file go together")
+	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
@@ -176,11 +186,18 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	if cfg.Mode != ModeController {
 		if cfg.NodeID == "" {
-			return nil, errors.New("--node-id is required in node mode")
+			if cfg.NodeID, err = discoverNodeID(ctx); err != nil {
+				return nil, err
+			}
+			cfg.Logger.Info("node ID discovered", slog.String("nodeID", cfg.NodeID))
+		}
+		if cfg.VolumeAttachLimit < 0 {
+			return nil, fmt.Errorf("--volume-attach-limit %d is negative", cfg.VolumeAttachLimit)
 		}
 		d.node, err = node.New(node.Config{
 			NodeID: cfg.NodeID, Zone: cfg.Zone, Mounter: mounter, MaxConcurrentMounts: cfg.MaxInflightMounts,
 			VolMetricsOptIn: cfg.VolMetricsOptIn, UnmountTimeout: cfg.UnmountTimeout, Logger: cfg.Logger,
+			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit),
 		})
 		if err != nil {
 			return nil, err
@@ -230,6 +247,13 @@ func (d *Driver) LocksHeld() int {
 func socketPath(endpoint string) (string, error) {
 	if endpoint == "" {
 		return "", errors.New("--endpoint is required")
+	}
+	if p, ok := strings.CutPrefix(endpoint, "unix:"); ok && !strings.HasPrefix(p, "//") {
+		// unix:/csi/csi.sock, as the upstream chart writes it.
+		if p == "" {
+			return "", fmt.Errorf("--endpoint %q has no path", endpoint)
+		}
+		return p, nil
 	}
 	if !strings.Contains(endpoint, "://") {
 		return endpoint, nil
@@ -309,7 +333,11 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		wg.Go(func() {
-			if err := httpSrv.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serve := func() error { return httpSrv.Serve(ml) }
+			if d.cfg.MetricsCertFile != "" {
+				serve = func() error { return httpSrv.ServeTLS(ml, d.cfg.MetricsCertFile, d.cfg.MetricsKeyFile) }
+			}
+			if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
 			}
 		})

@@ -85,7 +85,10 @@ type Config struct {
 	// (umount -f -l), so a dead server cannot keep a pod terminating. 0
 	// means never force.
 	UnmountTimeout time.Duration
-	Logger         *slog.Logger
+	// MaxVolumesPerNode is reported by NodeGetInfo (upstream's
+	// --volume-attach-limit); 0 reports no limit.
+	MaxVolumesPerNode int64
+	Logger            *slog.Logger
 }
 
 // Service is the CSI Node service.
@@ -96,6 +99,7 @@ type Service struct {
 	mounter        Mounter
 	volMetrics     bool
 	unmountTimeout time.Duration
+	maxVolumes     int64
 	locks          *keylock.Set
 	slots          chan struct{} // one token per mount in progress
 	log            *slog.Logger
@@ -120,7 +124,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	return &Service{
 		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn,
-		unmountTimeout: cfg.UnmountTimeout, locks: keylock.New(),
+		unmountTimeout: cfg.UnmountTimeout, maxVolumes: cfg.MaxVolumesPerNode, locks: keylock.New(),
 		slots: make(chan struct{}, cfg.MaxConcurrentMounts), log: cfg.Logger,
 	}, nil
 }
@@ -128,10 +132,10 @@ func New(cfg Config) (*Service, error) {
 // LocksHeld is the number of target locks held now: 0 at rest.
 func (s *Service) LocksHeld() int { return s.locks.Len() }
 
-// NodeGetInfo reports the node ID, the zone as topology when known, and no
-// volume limit (EFS mounts are not attachments).
+// NodeGetInfo reports the node ID, the zone as topology when known, and the
+// volume limit if one is configured (EFS mounts are not attachments).
 func (s *Service) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	resp := &csi.NodeGetInfoResponse{NodeId: s.nodeID}
+	resp := &csi.NodeGetInfoResponse{NodeId: s.nodeID, MaxVolumesPerNode: s.maxVolumes}
 	if s.zone != "" {
 		resp.AccessibleTopology = &csi.Topology{Segments: map[string]string{TopologyZoneKey: s.zone}}
 	}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/efs-csi/efs-csi-driver/internal/emulator"
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
+)
+
+// The command line is a contract: the upstream chart's arguments must start
+// and serve. These run the real command (this test binary, re-executed as
+// main).
+
+const beMainEnv = "EFS_CSI_DRIVER_TEST_BE_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(beMainEnv) != "" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// start runs the driver with args in front of an emulator and returns a
+// connection to its socket once it serves.
+func start(t *testing.T, args func(sock string) []string) (*grpc.ClientConn, *lockedBuffer) {
+	t.Helper()
+	url, _ := emulatortest.Start(t, emulator.Config{DataDir: t.TempDir(), FileSystems: []string{"fs-0123456789abcdef0"}})
+	sock := filepath.Join(t.TempDir(), "csi.sock")
+	cmd := exec.Command(os.Args[0], args(sock)...)
+	cmd.Env = append(os.Environ(), beMainEnv+"=1",
+		"AWS_ENDPOINT_URL_EFS="+url, "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=x", "AWS_SECRET_ACCESS_KEY=x",
+		"AWS_EC2_METADATA_DISABLED=true", "CSI_NODE_NAME=node-from-env", "NODE_NAME=")
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("driver did not stop on SIGTERM\n%s", out)
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("driver exited: %v\n%s", err, out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no socket after 20s\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, out
+}
+
+// upstreamController and upstreamNode are the arguments the upstream chart
+// (aws-efs-csi-driver 4.4.1) renders, with the endpoint of the test.
+func upstreamController(sock string) []string {
+	return []string{"--endpoint=unix:" + sock, "--logtostderr", "--tags=team:storage env:prod", "--v=2",
+		"--delete-access-point-root-dir=false", "--debug-logs=false", "--http-endpoint=127.0.0.1:0"}
+}
+
+func upstreamNode(sock string) []string {
+	return []string{"--endpoint=unix:" + sock, "--logtostderr", "--v=2", "--vol-metrics-opt-in=false",
+		"--vol-metrics-refresh-period=240", "--vol-metrics-fs-rate-limit=5", "--max-inflight-mount-calls-opt-in=false",
+		"--max-inflight-mount-calls=10", "--volume-attach-limit-opt-in=true", "--volume-attach-limit=20",
+		"--force-unmount-after-timeout=false", "--unmount-timeout=30s", "--debug-logs=false",
+		"--efs-cloudwatch-log-enabled=false", "--s3files-cloudwatch-log-enabled=true",
+		"--s3files-cloudwatch-metrics-enabled=true", "--efs-utils-conf-overrides=mount:stunnel_debug_enabled=true",
+		"--s3files-utils-conf-overrides="}
+}
+
+func TestUpstreamChartArgumentsStartAndServe(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args func(string) []string
+	}{
+		{"controller", upstreamController},
+		{"node", upstreamNode},
+		{"upstream default endpoint form unix:///", func(sock string) []string { return []string{"--endpoint=unix://" + sock, "-v=5"} }},
+		{"plain path endpoint, json logs", func(sock string) []string { return []string{"--endpoint=" + sock, "--logging-format=json"} }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, out := start(t, tt.args)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+			if err != nil || info.Name != "efs.csi.aws.com" {
+				t.Fatalf("GetPluginInfo: %v, %v\n%s", info, err, out)
+			}
+			if _, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}); err != nil {
+				t.Fatalf("Probe: %v", err)
+			}
+			if _, err := csi.NewControllerClient(conn).ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{}); err != nil {
+				t.Fatalf("ControllerGetCapabilities: %v", err)
+			}
+			ni, err := csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+			if err != nil || ni.NodeId != "node-from-env" {
+				t.Fatalf("NodeGetInfo: %v, %v", ni, err)
+			}
+			if tt.name == "node" && ni.MaxVolumesPerNode != 20 {
+				t.Errorf("MaxVolumesPerNode = %d, want --volume-attach-limit 20", ni.MaxVolumesPerNode)
+			}
+			if tt.name == "node" && !strings.Contains(out.String(), "--efs-utils-conf-overrides") {
+				t.Errorf("no warning names the flags without effect:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestMetricsAddressAliasConflictIsAnError(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "--endpoint=/tmp/x.sock", "--http-endpoint=127.0.0.1:1", "--metrics-address=127.0.0.1:2")
+	cmd.Env = append(os.Environ(), beMainEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "both set") {
+		t.Fatalf("err %v, output:\n%s", err, out)
+	}
+}
+
+func TestMinutesFlag(t *testing.T) {
+	for in, want := range map[string]time.Duration{"240": 4 * time.Hour, "0.5": 30 * time.Second, "90m": 90 * time.Minute} {
+		var m minutes
+		if err := m.Set(in); err != nil || time.Duration(m) != want {
+			t.Errorf("Set(%q) = %v, %v; want %v", in, time.Duration(m), err, want)
+		}
+	}
+	for _, bad := range []string{"0", "-1", "soon"} {
+		var m minutes
+		if m.Set(bad) == nil {
+			t.Errorf("Set(%q) accepted", bad)
+		}
+	}
+}
