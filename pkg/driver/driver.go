@@ -39,33 +39,33 @@ const (
 
 // Config is everything the command line sets.
 type Config struct {
-	Endpoint          string // unix:///path/csi.sock or a plain path
-	DriverName        string
-	Mode              string
-	NodeID            string
-	Zone              string            // topology zone reported by NodeGetInfo; "" = unknown
-	Tags              map[string]string // parsed --tags
-	DeleteRootDir     bool
-	LocalRoot         string // emulator data directory: bind mounts instead of mount -t efs
-	TempDir           string // parent of the controller's temporary mount points
-	MetricsAddress    string // "" = no metrics server
-	MetricsCertFile   string // with MetricsKeyFile: serve metrics over TLS
-	MetricsKeyFile    string
-	VolMetricsOptIn   bool
+	Endpoint        string // unix:///path/csi.sock or a plain path
+	DriverName      string
+	Mode            string
+	NodeID          string
+	Zone            string            // topology zone reported by NodeGetInfo; "" = unknown
+	Tags            map[string]string // parsed --tags
+	DeleteRootDir   bool
+	LocalRoot       string // emulator data directory: bind mounts instead of mount -t efs
+	TempDir         string // parent of the controller's temporary mount points
+	MetricsAddress  string // "" = no metrics server
+	MetricsCertFile string // with MetricsKeyFile: serve metrics over TLS
+	MetricsKeyFile  string
+	VolMetricsOptIn bool
 	// VolMetricsRefresh and VolMetricsFSRateLimit are upstream's per-volume
 	// usage settings (--vol-metrics-refresh-period, --vol-metrics-fs-rate-limit).
 	VolMetricsRefresh     time.Duration
 	VolMetricsFSRateLimit int
 	VolumeAttachLimit     int // MaxVolumesPerNode in NodeGetInfo; 0 = none
-	UnmountTimeout    time.Duration
-	ShutdownTimeout   time.Duration // how long calls in flight may run after SIGTERM
-	MaxInflightMounts int
-	GIDVerify         string        // controller.VerifyAuto, VerifyAlways or VerifyNever
-	OrphanInterval    time.Duration // 0: no orphan collection
-	OrphanGrace       time.Duration
-	Kube              kube.Config // where the orphan collector reads PVs and PVCs
-	EFS               efs.Config
-	Logger            *slog.Logger
+	UnmountTimeout        time.Duration
+	ShutdownTimeout       time.Duration // how long calls in flight may run after SIGTERM
+	MaxInflightMounts     int
+	GIDVerify             string        // controller.VerifyAuto, VerifyAlways or VerifyNever
+	OrphanInterval        time.Duration // 0: no orphan collection
+	OrphanGrace           time.Duration
+	Kube                  kube.Config // where the orphan collector reads PVs and PVCs
+	EFS                   efs.Config
+	Logger                *slog.Logger
 }
 
 // Driver is a configured, not yet serving, CSI plugin.
