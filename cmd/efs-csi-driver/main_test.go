@@ -1,16 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -34,26 +34,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // start runs the driver with args in front of an emulator and returns a
 // connection to its socket once it serves.
-func start(t *testing.T, args func(sock string) []string) (*grpc.ClientConn, *lockedBuffer) {
+func start(t *testing.T, args func(sock string) []string) (*grpc.ClientConn, *testutil.Buffer) {
 	t.Helper()
 	url, _ := emulatortest.Start(t, emulator.Config{DataDir: t.TempDir(), FileSystems: []string{"fs-0123456789abcdef0"}})
 	sock := filepath.Join(t.TempDir(), "csi.sock")
@@ -61,7 +44,7 @@ func start(t *testing.T, args func(sock string) []string) (*grpc.ClientConn, *lo
 	cmd.Env = append(os.Environ(), beMainEnv+"=1",
 		"AWS_ENDPOINT_URL_EFS="+url, "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=x", "AWS_SECRET_ACCESS_KEY=x",
 		"AWS_EC2_METADATA_DISABLED=true", "CSI_NODE_NAME=node-from-env", "NODE_NAME=")
-	out := &lockedBuffer{}
+	out := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

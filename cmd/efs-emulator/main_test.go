@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -9,10 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/efs"
@@ -32,28 +32,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// lockedBuffer collects the process's log while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func command(args ...string) (*exec.Cmd, *lockedBuffer) {
+func command(args ...string) (*exec.Cmd, *testutil.Buffer) {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), beMainEnv+"=1")
-	log := &lockedBuffer{}
+	log := &testutil.Buffer{}
 	cmd.Stderr = log
 	return cmd, log
 }
@@ -69,7 +51,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // start runs the command and waits until it answers on addr.
-func start(t *testing.T, addr string, args ...string) (*exec.Cmd, *lockedBuffer) {
+func start(t *testing.T, addr string, args ...string) (*exec.Cmd, *testutil.Buffer) {
 	t.Helper()
 	cmd, log := command(append([]string{"--listen", addr}, args...)...)
 	if err := cmd.Start(); err != nil {
@@ -91,7 +73,7 @@ func start(t *testing.T, addr string, args ...string) (*exec.Cmd, *lockedBuffer)
 }
 
 // stop sends SIGTERM and expects a clean exit.
-func stop(t *testing.T, cmd *exec.Cmd, log *lockedBuffer) {
+func stop(t *testing.T, cmd *exec.Cmd, log *testutil.Buffer) {
 	t.Helper()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
