@@ -87,6 +87,9 @@ func (s *Service) plan(req *csi.CreateVolumeRequest) (*plan, error) {
 	tags[TagCluster] = "true"
 	tags[TagVolumeName] = name
 	tags[TagCapacity] = capacityTag(capacity)
+	if s.cluster != "" {
+		tags[TagClusterID] = s.cluster
+	}
 	if params.BasePath != "" {
 		tags[TagBasePath] = params.BasePath
 	}
