@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/efs-csi/efs-csi-driver/internal/logging"
 	"github.com/efs-csi/efs-csi-driver/pkg/driver"
 )
@@ -44,8 +46,10 @@ func main() {
 	flag.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent mount operations on the node")
 	flag.StringVar(&rateLimits, "api-rate-limits", "", "client-side EFS API rates: Operation=perSecond[:burst],... (\"*\" for the rest, 0 = unlimited; default CreateAccessPoint/DeleteAccessPoint 10/s, reads 20/s)")
 	flag.StringVar(&cfg.GIDVerify, "gid-verify", "auto", "check allocated GIDs against other writers after each create: auto (while another controller may be active), always or never")
-	flag.DurationVar(&cfg.OrphanInterval, "orphan-gc-interval", 0, "delete access points whose claim is gone and that no PersistentVolume refers to, checking this often (0: off; needs the Kubernetes API)")
+	flag.DurationVar(&cfg.OrphanInterval, "orphan-gc-interval", 0, "delete this cluster's access points that never had a PersistentVolume and whose claim is gone, checking this often, in the replica holding the collector's Lease (0: off; needs the Kubernetes API and a cluster ID)")
 	flag.DurationVar(&cfg.OrphanGrace, "orphan-gc-grace", 10*time.Minute, "how long an access point must stay orphaned before it is deleted")
+	flag.StringVar(&cfg.ClusterID, "cluster-id", "", "this cluster's identity, written as the efs.csi.aws.com/cluster-id tag on every access point (default: the UID of the kube-system namespace when the Kubernetes API is reachable; without either no tag is written and nothing is collected)")
+	flag.StringVar(&cfg.LeaseNamespace, "leader-election-namespace", "", "namespace of the orphan collector's Lease (default: the pod's namespace)")
 	flag.StringVar(&cfg.Kube.URL, "kube-api-url", "", "Kubernetes API server URL for the orphan collector (default: in-cluster)")
 	flag.StringVar(&cfg.Kube.TokenFile, "kube-token-file", "", "bearer token file (default: the pod's service account token)")
 	flag.StringVar(&cfg.Kube.CAFile, "kube-ca-file", "", "API server CA bundle (default: the pod's service account CA)")
@@ -76,6 +80,7 @@ func main() {
 		fail(err)
 	}
 	cfg.Logger = log
+	klog.SetSlogLogger(log) // client-go's leader election logs through klog
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

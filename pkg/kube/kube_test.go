@@ -95,11 +95,12 @@ func TestOnlyOneCandidateLeadsAndHandsOver(t *testing.T) {
 	for _, who := range []string{"a", "b"} {
 		c := client(t, k, who)
 		ctx, cancel := context.WithCancel(context.Background())
-		ctxs[who], done[who] = cancel, make(chan error, 1)
+		finished := make(chan error, 1)
+		ctxs[who], done[who] = cancel, finished
 		e := fast
 		e.Identity = who
 		go func() {
-			done[who] <- c.RunWhileLeader(ctx, e, func(ctx context.Context) {
+			finished <- c.RunWhileLeader(ctx, e, func(ctx context.Context) {
 				events <- event{who, true}
 				<-ctx.Done()
 				events <- event{who, false}
