@@ -74,7 +74,8 @@ type Config struct {
 	Interval  time.Duration
 	Grace     time.Duration // how long an access point must stay an orphan
 	// TagsPerSecond paces TagResource calls (the first round after an upgrade
-	// marks every bound volume once); 0: 5 per second.
+	// marks every bound volume once); 0: 10 per second, the pace of the
+	// client's other mutations.
 	TagsPerSecond float64
 	Tags          Tags
 	Cluster       Cluster
@@ -121,7 +122,7 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("orphans: interval %v must be positive and grace %v not negative", cfg.Interval, cfg.Grace)
 	}
 	if cfg.TagsPerSecond <= 0 {
-		cfg.TagsPerSecond = 5
+		cfg.TagsPerSecond = 10
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -207,6 +208,7 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 	var st Stats
 	listed := map[string]bool{}
 	var due []efs.AccessPoint
+	var marks []mark
 	var errs []error
 	for _, fs := range fss {
 		aps, err := efs.Collect(ctx, c.cfg.AccessPoints.ListAccessPoints, fs)
@@ -224,7 +226,7 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 				st.Legacy++
 				if referenced[ap.ID] {
 					// A PV of this cluster is the proof it is ours: adopt it.
-					errs = append(errs, c.markBound(ctx, ap, true))
+					marks = append(marks, c.seenReferenced(ap, true))
 				}
 				continue // never collected: nothing proves it never had a PV
 			}
@@ -234,7 +236,7 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 				continue
 			}
 			if referenced[ap.ID] {
-				errs = append(errs, c.markBound(ctx, ap, false))
+				marks = append(marks, c.seenReferenced(ap, false))
 				continue
 			}
 			orphan, err := c.orphaned(ctx, ap)
@@ -255,8 +257,14 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 		}
 	}
 	c.forgetUnlisted(listed, len(errs) == 0)
-	deleted, err := c.deleteDue(ctx, due)
+	deleted, late, err := c.deleteDue(ctx, due)
 	errs = append(errs, err)
+	// Tags last: a round's first marks after an upgrade can take minutes at
+	// TagsPerSecond, and must not hold up the deletions (this process already
+	// keeps the marked ones out of reach, in c.referenced).
+	for _, m := range append(marks, late...) {
+		errs = append(errs, c.writeBound(ctx, m))
+	}
 	c.mu.Lock()
 	st.Rounds, st.FailedRounds, st.Deleted = c.stats.Rounds, c.stats.FailedRounds, c.stats.Deleted
 	c.stats = st
@@ -302,20 +310,20 @@ func (c *Collector) referencedNow(ctx context.Context) (map[string]bool, error) 
 // provisioner got the CreateVolume answer more than a grace period ago and
 // only now saved it) saves its access point. What is left is the time one
 // DeleteVolume takes.
-func (c *Collector) deleteDue(ctx context.Context, due []efs.AccessPoint) (int, error) {
+func (c *Collector) deleteDue(ctx context.Context, due []efs.AccessPoint) (int, []mark, error) {
 	if len(due) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	referenced, err := c.referencedNow(ctx)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	deleted := 0
+	var marks []mark
 	var errs []error
 	for _, ap := range due {
 		if referenced[ap.ID] {
-			delete(c.since, ap.ID)
-			errs = append(errs, c.markBound(ctx, ap, false))
+			marks = append(marks, c.seenReferenced(ap, false))
 			continue
 		}
 		id := volume.ProvisionedID(ap.FileSystemID, ap.ID)
@@ -330,27 +338,42 @@ func (c *Collector) deleteDue(ctx context.Context, due []efs.AccessPoint) (int, 
 		delete(c.since, ap.ID)
 		deleted++
 	}
-	return deleted, errors.Join(errs...)
+	return deleted, marks, errors.Join(errs...)
 }
 
-// markBound records for good that a PV referred to ap: the bound tag and,
-// for an access point of a release before cluster IDs, this cluster's ID.
-// Until the tag is written, this process remembers it.
-func (c *Collector) markBound(ctx context.Context, ap efs.AccessPoint, adopt bool) error {
+// mark is a bound tag to write.
+type mark struct {
+	ap    efs.AccessPoint
+	adopt bool // also this cluster's ID: an access point of a release before cluster IDs
+}
+
+// seenReferenced keeps ap out of this process's reach from now on, and
+// returns the tag that keeps it out of every later collector's.
+func (c *Collector) seenReferenced(ap efs.AccessPoint, adopt bool) mark {
 	c.referenced[ap.ID] = true
 	delete(c.since, ap.ID)
+	return mark{ap, adopt}
+}
+
+// writeBound records for good that a PV referred to the access point: the
+// bound tag and, to adopt one, this cluster's ID.
+func (c *Collector) writeBound(ctx context.Context, m mark) error {
 	tags := map[string]string{c.cfg.Tags.Bound: "true"}
-	if adopt {
+	if m.adopt {
 		tags[c.cfg.Tags.ClusterID] = c.cfg.ClusterID
 	}
 	if err := c.marks.Wait(ctx); err != nil {
 		return err
 	}
-	if err := c.cfg.AccessPoints.TagResource(ctx, ap.ID, tags); err != nil {
-		return fmt.Errorf("mark %s bound: %w", ap.ID, err)
+	err := c.cfg.AccessPoints.TagResource(ctx, m.ap.ID, tags)
+	if errors.Is(err, efs.ErrAccessPointNotFound) {
+		return nil // deleted since the listing (its PV's DeleteVolume): nothing left to keep
 	}
-	c.cfg.Logger.Info("access point marked bound: never collected", slog.String("accessPoint", ap.ID),
-		slog.String("name", ap.Tags[c.cfg.Tags.VolumeName]), slog.Bool("adopted", adopt))
+	if err != nil {
+		return fmt.Errorf("mark %s bound: %w", m.ap.ID, err)
+	}
+	c.cfg.Logger.Info("access point marked bound: never collected", slog.String("accessPoint", m.ap.ID),
+		slog.String("name", m.ap.Tags[c.cfg.Tags.VolumeName]), slog.Bool("adopted", m.adopt))
 	return nil
 }
 
