@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,6 +76,7 @@ func clusterID(ctx context.Context, cfg Config) (string, *kube.Client, error) {
 type orphanCollector struct {
 	*orphans.Collector
 	kube     *kube.Client
+	driver   string
 	election kube.Election
 	log      *slog.Logger
 	leading  atomic.Bool
@@ -100,7 +102,7 @@ func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, client *e
 	if err != nil {
 		return nil, err
 	}
-	oc := &orphanCollector{Collector: c, kube: kc, election: orphanElection, log: cfg.Logger}
+	oc := &orphanCollector{Collector: c, kube: kc, driver: cfg.DriverName, election: orphanElection, log: cfg.Logger}
 	oc.election.Namespace = ns
 	oc.election.Name = strings.ReplaceAll(cfg.DriverName, ".", "-") + "-orphan-collector"
 	oc.election.OnLeading = func(leading bool) {
@@ -111,9 +113,17 @@ func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, client *e
 	return oc, nil
 }
 
-// run collects while this replica holds the Lease, until ctx ends.
+// run collects while this replica holds the Lease, until ctx ends, with a
+// PV watch beside the rounds so that a PV that lives only between two of
+// them is still seen.
 func (oc *orphanCollector) run(ctx context.Context) {
-	if err := oc.kube.RunWhileLeader(ctx, oc.election, oc.Run); err != nil {
+	lead := func(ctx context.Context) {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { oc.kube.WatchVolumeHandles(ctx, oc.driver, oc.Observe) })
+		oc.Run(ctx)
+	}
+	if err := oc.kube.RunWhileLeader(ctx, oc.election, lead); err != nil {
 		oc.log.Error("orphan collector election", slog.String("error", err.Error()))
 	}
 }

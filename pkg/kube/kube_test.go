@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,4 +128,39 @@ func TestOnlyOneCandidateLeadsAndHandsOver(t *testing.T) {
 	if err := <-done[other]; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The watch reports the driver's PVs created after it started, also one
+// deleted again before any list could have seen it, and nothing of other
+// drivers.
+func TestWatchSeesShortLivedVolumes(t *testing.T) {
+	k := kubetest.Start(t)
+	k.AddPV("before", "efs.csi.aws.com", "h0")
+	watching := make(chan struct{})
+	var once sync.Once
+	k.OnRequest(func(r kubetest.Request) {
+		if r.Watch {
+			once.Do(func() { close(watching) })
+		}
+	})
+	c := client(t, k, "driver")
+	ctx, cancel := context.WithCancel(context.Background())
+	seen := make(chan string, 8)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.WatchVolumeHandles(ctx, "efs.csi.aws.com", func(h string) { seen <- h })
+	}()
+	<-watching
+	k.AddPV("other", "ebs.csi.aws.com", "x")
+	k.AddPV("short", "efs.csi.aws.com", "h1")
+	k.DeletePV("short")
+	k.AddPV("late", "efs.csi.aws.com", "h2")
+	for _, want := range []string{"h1", "h2"} {
+		if got := <-seen; got != want {
+			t.Errorf("watch reported %q, want %q", got, want)
+		}
+	}
+	cancel()
+	<-done
 }

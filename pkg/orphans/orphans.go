@@ -12,8 +12,9 @@
 //     token CreateVolume derives from its volume name (one made and tagged by
 //     hand has another);
 //   - no PersistentVolume ever referred to it: the first time the collector
-//     sees one that does, it tags the access point bound, for good, so a
-//     Retain PV deleted by hand never loses its data;
+//     sees one that does (in a round's list, or reported by a PV watch through
+//     Observe), it tags the access point bound, for good, so a Retain PV
+//     deleted by hand never loses its data;
 //   - no claim of the name it was created for exists, and none has for the
 //     whole grace period, and no PV refers to it in a second read of the PVs
 //     made after everything else, just before the deletion;
@@ -104,6 +105,10 @@ type Collector struct {
 
 	mu    sync.Mutex
 	stats Stats
+	// watched holds the access points a PV watch reported (Observe) and no
+	// complete round has taken in yet: a PV that lived only between two
+	// rounds still counts as seen.
+	watched map[string]bool
 }
 
 // New validates cfg.
@@ -131,7 +136,32 @@ func New(cfg Config) (*Collector, error) {
 		cfg.Now = time.Now
 	}
 	return &Collector{cfg: cfg, marks: rate.NewLimiter(rate.Limit(cfg.TagsPerSecond), 1),
-		since: map[string]time.Time{}, referenced: map[string]bool{}}, nil
+		since: map[string]time.Time{}, referenced: map[string]bool{}, watched: map[string]bool{}}, nil
+}
+
+// Observe takes the handle of a PersistentVolume of the driver that was
+// created or changed: its access point counts as referenced in the next
+// round, even if the PV is gone by then. Safe for concurrent use with Round.
+func (c *Collector) Observe(handle string) {
+	id, err := volume.ParseID(handle)
+	if err != nil || id.AccessPointID == "" {
+		return
+	}
+	c.mu.Lock()
+	c.watched[id.AccessPointID] = true
+	c.mu.Unlock()
+}
+
+// addWatched adds what Observe reported to referenced and returns those IDs.
+func (c *Collector) addWatched(referenced map[string]bool) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for id := range c.watched {
+		referenced[id] = true
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // Stats returns what the last round saw and the totals.
@@ -204,6 +234,7 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	watched := c.addWatched(referenced)
 	now := c.cfg.Now()
 	var st Stats
 	listed := map[string]bool{}
@@ -256,7 +287,14 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	c.forgetUnlisted(listed, len(errs) == 0)
+	if len(errs) == 0 { // every file system listed: the watched ones were all taken in
+		c.forgetUnlisted(listed)
+		c.mu.Lock()
+		for _, id := range watched {
+			delete(c.watched, id)
+		}
+		c.mu.Unlock()
+	}
 	deleted, late, err := c.deleteDue(ctx, due)
 	errs = append(errs, err)
 	// Tags last: a round's first marks after an upgrade can take minutes at
@@ -274,10 +312,7 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 
 // forgetUnlisted drops what the collector remembers of access points that
 // are gone; only after a complete listing, so that a failed one forgets nothing.
-func (c *Collector) forgetUnlisted(listed map[string]bool, complete bool) {
-	if !complete {
-		return
-	}
+func (c *Collector) forgetUnlisted(listed map[string]bool) {
 	for id := range c.since {
 		if !listed[id] {
 			delete(c.since, id)
@@ -306,10 +341,10 @@ func (c *Collector) referencedNow(ctx context.Context) (map[string]bool, error) 
 }
 
 // deleteDue deletes the orphans whose grace period is over, after reading
-// the PVs once more: a PV created since the round's first read (its
-// provisioner got the CreateVolume answer more than a grace period ago and
-// only now saved it) saves its access point. What is left is the time one
-// DeleteVolume takes.
+// the PVs once more (and what the watch reported meanwhile): a PV created
+// since the round's first read (its provisioner got the CreateVolume answer
+// more than a grace period ago and only now saved it) saves its access
+// point. What is left is the time one DeleteVolume takes.
 func (c *Collector) deleteDue(ctx context.Context, due []efs.AccessPoint) (int, []mark, error) {
 	if len(due) == 0 {
 		return 0, nil, nil
@@ -318,6 +353,7 @@ func (c *Collector) deleteDue(ctx context.Context, due []efs.AccessPoint) (int, 
 	if err != nil {
 		return 0, nil, err
 	}
+	c.addWatched(referenced)
 	deleted := 0
 	var marks []mark
 	var errs []error

@@ -296,3 +296,41 @@ func TestAccessPointsOfTheReleaseBeforeClusterIDs(t *testing.T) {
 		t.Fatalf("DeleteVolume: %v", err)
 	}
 }
+
+// A Retain PV whose whole life fell between two rounds (provisioned, bound,
+// released and deleted by hand with its claim) is seen by the PV watch, so
+// its access point is kept and marked bound.
+func TestPVThatLivedBetweenRoundsKeepsItsAccessPoint(t *testing.T) {
+	b := newBed(t)
+	c := b.collector(t)
+	watching := make(chan struct{})
+	var once sync.Once
+	b.kube.OnRequest(func(r kubetest.Request) {
+		if r.Watch {
+			once.Do(func() { close(watching) })
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	seen := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.kc.WatchVolumeHandles(ctx, driver, func(h string) { c.Observe(h); seen <- h })
+	}()
+	defer func() { cancel(); <-done }()
+	<-watching
+	b.rounds(t, c, 1)
+	id := b.create(t, "10", "ns", "brief")
+	b.kube.AddPV("pvc-10", driver, id)
+	b.kube.SetClaim("ns", "brief", "")
+	b.kube.DeletePV("pvc-10")
+	if h := <-seen; h != id {
+		t.Fatalf("watch saw %s, want %s", h, id)
+	}
+	if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, id) {
+		t.Fatalf("deleted %d; %s exists: %v", n, id, b.exists(t, id))
+	}
+	if ap := b.describe(t, id); ap.Tags[controller.TagBound] != "true" {
+		t.Errorf("not marked bound: %v", ap.Tags)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -47,14 +48,23 @@ type Server struct {
 	claims   map[string]string // ns/name -> UID
 	classes  []storagev1.StorageClass
 	leases   map[string]*coordinationv1.Lease // ns/name
-	rv       int
+	rv       int                              // resourceVersion of the last change
+	pvEvents []pvEvent                        // every PV change, for watches
+	changed  chan struct{}                    // closed and replaced on each PV change
 	requests []Request
 	hook     func(Request)
+}
+
+type pvEvent struct {
+	rv   int
+	kind string // ADDED, DELETED
+	pv   corev1.PersistentVolume
 }
 
 // Request is one request the server answered, by caller (token name).
 type Request struct {
 	Caller, Method, Path string
+	Watch                bool // ?watch=true
 }
 
 // Start serves until the test ends.
@@ -62,9 +72,12 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{t: t, dir: t.TempDir(), tokens: map[string]string{},
 		ns: map[string]string{"kube-system": KubeSystemUID}, claims: map[string]string{},
-		leases: map[string]*coordinationv1.Lease{}}
+		leases: map[string]*coordinationv1.Lease{}, changed: make(chan struct{})}
 	s.srv = httptest.NewTLSServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.srv.Close)
+	t.Cleanup(func() {
+		s.srv.CloseClientConnections() // watches stream until their client goes
+		s.srv.Close()
+	})
 	s.URL = s.srv.URL
 	s.CAFile = filepath.Join(s.dir, "ca.crt")
 	if err := os.WriteFile(s.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw}), 0o600); err != nil {
@@ -106,18 +119,36 @@ func (s *Server) Requests() []Request {
 func (s *Server) AddPV(name, driver, handle string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pvs = append(s.pvs, corev1.PersistentVolume{
+	pv := corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
 		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
 			CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}}},
-	})
+	}
+	s.pvChanged("ADDED", &pv)
+	s.pvs = append(s.pvs, pv)
+}
+
+// pvChanged records a PV change for watches; s.mu is held.
+func (s *Server) pvChanged(kind string, pv *corev1.PersistentVolume) {
+	s.rv++
+	pv.ResourceVersion = strconv.Itoa(s.rv)
+	ev := pvEvent{s.rv, kind, *pv}
+	ev.pv.TypeMeta = metav1.TypeMeta{Kind: "PersistentVolume", APIVersion: "v1"} // watch events carry it
+	s.pvEvents = append(s.pvEvents, ev)
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // DeletePV removes the PersistentVolume name.
 func (s *Server) DeletePV(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pvs = slices.DeleteFunc(s.pvs, func(pv corev1.PersistentVolume) bool { return pv.Name == name })
+	s.pvs = slices.DeleteFunc(s.pvs, func(pv corev1.PersistentVolume) bool {
+		if pv.Name == name {
+			s.pvChanged("DELETED", &pv)
+		}
+		return pv.Name == name
+	})
 }
 
 // SetClaim creates (uid != "") or deletes (uid == "") the claim ns/name.
@@ -161,9 +192,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		status(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
 		return
 	}
-	req := Request{Caller: caller, Method: r.Method, Path: r.URL.Path}
+	req := Request{Caller: caller, Method: r.Method, Path: r.URL.Path, Watch: r.URL.Query().Get("watch") == "true"}
 	if hook != nil {
 		hook(req) // without the lock: the hook may change objects
+	}
+	if r.URL.Path == "/api/v1/persistentvolumes" && req.Watch {
+		s.mu.Lock()
+		s.requests = append(s.requests, req)
+		s.mu.Unlock()
+		s.watchPVs(w, r)
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -175,6 +213,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		start, _ := strconv.Atoi(r.URL.Query().Get("continue"))
 		end := min(start+pvPage, len(s.pvs))
 		l := corev1.PersistentVolumeList{Items: s.pvs[min(start, end):end]}
+		l.ResourceVersion = strconv.Itoa(s.rv)
 		if end < len(s.pvs) {
 			l.Continue = strconv.Itoa(end)
 		}
@@ -199,6 +238,46 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.lease(w, r, p[4], p[6:])
 	default:
 		status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no route "+r.Method+" "+r.URL.Path)
+	}
+}
+
+// watchPVs streams the PV changes after the requested resourceVersion until
+// the client goes away, as the API server's watch does.
+func (s *Server) watchPVs(w http.ResponseWriter, r *http.Request) {
+	from, err := strconv.Atoi(r.URL.Query().Get("resourceVersion"))
+	if err != nil {
+		status(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "resourceVersion is required")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	for {
+		s.mu.Lock()
+		var next []pvEvent
+		for _, ev := range s.pvEvents {
+			if ev.rv > from {
+				next = append(next, ev)
+			}
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		for _, ev := range next {
+			raw, _ := json.Marshal(&ev.pv)
+			if enc.Encode(&metav1.WatchEvent{Type: ev.kind, Object: runtime.RawExtension{Raw: raw}}) != nil {
+				return
+			}
+			from = ev.rv
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		select {
+		case <-changed:
+		case <-r.Context().Done():
+			return
+		}
 	}
 }
 
