@@ -78,4 +78,3 @@ func sleep(ctx context.Context, backoff *time.Duration) {
 	}
 	*backoff = min(2**backoff, time.Minute)
 }
-
