@@ -255,7 +255,7 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 				continue
 			case legacy:
 				st.Legacy++
-				if referenced[ap.ID] {
+				if referenced[ap.ID] || c.referenced[ap.ID] {
 					// A PV of this cluster is the proof it is ours: adopt it.
 					marks = append(marks, c.seenReferenced(ap, true))
 				}
@@ -266,7 +266,7 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 				st.OwnBound++
 				continue
 			}
-			if referenced[ap.ID] {
+			if referenced[ap.ID] || c.referenced[ap.ID] { // seen before: the tag write failed, try again
 				marks = append(marks, c.seenReferenced(ap, false))
 				continue
 			}
