@@ -30,6 +30,13 @@ const (
 	TagVolumeName = "efs.csi.aws.com/volume-name" // the CO's volume name: how Delete finds the Create to exclude
 	TagCapacity   = "efs.csi.aws.com/capacity"    // requested bytes: a repeat with another size is incompatible
 	TagBasePath   = "efs.csi.aws.com/base-path"   // the class's basePath: never removed as a root directory
+	// TagClusterID is the identity of the cluster whose controller created
+	// the access point (Config.ClusterID). Only access points carrying this
+	// cluster's ID are listed or ever collected by it.
+	TagClusterID = "efs.csi.aws.com/cluster-id"
+	// TagBound ("true") is set by the orphan collector once it saw a
+	// PersistentVolume refer to the access point: never collected after that.
+	TagBound = "efs.csi.aws.com/bound"
 	// The claim the volume was provisioned for (--extra-create-metadata):
 	// the orphan collector asks Kubernetes whether it still exists.
 	TagClaimName      = "efs.csi.aws.com/pvc-name"
@@ -86,6 +93,7 @@ type Config struct {
 	EFS           EFS
 	Mounter       FileSystemMounter
 	Tags          map[string]string // added to every access point (--tags)
+	ClusterID     string            // --cluster-id, written as TagClusterID; "" = unknown: no tag
 	DeleteRootDir bool              // --delete-access-point-root-dir
 	TempDir       string            // parent of per-call mount points; "" = os.TempDir()
 	GIDOptions    gid.Options       // how stale the allocator's listing may get
@@ -105,6 +113,7 @@ type Service struct {
 	efs     EFS
 	mounter FileSystemMounter
 	tags    map[string]string
+	cluster string // Config.ClusterID
 	delRoot bool
 	tmpDir  string
 	locks   *keylock.Set
@@ -141,6 +150,9 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("controller: tag %q is reserved for the driver", k)
 		}
 	}
+	if !validClusterID(cfg.ClusterID) {
+		return nil, fmt.Errorf("controller: cluster ID %q: want at most 256 letters, digits, spaces and _.:/=+-@", cfg.ClusterID)
+	}
 	if cfg.TempDir == "" {
 		cfg.TempDir = os.TempDir()
 	}
@@ -173,7 +185,7 @@ func New(cfg Config) (*Service, error) {
 		v.procStart = cfg.procStart
 	}
 	return &Service{
-		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
+		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, cluster: cfg.ClusterID, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
 		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
 		answers: map[string]*efs.AccessPoint{}, answerOf: map[string]string{},
@@ -205,3 +217,10 @@ func nameKey(name string) string { return "name/" + name }
 func apKey(apID string) string   { return "ap/" + apID }
 
 func capacityTag(bytes int64) string { return strconv.FormatInt(bytes, 10) }
+
+// validClusterID: what EFS accepts as a tag value.
+func validClusterID(id string) bool {
+	return len(id) <= 256 && !strings.ContainsFunc(id, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(" _.:/=+-@", r))
+	})
+}

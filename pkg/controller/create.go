@@ -138,6 +138,9 @@ func (s *Service) plan(req *csi.CreateVolumeRequest) (*plan, error) {
 	tags[TagVolumeName] = name
 	tags[TagWriter] = s.writer
 	tags[TagCapacity] = capacityTag(capacity)
+	if s.cluster != "" {
+		tags[TagClusterID] = s.cluster
+	}
 	if params.BasePath != "" {
 		tags[TagBasePath] = params.BasePath
 	}
@@ -193,7 +196,7 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 			}
 			return nil, err
 		}
-		if !p.params.NeedsGIDAllocation() || !s.verify.needed(fsID) {
+		if !p.params.NeedsGIDAllocation() || !s.verify.needed(ap) {
 			return ap, s.retire(ctx, losers)
 		}
 		id := allocatedID(p.params.GID, ap)
@@ -229,8 +232,17 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 		// Its GID stays used in the allocator: it stands for the other one.
 		s.log.Warn("GID taken by another writer; yielding", "accessPoint", ap.ID, "gid", id, "name", p.name, "generation", gen)
 		losers = append(losers, *ap)
-		if gen+1 >= maxGenerations || yields+1 >= maxYields {
-			return nil, fmt.Errorf("%w: GID %d on %s is also used by another writer", ErrGIDContention, id, fsID)
+		if gen+1 >= maxGenerations {
+			return nil, fmt.Errorf("%w: GID %d on %s is also used by another writer, and volume %q has used all %d generations",
+				ErrGIDContention, id, fsID, p.name, maxGenerations)
+		}
+		if yields+1 >= maxYields {
+			// This call has yielded enough: the retry goes on with the next
+			// generation. What yielded goes now, or it would outlive its
+			// yield deadline and keep a GID it shares with another.
+			s.setFirstGeneration(p.name, gen+1)
+			return nil, errors.Join(fmt.Errorf("%w: GID %d on %s is also used by another writer", ErrGIDContention, id, fsID),
+				s.retire(ctx, losers))
 		}
 		gen++
 	}
@@ -466,6 +478,13 @@ func (p *plan) check(ap *efs.AccessPoint) error {
 func (p *plan) incompatibility(ap *efs.AccessPoint) string {
 	if ap.FileSystemID != p.params.FileSystemID {
 		return fmt.Sprintf("file system %s, want %s", ap.FileSystemID, p.params.FileSystemID)
+	}
+	// Client tokens are per account, not per cluster: another cluster's
+	// claim of the same name (reuseAccessPoint) finds this token too. An
+	// access point without the tag (upstream's, or of the release before
+	// cluster IDs) is judged by the other checks.
+	if id, ok := ap.Tags[TagClusterID]; ok && id != p.input.Tags[TagClusterID] {
+		return fmt.Sprintf("made by cluster %q, not this one (%q)", id, p.input.Tags[TagClusterID])
 	}
 	if p.params.ReuseAccessPoint {
 		// The token is a hash of the claim name alone (as upstream, so its

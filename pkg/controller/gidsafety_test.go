@@ -186,3 +186,48 @@ func TestVerificationDoesNotDependOnListingOrder(t *testing.T) {
 		t.Errorf("GID 50000 is on %d live access points (errors: %v; %v)", live[50000], errA, errB)
 	}
 }
+
+// A call that has yielded as often as one call may leaves nothing behind
+// that shares a GID: what yielded is deleted before the call returns, and
+// the retry goes on with the next generation. (Kept, the last loser outlived
+// its yield deadline, became settled, and was answered once the auto mode's
+// window closed: two volumes on one GID.)
+func TestCallThatStopsYieldingLeavesNoSharedGID(t *testing.T) {
+	a := newBed(t)
+	b := newBedOn(t, a.url, a.emu)
+	class := params("gidRangeStart", "50000", "gidRangeEnd", "50003")
+	// b's allocator lists the empty file system, then a takes every GID of
+	// the range: b allocates blind until its view is a minute old.
+	if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-warm", 1<<30, params("gidRangeStart", "60000", "gidRangeEnd", "60001"))); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	for i := range 4 {
+		r, err := a.svc.CreateVolume(a.ctx(), createReq(fmt.Sprintf("pvc-a-%d", i), 1<<30, class))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = r.Volume.VolumeId
+		}
+	}
+	_, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-b", 1<<30, class))
+	if !errors.Is(err, ErrGIDContention) {
+		t.Fatalf("create in a range another writer filled: %v, want ErrGIDContention", err)
+	}
+	a.wantUniqueIDs(false)
+	// The retry resumes with the next generation, and in the end gets a GID
+	// once a frees one.
+	if err := a.delete(first); err != nil {
+		t.Fatal(err)
+	}
+	for range maxYields + 1 {
+		if _, err = b.svc.CreateVolume(b.ctx(), createReq("pvc-b", 1<<30, class)); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("retries after a GID was freed: %v", err)
+	}
+	a.wantUniqueIDs(false)
+}

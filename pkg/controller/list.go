@@ -20,9 +20,14 @@ type FileSystemLister interface {
 // ErrInvalidStartingToken: ListVolumes was given a token it never issued.
 var ErrInvalidStartingToken = fmt.Errorf("invalid starting token")
 
-// ListVolumes lists the volumes this driver provisioned: every access point
-// carrying the driver's tags, on every file system the credentials can see,
-// ordered by volume ID. The starting token is the last volume ID of the
+// ListVolumes lists the volumes this cluster's driver provisioned: every
+// access point carrying the driver's tags and this cluster's ID, on every
+// file system the credentials can see, ordered by volume ID. Another
+// cluster's access points in the same account are not listed. Without a
+// cluster ID (no --cluster-id and no Kubernetes API) the controller writes
+// none, and lists the access points that carry none: the ones such a
+// controller creates (and those of releases before the cluster ID, until the
+// orphan collector of their cluster tags them). The starting token is the last volume ID of the
 // previous page, so a token stays valid when that volume is deleted and a
 // volume created between pages shows up if it sorts after the token.
 func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
@@ -47,7 +52,7 @@ func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) 
 	for _, fs := range fss {
 		err := s.efs.ListAccessPoints(ctx, fs.ID, func(page []efs.AccessPoint) error {
 			for _, ap := range page {
-				if ap.Tags[TagCluster] == "true" && ap.Tags[TagVolumeName] != "" {
+				if s.owns(ap) {
 					ids = append(ids, volume.ProvisionedID(ap.FileSystemID, ap.ID))
 				}
 			}
@@ -80,4 +85,10 @@ func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) 
 func (s *Service) canList() bool {
 	_, ok := s.efs.(FileSystemLister)
 	return ok
+}
+
+// owns reports whether ap was created by a controller of this cluster: the
+// driver's tags and this cluster's ID (or, with no cluster ID, none).
+func (s *Service) owns(ap efs.AccessPoint) bool {
+	return ap.Tags[TagCluster] == "true" && ap.Tags[TagVolumeName] != "" && ap.Tags[TagClusterID] == s.cluster
 }

@@ -16,10 +16,10 @@ func reuseClass(ns string, extra ...string) map[string]string {
 }
 
 // A claim `data` re-created in its namespace gets its access point back; a
-// claim `data` in another namespace, or of another size, does not get it:
+// claim `data` in another namespace or cluster, or of another size, does not get it:
 // it is ALREADY_EXISTS, never a shared access point.
 func TestReuseAccessPointStaysInItsNamespace(t *testing.T) {
-	b := newBed(t)
+	b := newBed(t, func(c *Config) { c.ClusterID = "this-cluster" })
 	first, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-1", 1<<30, reuseClass("prod")))
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +38,11 @@ func TestReuseAccessPointStaysInItsNamespace(t *testing.T) {
 		}},
 		{"another capacity", func() error {
 			_, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-4", 2<<30, reuseClass("prod")))
+			return err
+		}},
+		{"another cluster", func() error {
+			other := newBedOn(t, b.url, b.emu, func(c *Config) { c.ClusterID = "other-cluster" })
+			_, err := other.svc.CreateVolume(other.ctx(), createReq("pvc-6", 1<<30, reuseClass("prod")))
 			return err
 		}},
 		{"another base path", func() error {

@@ -95,6 +95,7 @@ type verifier struct {
 	fs           map[string]*fsVerify
 	known        map[string]time.Time // access point ID -> when this process learned it exists
 	answered     map[string]bool      // access points this process answered
+	contested    map[string]bool      // access points a verification did not answer
 }
 
 type fsVerify struct {
@@ -115,7 +116,7 @@ func newVerifier(mode string, list func(context.Context, string) ([]efs.AccessPo
 	}
 	v := &verifier{mode: mode, now: now, me: me, procStart: procStartTime,
 		startupUntil: now().Add(startupVerifyWindow), fs: map[string]*fsVerify{},
-		known: map[string]time.Time{}, answered: map[string]bool{}}
+		known: map[string]time.Time{}, answered: map[string]bool{}, contested: map[string]bool{}}
 	v.listings = newFreshFlight(verifyListTimeout, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
 		aps, err := list(ctx, fsID)
 		if err == nil {
@@ -135,8 +136,12 @@ func (v *verifier) get(fsID string) *fsVerify {
 	return f
 }
 
-// needed says whether creates on fsID must be verified now.
-func (v *verifier) needed(fsID string) bool {
+// needed says whether ap, just created or found, must be verified before it
+// is answered. In the auto mode: while another writer may be active on its
+// file system, and always for an access point that a verification did not
+// answer (it had a rival): the mode's window closing proves nothing about
+// that rival.
+func (v *verifier) needed(ap *efs.AccessPoint) bool {
 	switch v.mode {
 	case VerifyAlways:
 		return true
@@ -146,18 +151,27 @@ func (v *verifier) needed(fsID string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := v.now()
-	return now.Before(v.startupUntil) || now.Before(v.get(fsID).foreignUntil)
+	return now.Before(v.startupUntil) || now.Before(v.get(ap.FileSystemID).foreignUntil) || v.contested[ap.ID]
 }
 
 // learned records that this process knows ap exists (it created it or found
 // it by its token), so that a later listing does not count it as someone
 // else's, and starts its clock for settleAfter / yieldDeadline.
+//
+// An access point another process wrote, found by its token, is evidence of
+// another writer on the file system, as a listing showing it would be.
 func (v *verifier) learned(ap *efs.AccessPoint) {
+	live := v.me.livenessOf(ap.Tags[TagWriter], v.procStart)
+	foreign := ap.Tags[TagWriter] != "" && (live == writerAlive || live == writerUnknown)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.get(ap.FileSystemID).mine[ap.ID] = true
+	f := v.get(ap.FileSystemID)
+	f.mine[ap.ID] = true
 	if _, ok := v.known[ap.ID]; !ok {
 		v.known[ap.ID] = v.now()
+	}
+	if foreign {
+		f.foreignUntil = v.now().Add(foreignVerifyWindow)
 	}
 }
 
@@ -173,6 +187,7 @@ func (v *verifier) forget(apID string) {
 	v.mu.Lock()
 	delete(v.answered, apID)
 	delete(v.known, apID)
+	delete(v.contested, apID)
 	v.mu.Unlock()
 }
 
@@ -244,10 +259,15 @@ func (v *verifier) rivals(ctx context.Context, ap *efs.AccessPoint, id int64) (r
 
 // verdict applies the rule of the type comment to ap, which this call
 // created (created) or found, given its rivals.
-func (v *verifier) verdict(ap *efs.AccessPoint, created bool, rivals []efs.AccessPoint) verdict {
+func (v *verifier) verdict(ap *efs.AccessPoint, created bool, rivals []efs.AccessPoint) (vd verdict) {
 	live := v.me.livenessOf(ap.Tags[TagWriter], v.procStart)
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	defer func() {
+		if vd != answerIt {
+			v.contested[ap.ID] = true
+		}
+	}()
 	if v.answered[ap.ID] {
 		return answerIt
 	}

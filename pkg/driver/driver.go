@@ -27,7 +27,6 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
 	"github.com/efs-csi/efs-csi-driver/pkg/mount"
 	"github.com/efs-csi/efs-csi-driver/pkg/node"
-	"github.com/efs-csi/efs-csi-driver/pkg/orphans"
 )
 
 // Modes the driver runs in.
@@ -63,7 +62,9 @@ type Config struct {
 	GIDVerify             string        // controller.VerifyAuto, VerifyAlways or VerifyNever
 	OrphanInterval        time.Duration // 0: no orphan collection
 	OrphanGrace           time.Duration
-	Kube                  kube.Config // where the orphan collector reads PVs and PVCs
+	ClusterID             string      // --cluster-id; "": the kube-system namespace's UID when Kubernetes is reachable
+	LeaseNamespace        string      // the orphan collector's Lease; "": the pod's namespace
+	Kube                  kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
 	EFS                   efs.Config
 	Logger                *slog.Logger
 }
@@ -76,7 +77,8 @@ type Driver struct {
 	controller *controller.Service
 	node       *node.Service
 	identity   *identity
-	orphans    *orphans.Collector
+	health     *efsHealth // nil in node mode
+	orphans    *orphanCollector
 	socketPath string
 }
 
@@ -124,8 +126,9 @@ func ParseRateLimits(s string) (map[string]efs.RateLimit, error) {
 }
 
 // New validates cfg and builds the services the mode asks for. It makes no
-// network call: a driver whose EFS API is down still starts, and says so in
-// Probe.
+// EFS call: a driver whose EFS API is down still starts, and says so in its
+// logs and metrics. A controller reads the cluster ID from Kubernetes (see
+// clusterID).
 func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -174,10 +177,14 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 
 	d.identity = &identity{name: cfg.DriverName, controller: cfg.Mode != ModeNode}
+	var kc *kube.Client
 	if cfg.Mode != ModeNode {
-		d.identity.ping = client
+		d.health = newEFSHealth(client, cfg.Logger)
+		if cfg.ClusterID, kc, err = clusterID(ctx, cfg); err != nil {
+			return nil, err
+		}
 		d.controller, err = controller.New(controller.Config{
-			EFS: client, Mounter: mounter, Tags: cfg.Tags, DeleteRootDir: cfg.DeleteRootDir,
+			EFS: client, Mounter: mounter, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
 			TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {
@@ -204,17 +211,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 	}
 	if cfg.OrphanInterval > 0 && d.controller != nil {
-		kc, err := kube.New(cfg.Kube)
-		if err != nil {
-			return nil, fmt.Errorf("orphan collection: %w", err)
-		}
-		d.orphans, err = orphans.New(orphans.Config{
-			Driver: cfg.DriverName, Interval: cfg.OrphanInterval, Grace: cfg.OrphanGrace,
-			Tags: orphans.Tags{Cluster: controller.TagCluster, VolumeName: controller.TagVolumeName,
-				ClaimName: controller.TagClaimName, ClaimNamespace: controller.TagClaimNamespace},
-			Cluster: kc, AccessPoints: client, Deleter: d.controller, Logger: cfg.Logger,
-		})
-		if err != nil {
+		if d.orphans, err = newOrphanCollector(cfg, cfg.ClusterID, kc, client, d.controller); err != nil {
 			return nil, err
 		}
 	}
@@ -229,6 +226,10 @@ func (d *Driver) registerGauges() {
 	if d.controller != nil {
 		d.metrics.Register(gidCollector{d.controller})
 		d.metrics.Register(rootDirCollector{d.controller})
+		d.metrics.GaugeFunc("efs_csi_efs_api_reachable", "1 when the last EFS API check got an answer, 0 when not, -1 before the first.", d.health.value)
+	}
+	if d.orphans != nil {
+		d.metrics.Register(d.orphans)
 	}
 }
 
@@ -344,10 +345,16 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 		d.log.Info("metrics serving", slog.String("address", ml.Addr().String()))
 	}
 	wg.Go(func() { errc <- srv.Serve(l) })
+	// Background loops: Run returns only after they have (the collector
+	// finishes its deletion in flight and releases its Lease).
+	bctx, stopBackground := context.WithCancel(ctx)
+	var background sync.WaitGroup
+	defer stopBackground()
+	if d.health != nil {
+		background.Go(func() { d.health.run(bctx) })
+	}
 	if d.orphans != nil {
-		octx, stopOrphans := context.WithCancel(ctx)
-		defer stopOrphans()
-		go d.orphans.Run(octx)
+		background.Go(func() { d.orphans.run(bctx) })
 	}
 	if ready != nil {
 		close(ready)
@@ -374,6 +381,8 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 		httpSrv.Shutdown(sctx)
 		cancel()
 	}
+	stopBackground()
+	background.Wait()
 	_ = os.Remove(d.socketPath)
 	d.log.Info("stopped", slog.Int("locksHeld", d.LocksHeld()))
 	return err

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -11,16 +10,10 @@ import (
 // Version is set at build time with -ldflags "-X .../pkg/driver.Version=v1.2.3".
 var Version = "v0.1.0-dev"
 
-// Pinger reports whether the EFS API can be reached.
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
 type identity struct {
 	csi.UnimplementedIdentityServer
 	name       string
 	controller bool
-	ping       Pinger // nil in node mode: nothing remote to be ready for
 }
 
 func (i *identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
@@ -36,18 +29,13 @@ func (i *identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// probeTimeout keeps a Probe short when the API hangs: a hung API is not ready.
-const probeTimeout = 5 * time.Second
-
-// Probe is ready only while the EFS API answers, so a controller that cannot
-// reach it is restarted or taken out of service instead of failing every call.
-func (i *identity) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	if i.ping != nil {
-		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		defer cancel()
-		if err := i.ping.Ping(ctx); err != nil {
-			return &csi.ProbeResponse{Ready: wrapperspb.Bool(false)}, nil
-		}
-	}
+// Probe answers ready, at once, whenever the process can answer at all: it
+// is what the livenessprobe sidecar turns into the container's liveness, and
+// a restart fixes nothing outside the process. An EFS outage would otherwise
+// restart every controller of every cluster at once, and keep restarting
+// them while it lasts. EFS reachability is reported by efsHealth instead
+// (metric efs_csi_efs_api_reachable and a log line on each change), and every
+// call that needs EFS answers UNAVAILABLE meanwhile.
+func (i *identity) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
 }

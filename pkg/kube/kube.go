@@ -1,26 +1,28 @@
-// Package kube is the few Kubernetes API reads the orphan collector needs,
-// over plain HTTPS with a bearer token: no client library, no watch, no cache.
+// Package kube is the driver's access to the Kubernetes API, through
+// client-go: the few reads the orphan collector needs (PersistentVolumes,
+// claims, StorageClasses), the cluster's identity (the kube-system
+// namespace's UID) and a Lease to elect the one replica that collects.
 package kube
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	storagev1 "k8s.io/client-go/kubernetes/typed/storage/v1"
+	"k8s.io/client-go/rest"
 )
 
 // In-cluster defaults, as every pod sees them.
-const (
-	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
-)
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // Config locates the API server. Empty fields take the in-cluster defaults.
 type Config struct {
@@ -29,14 +31,30 @@ type Config struct {
 	CAFile    string
 }
 
-// Client reads PersistentVolumes and PersistentVolumeClaims.
-type Client struct {
-	base      *url.URL
-	tokenFile string
-	http      *http.Client
+// Configured reports whether there is an API server to talk to: a URL was
+// given, or the process runs in a pod.
+func (c Config) Configured() bool {
+	return c.URL != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 }
 
-// New validates cfg, filling in-cluster defaults.
+// PodNamespace is the namespace of the pod the process runs in, from its
+// service account, or "" outside a pod.
+func PodNamespace() string {
+	b, err := os.ReadFile(serviceAccountDir + "/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Client reads the cluster. Safe for concurrent use.
+type Client struct {
+	core    corev1.CoreV1Interface
+	storage storagev1.StorageV1Interface
+	leases  coordinationv1.CoordinationV1Interface
+}
+
+// New validates cfg, filling in-cluster defaults. It makes no call.
 func New(cfg Config) (*Client, error) {
 	if cfg.URL == "" {
 		host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
@@ -51,106 +69,109 @@ func New(cfg Config) (*Client, error) {
 	if cfg.CAFile == "" {
 		cfg.CAFile = serviceAccountDir + "/ca.crt"
 	}
-	base, err := url.Parse(cfg.URL)
-	if err != nil || base.Scheme == "" || base.Host == "" {
-		return nil, fmt.Errorf("kube: API server URL %q is not absolute", cfg.URL)
+	if _, err := os.Stat(cfg.TokenFile); err != nil {
+		return nil, fmt.Errorf("kube: token: %w", err)
 	}
-	pem, err := os.ReadFile(cfg.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("kube: CA: %w", err)
+	rc := &rest.Config{
+		Host: cfg.URL,
+		// client-go re-reads the file: projected service account tokens rotate.
+		BearerTokenFile: cfg.TokenFile,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: cfg.CAFile},
+		UserAgent:       "efs-csi-driver",
+		Timeout:         30 * time.Second,
+		// A round reads a few lists; the election renews every few seconds.
+		QPS: 5, Burst: 10,
+		// JSON, not client-go's protobuf default for built-in types: a few
+		// small objects a minute, and the test API server decodes them.
+		ContentConfig: rest.ContentConfig{ContentType: "application/json"},
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("kube: no certificate in %s", cfg.CAFile)
+	c := &Client{}
+	var err error
+	if c.core, err = corev1.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return &Client{base: base, tokenFile: cfg.TokenFile, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+	if c.storage, err = storagev1.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
+	if c.leases, err = coordinationv1.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
+	return c, nil
 }
 
-// errNotFound is an HTTP 404 from the API server.
-var errNotFound = errors.New("not found")
-
-func (c *Client) get(ctx context.Context, path string, query url.Values, out any) error {
-	u := *c.base
-	u.Path = strings.TrimSuffix(u.Path, "/") + path
-	u.RawQuery = query.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return err
-	}
-	// Re-read each time: projected service account tokens rotate.
-	token, err := os.ReadFile(c.tokenFile)
-	if err != nil {
-		return fmt.Errorf("kube: token: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("kube: GET %s: %w", path, err)
-	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return errNotFound
-	case resp.StatusCode != http.StatusOK:
-		return fmt.Errorf("kube: GET %s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
-}
-
-type objectMeta struct {
-	Name string `json:"name"`
-	UID  string `json:"uid"`
-}
-
-type pvList struct {
-	Metadata struct {
-		Continue string `json:"continue"`
-	} `json:"metadata"`
-	Items []struct {
-		Metadata objectMeta `json:"metadata"`
-		Spec     struct {
-			CSI *struct {
-				Driver       string `json:"driver"`
-				VolumeHandle string `json:"volumeHandle"`
-			} `json:"csi"`
-		} `json:"spec"`
-	} `json:"items"`
-}
+// pageSize bounds one list answer, so that a large cluster is read in pages.
+const pageSize = 500
 
 // VolumeHandles returns the CSI volume handles of every PersistentVolume of
 // the given driver.
 func (c *Client) VolumeHandles(ctx context.Context, driver string) ([]string, error) {
 	var handles []string
-	q := url.Values{"limit": {"500"}}
+	opts := metav1.ListOptions{Limit: pageSize}
 	for {
-		var l pvList
-		if err := c.get(ctx, "/api/v1/persistentvolumes", q, &l); err != nil {
-			return nil, err
+		l, err := c.core.PersistentVolumes().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("kube: list PersistentVolumes: %w", err)
 		}
 		for _, pv := range l.Items {
 			if csi := pv.Spec.CSI; csi != nil && csi.Driver == driver {
 				handles = append(handles, csi.VolumeHandle)
 			}
 		}
-		if l.Metadata.Continue == "" {
+		if l.Continue == "" {
 			return handles, nil
 		}
-		q.Set("continue", l.Metadata.Continue)
+		opts.Continue = l.Continue
 	}
 }
 
 // ClaimUID returns the UID of the PersistentVolumeClaim namespace/name, or ""
-// when it does not exist.
+// when it does not exist. Any other failure (unauthorized, unreachable) is an
+// error, never taken for a missing claim.
 func (c *Client) ClaimUID(ctx context.Context, namespace, name string) (string, error) {
-	var pvc struct {
-		Metadata objectMeta `json:"metadata"`
-	}
-	err := c.get(ctx, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/persistentvolumeclaims/"+url.PathEscape(name), nil, &pvc)
-	if errors.Is(err, errNotFound) {
+	pvc, err := c.core.PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
 		return "", nil
 	}
-	return pvc.Metadata.UID, err
+	if err != nil {
+		return "", fmt.Errorf("kube: get claim %s/%s: %w", namespace, name, err)
+	}
+	return string(pvc.UID), nil
+}
+
+// FileSystemIDs returns the distinct fileSystemId parameters of the
+// StorageClasses whose provisioner is driver, in the API's order.
+func (c *Client) FileSystemIDs(ctx context.Context, driver string) ([]string, error) {
+	var ids []string
+	seen := map[string]bool{}
+	opts := metav1.ListOptions{Limit: pageSize}
+	for {
+		l, err := c.storage.StorageClasses().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("kube: list StorageClasses: %w", err)
+		}
+		for _, sc := range l.Items {
+			if id := sc.Parameters["fileSystemId"]; sc.Provisioner == driver && id != "" && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+		if l.Continue == "" {
+			return ids, nil
+		}
+		opts.Continue = l.Continue
+	}
+}
+
+// NamespaceUID returns the UID of a namespace. The UID of kube-system is the
+// cluster's identity: set when the cluster is made, never reused, and
+// readable with a get on one namespace.
+func (c *Client) NamespaceUID(ctx context.Context, name string) (string, error) {
+	ns, err := c.core.Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("kube: get namespace %s: %w", name, err)
+	}
+	if ns.UID == "" {
+		return "", fmt.Errorf("kube: namespace %s has no UID", name)
+	}
+	return string(ns.UID), nil
 }

@@ -1,0 +1,167 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/controller"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/kube"
+	"github.com/efs-csi/efs-csi-driver/pkg/orphans"
+)
+
+// orphanElection are the collector's Lease timings: the csi-provisioner's
+// defaults. A standby takes over within RetryPeriod of a graceful stop (the
+// lease is released) and within LeaseDuration of a crash; nothing is urgent
+// about collecting, so there is no reason to renew more often. Tests shorten them.
+var orphanElection = kube.Election{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 5 * time.Second}
+
+// clusterIDTimeout bounds reading the kube-system namespace at start.
+const clusterIDTimeout = 30 * time.Second
+
+// clusterID is --cluster-id, or else the UID of the kube-system namespace
+// when a Kubernetes API is configured, or else "" (none is known: the
+// controller writes no cluster ID tag and nothing is collected). The
+// returned client is nil without a Kubernetes API. Failing to read the UID
+// is fatal only when the orphan collector needs it; otherwise the controller
+// runs without a cluster ID, which keeps every volume out of any collector.
+func clusterID(ctx context.Context, cfg Config) (string, *kube.Client, error) {
+	if !cfg.Kube.Configured() {
+		return cfg.ClusterID, nil, nil
+	}
+	kc, err := kube.New(cfg.Kube)
+	if err != nil {
+		if cfg.OrphanInterval > 0 {
+			return "", nil, fmt.Errorf("orphan collection: %w", err)
+		}
+		cfg.Logger.Warn("no Kubernetes API client", slog.String("error", err.Error()))
+		return cfg.ClusterID, nil, nil
+	}
+	if cfg.ClusterID != "" {
+		return cfg.ClusterID, kc, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterIDTimeout)
+	defer cancel()
+	for {
+		uid, err := kc.NamespaceUID(ctx, "kube-system")
+		if err == nil {
+			return uid, kc, nil
+		}
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || ctx.Err() != nil {
+			err = fmt.Errorf("cluster ID: %w (set --cluster-id, or allow get on namespaces/kube-system)", err)
+			if cfg.OrphanInterval > 0 {
+				return "", nil, err
+			}
+			cfg.Logger.Warn("no cluster ID: access points get no cluster ID tag and are never collected", slog.String("error", err.Error()))
+			return "", kc, nil
+		}
+		cfg.Logger.Info("reading the cluster ID", slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// orphanCollector builds the collector and the election it runs under.
+type orphanCollector struct {
+	*orphans.Collector
+	kube     *kube.Client
+	driver   string
+	election kube.Election
+	log      *slog.Logger
+	leading  atomic.Bool
+}
+
+func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, client *efs.Client, ctl *controller.Service) (*orphanCollector, error) {
+	if kc == nil {
+		return nil, errors.New("orphan collection needs the Kubernetes API: run in a pod or set --kube-api-url")
+	}
+	ns := cfg.LeaseNamespace
+	if ns == "" {
+		ns = kube.PodNamespace()
+	}
+	if ns == "" {
+		return nil, errors.New("orphan collection: --leader-election-namespace is required outside a pod")
+	}
+	c, err := orphans.New(orphans.Config{
+		Driver: cfg.DriverName, ClusterID: clusterID, Interval: cfg.OrphanInterval, Grace: cfg.OrphanGrace,
+		Tags: orphans.Tags{Cluster: controller.TagCluster, ClusterID: controller.TagClusterID, Bound: controller.TagBound,
+			VolumeName: controller.TagVolumeName, ClaimName: controller.TagClaimName, ClaimNamespace: controller.TagClaimNamespace},
+		Cluster: kc, AccessPoints: client, Deleter: ctl, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	oc := &orphanCollector{Collector: c, kube: kc, driver: cfg.DriverName, election: orphanElection, log: cfg.Logger}
+	oc.election.Namespace = ns
+	oc.election.Name = strings.ReplaceAll(cfg.DriverName, ".", "-") + "-orphan-collector"
+	oc.election.OnLeading = func(leading bool) {
+		oc.leading.Store(leading)
+		oc.log.Info("orphan collector", slog.Bool("leading", leading),
+			slog.String("lease", oc.election.Namespace+"/"+oc.election.Name), slog.String("clusterID", clusterID))
+	}
+	return oc, nil
+}
+
+// run collects while this replica holds the Lease, until ctx ends, with a
+// PV watch beside the rounds so that a PV that lives only between two of
+// them is still seen.
+func (oc *orphanCollector) run(ctx context.Context) {
+	lead := func(ctx context.Context) {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { oc.kube.WatchVolumeHandles(ctx, oc.driver, oc.Observe) })
+		oc.Run(ctx)
+	}
+	if err := oc.kube.RunWhileLeader(ctx, oc.election, lead); err != nil {
+		oc.log.Error("orphan collector election", slog.String("error", err.Error()))
+	}
+}
+
+var (
+	orphanAPDesc = prometheus.NewDesc("efs_csi_orphan_collector_access_points",
+		"Access points on this cluster's file systems at the last round, by owner: this_cluster, this_cluster_bound (a PV referred to it), "+
+			"legacy (no cluster ID: never collected), other (another cluster's or not the driver's).", []string{"owner"}, nil)
+	orphanCandDesc  = prometheus.NewDesc("efs_csi_orphan_collector_candidates", "Orphans waiting out their grace period.", nil, nil)
+	orphanDelDesc   = prometheus.NewDesc("efs_csi_orphan_collector_deleted_total", "Orphaned access points deleted.", nil, nil)
+	orphanRndDesc   = prometheus.NewDesc("efs_csi_orphan_collector_rounds_total", "Collection rounds by result.", []string{"result"}, nil)
+	orphanLeadDesc  = prometheus.NewDesc("efs_csi_orphan_collector_leader", "1 while this replica holds the collector's Lease.", nil, nil)
+	orphanCollected = []*prometheus.Desc{orphanAPDesc, orphanCandDesc, orphanDelDesc, orphanRndDesc, orphanLeadDesc}
+)
+
+// Describe and Collect read the collector at scrape time.
+func (oc *orphanCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range orphanCollected {
+		ch <- d
+	}
+}
+
+func (oc *orphanCollector) Collect(ch chan<- prometheus.Metric) {
+	st := oc.Stats()
+	gauge := func(d *prometheus.Desc, v int, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	gauge(orphanAPDesc, st.Own-st.OwnBound, "this_cluster")
+	gauge(orphanAPDesc, st.OwnBound, "this_cluster_bound")
+	gauge(orphanAPDesc, st.Legacy, "legacy")
+	gauge(orphanAPDesc, st.Foreign, "other")
+	gauge(orphanCandDesc, st.Candidates)
+	ch <- prometheus.MustNewConstMetric(orphanDelDesc, prometheus.CounterValue, float64(st.Deleted))
+	ch <- prometheus.MustNewConstMetric(orphanRndDesc, prometheus.CounterValue, float64(st.Rounds-st.FailedRounds), "ok")
+	ch <- prometheus.MustNewConstMetric(orphanRndDesc, prometheus.CounterValue, float64(st.FailedRounds), "error")
+	leading := 0
+	if oc.leading.Load() {
+		leading = 1
+	}
+	gauge(orphanLeadDesc, leading)
+}

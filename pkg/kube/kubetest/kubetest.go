@@ -1,0 +1,342 @@
+// Package kubetest serves a small Kubernetes API over HTTPS for tests: the
+// objects the driver reads (PersistentVolumes, PersistentVolumeClaims,
+// StorageClasses, Namespaces) and Leases with the API server's optimistic
+// concurrency (resourceVersion conflicts, AlreadyExists), behind bearer
+// tokens. It speaks the wire format of the real API server, so the driver's
+// real client (client-go) runs against it unchanged; the e2e suite runs the
+// same code against a real kube-apiserver.
+package kubetest
+
+import (
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// KubeSystemUID is the UID of the kube-system namespace the server starts with.
+const KubeSystemUID = "6f1c2d3e-0000-4000-8000-00000000c1d0"
+
+// Server is a fake API server. Safe for concurrent use.
+type Server struct {
+	URL    string
+	CAFile string
+
+	t   testing.TB
+	srv *httptest.Server
+	dir string
+
+	mu       sync.Mutex
+	tokens   map[string]string // bearer token -> caller name
+	ns       map[string]string // namespace -> UID
+	pvs      []corev1.PersistentVolume
+	claims   map[string]string // ns/name -> UID
+	classes  []storagev1.StorageClass
+	leases   map[string]*coordinationv1.Lease // ns/name
+	rv       int                              // resourceVersion of the last change
+	pvEvents []pvEvent                        // every PV change, for watches
+	changed  chan struct{}                    // closed and replaced on each PV change
+	requests []Request
+	hook     func(Request)
+}
+
+type pvEvent struct {
+	rv   int
+	kind string // ADDED, DELETED
+	pv   corev1.PersistentVolume
+}
+
+// Request is one request the server answered, by caller (token name).
+type Request struct {
+	Caller, Method, Path string
+	Watch                bool // ?watch=true
+}
+
+// Start serves until the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), tokens: map[string]string{},
+		ns: map[string]string{"kube-system": KubeSystemUID}, claims: map[string]string{},
+		leases: map[string]*coordinationv1.Lease{}, changed: make(chan struct{})}
+	s.srv = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	t.Cleanup(func() {
+		s.srv.CloseClientConnections() // watches stream until their client goes
+		s.srv.Close()
+	})
+	s.URL = s.srv.URL
+	s.CAFile = filepath.Join(s.dir, "ca.crt")
+	if err := os.WriteFile(s.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TokenFile issues a token for caller and returns the file holding it.
+func (s *Server) TokenFile(caller string) string {
+	s.t.Helper()
+	tok := "token-" + caller
+	s.mu.Lock()
+	s.tokens[tok] = caller
+	s.mu.Unlock()
+	f := filepath.Join(s.dir, caller+".token")
+	if err := os.WriteFile(f, []byte(tok+"\n"), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	return f
+}
+
+// OnRequest sets a function called before each authenticated request is
+// served (nil: none), to interleave changes with a client's reads.
+func (s *Server) OnRequest(f func(Request)) {
+	s.mu.Lock()
+	s.hook = f
+	s.mu.Unlock()
+}
+
+// Requests returns what the server answered so far, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// AddPV adds a CSI PersistentVolume of driver with the given handle.
+func (s *Server) AddPV(name, driver, handle string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pv := corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
+			CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}}},
+	}
+	s.pvChanged("ADDED", &pv)
+	s.pvs = append(s.pvs, pv)
+}
+
+// pvChanged records a PV change for watches; s.mu is held.
+func (s *Server) pvChanged(kind string, pv *corev1.PersistentVolume) {
+	s.rv++
+	pv.ResourceVersion = strconv.Itoa(s.rv)
+	ev := pvEvent{s.rv, kind, *pv}
+	ev.pv.TypeMeta = metav1.TypeMeta{Kind: "PersistentVolume", APIVersion: "v1"} // watch events carry it
+	s.pvEvents = append(s.pvEvents, ev)
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// DeletePV removes the PersistentVolume name.
+func (s *Server) DeletePV(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pvs = slices.DeleteFunc(s.pvs, func(pv corev1.PersistentVolume) bool {
+		if pv.Name == name {
+			s.pvChanged("DELETED", &pv)
+		}
+		return pv.Name == name
+	})
+}
+
+// SetClaim creates (uid != "") or deletes (uid == "") the claim ns/name.
+func (s *Server) SetClaim(ns, name, uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if uid == "" {
+		delete(s.claims, ns+"/"+name)
+	} else {
+		s.claims[ns+"/"+name] = uid
+	}
+}
+
+// AddStorageClass adds a StorageClass.
+func (s *Server) AddStorageClass(name, provisioner string, params map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.classes = append(s.classes, storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Provisioner: provisioner, Parameters: params})
+}
+
+// LeaseHolder returns the holder identity of the Lease ns/name, or "".
+func (s *Server) LeaseHolder(ns, name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.leases[ns+"/"+name]; l != nil && l.Spec.HolderIdentity != nil {
+		return *l.Spec.HolderIdentity
+	}
+	return ""
+}
+
+// pvPage is how many PVs one list answer holds at most, so that paging is exercised.
+const pvPage = 2
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	caller, ok := s.tokens[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
+	hook := s.hook
+	s.mu.Unlock()
+	if !ok {
+		status(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+		return
+	}
+	req := Request{Caller: caller, Method: r.Method, Path: r.URL.Path, Watch: r.URL.Query().Get("watch") == "true"}
+	if hook != nil {
+		hook(req) // without the lock: the hook may change objects
+	}
+	if r.URL.Path == "/api/v1/persistentvolumes" && req.Watch {
+		s.mu.Lock()
+		s.requests = append(s.requests, req)
+		s.mu.Unlock()
+		s.watchPVs(w, r)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, req)
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	get := r.Method == http.MethodGet
+	switch p := parts; {
+	case get && r.URL.Path == "/api/v1/persistentvolumes":
+		start, _ := strconv.Atoi(r.URL.Query().Get("continue"))
+		end := min(start+pvPage, len(s.pvs))
+		l := corev1.PersistentVolumeList{Items: s.pvs[min(start, end):end]}
+		l.ResourceVersion = strconv.Itoa(s.rv)
+		if end < len(s.pvs) {
+			l.Continue = strconv.Itoa(end)
+		}
+		reply(w, http.StatusOK, &l)
+	case get && r.URL.Path == "/apis/storage.k8s.io/v1/storageclasses":
+		reply(w, http.StatusOK, &storagev1.StorageClassList{Items: s.classes})
+	case get && len(p) == 4 && p[0] == "api" && p[2] == "namespaces":
+		uid, ok := s.ns[p[3]]
+		if !ok {
+			status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "namespace not found")
+			return
+		}
+		reply(w, http.StatusOK, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p[3], UID: types.UID(uid)}})
+	case get && len(p) == 6 && p[0] == "api" && p[4] == "persistentvolumeclaims":
+		uid, ok := s.claims[p[3]+"/"+p[5]]
+		if !ok {
+			status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "claim not found")
+			return
+		}
+		reply(w, http.StatusOK, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: p[5], Namespace: p[3], UID: types.UID(uid)}})
+	case len(p) >= 6 && strings.Join(p[:3], "/") == "apis/coordination.k8s.io/v1" && p[5] == "leases":
+		s.lease(w, r, p[4], p[6:])
+	default:
+		status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no route "+r.Method+" "+r.URL.Path)
+	}
+}
+
+// watchPVs streams the PV changes after the requested resourceVersion until
+// the client goes away, as the API server's watch does.
+func (s *Server) watchPVs(w http.ResponseWriter, r *http.Request) {
+	from, err := strconv.Atoi(r.URL.Query().Get("resourceVersion"))
+	if err != nil {
+		status(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "resourceVersion is required")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	for {
+		s.mu.Lock()
+		var next []pvEvent
+		for _, ev := range s.pvEvents {
+			if ev.rv > from {
+				next = append(next, ev)
+			}
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		for _, ev := range next {
+			raw, _ := json.Marshal(&ev.pv)
+			if enc.Encode(&metav1.WatchEvent{Type: ev.kind, Object: runtime.RawExtension{Raw: raw}}) != nil {
+				return
+			}
+			from = ev.rv
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		select {
+		case <-changed:
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// lease serves get, create and update of Leases with resourceVersion checks.
+func (s *Server) lease(w http.ResponseWriter, r *http.Request, ns string, rest []string) {
+	var in coordinationv1.Lease
+	if r.Method != http.MethodGet {
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			status(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+			return
+		}
+	}
+	switch {
+	case r.Method == http.MethodGet && len(rest) == 1:
+		l := s.leases[ns+"/"+rest[0]]
+		if l == nil {
+			status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "lease not found")
+			return
+		}
+		reply(w, http.StatusOK, l)
+	case r.Method == http.MethodPost && len(rest) == 0:
+		key := ns + "/" + in.Name
+		if s.leases[key] != nil {
+			status(w, http.StatusConflict, metav1.StatusReasonAlreadyExists, "lease exists")
+			return
+		}
+		s.store(key, ns, &in)
+		reply(w, http.StatusCreated, s.leases[key])
+	case r.Method == http.MethodPut && len(rest) == 1:
+		key := ns + "/" + rest[0]
+		old := s.leases[key]
+		if old == nil {
+			status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "lease not found")
+			return
+		}
+		if in.ResourceVersion != old.ResourceVersion {
+			status(w, http.StatusConflict, metav1.StatusReasonConflict, "the object has been modified")
+			return
+		}
+		s.store(key, ns, &in)
+		reply(w, http.StatusOK, s.leases[key])
+	default:
+		status(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, r.Method)
+	}
+}
+
+func (s *Server) store(key, ns string, l *coordinationv1.Lease) {
+	s.rv++
+	l.Namespace, l.ResourceVersion = ns, strconv.Itoa(s.rv)
+	s.leases[key] = l
+}
+
+func reply(w http.ResponseWriter, code int, obj any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(obj)
+}
+
+func status(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	reply(w, code, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: fmt.Sprint(msg)})
+}
