@@ -1,10 +1,14 @@
 package node
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,6 +23,9 @@ import (
 const (
 	ctxEncryptInTransit = "encryptintransit"
 	ctxMountTargetIP    = "mounttargetip"
+	// ctxMountTargetIPMap is upstream's cross-account map, JSON zone -> IP,
+	// written when the class names no zone: each node picks its own.
+	ctxMountTargetIPMap = "mounttargetipmap"
 	ctxCrossAccount     = "crossaccount"
 	// ctxPath is upstream's deprecated sub path, used when the volume ID
 	// has none; static PVs still carry it.
@@ -96,6 +103,7 @@ func (s *Service) publishRequest(req *csi.NodePublishVolumeRequest) (mount.Volum
 
 // applyContext reads the volume context keys into vol.
 func (s *Service) applyContext(vol *mount.Volume, vc map[string]string) error {
+	var ipMap, ipMapKey string
 	for k, v := range vc {
 		switch strings.ToLower(k) {
 		case ctxEncryptInTransit:
@@ -116,6 +124,8 @@ func (s *Service) applyContext(vol *mount.Volume, vc map[string]string) error {
 				return invalid(k, "%v", err)
 			}
 			vol.MountTargetIP = ip
+		case ctxMountTargetIPMap:
+			ipMap, ipMapKey = v, k
 		case ctxPath:
 			p, err := contextPath(v)
 			if err != nil {
@@ -126,11 +136,58 @@ func (s *Service) applyContext(vol *mount.Volume, vc map[string]string) error {
 			}
 		case ctxProvisionerIdentity:
 		default:
-			return invalid(k, "volume context key is not supported (want %s, %s or %s)",
-				"encryptInTransit", ctxMountTargetIP, ctxCrossAccount)
+			return invalid(k, "volume context key is not supported (want %s, %s, %s or %s)",
+				"encryptInTransit", ctxMountTargetIP, "mountTargetIpMap", ctxCrossAccount)
 		}
 	}
+	if ipMapKey == "" {
+		return nil
+	}
+	// After the loop: the map is validated whatever else is there, and an
+	// explicit mounttargetip, the more specific of the two, wins.
+	ip, err := s.mountTargetFromMap(ipMap)
+	if err != nil {
+		return invalid(ipMapKey, "%v", err)
+	}
+	if vol.MountTargetIP == "" {
+		vol.MountTargetIP = ip
+	}
 	return nil
+}
+
+// mountTargetFromMap reads upstream's mounttargetipmap, a JSON object from
+// zone to mount target IP, and picks this node's zone. Every value must be
+// an IP address, also those of other zones, so a tampered map is refused on
+// every node alike. A node whose zone is missing (or unknown) mounts from
+// any IP of the map, as upstream does: a cross-zone mount is better than
+// none, and the warning says why it is slower and costs cross-zone traffic.
+// The pick is random, as upstream's, so a retry can reach another mount
+// target when one does not answer; the mount is recognised by its path, not
+// its IP, so a retry that picks another still finds an earlier mount.
+func (s *Service) mountTargetFromMap(v string) (string, error) {
+	var byZone map[string]string
+	// A decoder, not json.Unmarshal: Unmarshal leaves a half-filled map on
+	// a type error, and More rejects trailing data after the object.
+	dec := json.NewDecoder(strings.NewReader(v))
+	if err := dec.Decode(&byZone); err != nil || dec.More() {
+		return "", fmt.Errorf("%q is not a JSON object of zone to IP address", v)
+	}
+	if len(byZone) == 0 { // {} or null
+		return "", fmt.Errorf("%q has no mount target", v)
+	}
+	zones := slices.Sorted(maps.Keys(byZone))
+	for _, zone := range zones {
+		if net.ParseIP(byZone[zone]) == nil {
+			return "", fmt.Errorf("has an invalid IP address %q for availability zone %q", byZone[zone], zone)
+		}
+	}
+	if ip, ok := byZone[s.zone]; ok && s.zone != "" {
+		return ip, nil
+	}
+	zone := zones[rand.IntN(len(zones))]
+	s.log.Warn("mounttargetipmap has no mount target in this node's zone: mounting across zones",
+		slog.String("nodeZone", s.zone), slog.String("zone", zone), slog.String("ip", byZone[zone]))
+	return byZone[zone], nil
 }
 
 // mountTargetIP reads "IP" or upstream's multi-zone "zone:IP,zone:IP", which
