@@ -24,12 +24,14 @@ import (
 //
 // Protocol (docs/design.md, "Delete"):
 //  1. Parse; an unparsable ID or a static volume (no access point) is done.
-//  2. Lock the access point ID, describe it, recover the volume name from its
-//     tag and lock the name too: a Create of the same volume in flight makes
-//     this call ABORTED instead of racing it.
+//  2. Lock the access point ID, describe it, recover the volume name (our
+//     tag, or upstream's client token: provenanceOf) and lock the name too:
+//     a Create of the same volume in flight makes this call ABORTED instead
+//     of racing it.
 //  3. With --delete-access-point-root-dir, remove the root directory first,
-//     unless another access point reaches it; if removal fails the access
-//     point stays, so a retry can finish the job.
+//     unless another access point reaches it or no CSI driver made the
+//     access point; if removal fails the access point stays, so a retry can
+//     finish the job.
 //  4. Delete the access point; "not found" means an earlier attempt did.
 func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
@@ -56,14 +58,24 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	if err != nil {
 		return nil, err
 	}
-	if name := ap.Tags[TagVolumeName]; name != "" {
+	prov := provenanceOf(ap)
+	if name := prov.volumeName; name != "" {
 		unlockName, err := s.locks.TryLock(nameKey(name))
 		if err != nil {
 			return nil, err
 		}
 		defer unlockName()
 	}
-	if s.delRoot {
+	switch {
+	case !s.delRoot:
+	case !prov.csi:
+		// Not a CSI volume's directory: whose data it holds is unknown.
+		// The access point goes (as without root removal: a PV stuck in
+		// FAILED_PRECONDITION helps nobody), the directory stays.
+		s.roots.notOwned.Add(1)
+		s.log.Warn("root directory kept: the access point was not made by a CSI driver",
+			slog.String("accessPoint", ap.ID), slog.String("path", ap.Path))
+	default:
 		defer s.roots.deletingNow(ap.ID)() // through the DeleteAccessPoint below
 		if err := s.removeRootDir(ctx, ap); err != nil {
 			return nil, err
@@ -135,11 +147,11 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) error 
 
 // removableRoot returns the root directory relative to the file system root,
 // refusing what removal could turn into data loss: the root itself, a path
-// that is not clean, and any access point the driver did not create.
+// that is not clean, a base path, and any access point no CSI driver made.
 func removableRoot(ap *efs.AccessPoint) (string, error) {
 	p := ap.Path
-	if ap.Tags[TagVolumeName] == "" {
-		return "", fmt.Errorf("%w: access point %s was not created by this driver", ErrUnsafeRootDir, ap.ID)
+	if !provenanceOf(ap).csi {
+		return "", fmt.Errorf("%w: access point %s was not created by a CSI driver", ErrUnsafeRootDir, ap.ID)
 	}
 	if p == "" || !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
 		return "", fmt.Errorf("%w: access point %s has root %q", ErrUnsafeRootDir, ap.ID, p)

@@ -19,6 +19,7 @@ type rootDirs struct {
 	// and shared by the deletes waiting at the same moment.
 	listings *freshFlight[string, []efs.AccessPoint]
 	kept     atomic.Int64 // deletes that left a directory another access point reaches
+	notOwned atomic.Int64 // deletes that left the directory of an access point no CSI driver made
 
 	// deleting are the access points whose DeleteVolume is under way in
 	// this process: doomed, so they do not keep a shared directory (two
@@ -65,6 +66,11 @@ func (r *rootDirs) beingDeleted(apID string) bool {
 // RootDirsKept counts the deletes that kept the root directory because
 // another live access point reaches it (for metrics: it only grows).
 func (s *Service) RootDirsKept() int64 { return s.roots.kept.Load() }
+
+// RootDirsNotOwned counts the deletes, with root-directory removal on, of
+// access points that no CSI driver made: the access point went, its
+// directory was kept.
+func (s *Service) RootDirsNotOwned() int64 { return s.roots.notOwned.Load() }
 
 // PendingUnmounts is the number of this process's temporary mount points
 // whose unmount failed and is to be retried: 0 at rest.

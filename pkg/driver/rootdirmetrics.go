@@ -8,7 +8,8 @@ import (
 
 var (
 	rootDirsKeptDesc = prometheus.NewDesc("efs_csi_root_dirs_kept_total",
-		"Deletes that kept the root directory because another live access point reaches it.", nil, nil)
+		"Deletes with root-directory removal that kept the directory: reason shared (another live access point reaches it) or not_csi (no CSI driver made the access point).",
+		[]string{"reason"}, nil)
 	pendingUnmountsDesc = prometheus.NewDesc("efs_csi_pending_unmounts",
 		"Temporary mount points of root-directory removal whose unmount failed and is retried.", nil, nil)
 )
@@ -22,6 +23,7 @@ func (r rootDirCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (r rootDirCollector) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(rootDirsKeptDesc, prometheus.CounterValue, float64(r.c.RootDirsKept()))
+	ch <- prometheus.MustNewConstMetric(rootDirsKeptDesc, prometheus.CounterValue, float64(r.c.RootDirsKept()), "shared")
+	ch <- prometheus.MustNewConstMetric(rootDirsKeptDesc, prometheus.CounterValue, float64(r.c.RootDirsNotOwned()), "not_csi")
 	ch <- prometheus.MustNewConstMetric(pendingUnmountsDesc, prometheus.GaugeValue, float64(r.c.PendingUnmounts()))
 }

@@ -115,7 +115,7 @@ func TestMetricsCountRPCsAndRestAtZero(t *testing.T) {
 		`efs_csi_locks_held 0`,
 		`efs_csi_api_calls_total{operation="CreateAccessPoint",outcome="ok"} 1`,
 		`efs_csi_gid_allocator{file_system="` + sanityFS + `",state="used"} 1`,
-		`efs_csi_root_dirs_kept_total 0`,
+		`efs_csi_root_dirs_kept_total{reason="shared"} 0`,
 		`efs_csi_pending_unmounts 0`,
 	} {
 		if !strings.Contains(string(body), want) {
