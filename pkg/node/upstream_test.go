@@ -52,7 +52,7 @@ func TestPublishPicksTheNodesZoneFromMountTargetIPMap(t *testing.T) {
 			wantIPs: []string{"10.9.9.9"}},
 		{name: "every key upstream writes at once", zone: "us-west-2a",
 			ctx: map[string]string{"encryptInTransit": "true", "crossaccount": "false",
-				"mounttargetipmap":                             `{"us-west-2a":"10.0.1.1"}`,
+				"mounttargetipmap": `{"us-west-2a":"10.0.1.1"}`,
 				"storage.kubernetes.io/csiProvisionerIdentity": "1722000000000-8081-efs.csi.aws.com"},
 			wantIPs: []string{"10.0.1.1"}},
 	}
@@ -83,12 +83,12 @@ func TestPublishPicksTheNodesZoneFromMountTargetIPMap(t *testing.T) {
 // is INVALID_ARGUMENT before the mounter is called.
 func TestPublishRejectsBadMountTargetIPMap(t *testing.T) {
 	for name, v := range map[string]string{
-		"not JSON":                                  `{invalid`,
-		"a JSON array":                              `["10.0.1.1"]`,
-		"a JSON string":                             `"10.0.1.1"`,
-		"JSON null":                                 `null`,
-		"no entry":                                  `{}`,
-		"option injection in this zone's value":     `{"us-west-2a":"10.0.1.1,uid=0,gid=0,port=12345"}`,
+		"not JSON":                              `{invalid`,
+		"a JSON array":                          `["10.0.1.1"]`,
+		"a JSON string":                         `"10.0.1.1"`,
+		"JSON null":                             `null`,
+		"no entry":                              `{}`,
+		"option injection in this zone's value": `{"us-west-2a":"10.0.1.1,uid=0,gid=0,port=12345"}`,
 		"option injection in another zone's value":  `{"us-west-2a":"10.0.1.1","us-west-2b":"10.0.2.1,uid=0"}`,
 		"unicode-escaped comma":                     `{"us-west-2a":"10.0.1.1\u002cuid=0"}`,
 		"not an IP":                                 `{"us-west-2a":"not-an-ip"}`,
