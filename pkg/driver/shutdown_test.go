@@ -87,8 +87,9 @@ func TestShutdownLetsCallsInFlightFinish(t *testing.T) {
 	}
 }
 
-// The metrics endpoint counts RPCs by method and code and shows the gauges
-// the stress audit reads back at zero at rest.
+// The metrics endpoint counts RPCs by method and code, shows the gauges the
+// stress audit reads back at zero at rest, and the upstream driver's API
+// metrics under their names.
 func TestMetricsCountRPCsAndRestAtZero(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,6 +103,10 @@ func TestMetricsCountRPCsAndRestAtZero(t *testing.T) {
 		if _, err := ctl.CreateVolume(context.Background(), createReq("pvc-m")); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// An answered error, for the upstream driver's errors counter.
+	if _, err := ctl.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: sanityFS + "::fsap-0123456789abcdef0"}); err != nil {
+		t.Fatal(err)
 	}
 	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", addr))
 	if err != nil {
@@ -117,6 +122,9 @@ func TestMetricsCountRPCsAndRestAtZero(t *testing.T) {
 		`efs_csi_gid_allocator{file_system="` + sanityFS + `",state="used"} 1`,
 		`efs_csi_root_dirs_kept_total{reason="shared"} 0`,
 		`efs_csi_pending_unmounts 0`,
+		// The upstream driver's names and labels: its dashboards and alerts.
+		`aws_efs_csi_api_request_duration_seconds_count{request="CreateAccessPoint"} 1`,
+		`aws_efs_csi_api_request_errors_total{code="AccessPointNotFound",request="DescribeAccessPoints"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)

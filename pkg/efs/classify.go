@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"syscall"
 
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
@@ -106,6 +107,19 @@ func classify(err error) class {
 		return classDenied
 	}
 	return cl
+}
+
+// errorCode names err for ErrorObserver: the AWS error code, else the HTTP
+// status of the answer, else cl's outcome.
+func errorCode(err error, cl class) string {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode() != "" {
+		return apiErr.ErrorCode()
+	}
+	if code := answeredStatus(err); code > 0 {
+		return strconv.Itoa(code)
+	}
+	return cl.outcome
 }
 
 func classifyChain(err error) class {

@@ -57,6 +57,14 @@ type Observer interface {
 	Retry(op string)
 }
 
+// ErrorObserver is what an Observer may also implement to receive, for each
+// failed attempt, the error's code: the AWS error code EFS answered with
+// (ThrottlingException, AccessPointNotFound, ...), else the HTTP status, else
+// the outcome (a lost connection or a timeout has no code).
+type ErrorObserver interface {
+	APIError(op, code string)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) APICall(string, string, time.Duration) {}
@@ -216,6 +224,9 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 		}
 		cl := classify(err)
 		p.observer.APICall(op, cl.outcome, took)
+		if eo, ok := p.observer.(ErrorObserver); ok {
+			eo.APIError(op, errorCode(err, cl))
+		}
 		last = wrapError(op, subject, cl, err)
 		inDoubt = inDoubt || cl.sentinel == ErrUnavailable
 		if !cl.retry && (ctx.Err() == nil || cl.outcome == OutcomeClientError) {

@@ -28,6 +28,10 @@ type Metrics struct {
 	apiTime   *prometheus.HistogramVec
 	apiRetry  *prometheus.CounterVec
 	throttles *prometheus.CounterVec
+	// The upstream driver's names, so its dashboards and alerts work.
+	upTime      *prometheus.HistogramVec
+	upErrors    *prometheus.CounterVec
+	upThrottles *prometheus.CounterVec
 }
 
 // New registers every collector on a fresh registry.
@@ -60,8 +64,19 @@ func New() *Metrics {
 		throttles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "efs_csi_api_throttles_total", Help: "EFS API throttling answers by operation.",
 		}, []string{"operation"}),
+		upTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "aws_efs_csi_api_request_duration_seconds", Help: "EFS API request latency by operation (the upstream driver's name).",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"request"}),
+		upErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aws_efs_csi_api_request_errors_total", Help: "EFS API request errors by operation and error code (the upstream driver's name).",
+		}, []string{"request", "code"}),
+		upThrottles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aws_efs_csi_api_request_throttles_total", Help: "EFS API requests EFS throttled, by operation (the upstream driver's name).",
+		}, []string{"request"}),
 	}
 	m.reg.MustRegister(m.rpcs, m.rpcTime, m.inFlight, m.aborted, m.apiCalls, m.apiTime, m.apiRetry, m.throttles,
+		m.upTime, m.upErrors, m.upThrottles,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -84,10 +99,15 @@ func (m *Metrics) RPCStarted(method string) func(code string) {
 func (m *Metrics) APICall(op, outcome string, d time.Duration) {
 	m.apiCalls.WithLabelValues(op, outcome).Inc()
 	m.apiTime.WithLabelValues(op).Observe(d.Seconds())
+	m.upTime.WithLabelValues(op).Observe(d.Seconds())
 	if outcome == "throttled" {
 		m.throttles.WithLabelValues(op).Inc()
+		m.upThrottles.WithLabelValues(op).Inc()
 	}
 }
+
+// APIError implements efs.ErrorObserver.
+func (m *Metrics) APIError(op, code string) { m.upErrors.WithLabelValues(op, code).Inc() }
 
 // Retry implements efs.Observer.
 func (m *Metrics) Retry(op string) { m.apiRetry.WithLabelValues(op).Inc() }
