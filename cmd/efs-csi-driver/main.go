@@ -19,6 +19,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/internal/logging"
 	"github.com/efs-csi/efs-csi-driver/pkg/driver"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
 
 func main() {
@@ -32,7 +33,7 @@ func main() {
 		volMetricsFSRateLimit        int
 		inflightOptIn, attachOptIn   bool
 		inflightLimit, attachLimit   int
-		forceUnmount                 bool
+		forceUnmount, adaptive       bool
 		upstreamOnly                 = map[string]bool{}
 		efsUtilsConfDir, efsUtilsDir string
 	)
@@ -64,7 +65,9 @@ func main() {
 	fs.IntVar(&inflightLimit, "max-inflight-mount-calls", 0, "with --max-inflight-mount-calls-opt-in: concurrent NodePublishVolume calls")
 	fs.BoolVar(&attachOptIn, "volume-attach-limit-opt-in", false, "report --volume-attach-limit as the node's MaxVolumesPerNode")
 	fs.IntVar(&attachLimit, "volume-attach-limit", 0, "with --volume-attach-limit-opt-in: MaxVolumesPerNode in NodeGetInfo")
-	fs.StringVar(&rateLimits, "api-rate-limits", "", "client-side EFS API rates: Operation=perSecond[:burst],... (\"*\" for the rest, 0 = unlimited; default CreateAccessPoint/DeleteAccessPoint 10/s, reads 20/s)")
+	fs.StringVar(&rateLimits, "api-rate-limits", "", "ceilings on the EFS API request rate, for an account other clients share: Operation=perSecond[:burst],... (\"*\" for the rest, 0 = none; default none: pacing adapts to EFS's throttles)")
+	fs.BoolVar(&adaptive, "adaptive-retry-mode", true, "adapt each operation's request rate to EFS's throttles (cut at once, grow back along a CUBIC curve); false: throttles are only retried")
+	fs.IntVar(&cfg.EFS.MaxInFlight, "api-max-inflight", efs.DefaultMaxInFlight, "bound on EFS API requests in flight per operation (-1: none)")
 	fs.StringVar(&cfg.GIDVerify, "gid-verify", "auto", "check allocated GIDs against other writers after each create: auto (while another controller may be active), always or never")
 	fs.DurationVar(&cfg.OrphanInterval, "orphan-gc-interval", 0, "delete this cluster's access points that never had a PersistentVolume and whose claim is gone, checking this often, in the replica holding the collector's Lease (0: off; needs the Kubernetes API and a cluster ID)")
 	fs.DurationVar(&cfg.OrphanGrace, "orphan-gc-grace", 10*time.Minute, "how long an access point must stay orphaned before it is deleted")
@@ -141,6 +144,7 @@ func main() {
 	if cfg.EFS.RateLimits, err = driver.ParseRateLimits(rateLimits); err != nil {
 		fail(err)
 	}
+	cfg.EFS.DisableAdaptive = !adaptive
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

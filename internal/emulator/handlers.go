@@ -79,6 +79,9 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 func (e *Emulator) logRequest(r *http.Request, op Op, rec *recorder, start time.Time, fault string) {
 	attrs := []any{"op", op, "method", r.Method, "path", r.URL.Path, "status", rec.status,
 		"dur", time.Since(start).Round(time.Microsecond)}
+	if r.URL.RawQuery != "" {
+		attrs = append(attrs, "query", r.URL.RawQuery)
+	}
 	if code := rec.Header().Get("x-amzn-ErrorType"); code != "" {
 		attrs = append(attrs, "error", code)
 	}

@@ -141,7 +141,7 @@ func Default() Config {
 		Parameters:             DefaultParameters(),
 		MaxDuration:            30 * time.Minute,
 		FaultRate:              0.05,
-		ChaosInterval:          1500 * time.Millisecond,
+		ChaosInterval:          300 * time.Millisecond,
 		Settle:                 30 * time.Second,
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,8 +98,9 @@ func ParseTags(s string) (map[string]string, error) {
 }
 
 // ParseRateLimits parses --api-rate-limits: comma-separated
-// Operation=perSecond[:burst] pairs; "*" names every operation not listed and
-// a rate of 0 means unlimited. "" keeps the client's defaults.
+// Operation=perSecond[:burst] pairs, ceilings over the adaptive pacing; "*"
+// names every operation not listed and a rate of 0 means no ceiling. ""
+// sets none (the default).
 func ParseRateLimits(s string) (map[string]efs.RateLimit, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
@@ -108,6 +110,9 @@ func ParseRateLimits(s string) (map[string]efs.RateLimit, error) {
 		op, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok || op == "" {
 			return nil, fmt.Errorf("--api-rate-limits: %q is not Operation=rate[:burst]", kv)
+		}
+		if op != "*" && !slices.Contains(efs.Ops, op) {
+			return nil, fmt.Errorf("--api-rate-limits: unknown operation %q (want * or one of %s)", op, strings.Join(efs.Ops, ", "))
 		}
 		rs, bs, hasBurst := strings.Cut(v, ":")
 		r, err := strconv.ParseFloat(rs, 64)

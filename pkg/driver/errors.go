@@ -26,9 +26,10 @@ var codeTable = []struct {
 	err  error
 	code codes.Code
 }{
-	// EFS throttling, 5xx and timeouts, also when the call's deadline ended
+	// EFS throttling, client-side pacing, 5xx and timeouts, also when the call's deadline ended
 	// the retries: UNAVAILABLE, which the provisioner retries.
 	{efs.ErrThrottled, codes.Unavailable},
+	{efs.ErrPaced, codes.Unavailable},
 	{efs.ErrUnavailable, codes.Unavailable},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},

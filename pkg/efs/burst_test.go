@@ -67,7 +67,14 @@ func TestThousandConcurrentCallsAtFiftyPercentThrottleAllSucceed(t *testing.T) {
 	throttleHalf(fake, calls, false)
 	// Generous times: on a loaded machine under -race, 1,000 calls take a
 	// while, and what is asserted is that none fails, not how fast they are.
-	c, obs := newClient(t, fake.URL(), func(cfg *efs.Config) { cfg.AttemptTimeout = time.Minute })
+	// This server throttles half of all requests whatever their rate, so
+	// the adaptive rate would (rightly) slow down to its floor; what is
+	// tested here is the retry loop, so adaptation and the in-flight bound
+	// (which would hold the burst back from arriving at once) are off.
+	c, obs := newClient(t, fake.URL(), func(cfg *efs.Config) {
+		cfg.AttemptTimeout = time.Minute
+		cfg.DisableAdaptive, cfg.MaxInFlight = true, -1
+	})
 	errs := runBurst(calls, 2*time.Minute, func(ctx context.Context) error { return c.DeleteAccessPoint(ctx, "fsap-1") })
 	failed := 0
 	for _, err := range errs {
@@ -118,4 +125,44 @@ func TestSDKStandardRetryerRunsOutOfQuotaUnderABurst(t *testing.T) {
 		t.Fatal("no call failed on the retry quota: the burst is too weak to show the upstream defect")
 	}
 	t.Logf("%d of %d calls failed with retry quota exceeded", quota, calls)
+}
+
+// A burst of 1,000 calls of one operation opens at most DefaultMaxInFlight
+// requests at once, and all of them succeed. The server holds every request
+// until DefaultMaxInFlight of them are in flight together (or the burst is
+// over), so an unbounded client would be seen with many more.
+func TestInFlightRequestsAreBoundedPerOperation(t *testing.T) {
+	const calls = 1000
+	fake := newFake(t)
+	var cur, peak atomic.Int64
+	full := make(chan struct{})
+	var once sync.Once
+	fake.always = func(w http.ResponseWriter, r *http.Request) {
+		n := cur.Add(1)
+		defer cur.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		if n >= efs.DefaultMaxInFlight {
+			once.Do(func() { close(full) })
+		}
+		select {
+		case <-full:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+	c, _ := newClient(t, fake.URL(), func(cfg *efs.Config) { cfg.AttemptTimeout = time.Minute })
+	errs := runBurst(calls, 2*time.Minute, func(ctx context.Context) error { return c.DeleteAccessPoint(ctx, "fsap-1") })
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if got := peak.Load(); got > efs.DefaultMaxInFlight {
+		t.Errorf("%d requests in flight at once, want at most %d", got, efs.DefaultMaxInFlight)
+	}
 }

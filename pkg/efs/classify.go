@@ -24,6 +24,7 @@ const (
 	OutcomeNetworkError = "network_error" // no usable answer: refused, reset, EOF, truncated body
 	OutcomeTimeout      = "timeout"       // the attempt or the caller's deadline ran out
 	OutcomeCanceled     = "canceled"      // the caller canceled
+	OutcomePaced        = "paced"         // not sent: client-side pacing used the time up
 )
 
 // class is what an attempt's error means: the sentinel it maps to, whether

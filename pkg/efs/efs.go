@@ -1,7 +1,7 @@
 // Package efs is the driver's view of the Amazon EFS API: plain value types,
 // sentinel errors that classify every failure, and (in sdk.go) the AWS SDK v2
-// implementation with retries inside the caller's deadline and per-operation
-// rate limits.
+// implementation with retries inside the caller's deadline and adaptive
+// per-operation pacing.
 //
 // Consumers own the interfaces they need (pkg/controller declares the subset
 // it calls); this package only promises how the values and errors look.
@@ -25,9 +25,12 @@ var (
 	ErrAlreadyExists = errors.New("access point already exists")
 	// ErrLimitExceeded: the file system holds the maximum number of access points.
 	ErrLimitExceeded = errors.New("access point limit exceeded")
-	// ErrThrottled: the API throttled the call (HTTP 429) and retries ran out
-	// within the caller's deadline.
-	ErrThrottled = errors.New("throttled by EFS API")
+	// ErrThrottled: EFS answered with a throttle (HTTP 429, or a throttling
+	// error code) and retries ran out within the caller's deadline.
+	ErrThrottled = errors.New("EFS answered ThrottlingException")
+	// ErrPaced: the request was not sent: client-side pacing (a rate token
+	// or a request slot) would not come in time for the caller's deadline.
+	ErrPaced = errors.New("not sent: client-side pacing")
 	// ErrUnavailable: a 5xx answer, a lost connection or a timeout: the outcome
 	// of a mutating call is unknown, and the caller must retry idempotently.
 	ErrUnavailable = errors.New("EFS API unavailable")

@@ -10,19 +10,19 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
 
-// The pacing rule (worthWaiting in retry.go): a call with a deadline waits
-// for its rate-limit token only if at least max(1s, half the remaining time)
-// is left afterwards; otherwise it fails at once with ErrThrottled, before
-// its deadline and without sending a request. The assertions are on
+// The pacing rule (pacer.reserve in retry.go): a call with a deadline waits
+// for its rate token only if the time left afterwards covers an attempt;
+// otherwise it fails at once with ErrPaced, before its deadline and without
+// sending a request. The assertions are on
 // outcomes (errors, requests that reached the server, whether the deadline
 // had passed when the call returned), never on how long something took.
 
-// wantShed checks err is a shed: ErrThrottled, not the deadline error, and
+// wantShed checks err is a shed: ErrPaced, not the deadline error, and
 // returned while ctx's deadline had not passed yet.
 func wantShed(t *testing.T, ctx context.Context, err error) {
 	t.Helper()
-	if !errors.Is(err, efs.ErrThrottled) {
-		t.Fatalf("got %v, want ErrThrottled", err)
+	if !errors.Is(err, efs.ErrPaced) {
+		t.Fatalf("got %v, want ErrPaced", err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		t.Errorf("got %v: a shed must not wrap the context's error", err)
@@ -71,22 +71,26 @@ func TestPacingShortDeadlineFailsAtOnceLongDeadlineWaits(t *testing.T) {
 	}
 }
 
-// A token that would come before the deadline but leave less than half of
-// the time is not waited for: with one token per 4 s and a 6 s deadline, the
-// old client waited 4 s and sent with 2 s left; now the call fails at once.
-func TestPacingTokenLeavingLessThanHalfTheTimeIsNotWaitedFor(t *testing.T) {
+// A token that comes after the deadline is not waited for; one that leaves
+// time for the attempt is.
+func TestPacingWaitsOnlyIfTheTimeLeftCoversAnAttempt(t *testing.T) {
 	fake := newFake(t)
 	c, _ := newClient(t, fake.URL(), func(cfg *efs.Config) {
-		cfg.RateLimits = map[string]efs.RateLimit{efs.OpDeleteAccessPoint: {PerSecond: 0.25, Burst: 1}}
+		cfg.RateLimits = map[string]efs.RateLimit{efs.OpDeleteAccessPoint: {PerSecond: 2, Burst: 1}}
 	})
 	if err := deleteAP(c, t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	wantShed(t, ctx, deleteAP(c, ctx))
-	if got := fake.Requests(); got != 1 {
-		t.Errorf("%d requests reached the server, want 1", got)
+	wantShed(t, ctx, deleteAP(c, ctx)) // token 500 ms away
+	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := deleteAP(c, ctx); err != nil {
+		t.Fatalf("token 500 ms away, 5 s left: %v", err)
+	}
+	if got := fake.Requests(); got != 2 {
+		t.Errorf("%d requests reached the server, want 2", got)
 	}
 }
 
@@ -112,7 +116,7 @@ func TestPacingBurstShedsInsteadOfMissingDeadlines(t *testing.T) {
 		switch {
 		case err == nil:
 			ok++
-		case errors.Is(err, efs.ErrThrottled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, efs.ErrUnavailable):
+		case errors.Is(err, efs.ErrPaced) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, efs.ErrUnavailable):
 			shed++
 		default:
 			t.Errorf("neither success nor shed: %v", err)
@@ -142,11 +146,10 @@ func TestPacingRetryToken(t *testing.T) {
 		wantUnavailable bool
 		wantRequests    int
 	}{
-		// 1/s: the retry's token is ~1 s away; with 1.5 s left that leaves
-		// 0.5 s, less than the 1 s floor: shed.
-		{"after 503, shed", []responder{unavailable}, 1, 1500 * time.Millisecond, true, true, 1},
-		{"after 429, shed", []responder{throttled}, 1, 1500 * time.Millisecond, true, false, 1},
-		{"after 503 then 429, shed, in doubt", []responder{unavailable, throttled}, 2, 1500 * time.Millisecond, true, true, 2},
+		// 1/s: the retry's token is ~1 s away, after the 800 ms deadline: shed.
+		{"after 503, shed", []responder{unavailable}, 1, 800 * time.Millisecond, true, true, 1},
+		{"after 429, shed", []responder{throttled}, 1, 800 * time.Millisecond, true, false, 1},
+		{"after 503 then 429, shed, in doubt", []responder{unavailable, throttled}, 2, 800 * time.Millisecond, true, true, 2},
 		// With 5 s left, the retry waits ~1 s for its token and succeeds.
 		{"after 503, waits", []responder{unavailable}, 1, 5 * time.Second, false, false, 2},
 	}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -22,32 +24,16 @@ const (
 	OpDescribeMountTargets = "DescribeMountTargets"
 )
 
-// RateLimit is a client-side token bucket for one operation. PerSecond <= 0
-// means unlimited.
+// RateLimit is a ceiling an operator sets on one operation's request rate
+// (a token bucket), for an account that other EFS clients share.
+// PerSecond <= 0 means no ceiling.
 type RateLimit struct {
 	PerSecond float64
 	Burst     int
 }
 
-// DefaultRateLimits returns the limits used for operations that
-// Config.RateLimits does not name.
-//
-// EFS publishes no per-operation request rates (its API reference only warns
-// that CreateAccessPoint is throttled near the access point quota), and the
-// account-wide budget is shared with every other EFS client of the account.
-// So the defaults are conservative: mutations 10/s (burst 20), reads 20/s
-// (burst 40). At 10/s, 1,000 simultaneous DeleteVolume calls drain in about
-// 100 s instead of hammering the API into throttling; server-side throttles
-// that still happen are retried within the caller's deadline.
-func DefaultRateLimits() map[string]RateLimit {
-	return map[string]RateLimit{
-		OpCreateAccessPoint:    {PerSecond: 10, Burst: 20},
-		OpDeleteAccessPoint:    {PerSecond: 10, Burst: 20},
-		OpDescribeAccessPoints: {PerSecond: 20, Burst: 40},
-		OpDescribeFileSystems:  {PerSecond: 20, Burst: 40},
-		OpDescribeMountTargets: {PerSecond: 20, Burst: 40},
-	}
-}
+// Ops are the operations the client paces.
+var Ops = []string{OpCreateAccessPoint, OpDeleteAccessPoint, OpDescribeAccessPoints, OpDescribeFileSystems, OpDescribeMountTargets}
 
 // Observer receives one APICall per attempt (outcome is one of the Outcome*
 // constants) and one Retry per retry scheduled. Implementations must be cheap
@@ -72,7 +58,7 @@ func (nopObserver) Retry(string)                          {}
 
 // retryPolicy holds what the retry loop needs; immutable after New.
 type retryPolicy struct {
-	limiters       map[string]*limiter // nil entry: unlimited
+	pacers         map[string]*pacer
 	baseBackoff    time.Duration
 	maxBackoff     time.Duration
 	attemptTimeout time.Duration
@@ -81,75 +67,155 @@ type retryPolicy struct {
 	log            *slog.Logger
 }
 
-// limiter is one operation's token bucket. mu serializes "reserve, judge the
-// delay, maybe cancel", so that no other reservation slips in between a
-// reservation and its cancellation: a canceled token then goes back in full
-// instead of leaving an unused slot in the schedule. The section is a few
-// arithmetic operations; nobody holds mu while waiting.
-type limiter struct {
-	mu sync.Mutex
-	*rate.Limiter
+// pacer is one operation's client-side pacing (docs/design.md, "Pacing"):
+// a bound on requests in flight, and a token bucket whose rate is the
+// lower of the operator's ceiling and the adaptive rate (none until EFS
+// throttles). With neither, a call only takes an in-flight slot.
+type pacer struct {
+	slots    chan struct{} // nil: unbounded
+	ceiling  RateLimit     // PerSecond <= 0: none
+	adaptive *cubic        // nil: adaptation off
+	// rtt is a moving average of successful attempts' durations, in
+	// nanoseconds: what one more attempt is expected to take.
+	rtt atomic.Int64
+
+	mu  sync.Mutex // serializes "set the rate, reserve, judge, maybe cancel"
+	lim *rate.Limiter
 }
 
-// newLimiters builds one token bucket per known operation. Lookup order for
-// each operation: its own key in limits, then "*", then DefaultRateLimits.
-func newLimiters(limits map[string]RateLimit) map[string]*limiter {
-	out := map[string]*limiter{}
-	for op, def := range DefaultRateLimits() {
+func newPacer(ceiling RateLimit, adaptive bool, inFlight int) *pacer {
+	p := &pacer{ceiling: ceiling, lim: rate.NewLimiter(rate.Inf, max(ceiling.Burst, 1))}
+	if inFlight > 0 {
+		p.slots = make(chan struct{}, inFlight)
+	}
+	if adaptive {
+		p.adaptive = &cubic{}
+	}
+	if ceiling.PerSecond > 0 {
+		p.lim.SetLimit(rate.Limit(ceiling.PerSecond))
+	}
+	return p
+}
+
+// newPacers builds one pacer per operation. An operation's ceiling is its
+// own key in limits, else "*", else none.
+func newPacers(limits map[string]RateLimit, adaptive bool, inFlight int) map[string]*pacer {
+	out := map[string]*pacer{}
+	for _, op := range Ops {
 		rl, ok := limits[op]
 		if !ok {
-			if rl, ok = limits["*"]; !ok {
-				rl = def
-			}
+			rl = limits["*"]
 		}
-		if rl.PerSecond <= 0 {
-			continue
-		}
-		out[op] = &limiter{Limiter: rate.NewLimiter(rate.Limit(rl.PerSecond), max(rl.Burst, 1))}
+		out[op] = newPacer(rl, adaptive, inFlight)
 	}
 	return out
 }
 
-// minAttemptTime is the least time a call must have left after waiting for a
-// rate-limit token: enough for one EFS request and its answer (they take
-// tens to hundreds of milliseconds). Capped by the attempt timeout.
-const minAttemptTime = time.Second
+// minNeed is the least time a call must have left after waiting for a token
+// when nothing has been measured yet: the floor of what one attempt needs.
+const minNeed = 10 * time.Millisecond
 
-// worthWaiting is the pacing rule for calls with a deadline: waiting delay
-// for a token, with remaining time until the deadline, is worth it only if
-// the time left afterwards is at least half of remaining and at least floor.
-// A token that is there now (delay 0) is always taken, however short the
-// deadline. Half, because the wait must not eat more time than the attempt
-// (and its retries) keep: a call that waits until just before its deadline
-// sends a request whose answer comes too late, the caller retries and the
-// work is done twice. Failing at once instead lets the caller back off and
-// come back when the bucket has drained.
-func worthWaiting(delay, remaining, floor time.Duration) bool {
-	if delay <= 0 {
+// need is the time one more attempt is expected to take: three times the
+// moving average of successful attempts (an answer slower than usual still
+// arrives), at least minNeed, at most the attempt timeout.
+func (p *pacer) need(attemptTimeout time.Duration) time.Duration {
+	return min(max(3*time.Duration(p.rtt.Load()), minNeed), attemptTimeout)
+}
+
+// took feeds the moving average with a successful attempt's duration.
+func (p *pacer) took(d time.Duration) {
+	for {
+		old := p.rtt.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old - old/5 + int64(d)/5
+		}
+		if p.rtt.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// answered tells the adaptive rate how an attempt sent at sent ended.
+func (p *pacer) answered(sent time.Time, throttled bool) {
+	if p.adaptive != nil {
+		p.adaptive.answered(sent, time.Now(), throttled)
+	}
+}
+
+// acquire takes an in-flight slot, waiting as long as ctx allows (a slot
+// frees when an attempt ends, which the attempt timeout bounds).
+func (p *pacer) acquire(ctx context.Context) bool {
+	if p.slots == nil {
 		return true
 	}
-	left := remaining - delay
-	return left >= remaining/2 && left >= floor
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (p *pacer) release() {
+	if p.slots != nil {
+		<-p.slots
+	}
 }
 
 // reserve takes a token, or refuses. It returns the reservation to wait for
 // (nil: go ahead now) and, when it refused, the delay the token would have
-// needed. bounded says the deadline is the caller's: then worthWaiting
-// decides; otherwise (the default timeout) the call waits as long as the
-// deadline allows, like rate.Limiter.Wait.
-func (l *limiter) reserve(now, deadline time.Time, bounded bool, floor time.Duration) (r *rate.Reservation, delay time.Duration, ok bool) {
+// needed. A token that is there now is always taken. Otherwise, with a
+// deadline of the caller's (bounded), the token is waited for only if the
+// time left after it still covers an attempt (need); without one (the
+// default timeout), as long as the deadline allows, like rate.Limiter.Wait.
+// Refusing early instead of waiting until just before the deadline matters:
+// a request sent too late is answered after the caller gave up, the caller
+// retries and the work is done twice.
+func (p *pacer) reserve(now, deadline time.Time, bounded bool, need time.Duration) (r *rate.Reservation, delay time.Duration, ok bool) {
+	limit := math.Inf(1)
+	if p.ceiling.PerSecond > 0 {
+		limit = p.ceiling.PerSecond
+	}
+	adaptiveBinds := false
+	if p.adaptive != nil {
+		if a := p.adaptive.rate(now); a < limit {
+			limit, adaptiveBinds = a, true
+		}
+	}
 	remaining := deadline.Sub(now)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r = l.ReserveN(now, 1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if math.IsInf(limit, 1) {
+		if p.lim.Limit() != rate.Inf {
+			p.lim.SetLimitAt(now, rate.Inf)
+		}
+		return nil, 0, true
+	}
+	if rate.Limit(limit) != p.lim.Limit() {
+		p.lim.SetLimitAt(now, rate.Limit(limit))
+		// The adaptive rate spaces requests evenly (a burst would find
+		// the server's bucket empty); the operator's ceiling keeps its burst.
+		burst := max(p.ceiling.Burst, 1)
+		if adaptiveBinds {
+			burst = 1
+		}
+		p.lim.SetBurstAt(now, burst)
+	}
+	r = p.lim.ReserveN(now, 1)
 	if !r.OK() { // cannot happen with burst >= 1; refuse rather than wait forever
 		return nil, rate.InfDuration, false
 	}
 	delay = r.DelayFrom(now)
-	if bounded && worthWaiting(delay, remaining, floor) || !bounded && delay <= remaining {
-		if delay == 0 {
-			return nil, 0, true
-		}
+	if delay == 0 {
+		return nil, 0, true
+	}
+	if bounded && remaining-delay >= need || !bounded && delay <= remaining {
 		return r, delay, true
 	}
 	r.CancelAt(now)
@@ -166,20 +232,20 @@ func (p *retryPolicy) backoff(retry int) time.Duration {
 	return time.Duration(rand.Int64N(int64(ceiling) + 1))
 }
 
-// call runs one EFS operation: take a token from the operation's rate limit,
-// make an attempt bounded by attemptTimeout, and on a retryable failure
-// (throttle, 5xx, lost connection, attempt timeout) sleep with backoff and try
-// again for as long as the caller's deadline allows. There is no attempt cap
-// and no retry quota: a burst of failures costs time, never a hard error, and
-// when time runs out the last classified error is returned wrapped together
-// with the context error. subject names the resource in error messages.
+// call runs one EFS operation: take an in-flight slot and a token from the
+// operation's pacer, make an attempt bounded by attemptTimeout, and on a
+// retryable failure (throttle, 5xx, lost connection, attempt timeout) sleep
+// with backoff and try again for as long as the caller's deadline allows.
+// There is no attempt cap and no retry quota: a burst of failures costs
+// time, never a hard error, and when time runs out the last classified error
+// is returned wrapped together with the context error. subject names the
+// resource in error messages.
 //
-// Pacing: when the caller has a deadline, a token (for the first attempt or
-// for a retry) is waited for only if worthWaiting says so. Otherwise the call
-// fails at once, before the deadline, with ErrThrottled and without the
+// Pacing: a token that is not there now is waited for only if the time left
+// afterwards still covers an attempt (pacer.reserve). Otherwise the call
+// fails at once, before the deadline, with ErrPaced and without the
 // context's error (the deadline has not passed), so the caller retries later
-// with its own backoff instead of burning its deadline in the queue. Calls
-// without a deadline wait for their token within the default timeout.
+// with its own backoff instead of burning its deadline in the queue.
 func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attempt func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -192,37 +258,52 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 		defer cancel()
 	}
 	deadline, _ := ctx.Deadline()
-	floor := min(minAttemptTime, p.attemptTimeout)
 	start := time.Now()
-	lim := p.limiters[op]
+	pc := p.pacers[op]
+	if pc == nil {
+		pc = newPacer(RateLimit{}, false, 0)
+	}
 	var last error
 	inDoubt := false // some attempt's outcome is unknown
 	for n := 0; ; n++ {
-		if lim != nil {
-			now := time.Now()
-			r, delay, ok := lim.reserve(now, deadline, bounded, floor)
-			if !ok {
-				if !bounded {
-					// The token would come after the default timeout.
-					return zero, p.giveUp(ctx, op, subject, last, n, start)
-				}
-				return zero, p.shed(op, subject, last, n, start, delay, deadline.Sub(now), inDoubt)
+		if !pc.acquire(ctx) {
+			p.observer.APICall(op, OutcomePaced, 0)
+			return zero, p.giveUp(ctx, op, subject, last, n, start, "no request slot free")
+		}
+		now := time.Now()
+		r, delay, ok := pc.reserve(now, deadline, bounded, pc.need(p.attemptTimeout))
+		if !ok {
+			pc.release()
+			p.observer.APICall(op, OutcomePaced, 0)
+			if !bounded {
+				return zero, p.giveUp(ctx, op, subject, last, n, start, "no rate token before the deadline")
 			}
-			if r != nil && !sleepCtx(ctx, delay) {
-				r.CancelAt(time.Now()) // give the token to the calls queued behind
-				return zero, p.giveUp(ctx, op, subject, last, n, start)
-			}
+			return zero, p.shed(op, subject, last, n, start, delay, deadline.Sub(now), inDoubt)
+		}
+		if r != nil && !sleepCtx(ctx, delay) {
+			r.CancelAt(time.Now()) // give the token to the calls queued behind
+			pc.release()
+			p.observer.APICall(op, OutcomePaced, 0)
+			return zero, p.giveUp(ctx, op, subject, last, n, start, "no rate token before the deadline")
 		}
 		actx, cancel := context.WithTimeout(ctx, p.attemptTimeout)
 		t0 := time.Now()
 		out, err := attempt(actx)
 		cancel()
 		took := time.Since(t0)
+		pc.release()
 		if err == nil {
+			pc.took(took)
+			pc.answered(t0, false)
 			p.observer.APICall(op, OutcomeOK, took)
 			return out, nil
 		}
 		cl := classify(err)
+		if cl.sentinel == ErrThrottled {
+			pc.answered(t0, true)
+		} else if cl.outcome == OutcomeClientError {
+			pc.took(took) // answered, if not with success
+		}
 		p.observer.APICall(op, cl.outcome, took)
 		if eo, ok := p.observer.(ErrorObserver); ok {
 			eo.APIError(op, errorCode(err, cl))
@@ -233,51 +314,49 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 			return zero, last // a definitive answer, or an error no retry can heal
 		}
 		if ctx.Err() != nil {
-			return zero, p.giveUp(ctx, op, subject, last, n+1, start)
+			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "")
 		}
 		sleep := p.backoff(n)
 		if time.Until(deadline) <= sleep {
-			return zero, p.giveUp(ctx, op, subject, last, n+1, start)
+			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "")
 		}
 		p.observer.Retry(op)
 		p.log.Debug("retrying EFS call", "op", op, "subject", subject, "attempt", n+1, "backoff", sleep, "error", last)
 		if !sleepCtx(ctx, sleep) {
-			return zero, p.giveUp(ctx, op, subject, last, n+1, start)
+			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "")
 		}
 	}
 }
 
-// shed builds the error for a call that refused to wait for its token
-// (worthWaiting): ErrThrottled, and not the context's error, since the
-// deadline has not passed. For a retry, the last attempt's error is kept;
-// and if an earlier attempt's outcome is unknown (ErrUnavailable: it may have
-// been applied) while the last one was a throttle (which was not), the error
-// also wraps ErrUnavailable, so that callers still treat a mutation as in
-// doubt.
+// shed builds the error for a call that refused to wait for its token:
+// ErrPaced, and not the context's error, since the deadline has not passed.
+// For a retry, the last attempt's error is kept; and if an earlier attempt's
+// outcome is unknown (ErrUnavailable: it may have been applied) while the
+// last one was a throttle (which was not), the error also wraps
+// ErrUnavailable, so that callers still treat a mutation as in doubt.
 func (p *retryPolicy) shed(op, subject string, last error, attempts int, start time.Time, delay, remaining time.Duration, inDoubt bool) error {
-	why := fmt.Sprintf("next client-side rate limit token in %v, %v before the deadline",
+	why := fmt.Sprintf("next rate token in %v, %v before the deadline",
 		delay.Round(time.Millisecond), remaining.Round(time.Millisecond))
 	if last == nil {
-		return fmt.Errorf("%s %s: %w: not sent: %s", op, subject, ErrThrottled, why)
+		return fmt.Errorf("%s %s: %w: %s", op, subject, ErrPaced, why)
 	}
 	elapsed := time.Since(start).Round(time.Millisecond)
 	p.log.Debug("giving up EFS call", "op", op, "subject", subject, "attempts", attempts, "elapsed", elapsed, "error", last, "reason", why)
 	if inDoubt && !errors.Is(last, ErrUnavailable) {
 		return fmt.Errorf("%w (gave up after %d attempts in %v: %w: %s; %w: an earlier attempt's outcome is unknown)",
-			last, attempts, elapsed, ErrThrottled, why, ErrUnavailable)
+			last, attempts, elapsed, ErrPaced, why, ErrUnavailable)
 	}
-	return fmt.Errorf("%w (gave up after %d attempts in %v: %w: %s)", last, attempts, elapsed, ErrThrottled, why)
+	return fmt.Errorf("%w (gave up after %d attempts in %v: %w: %s)", last, attempts, elapsed, ErrPaced, why)
 }
 
 // giveUp builds the error for a call that ran out of time: the last
 // classified error plus the context's error, so that errors.Is matches both
 // the sentinel and context.DeadlineExceeded / context.Canceled. With no
-// attempt made, the client-side rate limit used the time up: ErrThrottled.
-func (p *retryPolicy) giveUp(ctx context.Context, op, subject string, last error, attempts int, start time.Time) error {
+// attempt made, client-side pacing used the time up: ErrPaced, with why.
+func (p *retryPolicy) giveUp(ctx context.Context, op, subject string, last error, attempts int, start time.Time, why string) error {
 	ctxErr := ctx.Err()
 	if last == nil {
-		return fmt.Errorf("%s %s: %w: no client-side rate limit token before the deadline: %w",
-			op, subject, ErrThrottled, cmp.Or(ctxErr, context.DeadlineExceeded))
+		return fmt.Errorf("%s %s: %w: %s: %w", op, subject, ErrPaced, why, cmp.Or(ctxErr, context.DeadlineExceeded))
 	}
 	if ctxErr == nil {
 		// Stopping before the deadline because the next wait would pass it.

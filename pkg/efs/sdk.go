@@ -34,10 +34,17 @@ type Config struct {
 	// "" uses the standard environment (AWS_ENDPOINT_URL_EFS,
 	// AWS_ENDPOINT_URL, the shared config file) or the regional endpoint.
 	Endpoint string
-	// RateLimits per operation name (the Op* constants); the key "*" applies
-	// to every operation not named; operations in neither take
-	// DefaultRateLimits. PerSecond <= 0 means unlimited.
+	// RateLimits are ceilings per operation name (the Op* constants); the
+	// key "*" applies to every operation not named; operations in neither
+	// have none (the default). PerSecond <= 0 means none.
 	RateLimits map[string]RateLimit
+	// DisableAdaptive turns off the adaptive rate (upstream's
+	// --adaptive-retry-mode=false): throttles are still retried with
+	// backoff, but never slow the other calls down.
+	DisableAdaptive bool
+	// MaxInFlight bounds the requests in flight per operation (default
+	// DefaultMaxInFlight; < 0: unbounded).
+	MaxInFlight int
 	// MaxBackoff caps the exponential backoff between retries (default 5s).
 	MaxBackoff time.Duration
 	// BaseBackoff is the backoff ceiling of the first retry, doubled for each
@@ -71,6 +78,12 @@ type Client struct {
 	api    *sdk.Client
 	policy *retryPolicy
 }
+
+// DefaultMaxInFlight is the default bound on EFS requests in flight per
+// operation: enough to keep the API busy (an EFS request takes tens of
+// milliseconds, so 64 in flight carry over 1,000 requests/s), few enough
+// that 1,000 DeleteVolume calls at once do not open 1,000 connections.
+const DefaultMaxInFlight = 64
 
 // ListPageSize is the DescribeAccessPoints page size ListAccessPoints asks
 // for: the API's maximum.
@@ -131,7 +144,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		observer = nopObserver{}
 	}
 	return &Client{api: api, policy: &retryPolicy{
-		limiters:       newLimiters(cfg.RateLimits),
+		pacers:         newPacers(cfg.RateLimits, !cfg.DisableAdaptive, cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight)),
 		baseBackoff:    positiveOr(cfg.BaseBackoff, 100*time.Millisecond),
 		maxBackoff:     positiveOr(cfg.MaxBackoff, 5*time.Second),
 		attemptTimeout: positiveOr(cfg.AttemptTimeout, 10*time.Second),
