@@ -57,6 +57,7 @@ type run struct {
 	markerFailures []string
 	apiRetries     map[string]float64
 	apiCalls       float64
+	requestsByRPC  map[string]float64
 	scraped        bool
 }
 
@@ -214,7 +215,7 @@ func (r *run) finish(runErr error) {
 	}
 	r.collectCounters()
 	r.mu.Lock()
-	r.rep.Driver = report.Driver{Scraped: r.scraped, APIRetries: r.apiRetries, APICalls: r.apiCalls}
+	r.rep.Driver = report.Driver{Scraped: r.scraped, APIRetries: r.apiRetries, APICalls: r.apiCalls, RequestsByRPC: r.requestsByRPC}
 	for _, f := range r.markerFailures {
 		r.rep.Incidents = append(r.rep.Incidents, "marker not written: "+f)
 	}
@@ -247,7 +248,10 @@ func (r *run) finish(runErr error) {
 	r.rep.Summary(cfg.Stdout)
 }
 
-var operationLabel = regexp.MustCompile(`operation="([^"]*)"`)
+var (
+	operationLabel = regexp.MustCompile(`operation="([^"]*)"`)
+	methodLabel    = regexp.MustCompile(`method="([^"]*)"`)
+)
 
 // collectCounters adds the running driver's EFS API counters to the totals;
 // called just before each kill and once at the end, so that every process
@@ -275,6 +279,16 @@ func (r *run) collectCounters() {
 		}
 	}
 	r.apiCalls += audit.Sum(samples, "efs_csi_api_calls_total")
+	if r.requestsByRPC == nil {
+		r.requestsByRPC = map[string]float64{}
+	}
+	for series, v := range samples {
+		if strings.HasPrefix(series, metrics.RPCRequestsName+"{") {
+			if m := methodLabel.FindStringSubmatch(series); m != nil {
+				r.requestsByRPC[m[1]] += v
+			}
+		}
+	}
 }
 
 // settle waits until the driver is at rest (no call in flight, no lock

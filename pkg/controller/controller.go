@@ -131,9 +131,10 @@ type Service struct {
 	nextGen map[string]int // volume name -> generation to start at (see retire)
 	writer  string         // TagWriter value of this Service
 	// answers and answerOf: the volumes this process answered (name ->
-	// access point, and back), so a repeat costs a Describe, not a create.
-	// A delete drops its entry under the volume's locks.
-	answers  map[string]*efs.AccessPoint
+	// access point, and back), so a repeat costs no request (or one
+	// Describe), not a create. A delete drops its entry under the volume's
+	// locks.
+	answers  map[string]answer
 	answerOf map[string]string
 }
 
@@ -188,7 +189,7 @@ func New(cfg Config) (*Service, error) {
 		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, cluster: cfg.ClusterID, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
 		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
-		answers: map[string]*efs.AccessPoint{}, answerOf: map[string]string{},
+		answers: map[string]answer{}, answerOf: map[string]string{},
 		roots: newRootDirs(v.listings),
 	}, nil
 }

@@ -230,3 +230,35 @@ func TestDeleteOfDeletedOrForeignVolumeIsOK(t *testing.T) {
 	}
 	b.wantAccessPoints(0)
 }
+
+// A repeat of a create this process answered costs no request (issue 10:
+// duplicate callers spent a CreateAccessPoint each to hear "already
+// exists"), and a delete ends that: the create after it makes a new access
+// point instead of answering the deleted one from memory.
+func TestRepeatOfAnsweredCreateSendsNoRequestUntilDeleted(t *testing.T) {
+	b := newBed(t)
+	first := b.mustCreate("pvc-1")
+	var calls sync.Map
+	count := func(op string) func(any) {
+		return func(any) { n, _ := calls.LoadOrStore(op, new(int)); *n.(*int)++ }
+	}
+	b.hook.set("CreateAccessPoint", count("CreateAccessPoint"), nil)
+	b.hook.set("DescribeAccessPoint", count("DescribeAccessPoint"), nil)
+	for range 3 {
+		if got := b.mustCreate("pvc-1"); got != first {
+			t.Fatalf("repeat answered %s, first %s", got, first)
+		}
+	}
+	calls.Range(func(op, n any) bool {
+		t.Errorf("%d %s for three repeats of an answered create, want none", *n.(*int), op)
+		return true
+	})
+	if err := b.delete(first); err != nil {
+		t.Fatal(err)
+	}
+	second := b.mustCreate("pvc-1")
+	if second == first {
+		t.Fatalf("create after delete answered the deleted %s", first)
+	}
+	b.wantAccessPoints(1)
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"strconv"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -63,25 +64,41 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	}}, nil
 }
 
+// repeatFresh is how long this process answers a repeated CreateVolume from
+// memory alone. A delete through this process drops the memory under the
+// volume's locks, so within the process the memory is exact; the bound
+// covers what it cannot see (an access point deleted behind its back, by
+// hand or by another replica), which an older answer is checked against with
+// one Describe. Provisioner retries and duplicate callers come within
+// seconds.
+const repeatFresh = time.Minute
+
 // repeat answers a repeated CreateVolume of a volume this process answered
-// before from one Describe instead of a CreateAccessPoint: no mutation, and
-// no verification (it was verified when first answered). nil: go the whole
-// way (unknown, gone, changed, or Describe failed).
+// before, without a mutation and without verification (it was verified when
+// first answered): from memory if the answer is fresh, else from one
+// Describe. nil: go the whole way (unknown, gone, changed, or Describe
+// failed).
 func (s *Service) repeat(ctx context.Context, p *plan) *efs.AccessPoint {
 	s.mu.Lock()
-	known := s.answers[p.name]
+	known, ok := s.answers[p.name]
 	s.mu.Unlock()
-	if known == nil {
+	if !ok {
 		return nil
 	}
-	ap, err := s.efs.DescribeAccessPoint(ctx, known.ID)
+	if time.Since(known.at) < repeatFresh && p.check(known.ap) == nil {
+		return known.ap
+	}
+	ap, err := s.efs.DescribeAccessPoint(ctx, known.ap.ID)
 	if err != nil || p.check(ap) != nil {
 		if errors.Is(err, efs.ErrAccessPointNotFound) {
-			s.forgetAnswer(known.ID)
+			s.forgetAnswer(known.ap.ID)
 		}
 		return nil
 	}
 	s.gids.Record(*ap)
+	s.mu.Lock()
+	s.answers[p.name] = answer{ap, time.Now()}
+	s.mu.Unlock()
 	return ap
 }
 
@@ -90,15 +107,28 @@ func (s *Service) remember(name string, ap *efs.AccessPoint) {
 	s.verify.markAnswered(ap.ID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old := s.answers[name]; old != nil {
-		delete(s.answerOf, old.ID)
+	if old, ok := s.answers[name]; ok {
+		delete(s.answerOf, old.ap.ID)
 	}
-	s.answers[name], s.answerOf[ap.ID] = ap, name
+	s.answers[name], s.answerOf[ap.ID] = answer{ap, time.Now()}, name
+}
+
+// answer is what this process answered for a volume, and when.
+type answer struct {
+	ap *efs.AccessPoint
+	at time.Time
 }
 
 // forgetAnswer drops what this process remembers of a deleted access point.
 func (s *Service) forgetAnswer(apID string) {
 	s.verify.forget(apID)
+	s.dropAnswer(apID)
+}
+
+// dropAnswer stops answering repeats of apID's volume from memory: called
+// under the volume's locks when its delete begins, so that no create
+// answered from memory can hand out an access point being deleted.
+func (s *Service) dropAnswer(apID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if name, ok := s.answerOf[apID]; ok {

@@ -66,6 +66,7 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 		}
 		defer unlockName()
 	}
+	s.dropAnswer(ap.ID)
 	switch {
 	case !s.delRoot:
 	case !prov.csi:

@@ -15,7 +15,10 @@ import (
 // is exactly what must not happen here, hence this.
 //
 // The call runs on a context of its own, bounded by timeout, not on any
-// caller's: a caller that gives up leaves the call to the others. Callers
+// caller's: a caller that gives up leaves the call to the others. It carries
+// the values (not the deadline or cancellation) of its batch's first
+// caller's context, so that the requests it makes are counted for that
+// caller's RPC (efs.WithRequestCounter). Callers
 // share the answer and must not modify it. No goroutine is left once no
 // caller waits.
 type freshFlight[K comparable, V any] struct {
@@ -27,7 +30,10 @@ type freshFlight[K comparable, V any] struct {
 	runs map[K]*freshRun[V] // keys with a call in flight or about to start
 }
 
-type freshRun[V any] struct{ waiting []chan freshResult[V] }
+type freshRun[V any] struct {
+	waiting []chan freshResult[V]
+	first   context.Context // the first waiter's context, for its values
+}
 
 type freshResult[V any] struct {
 	v   V
@@ -47,6 +53,9 @@ func (f *freshFlight[K, V]) Do(ctx context.Context, key K) (V, error) {
 	if !running {
 		r = &freshRun[V]{}
 		f.runs[key] = r
+	}
+	if len(r.waiting) == 0 {
+		r.first = context.WithoutCancel(ctx)
 	}
 	r.waiting = append(r.waiting, ch)
 	joined := f.joined
@@ -70,15 +79,15 @@ func (f *freshFlight[K, V]) Do(ctx context.Context, key K) (V, error) {
 func (f *freshFlight[K, V]) run(key K, r *freshRun[V]) {
 	for {
 		f.mu.Lock()
-		batch := r.waiting
-		r.waiting = nil
+		batch, first := r.waiting, r.first
+		r.waiting, r.first = nil, nil
 		if len(batch) == 0 {
 			delete(f.runs, key)
 			f.mu.Unlock()
 			return
 		}
 		f.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+		ctx, cancel := context.WithTimeout(first, f.timeout)
 		v, err := f.call(ctx, key)
 		cancel()
 		for _, ch := range batch {

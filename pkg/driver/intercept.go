@@ -6,10 +6,13 @@ import (
 	"log/slog"
 	"path"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
 
 // Request fields worth a log line. Secrets, parameters and contexts are never
@@ -37,11 +40,14 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	method := path.Base(info.FullMethod)
 	start := time.Now()
 	done := d.metrics.RPCStarted(method)
+	var requests atomic.Int64
+	ctx = efs.WithRequestCounter(ctx, &requests)
 	var resp any
 	err := checkBounds(req)
 	if err == nil {
 		resp, err = handler(ctx, req)
 	}
+	d.metrics.RPCRequests(method, requests.Load())
 	detail := ""
 	if err != nil {
 		detail = err.Error()

@@ -287,6 +287,9 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 			return zero, p.giveUp(ctx, op, subject, last, n, start, "no rate token before the deadline")
 		}
 		actx, cancel := context.WithTimeout(ctx, p.attemptTimeout)
+		if n, ok := ctx.Value(requestCounterKey{}).(*atomic.Int64); ok {
+			n.Add(1)
+		}
 		t0 := time.Now()
 		out, err := attempt(actx)
 		cancel()
@@ -365,6 +368,14 @@ func (p *retryPolicy) giveUp(ctx context.Context, op, subject string, last error
 	elapsed := time.Since(start).Round(time.Millisecond)
 	p.log.Debug("giving up EFS call", "op", op, "subject", subject, "attempts", attempts, "elapsed", elapsed, "error", last)
 	return fmt.Errorf("%w (gave up after %d attempts in %v: %w)", last, attempts, elapsed, ctxErr)
+}
+
+type requestCounterKey struct{}
+
+// WithRequestCounter returns a context whose calls add each request they
+// send to EFS to n: what one RPC costs the API, retries included.
+func WithRequestCounter(ctx context.Context, n *atomic.Int64) context.Context {
+	return context.WithValue(ctx, requestCounterKey{}, n)
 }
 
 // sleepCtx sleeps for d unless ctx ends first; it reports whether it slept.

@@ -32,6 +32,7 @@ type Metrics struct {
 	upTime      *prometheus.HistogramVec
 	upErrors    *prometheus.CounterVec
 	upThrottles *prometheus.CounterVec
+	rpcRequests *prometheus.CounterVec
 }
 
 // New registers every collector on a fresh registry.
@@ -64,6 +65,9 @@ func New() *Metrics {
 		throttles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "efs_csi_api_throttles_total", Help: "EFS API throttling answers by operation.",
 		}, []string{"operation"}),
+		rpcRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: RPCRequestsName, Help: "EFS API requests sent on behalf of CSI RPCs, retries and shared listings included, by method.",
+		}, []string{"method"}),
 		upTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "aws_efs_csi_api_request_duration_seconds", Help: "EFS API request latency by operation (the upstream driver's name).",
 			Buckets: prometheus.DefBuckets,
@@ -76,9 +80,19 @@ func New() *Metrics {
 		}, []string{"request"}),
 	}
 	m.reg.MustRegister(m.rpcs, m.rpcTime, m.inFlight, m.aborted, m.apiCalls, m.apiTime, m.apiRetry, m.throttles,
-		m.upTime, m.upErrors, m.upThrottles,
+		m.upTime, m.upErrors, m.upThrottles, m.rpcRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// RPCRequestsName is the counter of EFS requests per CSI method.
+const RPCRequestsName = "efs_csi_rpc_api_requests_total"
+
+// RPCRequests adds the EFS requests one RPC of method sent.
+func (m *Metrics) RPCRequests(method string, n int64) {
+	if n > 0 {
+		m.rpcRequests.WithLabelValues(method).Add(float64(n))
+	}
 }
 
 // RPCStarted counts a call in flight; call the returned func with its code when it ends.

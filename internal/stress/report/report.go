@@ -94,6 +94,9 @@ type Driver struct {
 	Scraped    bool               `json:"scraped"`
 	APIRetries map[string]float64 `json:"apiRetries,omitempty"` // by EFS operation
 	APICalls   float64            `json:"apiCalls,omitempty"`
+	// RequestsByRPC: EFS requests sent on behalf of each CSI method
+	// (efs_csi_rpc_api_requests_total), retries and shared listings included.
+	RequestsByRPC map[string]float64 `json:"requestsByRPC,omitempty"`
 }
 
 // Emulator holds the emulator's request counts (embedded runs, or remote runs

@@ -51,6 +51,10 @@ func (r *Report) Summary(w io.Writer) {
 	p("retries: %d client calls repeated; chaos: %s; unexpected driver exits: %d\n", r.Retries(), chaos, r.Chaos.UnexpectedExits)
 	if r.Driver.Scraped {
 		p("driver: %.0f EFS API calls, EFS API retries %s\n", r.Driver.APICalls, floatList(r.Driver.APIRetries))
+		if n := r.Volumes.Created; n > 0 && r.Driver.RequestsByRPC != nil {
+			p("EFS requests per volume: CreateVolume %.2f, DeleteVolume %.2f (%s)\n",
+				r.Driver.RequestsByRPC["CreateVolume"]/float64(n), r.Driver.RequestsByRPC["DeleteVolume"]/float64(n), floatList(r.Driver.RequestsByRPC))
+		}
 	}
 	if len(r.Emulator.Counts) > 0 {
 		p("emulator requests: %s\n", intList(r.Emulator.Counts))
