@@ -24,10 +24,13 @@ type cubic struct {
 	lastMax      float64   // W_max: the rate EFS sustained when it throttled
 	lastThrottle time.Time // the last cut
 	k            float64   // seconds for the curve to climb back to lastMax
-	// ok counts successful answers in two half-second buckets (the current
-	// one starts at bucket), for the rate EFS sustained.
-	bucket      time.Time
-	okCur, okPr int
+	// ok counts successful answers, and all counts every answer, in two
+	// half-second buckets (the current one starts at bucket), for the rate
+	// EFS sustained; first is the first answer ever seen.
+	bucket        time.Time
+	first         time.Time
+	okCur, okPr   int
+	allCur, allPr int
 }
 
 // CUBIC constants, the SDK's: the rate after a cut is beta times the
@@ -43,6 +46,7 @@ const (
 	// costs bookkeeping, and an API that stopped throttling is not paced.
 	cubicQuiet = time.Minute
 	halfSecond = 500 * time.Millisecond
+	minWindow  = 50 * time.Millisecond
 )
 
 // rate is the limit at now: +Inf when not engaged.
@@ -65,35 +69,70 @@ func (c *cubic) rateLocked(now time.Time) float64 {
 	return max(cubicScale*t*t*t+c.lastMax, cubicMinRate)
 }
 
-// answered records the answer to an attempt sent at sent; it reports whether
-// the rate changed (a throttle that cut it).
-func (c *cubic) answered(sent, now time.Time, throttled bool) bool {
+// answered records the answer to an attempt whose token was granted at
+// granted; it reports whether the rate was cut.
+//
+// A throttle cuts only if its token was granted after the last cut: tokens
+// granted before it were handed out at the old rate, and their throttles
+// are that cut's news, not a new one (counting them cuts the rate to its
+// floor within a few round trips). Successes of such requests that arrive
+// after the cut still count toward the rate EFS sustained: the first cut of
+// a burst comes with the burst's first answers, before the successes, and
+// is revised upwards as they arrive.
+func (c *cubic) answered(granted, now time.Time, throttled bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.roll(now)
+	c.allCur++
 	if !throttled {
 		c.okCur++
+		if c.engaged && granted.Before(c.lastThrottle) {
+			if s := c.sustained(now); s > c.lastMax {
+				c.setMax(s)
+			}
+		}
 		return false
 	}
-	if c.engaged && sent.Before(c.lastThrottle) {
-		return false // sent before the last cut: that cut already answered it
+	if c.engaged && granted.Before(c.lastThrottle) {
+		return false
 	}
-	sustained := float64(c.okCur+c.okPr) / (halfSecond + now.Sub(c.bucket)).Seconds()
+	s := c.sustained(now)
 	if c.engaged {
-		sustained = min(sustained, c.rateLocked(now))
+		s = min(s, c.rateLocked(now))
 	}
-	c.lastMax = max(sustained, cubicMinRate)
-	c.k = math.Cbrt(c.lastMax * (1 - cubicBeta) / cubicScale)
 	c.lastThrottle, c.engaged = now, true
+	c.setMax(s)
 	return true
+}
+
+// setMax sets the rate EFS sustained and the curve's time to climb back.
+func (c *cubic) setMax(s float64) {
+	c.lastMax = max(s, cubicMinRate)
+	c.k = math.Cbrt(c.lastMax * (1 - cubicBeta) / cubicScale)
+}
+
+// sustained is the rate of successes over the window (at most the
+// process's history, at least minWindow, so that the first answers of a
+// burst do not read as a rate of zero). With no success in the window (a
+// burst's 429s come back before its successes, which take longer) the rate
+// of all answers stands in.
+func (c *cubic) sustained(now time.Time) float64 {
+	window := min(halfSecond+now.Sub(c.bucket), max(now.Sub(c.first), minWindow)).Seconds()
+	if c.okCur+c.okPr == 0 {
+		return float64(c.allCur+c.allPr) / window
+	}
+	return float64(c.okCur+c.okPr) / window
 }
 
 // roll moves the success buckets forward to now.
 func (c *cubic) roll(now time.Time) {
+	if c.first.IsZero() {
+		c.first = now
+	}
 	switch d := now.Sub(c.bucket); {
 	case d >= 2*halfSecond:
-		c.bucket, c.okCur, c.okPr = now, 0, 0
+		c.bucket, c.okCur, c.okPr, c.allCur, c.allPr = now, 0, 0, 0, 0
 	case d >= halfSecond:
-		c.bucket, c.okPr, c.okCur = c.bucket.Add(halfSecond), c.okCur, 0
+		c.bucket, c.okPr, c.okCur, c.allPr, c.allCur = c.bucket.Add(halfSecond), c.okCur, 0, c.allCur, 0
 	}
 }

@@ -94,13 +94,21 @@ func TestCubicCutsOnceAndGrowsBack(t *testing.T) {
 	}
 }
 
-// A throttle with nothing sustained (the very first answers are 429s)
-// leaves the floor, not zero: calls keep probing.
-func TestCubicFloor(t *testing.T) {
+// A throttle among the first answers (a burst's 429s come back before its
+// successes) engages a finite, positive rate, and the successes of requests
+// granted before the cut that arrive after it revise the estimate upwards.
+func TestCubicFirstCutIsRevisedByTheBurstsSuccesses(t *testing.T) {
 	var c cubic
 	c.answered(t0, t0, true)
-	if r := c.rate(t0); r < cubicMinRate*cubicBeta || r <= 0 {
-		t.Errorf("rate = %v, want at least the floor", r)
+	first := c.rate(t0)
+	if math.IsInf(first, 1) || first <= 0 {
+		t.Fatalf("rate after the first throttle = %v, want finite and positive", first)
+	}
+	for i := range 20 {
+		c.answered(t0, t0.Add(time.Duration(i)*time.Millisecond), false)
+	}
+	if got := c.rate(t0.Add(20 * time.Millisecond)); got <= first {
+		t.Errorf("rate after the burst's 20 successes = %.1f, want above the first estimate %.1f", got, first)
 	}
 }
 
@@ -114,9 +122,9 @@ func TestPacerTakesTheLowerOfCeilingAndAdaptiveRate(t *testing.T) {
 	if _, d, _ := p.reserve(t0, t0.Add(time.Minute), true, 0); d != 10*time.Millisecond {
 		t.Fatalf("ceiling 100/s: second token in %v, want 10ms", d)
 	}
-	p.adaptive.answered(t0, t0, true) // nothing sustained: the floor
+	p.adaptive.answered(t0, t0, true) // one answer: about 20/s sustained
 	_, d, _ := p.reserve(t0, t0.Add(time.Minute), true, 0)
-	if d < time.Second {
-		t.Fatalf("adaptive floor: next token in %v, want over a second", d)
+	if d <= 10*time.Millisecond {
+		t.Fatalf("after a throttle: next token in %v, want the adaptive rate (below the ceiling of 100/s)", d)
 	}
 }

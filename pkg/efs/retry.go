@@ -136,10 +136,11 @@ func (p *pacer) took(d time.Duration) {
 	}
 }
 
-// answered tells the adaptive rate how an attempt sent at sent ended.
-func (p *pacer) answered(sent time.Time, throttled bool) {
+// answered tells the adaptive rate how an attempt whose token was granted
+// at granted ended.
+func (p *pacer) answered(granted time.Time, throttled bool) {
 	if p.adaptive != nil {
-		p.adaptive.answered(sent, time.Now(), throttled)
+		p.adaptive.answered(granted, time.Now(), throttled)
 	}
 }
 
@@ -297,13 +298,13 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 		pc.release()
 		if err == nil {
 			pc.took(took)
-			pc.answered(t0, false)
+			pc.answered(now, false)
 			p.observer.APICall(op, OutcomeOK, took)
 			return out, nil
 		}
 		cl := classify(err)
 		if cl.sentinel == ErrThrottled {
-			pc.answered(t0, true)
+			pc.answered(now, true)
 		} else if cl.outcome == OutcomeClientError {
 			pc.took(took) // answered, if not with success
 		}
