@@ -15,9 +15,16 @@ import (
 )
 
 func newBenchBed(b *testing.B, mut ...func(*Config)) (*Service, *emulator.Emulator, *efs.Client) {
+	return newBenchBedPaced(b, efs.Config{}, mut...)
+}
+
+// newBenchBedPaced is newBenchBed with the EFS client's pacing from pacing
+// (efs.Config{}: the driver's defaults).
+func newBenchBedPaced(b *testing.B, pacing efs.Config, mut ...func(*Config)) (*Service, *emulator.Emulator, *efs.Client) {
 	b.Helper()
 	url, emu := emulatortest.Start(b, emulator.Config{DataDir: b.TempDir(), FileSystems: []string{testFS}, AccessPointLimit: 100000, NoFsync: true})
-	client, err := efs.New(context.Background(), efs.Config{Region: "us-east-1", Endpoint: url, RateLimits: unlimited})
+	pacing.Region, pacing.Endpoint = "us-east-1", url
+	client, err := efs.New(context.Background(), pacing)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -36,40 +43,54 @@ func newBenchBed(b *testing.B, mut ...func(*Config)) (*Service, *emulator.Emulat
 // would otherwise be what is measured.
 //
 // BenchmarkCreateDeleteVolume measures CreateVolume+DeleteVolume pairs per
-// second at the concurrency a provisioner's worker pool would use.
+// second at the concurrency a provisioner's worker pool would use, with the
+// driver's default pacing and unpaced (no adaptation, no in-flight bound).
 //
 //	go test -run=^$ -bench=CreateDeleteVolume -benchtime=2000x ./pkg/controller
 func BenchmarkCreateDeleteVolume(b *testing.B) {
-	for _, conc := range []int{1, 16, 100} {
-		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
-			svc, _, _ := newBenchBed(b)
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			for range conc {
-				wg.Go(func() {
-					for {
-						i := next.Add(1)
-						if i > int64(b.N) {
-							return
-						}
-						ctx := context.Background()
-						r, err := svc.CreateVolume(ctx, createReq(fmt.Sprintf("pvc-%d", i), 1<<30, params()))
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if _, err := svc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: r.Volume.VolumeId}); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
+	pacings := []struct {
+		name string
+		cfg  efs.Config
+	}{
+		{"default", efs.Config{}},
+		{"unpaced", efs.Config{DisableAdaptive: true, MaxInFlight: -1}},
+	}
+	for _, pc := range pacings {
+		for _, conc := range []int{1, 16, 100} {
+			b.Run(fmt.Sprintf("pacing=%s/concurrency=%d", pc.name, conc), func(b *testing.B) {
+				benchCreateDelete(b, pc.cfg, conc)
+			})
+		}
+	}
+}
+
+func benchCreateDelete(b *testing.B, pacing efs.Config, conc int) {
+	svc, _, _ := newBenchBedPaced(b, pacing)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				ctx := context.Background()
+				r, err := svc.CreateVolume(ctx, createReq(fmt.Sprintf("pvc-%d", i), 1<<30, params()))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := svc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: r.Volume.VolumeId}); err != nil {
+					b.Error(err)
+					return
+				}
 			}
-			wg.Wait()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
 		})
 	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
 }
 
 // BenchmarkAPICallsPerCreateVolume counts EFS API calls per CreateVolume on a

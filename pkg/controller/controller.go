@@ -114,6 +114,7 @@ type Service struct {
 	mounter FileSystemMounter
 	tags    map[string]string
 	cluster string // Config.ClusterID
+	now     func() time.Time
 	delRoot bool
 	tmpDir  string
 	locks   *keylock.Set
@@ -186,7 +187,7 @@ func New(cfg Config) (*Service, error) {
 		v.procStart = cfg.procStart
 	}
 	return &Service{
-		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, cluster: cfg.ClusterID, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
+		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
 		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
 		answers: map[string]answer{}, answerOf: map[string]string{},

@@ -74,8 +74,10 @@ func TestCallerTimeoutReleasesLock(t *testing.T) {
 // and a Create retried while its volume is being deleted is ABORTED: a
 // Create never returns an access point a Delete removed.
 func TestDeleteWhileCreateRetryInFlightIsAborted(t *testing.T) {
-	b := newBed(t)
+	clk := newClock()
+	b := newBed(t, func(c *Config) { c.Now = clk.Now })
 	vol := b.mustCreate("pvc-1")
+	clk.Advance(repeatFresh) // past answering from memory
 	g := newGate()
 	b.hook.set("DescribeAccessPoint", g.hold, nil) // the retry of an answered volume is one Describe
 	retry := async(func() error { _, err := b.create("pvc-1"); return err })

@@ -85,7 +85,7 @@ func (s *Service) repeat(ctx context.Context, p *plan) *efs.AccessPoint {
 	if !ok {
 		return nil
 	}
-	if time.Since(known.at) < repeatFresh && p.check(known.ap) == nil {
+	if s.now().Sub(known.at) < repeatFresh && p.check(known.ap) == nil {
 		return known.ap
 	}
 	ap, err := s.efs.DescribeAccessPoint(ctx, known.ap.ID)
@@ -97,7 +97,7 @@ func (s *Service) repeat(ctx context.Context, p *plan) *efs.AccessPoint {
 	}
 	s.gids.Record(*ap)
 	s.mu.Lock()
-	s.answers[p.name] = answer{ap, time.Now()}
+	s.answers[p.name] = answer{ap, s.now()}
 	s.mu.Unlock()
 	return ap
 }
@@ -110,7 +110,7 @@ func (s *Service) remember(name string, ap *efs.AccessPoint) {
 	if old, ok := s.answers[name]; ok {
 		delete(s.answerOf, old.ap.ID)
 	}
-	s.answers[name], s.answerOf[ap.ID] = answer{ap, time.Now()}, name
+	s.answers[name], s.answerOf[ap.ID] = answer{ap, s.now()}, name
 }
 
 // answer is what this process answered for a volume, and when.
