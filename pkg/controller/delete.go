@@ -111,6 +111,12 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) error 
 	if err != nil {
 		return err
 	}
+	select {
+	case s.roots.slots <- struct{}{}:
+		defer func() { <-s.roots.slots }()
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for a removal slot: %w", ErrRootDirRemoval, ctx.Err())
+	}
 	mnt, err := os.MkdirTemp(s.tmpDir, mountPointPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return fmt.Errorf("%w: mount point: %v", ErrRootDirRemoval, err)

@@ -18,6 +18,10 @@ type rootDirs struct {
 	// listings of a file system's access points, fresh for each delete
 	// and shared by the deletes waiting at the same moment.
 	listings *freshFlight[string, []efs.AccessPoint]
+	// slots bounds the removals (each a mount and a tree walk) under way
+	// at once: 1,000 DeleteVolume calls at once make 1,000 mounts
+	// otherwise, and the walks' buffers took the driver past 100 MiB.
+	slots    chan struct{}
 	kept     atomic.Int64 // deletes that left a directory another access point reaches
 	notOwned atomic.Int64 // deletes that left the directory of an access point no CSI driver made
 
@@ -35,9 +39,14 @@ type rootDirs struct {
 
 // newRootDirs shares listings with GID verification: both need one that
 // starts after the caller asked.
+// maxRemovals is how many root-directory removals run at once; the others
+// wait for a slot within their call's deadline.
+const maxRemovals = 16
+
 func newRootDirs(listings *freshFlight[string, []efs.AccessPoint]) *rootDirs {
 	return &rootDirs{
 		listings: listings,
+		slots:    make(chan struct{}, maxRemovals),
 		pending:  map[string]bool{},
 		deleting: map[string]int{},
 	}
