@@ -109,6 +109,10 @@ func TestUpstreamChartArgumentsStartAndServe(t *testing.T) {
 		{"node", upstreamNode},
 		{"upstream default endpoint form unix:///", func(sock string) []string { return []string{"--endpoint=unix://" + sock, "-v=5"} }},
 		{"plain path endpoint, json logs", func(sock string) []string { return []string{"--endpoint=" + sock, "--logging-format=json"} }},
+		// Upstream's adaptive retry flag, which this binary once rejected.
+		{"adaptive retry mode off", func(sock string) []string {
+			return []string{"--endpoint=unix:" + sock, "--adaptive-retry-mode=false", "--stderrthreshold=INFO", "--vmodule=driver=3"}
+		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			conn, out := start(t, tt.args)

@@ -137,7 +137,7 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 		r := &replica{t: t, s: s, name: fmt.Sprintf("%d", i), socket: filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i)), endpoint: st.endpoint}
 		r.driverArgs = append(containerArgs(t, deployment, "efs-plugin", map[string]string{
 			"--endpoint=":           "unix://" + r.socket,
-			"--metrics-address=":    fmt.Sprintf("127.0.0.1:%d", metricsPort),
+			"--http-endpoint=":      fmt.Sprintf("127.0.0.1:%d", metricsPort),
 			"--orphan-gc-interval=": "2s",
 			"--orphan-gc-grace=":    "5s",
 		}), "--kube-api-url="+s.cluster.Server, "--kube-token-file="+tokenFile,

@@ -40,3 +40,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "efs-csi.nodeServiceAccount" -}}
 {{ .Values.node.serviceAccount.name }}
 {{- end -}}
+
+{{/* imagePullSecrets: upstream's list of names, or this chart's list of {name: ...}. */}}
+{{- define "efs-csi.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+{{- if kindIs "string" . }}
+  - name: {{ . }}
+{{- else }}
+  - {{ toYaml . | nindent 4 | trim }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The controller's metrics address: upstream's controller.enableMetrics serves them on
+     the pod network, else controller.metricsBindAddress. */}}
+{{- define "efs-csi.controllerMetricsBind" -}}
+{{- if .Values.controller.enableMetrics }}0.0.0.0{{ else }}{{ .Values.controller.metricsBindAddress }}{{ end }}
+{{- end -}}
