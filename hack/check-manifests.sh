@@ -27,6 +27,17 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+echo "== values.schema.json is generated from values.yaml and rejects unknown keys"
+python3 hack/values-schema.py "$tmp/values.schema.json"
+if ! diff -u "$CHART/values.schema.json" "$tmp/values.schema.json"; then
+	echo "$CHART/values.schema.json is stale: run python3 hack/values-schema.py" >&2
+	exit 1
+fi
+if "$HELM" template efs-csi-driver "$CHART" --set controller.replcas=3 >/dev/null 2>&1; then
+	echo "a mistyped value key (controller.replcas) was accepted" >&2
+	exit 1
+fi
+
 echo "== helm lint"
 "$HELM" lint --strict "$CHART"
 for values in "$CHART"/ci/*-values.yaml; do

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Writes charts/efs-csi-driver/values.schema.json from values.yaml.
+
+Every object of values.yaml, except the free-form ones (tags, labels, annotations,
+resources, selectors, affinity, ...), admits exactly its own keys plus the upstream
+aws-efs-csi-driver chart's keys at the same place (../shared/reference/upstream-surface.md),
+so that a mistyped key fails `helm install` instead of being ignored. Values are not typed:
+the templates accept what upstream's do (a number or a string for durations and counts).
+
+Run after changing values.yaml: python3 hack/values-schema.py [OUT]
+(hack/check-manifests.sh fails when the committed schema differs from the generated one).
+"""
+import json
+import os
+import sys
+import yaml
+
+CHART = os.path.join(os.path.dirname(__file__), "..", "charts", "efs-csi-driver")
+
+# Keys whose values are maps the user fills (any key).
+OPEN = {"tags", "podAnnotations", "podLabels", "nodeSelector", "affinity", "annotations",
+        "resources", "labels", "updateStrategy", "securityContext", "containerSecurityContext",
+        "dnsConfig", "livenessProbe", "readinessProbe", "startupProbe", "rollingUpdate",
+        "socketDirVolume", "fileSystemIdRefs", "additionalLabels"}
+
+# Upstream's keys at each place (accepted; charts/efs-csi-driver/README.md says which act).
+UPSTREAM = {
+    "": ["nameOverride", "fullnameOverride", "useFIPS", "portRangeUpperBound", "useHelmHooksForCSIDriver",
+         "replicaCount", "debugLogs"],
+    "controller": ["name", "replicaCount", "enableMetrics", "enablePrometheusAnnotations", "serviceMonitor",
+                   "logLevel", "extraCreateMetadata", "hostNetwork", "dnsPolicy", "dnsConfig", "additionalLabels",
+                   "revisionHistoryLimit", "volumes", "volumeMounts", "socketDirVolume", "regionalStsEndpoints",
+                   "livenessProbe", "readinessProbe", "startupProbe", "securityContext", "containerSecurityContext",
+                   "leaderElectionRenewDeadline", "leaderElectionLeaseDuration", "timeout",
+                   "topologySpreadConstraints", "fileSystemIdRefs", "rollingUpdate"],
+    "controller.podDisruptionBudget": ["minAvailable", "unhealthyPodEvictionPolicy"],
+    "node": ["logLevel", "volMetricsRefreshPeriod", "volMetricsFsRateLimit", "hostAliases", "dnsPolicy",
+             "dnsConfig", "additionalLabels", "revisionHistoryLimit", "livenessProbe", "readinessProbe",
+             "startupProbe", "securityContext", "volumes", "volumeMounts", "kubeletPath", "rollingUpdate",
+             "efsUtilsConfOverrides", "s3filesUtilsConfOverrides"],
+    "node.serviceAccount": ["disableMutation"],
+    "sidecars.csiProvisioner": ["securityContext", "additionalArgs"],
+    "sidecars.nodeDriverRegistrar": ["securityContext"],
+    "sidecars.livenessProbe": ["securityContext"],
+}
+
+
+def schema(value, path):
+    key = path.rsplit(".", 1)[-1]
+    if not isinstance(value, dict) or key in OPEN:
+        return {}
+    props = {k: schema(v, f"{path}.{k}" if path else k) for k, v in value.items()}
+    for k in UPSTREAM.get(path, []):
+        props.setdefault(k, {})
+    return {"type": "object", "properties": dict(sorted(props.items())), "additionalProperties": False}
+
+
+with open(os.path.join(CHART, "values.yaml")) as f:
+    values = yaml.safe_load(f)
+out = schema(values, "")
+out = {"$schema": "http://json-schema.org/draft-07/schema#", "title": "efs-csi-driver chart values", **out}
+with open(sys.argv[1] if len(sys.argv) > 1 else os.path.join(CHART, "values.schema.json"), "w") as f:
+    json.dump(out, f, indent=2)
+    f.write("\n")
