@@ -67,6 +67,8 @@ func TestProvisioningAtScaleSurvivesRestartsWithoutLeaks(t *testing.T) {
 		return n == firstBatch, err
 	})
 	t.Logf("phase 1: %d PVCs bound in %v (driver restarted once)", firstBatch, time.Since(t0).Round(time.Millisecond))
+	// The chart's liveness probe of the provisioner container.
+	waitFor(ctx, t, "csi-provisioner /healthz/leader-election answers 200", func() (bool, error) { return r.provisionerHealthy(ctx) })
 	seen := map[string]int32{} // access point -> GID, over the whole run
 	checkAccessPoints(ctx, t, s, efsc, seen, firstBatch)
 

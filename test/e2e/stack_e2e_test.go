@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,6 +56,9 @@ type replica struct {
 	driverArgs []string
 	provArgs   []string
 	driver     *cluster.Process
+	// provHealth is the provisioner's --http-endpoint (the chart's liveness probe
+	// target /healthz/leader-election), on a free port.
+	provHealth string
 
 	mu                  sync.Mutex
 	provisioner         *cluster.Process
@@ -142,8 +146,14 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 			"--orphan-gc-grace=":    "5s",
 		}), "--kube-api-url="+s.cluster.Server, "--kube-token-file="+tokenFile,
 			"--kube-ca-file="+filepath.Join(s.cluster.Dir, "ca.crt"))
+		provPort, err := cluster.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.provHealth = fmt.Sprintf("127.0.0.1:%d", provPort)
 		r.provArgs = append(containerArgs(t, deployment, "csi-provisioner", map[string]string{
-			"--csi-address=": r.socket,
+			"--csi-address=":   r.socket,
+			"--http-endpoint=": r.provHealth,
 		}), "--kubeconfig="+kubeconfig)
 		if !opts.leaderElection {
 			r.provArgs = slices.DeleteFunc(r.provArgs, func(a string) bool { return strings.HasPrefix(a, "--leader-election") })
@@ -281,6 +291,21 @@ func (r *replica) startProvisioner() error {
 	r.provisionerStarts++
 	r.mu.Unlock()
 	return nil
+}
+
+// provisionerHealthy reports whether the provisioner answers the chart's liveness
+// probe, /healthz/leader-election on its --http-endpoint, with 200.
+func (r *replica) provisionerHealthy(ctx context.Context) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.provHealth+"/healthz/leader-election", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, nil // not listening yet
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, nil
 }
 
 func (r *replica) currentProvisioner() *cluster.Process {
