@@ -1,19 +1,32 @@
+{{/* The app.kubernetes.io/name of every object: the upstream chart's name, so that its
+     selectors (immutable) match and `helm upgrade` from an upstream release works in place. */}}
+{{- define "efs-csi.name" -}}
+{{ .Values.nameOverride | default "aws-efs-csi-driver" }}
+{{- end -}}
+
+{{/* app.kubernetes.io/instance: the release, or "kustomize" in the kustomize manifests. */}}
+{{- define "efs-csi.instance" -}}
+{{ if .Values.helmLabels }}{{ .Release.Name }}{{ else }}kustomize{{ end }}
+{{- end -}}
+
 {{/* Labels shared by every object; the Helm ones are left out of the kustomize manifests. */}}
 {{- define "efs-csi.labels" -}}
-app.kubernetes.io/name: efs-csi-driver
+app.kubernetes.io/name: {{ include "efs-csi.name" . }}
 app.kubernetes.io/part-of: efs-csi-driver
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/instance: {{ include "efs-csi.instance" . }}
 {{- if .Values.helmLabels }}
-app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end -}}
 
-{{/* Selector labels of one component: stable across upgrades (selectors are immutable). */}}
+{{/* Selector labels of one component (dict "component" "controller"|"node" "root" $):
+     upstream's (app: efs-csi-controller|efs-csi-node, name, instance), immutable. */}}
 {{- define "efs-csi.selector" -}}
-app.kubernetes.io/name: efs-csi-driver
-app.kubernetes.io/component: {{ .component }}
+app: efs-csi-{{ .component }}
+app.kubernetes.io/name: {{ include "efs-csi.name" .root }}
+app.kubernetes.io/instance: {{ include "efs-csi.instance" .root }}
 {{- end -}}
 
 {{- define "efs-csi.image" -}}
