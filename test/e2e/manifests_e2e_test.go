@@ -81,6 +81,9 @@ func TestEveryShippedManifestIsAcceptedByTheAPIServer(t *testing.T) {
 		{"chart-full-values", func() ([]*unstructured.Unstructured, error) {
 			return manifests.RenderChart(s.comps.Helm, chart, releaseNamespace, filepath.Join(chart, "ci", "full-values.yaml"))
 		}},
+		{"chart-upstream-values", func() ([]*unstructured.Unstructured, error) {
+			return manifests.RenderChart(s.comps.Helm, chart, releaseNamespace, filepath.Join(chart, "ci", "upstream-values.yaml"))
+		}},
 		{"kustomize-base", func() ([]*unstructured.Unstructured, error) {
 			return manifests.Kustomization(filepath.Join(deploy, "base"))
 		}},
