@@ -73,3 +73,20 @@ imagePullSecrets:
 {{- define "efs-csi.controllerMetricsBind" -}}
 {{- if .Values.controller.enableMetrics }}0.0.0.0{{ else }}{{ .Values.controller.metricsBindAddress }}{{ end }}
 {{- end -}}
+
+{{/* Pod-spec keys of upstream's chart, for one component's values (controller or node):
+     dnsConfig, hostAliases, topologySpreadConstraints. */}}
+{{- define "efs-csi.podExtras" -}}
+{{- with .dnsConfig }}
+dnsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .hostAliases }}
+hostAliases:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
