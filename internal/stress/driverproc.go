@@ -175,8 +175,11 @@ type chaos struct {
 }
 
 // startChaos begins killing d. before runs just before each kill (it
-// collects the dying driver's counters).
-func startChaos(ctx context.Context, d *driverProc, interval time.Duration, before func(), kills *atomic.Int64) *chaos {
+// collects the dying driver's counters). Each interval starts once the
+// restarted driver answers Probe on conn: a driver killed again before it
+// serves (a loaded machine starts processes slowly) would make no progress
+// at all, which tests nothing.
+func startChaos(ctx context.Context, d *driverProc, conn grpc.ClientConnInterface, interval time.Duration, before func(), kills *atomic.Int64) *chaos {
 	ctx, cancel := context.WithCancel(ctx)
 	c := &chaos{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -194,6 +197,9 @@ func startChaos(ctx context.Context, d *driverProc, interval time.Duration, befo
 			d.onEvent("kill", fmt.Sprintf("pid %d", pid))
 			if err != nil {
 				d.log.Error("driver restart after kill failed", slog.Any("error", err))
+			}
+			if err := waitReady(ctx, conn, 30*time.Second); err != nil && ctx.Err() == nil {
+				d.log.Error("driver not ready after a kill", slog.Any("error", err))
 			}
 		}
 	}()

@@ -118,7 +118,7 @@ func (r *run) run(ctx context.Context) (err error) {
 		}
 		var c *chaos
 		if cfg.Chaos == On && r.t.driver != nil {
-			c = startChaos(wctx, r.t.driver, cfg.ChaosInterval, r.collectCounters, &r.kills)
+			c = startChaos(wctx, r.t.driver, r.t.conn, cfg.ChaosInterval, r.collectCounters, &r.kills)
 		}
 		start := time.Now()
 		err := do(wctx)

@@ -167,8 +167,9 @@ func TestRemoteRunUnderChaosLosesAndLeaksNothing(t *testing.T) {
 	cfg.Endpoint, cfg.DriverCmd, cfg.EFSEndpoint, cfg.FileSystemID = "unix://"+sock, cmd, efsURL, fsID
 	cfg.MetricsURL, cfg.TmpDir, cfg.DataDir, cfg.Exclusive = fmt.Sprintf("http://127.0.0.1:%d/metrics", port), tmp, dataDir, true
 	// The driver answers 40 volumes in well under a second: kill often
-	// enough that the run sees several kills.
-	cfg.Chaos, cfg.ChaosInterval = On, 40*time.Millisecond
+	// enough that the run sees several kills (each interval starts once the
+	// restarted driver serves).
+	cfg.Chaos, cfg.ChaosInterval = On, 100*time.Millisecond
 	var summary strings.Builder
 	cfg.Stdout = &summary
 	rep, err := Run(context.Background(), cfg)
