@@ -66,7 +66,8 @@ func TestParseRateLimits(t *testing.T) {
 	if err != nil || got["CreateAccessPoint"] != (efs.RateLimit{PerSecond: 5, Burst: 10}) || got["*"].PerSecond != 0 {
 		t.Fatalf("got %v, %v", got, err)
 	}
-	for _, bad := range []string{"x", "=1", "Op=-1", "Op=1:0", "Op=a"} {
+	// A mistyped operation would otherwise be a ceiling that never applies.
+	for _, bad := range []string{"x", "=1", "CreateAccessPoint=-1", "CreateAccessPoint=1:0", "*=a", "CreateAccesPoint=5", "Bogus=1"} {
 		if _, err := ParseRateLimits(bad); err == nil {
 			t.Errorf("ParseRateLimits(%q) accepted", bad)
 		}
