@@ -268,26 +268,23 @@ func (r *run) collectCounters() {
 	defer r.mu.Unlock()
 	r.scraped = true
 	if r.apiRetries == nil {
-		r.apiRetries = map[string]float64{}
+		r.apiRetries, r.requestsByRPC = map[string]float64{}, map[string]float64{}
 	}
 	for series, v := range samples {
-		if !strings.HasPrefix(series, "efs_csi_api_retries_total{") {
-			continue
-		}
-		if m := operationLabel.FindStringSubmatch(series); m != nil {
-			r.apiRetries[m[1]] += v
+		switch {
+		case strings.HasPrefix(series, "efs_csi_api_retries_total{"):
+			addByLabel(r.apiRetries, operationLabel, series, v)
+		case strings.HasPrefix(series, metrics.RPCRequestsName+"{"):
+			addByLabel(r.requestsByRPC, methodLabel, series, v)
 		}
 	}
 	r.apiCalls += audit.Sum(samples, "efs_csi_api_calls_total")
-	if r.requestsByRPC == nil {
-		r.requestsByRPC = map[string]float64{}
-	}
-	for series, v := range samples {
-		if strings.HasPrefix(series, metrics.RPCRequestsName+"{") {
-			if m := methodLabel.FindStringSubmatch(series); m != nil {
-				r.requestsByRPC[m[1]] += v
-			}
-		}
+}
+
+// addByLabel adds v to sums under the value of the label that label matches in series.
+func addByLabel(sums map[string]float64, label *regexp.Regexp, series string, v float64) {
+	if m := label.FindStringSubmatch(series); m != nil {
+		sums[m[1]] += v
 	}
 }
 

@@ -32,8 +32,8 @@ type RateLimit struct {
 	Burst     int
 }
 
-// Ops are the operations the client paces.
-var Ops = []string{OpCreateAccessPoint, OpDeleteAccessPoint, OpDescribeAccessPoints, OpDescribeFileSystems, OpDescribeMountTargets}
+// Ops are the operations the client calls, each with its own pacer.
+var Ops = []string{OpCreateAccessPoint, OpDeleteAccessPoint, OpDescribeAccessPoints, OpDescribeFileSystems, OpDescribeMountTargets, OpTagResource}
 
 // Observer receives one APICall per attempt (outcome is one of the Outcome*
 // constants) and one Retry per retry scheduled. Implementations must be cheap
@@ -84,15 +84,16 @@ type pacer struct {
 }
 
 func newPacer(ceiling RateLimit, adaptive bool, inFlight int) *pacer {
-	p := &pacer{ceiling: ceiling, lim: rate.NewLimiter(rate.Inf, max(ceiling.Burst, 1))}
+	limit := rate.Inf
+	if ceiling.PerSecond > 0 {
+		limit = rate.Limit(ceiling.PerSecond)
+	}
+	p := &pacer{ceiling: ceiling, lim: rate.NewLimiter(limit, max(ceiling.Burst, 1))}
 	if inFlight > 0 {
 		p.slots = make(chan struct{}, inFlight)
 	}
 	if adaptive {
 		p.adaptive = &cubic{}
-	}
-	if ceiling.PerSecond > 0 {
-		p.lim.SetLimit(rate.Limit(ceiling.PerSecond))
 	}
 	return p
 }
@@ -149,11 +150,6 @@ func (p *pacer) answered(granted time.Time, throttled bool) {
 func (p *pacer) acquire(ctx context.Context) bool {
 	if p.slots == nil {
 		return true
-	}
-	select {
-	case p.slots <- struct{}{}:
-		return true
-	default:
 	}
 	select {
 	case p.slots <- struct{}{}:
@@ -261,9 +257,6 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 	deadline, _ := ctx.Deadline()
 	start := time.Now()
 	pc := p.pacers[op]
-	if pc == nil {
-		pc = newPacer(RateLimit{}, false, 0)
-	}
 	var last error
 	inDoubt := false // some attempt's outcome is unknown
 	for n := 0; ; n++ {

@@ -8,8 +8,8 @@ import (
 )
 
 // OpTagResource names TagResource for Config.RateLimits and the Observer.
-// Not in DefaultRateLimits (yet): without a key of its own or "*" it is
-// unlimited here, so its one caller, the orphan collector, paces itself.
+// It is paced like every operation (Ops); its one caller, the orphan
+// collector, also spaces its calls itself.
 const OpTagResource = "TagResource"
 
 // TagResource adds tags to an access point or file system, overwriting the
