@@ -288,19 +288,7 @@ func (ns *namespace) pending(ctx context.Context, n int, name func(int) string) 
 	return pending
 }
 
-func (ns *namespace) bound(ctx context.Context) (int, error) {
-	list, err := ns.pvcs().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, p := range list.Items {
-		if p.Status.Phase == corev1.ClaimBound {
-			n++
-		}
-	}
-	return n, nil
-}
+func (ns *namespace) bound(ctx context.Context) (int, error) { return ns.boundWithPrefix(ctx, "") }
 
 // waitLive waits until live PVCs are bound and exactly as many PVs exist (the volumes
 // of deleted PVCs are gone).

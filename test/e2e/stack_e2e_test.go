@@ -40,8 +40,15 @@ type controllerStack struct {
 	t        *testing.T
 	s        *suite
 	endpoint string // emulator URL
+	dir      string
+	dataDir  string // the emulator's: DIR/<file system ID> is a file system's tree
 	emulator *cluster.Process
 	replicas []*replica
+	// What every replica shares: this checkout's controller Deployment, and the
+	// kubeconfig and token of the chart's controller service account.
+	deployment *unstructured.Unstructured
+	kubeconfig string
+	tokenFile  string
 }
 
 // replica is one controller pod: the driver and its csi-provisioner on a socket of their
@@ -51,6 +58,7 @@ type replica struct {
 	t          *testing.T
 	s          *suite
 	name       string
+	bins       string // directory holding the efs-csi-driver it runs
 	socket     string
 	endpoint   string
 	driverArgs []string
@@ -66,6 +74,8 @@ type replica struct {
 	provisionerStartErr error
 	stopSupervisor      chan struct{}
 	supervisorDone      chan struct{}
+	stopOnce            sync.Once
+	stopped             bool // by the test: no longer expected to run
 }
 
 type stackOptions struct {
@@ -75,20 +85,40 @@ type stackOptions struct {
 	leaderElection bool
 }
 
+// replicaSpec is what one controller replica runs: the driver binary and the controller
+// Deployment whose container arguments it starts with (a release's own manifests).
+type replicaSpec struct {
+	bins           string // directory holding efs-csi-driver
+	deployment     *unstructured.Unstructured
+	leaderElection bool
+	driverArgs     []string // appended to the Deployment's
+}
+
 // startControllerStack starts the emulator, applies the chart's CSIDriver and RBAC and
 // the example StorageClass for real, and starts the replicas with the chart Deployment's
 // arguments (local sockets, kubeconfig and ports substituted).
 func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stackOptions) *controllerStack {
 	t.Helper()
-	dir := t.TempDir()
-	st := &controllerStack{t: t, s: s}
+	st := newControllerStack(ctx, t, s)
+	for range opts.replicas {
+		st.addReplica(ctx, replicaSpec{bins: s.bins, deployment: st.deployment, leaderElection: opts.leaderElection})
+	}
+	return st
+}
+
+// newControllerStack starts the emulator and applies the controller's objects; replicas
+// come with addReplica.
+func newControllerStack(ctx context.Context, t *testing.T, s *suite) *controllerStack {
+	t.Helper()
+	st := &controllerStack{t: t, s: s, dir: t.TempDir()}
 	port, err := cluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	st.endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
+	st.dataDir = filepath.Join(st.dir, "efs")
 	st.emulator, err = cluster.StartProcess("efs-emulator", s.dir, filepath.Join(s.bins, "efs-emulator"), nil,
-		fmt.Sprintf("--listen=127.0.0.1:%d", port), "--data-dir="+filepath.Join(dir, "efs"), "--file-system="+fileSystemID)
+		fmt.Sprintf("--listen=127.0.0.1:%d", port), "--data-dir="+st.dataDir, "--file-system="+fileSystemID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +131,7 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 		t.Fatal(err)
 	}
 
-	deployment := applyControllerObjects(ctx, t, s)
+	st.deployment = applyControllerObjects(ctx, t, s)
 	// The provisioners act as the chart's controller service account: if the ClusterRole
 	// lacks a permission, volumes do not get provisioned and the test fails.
 	tok, err := s.cluster.Client.CoreV1().ServiceAccounts(releaseNamespace).CreateToken(ctx, controllerSA,
@@ -109,13 +139,12 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := s.cluster.WriteKubeconfig(controllerSA, tok.Status.Token)
-	if err != nil {
+	if st.kubeconfig, err = s.cluster.WriteKubeconfig(controllerSA, tok.Status.Token); err != nil {
 		t.Fatal(err)
 	}
 	// The driver's orphan collector reads PVs and PVCs as the same service account.
-	tokenFile := filepath.Join(dir, "controller-sa.token")
-	if err := os.WriteFile(tokenFile, []byte(tok.Status.Token), 0o600); err != nil {
+	st.tokenFile = filepath.Join(st.dir, "controller-sa.token")
+	if err := os.WriteFile(st.tokenFile, []byte(tok.Status.Token), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// Stop in reverse: replicas, then the emulator; show the logs of a failed test.
@@ -133,36 +162,47 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 			}
 		}
 	})
-	for i := range opts.replicas {
-		metricsPort, err := cluster.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := &replica{t: t, s: s, name: fmt.Sprintf("%d", i), socket: filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i)), endpoint: st.endpoint}
-		r.driverArgs = append(containerArgs(t, deployment, "efs-plugin", map[string]string{
-			"--endpoint=":           "unix://" + r.socket,
-			"--http-endpoint=":      fmt.Sprintf("127.0.0.1:%d", metricsPort),
-			"--orphan-gc-interval=": "2s",
-			"--orphan-gc-grace=":    "5s",
-		}), "--kube-api-url="+s.cluster.Server, "--kube-token-file="+tokenFile,
-			"--kube-ca-file="+filepath.Join(s.cluster.Dir, "ca.crt"))
-		provPort, err := cluster.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.provHealth = fmt.Sprintf("127.0.0.1:%d", provPort)
-		r.provArgs = append(containerArgs(t, deployment, "csi-provisioner", map[string]string{
-			"--csi-address=":   r.socket,
-			"--http-endpoint=": r.provHealth,
-		}), "--kubeconfig="+kubeconfig)
-		if !opts.leaderElection {
-			r.provArgs = slices.DeleteFunc(r.provArgs, func(a string) bool { return strings.HasPrefix(a, "--leader-election") })
-		}
-		st.replicas = append(st.replicas, r)
-		r.startDriver(ctx)
-		r.supervise()
-	}
 	return st
+}
+
+// addReplica starts one more controller replica (driver and supervised csi-provisioner)
+// as spec says, and returns it.
+func (st *controllerStack) addReplica(ctx context.Context, spec replicaSpec) *replica {
+	t, s := st.t, st.s
+	t.Helper()
+	i := len(st.replicas)
+	metricsPort, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	r := &replica{t: t, s: s, name: fmt.Sprintf("%d", i), bins: spec.bins,
+		socket: filepath.Join(st.dir, fmt.Sprintf("csi-%d.sock", i)), endpoint: st.endpoint}
+	r.driverArgs = append(containerArgs(t, spec.deployment, "efs-plugin", map[string]string{
+		"--endpoint=":           "unix://" + r.socket,
+		"--http-endpoint=":      metrics,
+		"--metrics-address=":    metrics, // a release before --http-endpoint
+		"--orphan-gc-interval=": "2s",
+		"--orphan-gc-grace=":    "5s",
+	}), "--kube-api-url="+s.cluster.Server, "--kube-token-file="+st.tokenFile,
+		"--kube-ca-file="+filepath.Join(s.cluster.Dir, "ca.crt"))
+	r.driverArgs = append(r.driverArgs, spec.driverArgs...)
+	provPort, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.provHealth = fmt.Sprintf("127.0.0.1:%d", provPort)
+	r.provArgs = append(containerArgs(t, spec.deployment, "csi-provisioner", map[string]string{
+		"--csi-address=":   r.socket,
+		"--http-endpoint=": r.provHealth,
+	}), "--kubeconfig="+st.kubeconfig)
+	if !spec.leaderElection {
+		r.provArgs = slices.DeleteFunc(r.provArgs, func(a string) bool { return strings.HasPrefix(a, "--leader-election") })
+	}
+	st.replicas = append(st.replicas, r)
+	r.startDriver(ctx)
+	r.supervise()
+	return r
 }
 
 // applyControllerObjects applies, for real, what the controller needs from the kustomize
@@ -228,7 +268,7 @@ func containerArgs(t *testing.T, deployment *unstructured.Unstructured, name str
 // startDriver starts the replica's driver and waits until its socket answers.
 func (r *replica) startDriver(ctx context.Context) {
 	r.t.Helper()
-	p, err := cluster.StartProcess("efs-csi-driver-"+r.name, r.s.dir, filepath.Join(r.s.bins, "efs-csi-driver"), emulatorEnv(r.endpoint), r.driverArgs...)
+	p, err := cluster.StartProcess("efs-csi-driver-"+r.name, r.s.dir, filepath.Join(r.bins, "efs-csi-driver"), emulatorEnv(r.endpoint), r.driverArgs...)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -320,9 +360,14 @@ func (r *replica) starts() int {
 	return r.provisionerStarts
 }
 
-// stop stops what of the replica was started: a test may fail half-way through
-// starting it.
-func (r *replica) stop() {
+// stop stops what of the replica was started (a test may fail half-way through
+// starting it), once: a test stops a replica mid-run, and its cleanup stops all.
+func (r *replica) stop() { r.stopOnce.Do(r.stopProcesses) }
+
+func (r *replica) stopProcesses() {
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
 	if r.stopSupervisor != nil {
 		close(r.stopSupervisor)
 		<-r.supervisorDone
@@ -354,8 +399,11 @@ func (st *controllerStack) checkAlive() {
 	procs := []*cluster.Process{st.emulator}
 	for _, r := range st.replicas {
 		r.mu.Lock()
-		err := r.provisionerStartErr
+		err, stopped := r.provisionerStartErr, r.stopped
 		r.mu.Unlock()
+		if stopped {
+			continue
+		}
 		if err != nil {
 			st.t.Errorf("replica %s: restarting csi-provisioner: %v", r.name, err)
 		}

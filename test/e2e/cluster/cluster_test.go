@@ -167,3 +167,18 @@ func TestUsageOfABusyProcess(t *testing.T) {
 		t.Errorf("usage = %+v, want non-zero memory and CPU", u)
 	}
 }
+
+func TestBuildReleaseOfAnUnknownRevisionIsErrRevisionMissing(t *testing.T) {
+	repo, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	_, err = BuildRelease(context.Background(), repo, "no-such-tag-or-commit", cache)
+	if !errors.Is(err, ErrRevisionMissing) {
+		t.Fatalf("BuildRelease of an unknown revision: %v, want ErrRevisionMissing", err)
+	}
+	if entries, _ := os.ReadDir(cache); len(entries) != 0 {
+		t.Errorf("the cache holds %d entries after a failed build", len(entries))
+	}
+}
