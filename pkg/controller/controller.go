@@ -22,6 +22,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // Tags written on every access point this driver creates.
@@ -58,6 +59,11 @@ var (
 	ErrRootDirRemoval = errors.New("root directory removal failed")
 	// ErrInvalidRequest: a required request field is missing or malformed.
 	ErrInvalidRequest = errors.New("invalid request")
+	// ErrUnresolvedRef: the class's file system reference names no object
+	// or key this controller can read (or a value that is not an ID).
+	ErrUnresolvedRef = errors.New("file system reference cannot be resolved")
+	// ErrRefUnavailable: the Kubernetes API did not answer a reference read; retry.
+	ErrRefUnavailable = errors.New("file system reference not readable now")
 	// ErrGIDContention: another writer took every GID this call tried; retry.
 	ErrGIDContention = errors.New("GID contention with another writer")
 )
@@ -87,11 +93,22 @@ type FileSystemMounter interface {
 	Unmount(ctx context.Context, target string) error
 }
 
+// RefReader reads the file system ID a StorageClass names by reference
+// (fileSystemIdConfigRef, fileSystemIdSecretRef). Contract: Value returns
+// the value under ref.Key of the ConfigMap or Secret ref names, as stored;
+// an object or key that does not exist, or that this controller may not
+// read, wraps ErrUnresolvedRef; any other error is transient. It never
+// writes.
+type RefReader interface {
+	Value(ctx context.Context, ref volume.ObjectRef) (string, error)
+}
+
 // Config wires the service. EFS is required; Mounter is required when
 // DeleteRootDir is set.
 type Config struct {
 	EFS           EFS
 	Mounter       FileSystemMounter
+	Refs          RefReader         // nil: a class naming its file system by reference is an error
 	Tags          map[string]string // added to every access point (--tags)
 	ClusterID     string            // --cluster-id, written as TagClusterID; "" = unknown: no tag
 	DeleteRootDir bool              // --delete-access-point-root-dir
@@ -112,6 +129,7 @@ type Service struct {
 	csi.UnimplementedControllerServer
 	efs     EFS
 	mounter FileSystemMounter
+	refs    RefReader
 	tags    map[string]string
 	cluster string // Config.ClusterID
 	now     func() time.Time
@@ -187,7 +205,7 @@ func New(cfg Config) (*Service, error) {
 		v.procStart = cfg.procStart
 	}
 	return &Service{
-		efs: cfg.EFS, mounter: cfg.Mounter, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
+		efs: cfg.EFS, mounter: cfg.Mounter, refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
 		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
 		answers: map[string]answer{}, answerOf: map[string]string{},

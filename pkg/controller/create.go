@@ -39,7 +39,7 @@ type plan struct {
 //     created it: describe it, adopt it if compatible, else ALREADY_EXISTS.
 //  5. Commit or release the GID; an unknown outcome keeps it reserved.
 func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	p, err := s.plan(req)
+	p, err := s.plan(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (s *Service) dropAnswer(apID string) {
 	}
 }
 
-func (s *Service) plan(req *csi.CreateVolumeRequest) (*plan, error) {
+func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, fmt.Errorf("%w: volume name is required", ErrInvalidRequest)
@@ -152,7 +152,11 @@ func (s *Service) plan(req *csi.CreateVolumeRequest) (*plan, error) {
 	if req.GetVolumeContentSource() != nil {
 		return nil, fmt.Errorf("%w: volume content sources are not supported", ErrInvalidRequest)
 	}
-	params, err := volume.ParseParams(req.GetParameters())
+	classParams, err := s.resolveFileSystem(ctx, req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	params, err := volume.ParseParams(classParams)
 	if err != nil {
 		return nil, err
 	}

@@ -188,8 +188,12 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		if cfg.ClusterID, kc, err = clusterID(ctx, cfg); err != nil {
 			return nil, err
 		}
+		var refs controller.RefReader
+		if kc != nil {
+			refs = kubeRefs{kc}
+		}
 		d.controller, err = controller.New(controller.Config{
-			EFS: client, Mounter: mounter, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
+			EFS: client, Mounter: mounter, Refs: refs, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
 			TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {

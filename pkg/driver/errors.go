@@ -43,6 +43,8 @@ var codeTable = []struct {
 	{controller.ErrVolumeNotFound, codes.NotFound},
 	{controller.ErrNotYetVisible, codes.Unavailable},
 	{controller.ErrGIDContention, codes.Unavailable},
+	{controller.ErrUnresolvedRef, codes.FailedPrecondition},
+	{controller.ErrRefUnavailable, codes.Unavailable},
 	{controller.ErrUnsafeRootDir, codes.FailedPrecondition},
 	{controller.ErrRootDirRemoval, codes.Internal},
 	{gid.ErrExhausted, codes.ResourceExhausted},

@@ -19,6 +19,8 @@ import (
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	storagev1 "k8s.io/client-go/kubernetes/typed/storage/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // In-cluster defaults, as every pod sees them.
@@ -150,7 +152,10 @@ func (c *Client) FileSystemIDs(ctx context.Context, driver string) ([]string, er
 			return nil, fmt.Errorf("kube: list StorageClasses: %w", err)
 		}
 		for _, sc := range l.Items {
-			if id := sc.Parameters["fileSystemId"]; sc.Provisioner == driver && id != "" && !seen[id] {
+			if sc.Provisioner != driver {
+				continue
+			}
+			if id := c.classFileSystem(ctx, sc.Parameters); id != "" && !seen[id] {
 				seen[id] = true
 				ids = append(ids, id)
 			}
@@ -160,6 +165,26 @@ func (c *Client) FileSystemIDs(ctx context.Context, driver string) ([]string, er
 		}
 		opts.Continue = l.Continue
 	}
+}
+
+// classFileSystem is the file system a class names, by fileSystemId or by a
+// reference it can read now; "" if neither.
+func (c *Client) classFileSystem(ctx context.Context, params map[string]string) string {
+	ref, isRef, err := volume.FileSystemRef(params)
+	switch {
+	case err != nil:
+		return ""
+	case !isRef:
+		return params[volume.ParamFileSystemID]
+	}
+	v, err := c.KeyValue(ctx, string(ref.Kind), ref.Namespace, ref.Name, ref.Key)
+	if err != nil {
+		return ""
+	}
+	if id, ok := volume.FileSystemIDFromRef(v); ok {
+		return id
+	}
+	return ""
 }
 
 // NamespaceUID returns the UID of a namespace. The UID of kube-system is the
@@ -174,4 +199,38 @@ func (c *Client) NamespaceUID(ctx context.Context, name string) (string, error) 
 		return "", fmt.Errorf("kube: namespace %s has no UID", name)
 	}
 	return string(ns.UID), nil
+}
+
+// ErrKeyNotFound: the ConfigMap or Secret exists and has no such key.
+var ErrKeyNotFound = errors.New("kube: no such key")
+
+// KeyValue returns the value under key of the ConfigMap (kind "ConfigMap")
+// or Secret (kind "Secret") namespace/name, read with one get. A missing
+// object is the API's NotFound error, a missing key ErrKeyNotFound.
+func (c *Client) KeyValue(ctx context.Context, kind, namespace, name, key string) (string, error) {
+	var data map[string][]byte
+	switch kind {
+	case "ConfigMap":
+		cm, err := c.core.ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("kube: get ConfigMap %s/%s: %w", namespace, name, err)
+		}
+		if v, ok := cm.Data[key]; ok {
+			return v, nil
+		}
+		data = cm.BinaryData
+	case "Secret":
+		s, err := c.core.Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("kube: get Secret %s/%s: %w", namespace, name, err)
+		}
+		data = s.Data
+	default:
+		return "", fmt.Errorf("kube: cannot read keys of a %q", kind)
+	}
+	v, ok := data[key]
+	if !ok {
+		return "", fmt.Errorf("%w: %s %s/%s has no key %q", ErrKeyNotFound, kind, namespace, name, key)
+	}
+	return string(v), nil
 }

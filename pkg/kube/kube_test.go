@@ -24,7 +24,7 @@ func client(t *testing.T, k *kubetest.Server, caller string) *kube.Client {
 
 // The client pages through PVs, keeps only the driver's handles, tells a
 // missing claim from a present one, reads the file systems of the driver's
-// StorageClasses and the cluster's identity.
+// StorageClasses (named directly or by reference) and the cluster's identity.
 func TestClientReadsTheCluster(t *testing.T) {
 	k := kubetest.Start(t)
 	for i, h := range []string{"h1", "h2", "h3"} {
@@ -39,6 +39,11 @@ func TestClientReadsTheCluster(t *testing.T) {
 	k.AddStorageClass("c", "ebs.csi.aws.com", map[string]string{"fileSystemId": "fs-2"})
 	k.AddStorageClass("d", "efs.csi.aws.com", map[string]string{"fileSystemId": "fs-3"})
 	k.AddStorageClass("static", "efs.csi.aws.com", nil)
+	// By reference: read (trimmed); a reference to nothing or to no ID adds nothing.
+	k.SetObject("configmaps", "storage", "efs", map[string]string{"fs": "fs-0000000a\n", "junk": "x"})
+	k.AddStorageClass("e", "efs.csi.aws.com", map[string]string{"fileSystemIdConfigRef": "storage/efs/fs"})
+	k.AddStorageClass("f", "efs.csi.aws.com", map[string]string{"fileSystemIdConfigRef": "storage/efs/junk"})
+	k.AddStorageClass("g", "efs.csi.aws.com", map[string]string{"fileSystemIdSecretRef": "storage/none/fs"})
 	c := client(t, k, "driver")
 	ctx := context.Background()
 	if h, err := c.VolumeHandles(ctx, "efs.csi.aws.com"); err != nil || !slices.Equal(h, []string{"h1", "h2", "h3"}) {
@@ -50,7 +55,7 @@ func TestClientReadsTheCluster(t *testing.T) {
 	if uid, err := c.ClaimUID(ctx, "ns", "gone"); uid != "" || err != nil {
 		t.Errorf("missing claim: %q, %v", uid, err)
 	}
-	if ids, err := c.FileSystemIDs(ctx, "efs.csi.aws.com"); err != nil || !slices.Equal(ids, []string{"fs-1", "fs-3"}) {
+	if ids, err := c.FileSystemIDs(ctx, "efs.csi.aws.com"); err != nil || !slices.Equal(ids, []string{"fs-1", "fs-3", "fs-0000000a"}) {
 		t.Errorf("file systems %v, %v", ids, err)
 	}
 	if uid, err := c.NamespaceUID(ctx, "kube-system"); uid != kubetest.KubeSystemUID || err != nil {

@@ -51,6 +51,7 @@ var knownParams = []string{
 	ParamGIDRangeStart, ParamGIDRangeEnd, ParamBasePath, ParamSubPathPattern,
 	ParamEnsureUniqueDirectory, ParamReuseAccessPoint, ParamAZ,
 	ParamPVCName, ParamPVCNamespace, ParamPVName,
+	ParamFileSystemIDConfigRef, ParamFileSystemIDSecretRef,
 }
 
 // ParamError names the parameter that cannot be honoured. It wraps
@@ -126,10 +127,17 @@ func ParseParams(m map[string]string) (Params, error) {
 		return Params{}, paramErr(ParamProvisioningMode, "provisioning mode %q is not supported, only %q", mode, ProvisioningModeAccessPoint)
 	}
 
-	fsID, ok := m[ParamFileSystemID]
+	// A reference must have been resolved into fileSystemId by the caller
+	// (FileSystemRef), which also removes it.
+	ref, isRef, err := FileSystemRef(m)
 	switch {
-	case !ok:
-		return Params{}, paramErr(ParamFileSystemID, "missing")
+	case err != nil:
+		return Params{}, err
+	case isRef:
+		return Params{}, paramErr(ref.Param, "a reference needs the Kubernetes API, which this controller has no client for")
+	}
+	fsID := m[ParamFileSystemID]
+	switch {
 	case strings.TrimSpace(fsID) == "":
 		return Params{}, paramErr(ParamFileSystemID, "cannot be empty")
 	case !ValidFileSystemID(fsID):
@@ -144,7 +152,6 @@ func ParseParams(m map[string]string) (Params, error) {
 		p.DirectoryPerms = v
 	}
 
-	var err error
 	if p.UID, err = posixID(m, ParamUID); err != nil {
 		return Params{}, err
 	}

@@ -53,6 +53,10 @@ type Server struct {
 	changed  chan struct{}                    // closed and replaced on each PV change
 	requests []Request
 	hook     func(Request)
+	// ConfigMaps and Secrets ("configmaps"/"secrets", ns/name -> data), and
+	// the resources every caller is forbidden to read.
+	keyed     map[string]map[string]map[string][]byte
+	forbidden map[string]bool
 }
 
 type pvEvent struct {
@@ -170,6 +174,35 @@ func (s *Server) AddStorageClass(name, provisioner string, params map[string]str
 		Provisioner: provisioner, Parameters: params})
 }
 
+// SetObject creates or replaces the ConfigMap (resource "configmaps") or
+// Secret ("secrets") ns/name with data.
+func (s *Server) SetObject(resource, ns, name string, data map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keyed == nil {
+		s.keyed = map[string]map[string]map[string][]byte{}
+	}
+	if s.keyed[resource] == nil {
+		s.keyed[resource] = map[string]map[string][]byte{}
+	}
+	d := map[string][]byte{}
+	for k, v := range data {
+		d[k] = []byte(v)
+	}
+	s.keyed[resource][ns+"/"+name] = d
+}
+
+// Forbid answers every read of resource ("configmaps", "secrets") with 403,
+// as RBAC does without a grant.
+func (s *Server) Forbid(resource string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.forbidden == nil {
+		s.forbidden = map[string]bool{}
+	}
+	s.forbidden[resource] = true
+}
+
 // LeaseHolder returns the holder identity of the Lease ns/name, or "".
 func (s *Server) LeaseHolder(ns, name string) string {
 	s.mu.Lock()
@@ -234,6 +267,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		reply(w, http.StatusOK, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: p[5], Namespace: p[3], UID: types.UID(uid)}})
+	case get && len(p) == 6 && p[0] == "api" && (p[4] == "configmaps" || p[4] == "secrets"):
+		s.keyedObject(w, p[4], p[3], p[5])
 	case len(p) >= 6 && strings.Join(p[:3], "/") == "apis/coordination.k8s.io/v1" && p[5] == "leases":
 		s.lease(w, r, p[4], p[6:])
 	default:
@@ -339,4 +374,26 @@ func reply(w http.ResponseWriter, code int, obj any) {
 func status(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
 	reply(w, code, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: fmt.Sprint(msg)})
+}
+
+func (s *Server) keyedObject(w http.ResponseWriter, resource, ns, name string) {
+	if s.forbidden[resource] {
+		status(w, http.StatusForbidden, metav1.StatusReasonForbidden, resource+" is forbidden")
+		return
+	}
+	d, ok := s.keyed[resource][ns+"/"+name]
+	if !ok {
+		status(w, http.StatusNotFound, metav1.StatusReasonNotFound, resource+" not found")
+		return
+	}
+	meta := metav1.ObjectMeta{Name: name, Namespace: ns}
+	if resource == "secrets" {
+		reply(w, http.StatusOK, &corev1.Secret{ObjectMeta: meta, Data: d})
+		return
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{}}
+	for k, v := range d {
+		cm.Data[k] = string(v)
+	}
+	reply(w, http.StatusOK, cm)
 }
