@@ -149,6 +149,9 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 	if err != nil {
 		return nil, err
 	}
+	if err := refuseCrossAccount(req.GetSecrets()); err != nil {
+		return nil, err
+	}
 	if req.GetVolumeContentSource() != nil {
 		return nil, fmt.Errorf("%w: volume content sources are not supported", ErrInvalidRequest)
 	}

@@ -37,6 +37,12 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	if req.GetVolumeId() == "" {
 		return nil, fmt.Errorf("%w: volume ID is required", ErrInvalidRequest)
 	}
+	if err := refuseS3Files(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	if err := refuseCrossAccount(req.GetSecrets()); err != nil {
+		return nil, err
+	}
 	id, err := volume.ParseID(req.GetVolumeId())
 	if err != nil || id.AccessPointID == "" {
 		// Not ours to delete: the CO may send anything, and a static volume

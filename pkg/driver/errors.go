@@ -44,6 +44,7 @@ var codeTable = []struct {
 	{controller.ErrNotYetVisible, codes.Unavailable},
 	{controller.ErrGIDContention, codes.Unavailable},
 	{controller.ErrUnresolvedRef, codes.FailedPrecondition},
+	{controller.ErrNotSupported, codes.FailedPrecondition},
 	{controller.ErrRefUnavailable, codes.Unavailable},
 	{controller.ErrUnsafeRootDir, codes.FailedPrecondition},
 	{controller.ErrRootDirRemoval, codes.Internal},

@@ -24,6 +24,9 @@ const (
 	ParamEnsureUniqueDirectory = "ensureUniqueDirectory"
 	ParamReuseAccessPoint      = "reuseAccessPoint"
 	ParamAZ                    = "az"
+	// Upstream's: only their defaults are supported yet (true, false).
+	ParamEnableTagging       = "enableTagging"
+	ParamEnforceZoneAffinity = "enforceZoneAffinity"
 	// Set by the external-provisioner when run with --extra-create-metadata.
 	ParamPVCName      = "csi.storage.k8s.io/pvc/name"
 	ParamPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
@@ -52,6 +55,7 @@ var knownParams = []string{
 	ParamEnsureUniqueDirectory, ParamReuseAccessPoint, ParamAZ,
 	ParamPVCName, ParamPVCNamespace, ParamPVName,
 	ParamFileSystemIDConfigRef, ParamFileSystemIDSecretRef,
+	ParamEnableTagging, ParamEnforceZoneAffinity,
 }
 
 // ParamError names the parameter that cannot be honoured. It wraps
@@ -175,6 +179,18 @@ func ParseParams(m map[string]string) (Params, error) {
 	}
 	if p.EnsureUniqueDirectory, err = boolParam(m, ParamEnsureUniqueDirectory, true); err != nil {
 		return Params{}, err
+	}
+	// Accepted at upstream's defaults, so that upstream's classes that spell
+	// them out work; the other value is refused rather than ignored.
+	if tagging, err := boolParam(m, ParamEnableTagging, true); err != nil {
+		return Params{}, err
+	} else if !tagging {
+		return Params{}, paramErr(ParamEnableTagging, "false (access points without tags) is not supported yet: this driver records a volume's name, namespace and writer in its tags")
+	}
+	if affinity, err := boolParam(m, ParamEnforceZoneAffinity, false); err != nil {
+		return Params{}, err
+	} else if affinity {
+		return Params{}, paramErr(ParamEnforceZoneAffinity, "true is not supported yet: volumes get no zone topology")
 	}
 	if p.ReuseAccessPoint, err = boolParam(m, ParamReuseAccessPoint, false); err != nil {
 		return Params{}, err
