@@ -97,6 +97,7 @@ func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) erro
 	if err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
 		return err
 	}
+	s.roots.gone(apID, s.now())
 	s.gids.Forget(fsID, apID)
 	s.forgetAnswer(apID)
 	return nil

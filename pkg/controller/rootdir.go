@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
@@ -28,8 +29,13 @@ type rootDirs struct {
 	// deleting are the access points whose DeleteVolume is under way in
 	// this process: doomed, so they do not keep a shared directory (two
 	// deletes of a shared directory at once would otherwise keep it both).
+	// deleted are those this process deleted, for as long as a listing
+	// taken before may still show them (a delete that finished while the
+	// other's listing was in flight would otherwise look live to it).
 	delMu    sync.Mutex
 	deleting map[string]int
+	deleted  map[string]time.Time
+	pruneAt  int // len(deleted) at which old records are dropped next
 
 	// pending are the mount points whose unmount failed, retried until
 	// it succeeds; the value is false while a retry of it is under way.
@@ -49,7 +55,30 @@ func newRootDirs(listings *freshFlight[string, []efs.AccessPoint]) *rootDirs {
 		slots:    make(chan struct{}, maxRemovals),
 		pending:  map[string]bool{},
 		deleting: map[string]int{},
+		deleted:  map[string]time.Time{},
 	}
+}
+
+// goneMemory is how long a deleted access point is remembered: longer than
+// a listing takes.
+const goneMemory = 2 * time.Minute
+
+// gone records that apID was deleted at now. Records older than goneMemory
+// are dropped whenever the map has doubled since the last sweep, so that a
+// storm of deletes costs amortized constant time each.
+func (r *rootDirs) gone(apID string, now time.Time) {
+	r.delMu.Lock()
+	defer r.delMu.Unlock()
+	r.deleted[apID] = now
+	if len(r.deleted) < r.pruneAt {
+		return
+	}
+	for id, at := range r.deleted {
+		if now.Sub(at) > goneMemory {
+			delete(r.deleted, id)
+		}
+	}
+	r.pruneAt = max(1024, 2*len(r.deleted))
 }
 
 // deletingNow marks apID as being deleted until the returned func is called.
@@ -69,7 +98,8 @@ func (r *rootDirs) deletingNow(apID string) (done func()) {
 func (r *rootDirs) beingDeleted(apID string) bool {
 	r.delMu.Lock()
 	defer r.delMu.Unlock()
-	return r.deleting[apID] > 0
+	_, gone := r.deleted[apID]
+	return r.deleting[apID] > 0 || gone
 }
 
 // RootDirsKept counts the deletes that kept the root directory because

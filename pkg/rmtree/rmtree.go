@@ -280,7 +280,9 @@ func (w *walk) empty(root int, rel string) error {
 			top.names, top.seen = names, true
 			continue
 		}
-		if err != nil && err != io.EOF {
+		// ENOENT: the directory was removed under us (another delete of
+		// the same tree at once): it has no entries left to remove.
+		if err != nil && err != io.EOF && !errors.Is(err, unix.ENOENT) {
 			return err
 		}
 		if len(w.stack) == 1 {

@@ -3,6 +3,7 @@ package rmtree
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -333,5 +334,35 @@ func TestCancelStopsAtTheNextEntry(t *testing.T) {
 				t.Fatalf("tree still there: %v", err)
 			}
 		})
+	}
+}
+
+// Two removals of one tree at once (two deletes of volumes sharing a root
+// directory) both succeed: a directory the other walker removed while this
+// one was reading it has nothing left to remove. Before, the reader failed
+// with "readdirent: no such file or directory".
+func TestTwoRemovalsOfOneTreeAtOnceBothSucceed(t *testing.T) {
+	for round := range 20 {
+		base := t.TempDir()
+		for i := range 50 {
+			for j := range 20 {
+				p := filepath.Join(base, "tree", fmt.Sprintf("d%02d", i), fmt.Sprintf("e%02d", j))
+				if err := os.MkdirAll(p, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- RemoveAll(context.Background(), base, "tree") }()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(base, "tree")); !os.IsNotExist(err) {
+			t.Fatalf("round %d: the tree is still there: %v", round, err)
+		}
 	}
 }
