@@ -61,6 +61,10 @@ func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured, dry
 	return err
 }
 
+// It runs first (its file sorts before the scenarios'): a dry run of a
+// StorageClass is refused once a scenario has created one of the same name
+// with other parameters (they are immutable).
+//
 // Every object the project ships is accepted by a real API server of the supported
 // version: the chart with default values and with every option on, the kustomize base,
 // and the examples. kubeconform (hack/check-manifests.sh) checks schemas; this also runs
