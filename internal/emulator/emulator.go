@@ -97,9 +97,9 @@ type Hook func(op Op, phase Phase, req any)
 
 // Emulator is an EFS API server. Its methods are safe for concurrent use.
 type Emulator struct {
-	cfg    Config
-	log    *slog.Logger
-	rand   *lockedRand
+	cfg      Config
+	log      *slog.Logger
+	rand     *lockedRand
 	state    *state
 	accounts *accounts
 	// accountsOn: a role, a key's account or a foreign owner was ever
@@ -107,9 +107,9 @@ type Emulator struct {
 	accountsOn  atomic.Bool
 	clockOffset atomic.Int64
 	faults      faults
-	counts map[Op]*atomic.Int64
-	hook   atomic.Pointer[Hook]
-	mux    *http.ServeMux
+	counts      map[Op]*atomic.Int64
+	hook        atomic.Pointer[Hook]
+	mux         *http.ServeMux
 
 	mu        sync.Mutex
 	servers   []*http.Server
