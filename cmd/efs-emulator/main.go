@@ -4,6 +4,10 @@
 //
 //	efs-emulator --listen 127.0.0.1:PORT --data-dir DIR [--file-system fs-ID ...]
 //	    [--access-point-limit N] [--lenient-client-token] [fault flags]
+//	    [--role ARN[#EXTERNAL_ID] ...] [--access-key KEY=ACCOUNT ...]
+//	    [--file-system-owner fs-ID=ACCOUNT ...]
+//
+// It also serves STS AssumeRole on the same address (AWS_ENDPOINT_URL_STS).
 package main
 
 import (
@@ -49,6 +53,7 @@ func run(args []string) error {
 	fs.Int64Var(&cfg.Seed, "seed", 0, "seed for IDs, jitter and fault rates (0: random)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	emulator.RegisterFaultFlags(fs, cfg.Faults)
+	emulator.RegisterAccountFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -92,7 +97,7 @@ func run(args []string) error {
 			_ = emu.Close()
 		}
 	}()
-	cfg.Logger.Info("serving the EFS API", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "fileSystems", cfg.FileSystems)
+	cfg.Logger.Info("serving the EFS API and STS AssumeRole", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "fileSystems", cfg.FileSystems)
 	if err := emu.Serve(l); err != nil {
 		_ = emu.Close()
 		return err

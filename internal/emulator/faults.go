@@ -10,7 +10,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Op names an EFS API operation, as in the API reference.
+// Op names an EFS API operation (or STS AssumeRole), as in the API reference.
 type Op string
 
 // The operations the emulator serves.
@@ -27,6 +27,8 @@ const (
 	OpTagResource          Op = "TagResource"
 	OpUntagResource        Op = "UntagResource"
 	OpListTagsForResource  Op = "ListTagsForResource"
+	// OpAssumeRole is STS's AssumeRole, served on the same listener.
+	OpAssumeRole Op = "AssumeRole"
 
 	// AllOps, given to SetFault, sets the fault on every operation (each
 	// keeps its own throttle bucket).
@@ -39,7 +41,7 @@ func Ops() []Op {
 		OpCreateAccessPoint, OpDescribeAccessPoints, OpDeleteAccessPoint,
 		OpCreateFileSystem, OpDescribeFileSystems, OpDeleteFileSystem,
 		OpCreateMountTarget, OpDescribeMountTargets, OpDeleteMountTarget,
-		OpTagResource, OpUntagResource, OpListTagsForResource,
+		OpTagResource, OpUntagResource, OpListTagsForResource, OpAssumeRole,
 	}
 }
 

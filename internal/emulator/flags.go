@@ -109,3 +109,51 @@ func (ff *faultFlag) Set(v string) error {
 	ff.last = v
 	return nil
 }
+
+// RegisterAccountFlags defines the account flags on fs, each repeatable,
+// adding to cfg (docs/emulator.md, "Accounts and roles"):
+//
+//	--role ARN[#EXTERNAL_ID]            a role AssumeRole may assume ('#' is in
+//	                                    neither an ARN nor an external ID)
+//	--access-key KEY=ACCOUNT            a static access key ID's account
+//	--file-system-owner fs-ID=ACCOUNT   create fs-ID if missing, owned by ACCOUNT
+func RegisterAccountFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.Func("role", "a role `ARN[#EXTERNAL_ID]` callers may assume through STS AssumeRole; repeatable", func(v string) error {
+		arn, ext, _ := strings.Cut(v, "#")
+		r := Role{ARN: arn, ExternalID: ext}
+		if _, _, err := parseRole(r); err != nil {
+			return err
+		}
+		cfg.Roles = append(cfg.Roles, r)
+		return nil
+	})
+	pair := func(v string, valid func(string) bool, what string) (string, string, error) {
+		k, account, ok := strings.Cut(v, "=")
+		if !ok || !valid(k) || !accountRE.MatchString(account) {
+			return "", "", fmt.Errorf("want %s=ACCOUNT (12 digits), got %q", what, v)
+		}
+		return k, account, nil
+	}
+	fs.Func("access-key", "assign static access key ID `KEY=ACCOUNT` to an account; repeatable", func(v string) error {
+		k, a, err := pair(v, accessKeyRE.MatchString, "KEY")
+		if err != nil {
+			return err
+		}
+		if cfg.AccessKeyAccounts == nil {
+			cfg.AccessKeyAccounts = map[string]string{}
+		}
+		cfg.AccessKeyAccounts[k] = a
+		return nil
+	})
+	fs.Func("file-system-owner", "create file system `fs-ID=ACCOUNT` if missing, owned by that account; repeatable", func(v string) error {
+		id, a, err := pair(v, ValidFileSystemID, "fs-ID")
+		if err != nil {
+			return err
+		}
+		if cfg.FileSystemOwners == nil {
+			cfg.FileSystemOwners = map[string]string{}
+		}
+		cfg.FileSystemOwners[id] = a
+		return nil
+	})
+}

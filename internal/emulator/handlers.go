@@ -20,9 +20,20 @@ const (
 // request is a decoded and validated request: in is what a Hook sees, run
 // applies it and returns the success status and body.
 type request struct {
-	in  any
-	run func() (status int, body any, err *apiError)
+	in any
+	// resource is the file system, access point or mount target (an ID) the
+	// caller's account must own, when accounts are on; "" for none.
+	resource string
+	run      func() (status int, body any, err *apiError)
 }
+
+// protocol writes a service's answers: EFS's JSON or STS's XML.
+type protocol struct {
+	writeError func(http.ResponseWriter, *apiError)
+	writeOK    func(w http.ResponseWriter, status int, body any)
+}
+
+var efsProtocol = protocol{writeError: writeError, writeOK: writeJSON}
 
 // decoder parses and validates one operation's HTTP request.
 type decoder func(r *http.Request) (request, *apiError)
@@ -47,6 +58,10 @@ func (e *Emulator) routes() *http.ServeMux {
 	api("GET "+apiPrefix+"/resource-tags/{id}", OpListTagsForResource, e.decodeListTagsForResource)
 	e.controlRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if isSTS(r) {
+			e.serveSTS(w, r)
+			return
+		}
 		rec := &recorder{ResponseWriter: w}
 		writeError(rec, errorf(http.StatusNotFound, codeUnknownOperation, "no operation %s %s", r.Method, r.URL.Path))
 		e.logRequest(r, "", rec, time.Now(), "")
@@ -91,20 +106,25 @@ func (e *Emulator) logRequest(r *http.Request, op Op, rec *recorder, start time.
 	e.log.Info("request", attrs...)
 }
 
-// endpoint serves one operation: count, faults, decode, hooks, apply, answer.
+// endpoint serves one EFS operation.
 func (e *Emulator) endpoint(op Op, decode decoder) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		e.counts[op].Add(1)
-		rec := &recorder{ResponseWriter: w}
-		rec.Header().Set("x-amzn-RequestId", e.rand.hex(8)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(12))
-		fault := e.serve(r.Context(), op, decode, rec, r)
-		e.logRequest(r, op, rec, start, fault)
-	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { e.serveOp(w, r, op, efsProtocol, decode) })
+}
+
+// serveOp serves one operation: count, faults, identify the caller, decode,
+// authorize, hooks, apply, answer.
+func (e *Emulator) serveOp(w http.ResponseWriter, r *http.Request, op Op, p protocol, decode decoder) {
+	start := time.Now()
+	e.counts[op].Add(1)
+	rec := &recorder{ResponseWriter: w}
+	rec.Header().Set("x-amzn-RequestId", e.rand.hex(8)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(12))
+	fault := e.serve(r.Context(), op, p, decode, rec, r)
+	e.logRequest(r, op, rec, start, fault)
 }
 
 // serve answers one API request and names the fault that struck, if any.
-func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder, r *http.Request) string {
+func (e *Emulator) serve(ctx context.Context, op Op, p protocol, decode decoder, w *recorder, r *http.Request) string {
+	writeError := p.writeError
 	f := e.faults.get(op)
 	if f != nil {
 		if d := f.Latency + e.rand.duration(f.Jitter); d > 0 {
@@ -125,7 +145,16 @@ func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder
 			return "error"
 		}
 	}
+	who, aerr := e.identify(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return ""
+	}
+	r = r.WithContext(withCaller(ctx, who))
 	req, aerr := decode(r)
+	if aerr == nil {
+		aerr = e.authorize(who, op, req.resource)
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return ""
@@ -138,15 +167,15 @@ func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder
 	}
 	e.callHook(op, AfterApply, req.in)
 	if f != nil && e.rand.chance(f.LostAnswerRate) {
-		return e.loseAnswer(w, f.LostAnswerMode)
+		return e.loseAnswer(w, p, f.LostAnswerMode)
 	}
-	writeJSON(w, status, body)
+	p.writeOK(w, status, body)
 	return ""
 }
 
 // loseAnswer fails a request that was applied: a 500, or a connection closed
 // without an answer.
-func (e *Emulator) loseAnswer(w *recorder, mode LostMode) string {
+func (e *Emulator) loseAnswer(w *recorder, p protocol, mode LostMode) string {
 	if mode == LostMixed {
 		mode = Lost500
 		if e.rand.chance(0.5) {
@@ -162,7 +191,7 @@ func (e *Emulator) loseAnswer(w *recorder, mode LostMode) string {
 			return "lost answer (connection dropped)"
 		}
 	}
-	writeError(w, errorf(http.StatusInternalServerError, codeInternal, "injected internal error (applied, answer lost)"))
+	p.writeError(w, errorf(http.StatusInternalServerError, codeInternal, "injected internal error (applied, answer lost)"))
 	return "lost answer (500)"
 }
 
@@ -177,7 +206,7 @@ func deleteByID(field, kind string, del func(id string) *apiError, input func(id
 		if aerr != nil {
 			return request{}, aerr
 		}
-		return request{in: input(raw), run: func() (int, any, *apiError) {
+		return request{in: input(raw), resource: id, run: func() (int, any, *apiError) {
 			return http.StatusNoContent, nil, del(id)
 		}}, nil
 	}
@@ -247,7 +276,7 @@ func (e *Emulator) decodeCreateAccessPoint(r *http.Request) (request, *apiError)
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: n.fsID, run: func() (int, any, *apiError) {
 		opt := createOptions{limit: e.cfg.AccessPointLimit, lenient: e.cfg.LenientClientToken}
 		if f := e.faults.get(OpCreateAccessPoint); f != nil && f.VisibilityDelay > 0 {
 			opt.visibleAt = time.Now().Add(f.VisibilityDelay)
@@ -313,7 +342,7 @@ func (e *Emulator) decodeDescribeAccessPoints(r *http.Request) (request, *apiErr
 		if aerr != nil {
 			return request{}, aerr
 		}
-		return request{in: in, run: func() (int, any, *apiError) {
+		return request{in: in, resource: id, run: func() (int, any, *apiError) {
 			ap, aerr := e.state.describeAccessPoint(id, time.Now())
 			return http.StatusOK, describeAccessPointsOutput{AccessPoints: []wireAccessPoint{ap}}, aerr
 		}}, nil
@@ -322,7 +351,7 @@ func (e *Emulator) decodeDescribeAccessPoints(r *http.Request) (request, *apiErr
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, run: func() (int, any, *apiError) {
 		out, aerr := e.state.listAccessPoints(id, in.NextToken, orDefault(in.MaxResults), time.Now())
 		return http.StatusOK, out, aerr
 	}}, nil
@@ -345,6 +374,7 @@ func (e *Emulator) decodeCreateFileSystem(r *http.Request) (request, *apiError) 
 		CreationToken: *in.CreationToken, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode,
 		ProvisionedMiBs: in.ProvisionedThroughputInMibps, Encrypted: in.Encrypted != nil && *in.Encrypted,
 		KmsKeyID: str(in.KmsKeyId), AZName: str(in.AvailabilityZoneName),
+		Owner: ownerField(callerFrom(r.Context()).account),
 	}
 	if p := str(in.PerformanceMode); p != "" {
 		if p != "generalPurpose" && p != "maxIO" {
@@ -393,8 +423,9 @@ func (e *Emulator) decodeDescribeFileSystems(r *http.Request) (request, *apiErro
 			return request{}, aerr
 		}
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
-		out, aerr := e.state.describeFileSystems(in, orDefault(in.MaxItems))
+	account := callerFrom(r.Context()).account
+	return request{in: in, resource: in.FileSystemId, run: func() (int, any, *apiError) {
+		out, aerr := e.state.describeFileSystems(in, orDefault(in.MaxItems), account)
 		return http.StatusOK, out, aerr
 	}}, nil
 }
@@ -420,7 +451,7 @@ func (e *Emulator) decodeCreateMountTarget(r *http.Request) (request, *apiError)
 			return request{}, badRequest("IpAddress %q is not an IPv4 address", ip)
 		}
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: fsID, run: func() (int, any, *apiError) {
 		mt, aerr := e.state.createMountTarget(fsID, subnet, ip)
 		return http.StatusOK, mt, aerr
 	}}, nil
@@ -452,7 +483,7 @@ func (e *Emulator) decodeDescribeMountTargets(r *http.Request) (request, *apiErr
 	if given != 1 {
 		return request{}, badRequest("give exactly one of FileSystemId, MountTargetId and AccessPointId")
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: in.FileSystemId + in.MountTargetId + in.AccessPointId, run: func() (int, any, *apiError) {
 		out, aerr := e.state.describeMountTargets(in, orDefault(in.MaxItems), time.Now())
 		return http.StatusOK, out, aerr
 	}}, nil
@@ -489,7 +520,7 @@ func (e *Emulator) decodeTagResource(r *http.Request) (request, *apiError) {
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, run: func() (int, any, *apiError) {
 		return http.StatusOK, nil, e.state.updateTags(id, func(old []tag) ([]tag, *apiError) { return mergeTags(old, add) })
 	}}, nil
 }
@@ -513,7 +544,7 @@ func (e *Emulator) decodeUntagResource(r *http.Request) (request, *apiError) {
 		}
 		drop[k] = true
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, run: func() (int, any, *apiError) {
 		return http.StatusOK, nil, e.state.updateTags(id, func(old []tag) ([]tag, *apiError) {
 			var out []tag
 			for _, t := range old {
@@ -535,7 +566,7 @@ func (e *Emulator) decodeListTagsForResource(r *http.Request) (request, *apiErro
 	if in.MaxResults, aerr = queryInt(q, "MaxResults", maxDescribeItems); aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, run: func() (int, any, *apiError) {
 		out, aerr := e.state.listTags(id, in.NextToken, orDefault(in.MaxResults), time.Now())
 		return http.StatusOK, out, aerr
 	}}, nil

@@ -38,6 +38,7 @@ const (
 
 type accessPoint struct {
 	accessPointRec
+	account   string // its file system's owner
 	phase     apPhase
 	done      chan struct{} // closed when the in-flight commit ends
 	visibleAt time.Time     // Describe hides it until then (visibility fault)
@@ -99,7 +100,7 @@ func newState(st *store, dataDir string, log *slog.Logger, r *lockedRand) (*stat
 			log.Warn("dropping stored access point of a missing file system", "accessPoint", r.ID, "fileSystem", r.FileSystemID)
 			continue
 		}
-		ap := &accessPoint{accessPointRec: *r, phase: apReady}
+		ap := &accessPoint{accessPointRec: *r, account: fs.owner(), phase: apReady}
 		s.aps[ap.ID], s.apTokens[ap.ClientToken] = ap, ap
 		fs.aps = append(fs.aps, ap)
 		s.seq = max(s.seq, ap.Seq)
@@ -156,17 +157,33 @@ func wireTags(tags []tag) []wireTag {
 // describe renders an access point; call with s.mu held (tags may change).
 func (ap *accessPoint) describe() wireAccessPoint {
 	return wireAccessPoint{
-		AccessPointArn: fmt.Sprintf("arn:aws:elasticfilesystem:%s:%s:access-point/%s", region, accountID, ap.ID),
+		AccessPointArn: fmt.Sprintf("arn:aws:elasticfilesystem:%s:%s:access-point/%s", region, ap.account, ap.ID),
 		AccessPointId:  ap.ID,
 		ClientToken:    ap.ClientToken,
 		FileSystemId:   ap.FileSystemID,
 		LifeCycleState: lifeCycleAvailable,
 		Name:           tagName(ap.Tags),
-		OwnerId:        accountID,
+		OwnerId:        ap.account,
 		PosixUser:      ap.PosixUser,
 		RootDirectory:  wireRootDirectory{Path: ap.Path, CreationInfo: ap.CreationInfo},
 		Tags:           wireTags(ap.Tags),
 	}
+}
+
+// owner is the account that owns fs.
+func (fs *fileSystem) owner() string {
+	if fs.Owner == "" {
+		return DefaultAccount
+	}
+	return fs.Owner
+}
+
+// ownerField is how an account is stored as a file system's Owner.
+func ownerField(account string) string {
+	if account == DefaultAccount {
+		return ""
+	}
+	return account
 }
 
 func (fs *fileSystem) describe() wireFileSystem {
@@ -176,13 +193,13 @@ func (fs *fileSystem) describe() wireFileSystem {
 		CreationTime:                 epoch,
 		CreationToken:                fs.CreationToken,
 		Encrypted:                    fs.Encrypted,
-		FileSystemArn:                fmt.Sprintf("arn:aws:elasticfilesystem:%s:%s:file-system/%s", region, accountID, fs.ID),
+		FileSystemArn:                fmt.Sprintf("arn:aws:elasticfilesystem:%s:%s:file-system/%s", region, fs.owner(), fs.ID),
 		FileSystemId:                 fs.ID,
 		KmsKeyId:                     fs.KmsKeyID,
 		LifeCycleState:               lifeCycleAvailable,
 		Name:                         tagName(fs.Tags),
 		NumberOfMountTargets:         len(fs.mts),
-		OwnerId:                      accountID,
+		OwnerId:                      fs.owner(),
 		PerformanceMode:              fs.PerformanceMode,
 		ProvisionedThroughputInMibps: fs.ProvisionedMiBs,
 		SizeInBytes:                  wireSize{Value: emptyFileSystemSizeInByte, Timestamp: epoch},
@@ -191,7 +208,7 @@ func (fs *fileSystem) describe() wireFileSystem {
 	}
 }
 
-func describeMountTarget(mt *mountTargetRec) wireMountTarget {
+func describeMountTarget(mt *mountTargetRec, account string) wireMountTarget {
 	return wireMountTarget{
 		AvailabilityZoneId:   mt.AZID,
 		AvailabilityZoneName: mt.AZName,
@@ -200,7 +217,7 @@ func describeMountTarget(mt *mountTargetRec) wireMountTarget {
 		LifeCycleState:       lifeCycleAvailable,
 		MountTargetId:        mt.ID,
 		NetworkInterfaceId:   "eni-" + strings.TrimPrefix(mt.ID, "fsmt-"),
-		OwnerId:              accountID,
+		OwnerId:              account,
 		SubnetId:             mt.SubnetID,
 		VpcId:                "vpc-0123456789abcdef0",
 	}
@@ -276,7 +293,7 @@ func (s *state) createAccessPoint(n *newAccessPoint, opt createOptions) (wireAcc
 				Path: n.path, CreationInfo: n.ci, PosixUser: n.pu, Tags: n.tags,
 				Params: n.params, Created: time.Now().UTC(),
 			},
-			phase: apCreating, done: make(chan struct{}), visibleAt: opt.visibleAt,
+			account: fs.owner(), phase: apCreating, done: make(chan struct{}), visibleAt: opt.visibleAt,
 		}
 		s.aps[ap.ID], s.apTokens[n.token] = ap, ap
 		fs.aps = append(fs.aps, ap) // Seq grows, so the list stays ordered
@@ -519,7 +536,10 @@ func (s *state) deleteFileSystem(id string) *apiError {
 	return nil
 }
 
-func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int) (describeFileSystemsOutput, *apiError) {
+// describeFileSystems answers for account: a listing shows its file
+// systems only (a file system of another account named by ID was refused
+// before).
+func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int, account string) (describeFileSystemsOutput, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := describeFileSystemsOutput{FileSystems: []wireFileSystem{}, Marker: in.Marker}
@@ -532,7 +552,7 @@ func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int) (desc
 		return out, nil
 	}
 	if in.CreationToken != "" {
-		if fs := s.fsTokens[in.CreationToken]; fs != nil {
+		if fs := s.fsTokens[in.CreationToken]; fs != nil && fs.owner() == account {
 			out.FileSystems = append(out.FileSystems, fs.describe())
 		}
 		return out, nil
@@ -542,7 +562,7 @@ func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int) (desc
 		return out, e
 	}
 	fss, next := page(s.fsList, func(fs *fileSystem) uint64 { return fs.Seq }, after, max,
-		func(*fileSystem) bool { return true }, "*")
+		func(fs *fileSystem) bool { return fs.owner() == account }, "*")
 	for _, fs := range fss {
 		out.FileSystems = append(out.FileSystems, fs.describe())
 	}
@@ -584,7 +604,7 @@ func (s *state) createMountTarget(fsID, subnet, ip string) (wireMountTarget, *ap
 	}
 	fs.mts = append(fs.mts, mt)
 	s.mts[mt.ID] = mt
-	return describeMountTarget(mt), nil
+	return describeMountTarget(mt, fs.owner()), nil
 }
 
 func (s *state) deleteMountTarget(id string) *apiError {
@@ -615,7 +635,7 @@ func (s *state) describeMountTargets(in *DescribeMountTargetsInput, max int, now
 		if mt == nil {
 			return out, mtNotFound(in.MountTargetId)
 		}
-		out.MountTargets = append(out.MountTargets, describeMountTarget(mt))
+		out.MountTargets = append(out.MountTargets, describeMountTarget(mt, s.fss[mt.FileSystemID].owner()))
 		return out, nil
 	case in.AccessPointId != "":
 		ap := s.aps[in.AccessPointId]
@@ -635,7 +655,7 @@ func (s *state) describeMountTargets(in *DescribeMountTargetsInput, max int, now
 	mts, next := page(fs.mts, func(mt *mountTargetRec) uint64 { return mt.Seq }, after, max,
 		func(*mountTargetRec) bool { return true }, fs.ID)
 	for _, mt := range mts {
-		out.MountTargets = append(out.MountTargets, describeMountTarget(mt))
+		out.MountTargets = append(out.MountTargets, describeMountTarget(mt, fs.owner()))
 	}
 	out.NextMarker = next
 	return out, nil
@@ -730,4 +750,67 @@ func (s *state) listTags(id string, next string, max int, now time.Time) (listTa
 		out.NextToken = strconv.Itoa(end)
 	}
 	return out, nil
+}
+
+// ---- accounts ----
+
+// ownerOf is the account that owns resource id (a file system, or the file
+// system of an access point or a mount target); false when id names nothing
+// (the operation then answers its NotFound).
+func (s *state) ownerOf(id string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fsID := id
+	switch {
+	case strings.HasPrefix(id, "fsap-"):
+		ap := s.aps[id]
+		if ap == nil {
+			return "", false
+		}
+		fsID = ap.FileSystemID
+	case strings.HasPrefix(id, "fsmt-"):
+		mt := s.mts[id]
+		if mt == nil {
+			return "", false
+		}
+		fsID = mt.FileSystemID
+	}
+	fs := s.fss[fsID]
+	if fs == nil {
+		return "", false
+	}
+	return fs.owner(), true
+}
+
+// setOwner makes account the owner of file system id.
+func (s *state) setOwner(id, account string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fs := s.fss[id]
+	if fs == nil {
+		return fmt.Errorf("file system %s does not exist", id)
+	}
+	rec := fs.fileSystemRec
+	rec.Owner = ownerField(account)
+	if err := s.store.commit(func(tx *bolt.Tx) error { return put(tx, bucketFileSystems, id, &rec) }); err != nil {
+		return err
+	}
+	fs.Owner = rec.Owner
+	for _, ap := range fs.aps {
+		ap.account, ap.json = account, nil
+	}
+	return nil
+}
+
+// owners maps every file system to its owner; foreign reports whether any
+// belongs to another account than the default.
+func (s *state) owners() (owners map[string]string, foreign bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	owners = make(map[string]string, len(s.fss))
+	for id, fs := range s.fss {
+		owners[id] = fs.owner()
+		foreign = foreign || fs.Owner != ""
+	}
+	return owners, foreign
 }
