@@ -89,9 +89,6 @@ const (
 	CtxMountTargetIPMap = "mounttargetipmap"
 )
 
-// roleARNRe is the shape of an IAM role ARN in any partition.
-var roleARNRe = regexp.MustCompile(`^arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]{1,512}$`)
-
 // externalIDRe is what STS accepts as an external ID.
 var externalIDRe = regexp.MustCompile(`^[\w+=,.@:/-]+$`)
 
@@ -102,7 +99,7 @@ func secretsBackend(api API, secrets map[string]string) (Backend, error) {
 	role, hasRole := secrets[SecretRoleARN]
 	ext, hasExt := secrets[SecretExternalID]
 	switch {
-	case hasRole && !roleARNRe.MatchString(role):
+	case hasRole && !efs.ValidRoleARN(role):
 		return Backend{}, fmt.Errorf("%w: provisioner secret %s is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)", ErrInvalidRequest, SecretRoleARN)
 	case hasExt && !hasRole:
 		return Backend{}, fmt.Errorf("%w: provisioner secret %s needs %s", ErrInvalidRequest, SecretExternalID, SecretRoleARN)

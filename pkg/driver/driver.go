@@ -193,7 +193,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			refs = kubeRefs{kc}
 		}
 		d.controller, err = controller.New(controller.Config{
-			EFS: client, Mounter: mounter, Refs: refs, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
+			EFS: client, Mounter: mounter, Refs: refs, Backends: backends{own: client}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
 			TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {
