@@ -109,6 +109,7 @@ type Config struct {
 	EFS           EFS
 	Mounter       FileSystemMounter
 	Refs          RefReader         // nil: a class naming its file system by reference is an error
+	Zones         ZoneDescriber     // nil: a class with enforceZoneAffinity "true" is an error
 	Tags          map[string]string // added to every access point (--tags)
 	ClusterID     string            // --cluster-id, written as TagClusterID; "" = unknown: no tag
 	DeleteRootDir bool              // --delete-access-point-root-dir
@@ -130,6 +131,7 @@ type Service struct {
 	efs     EFS
 	mounter FileSystemMounter
 	refs    RefReader
+	zones   *zoneCache // nil without Config.Zones
 	tags    map[string]string
 	cluster string // Config.ClusterID
 	now     func() time.Time
@@ -204,8 +206,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.procStart != nil {
 		v.procStart = cfg.procStart
 	}
+	var zones *zoneCache
+	if cfg.Zones != nil {
+		zones = newZoneCache(cfg.Zones, cfg.Now)
+	}
 	return &Service{
-		efs: cfg.EFS, mounter: cfg.Mounter, refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
+		zones: zones, efs: cfg.EFS, mounter: cfg.Mounter, refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
 		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
 		answers: map[string]answer{}, answerOf: map[string]string{},

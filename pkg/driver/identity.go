@@ -23,10 +23,35 @@ func (i *identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*c
 func (i *identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	var caps []*csi.PluginCapability
 	if i.controller {
-		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
-			Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}}})
+		caps = append(caps, service(csi.PluginCapability_Service_CONTROLLER_SERVICE),
+			// The external-provisioner writes a volume's AccessibleTopology into
+			// its PV's nodeAffinity, and passes WaitForFirstConsumer claims'
+			// AccessibilityRequirements, only when the plugin advertises this
+			// (and its Topology gate, on by default, is on). It is advertised
+			// with the controller, which is what the provisioner asks, so that
+			// One Zone volumes (enforceZoneAffinity) are scheduled to their zone.
+			//
+			// What it costs, from the provisioner's topology code: a regional
+			// volume answers no topology, so its PV has no nodeAffinity, and
+			// requirements are ignored for it. But with --immediate-topology
+			// (the provisioner's default) an Immediate claim fails with "no
+			// available topology found" while no node has reported a zone (no
+			// node plugin running yet, or none knows its zone); the chart
+			// therefore runs the provisioner with --immediate-topology=false,
+			// and Immediate claims get no requirements at all (a One Zone
+			// volume still answers its zone). A WaitForFirstConsumer claim on
+			// a node that reported no zone is refused by the provisioner ("no
+			// topology key found for node") whatever this driver answers: the
+			// node plugin discovers its zone from --zone, the Node's zone label
+			// or instance metadata, and warns when it finds none
+			// (docs/design.md, Topology).
+			service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
 	}
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+func service(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
+	return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
 }
 
 // Probe answers ready, at once, whenever the process can answer at all: it
