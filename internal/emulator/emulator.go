@@ -17,10 +17,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,12 @@ type Config struct {
 	// fs- and 8 to 40 hex digits), each with one mount target at 127.0.0.1
 	// in us-east-1a.
 	FileSystems []string
+	// OneZoneFileSystems are created at start when missing as One Zone file
+	// systems (file system ID -> availability zone of us-east-1, e.g.
+	// us-east-1b), each with its one mount target at 127.0.0.1 in its zone.
+	// One that exists in another zone, or regional, is an error: a file
+	// system's zone never changes.
+	OneZoneFileSystems map[string]string
 	// AccessPointLimit is the number of access points per file system;
 	// 0 means 10000 (EFS's limit).
 	AccessPointLimit int
@@ -115,6 +123,19 @@ func New(cfg Config) (*Emulator, error) {
 		if !ValidFileSystemID(id) {
 			return nil, fmt.Errorf("emulator: file system ID %q does not match ^fs-[0-9a-f]{8,40}$", id)
 		}
+		if z, ok := cfg.OneZoneFileSystems[id]; ok {
+			return nil, fmt.Errorf("emulator: file system %s is named both regional and One Zone (%s)", id, z)
+		}
+	}
+	startFS := slices.Clone(cfg.FileSystems)
+	for _, id := range slices.Sorted(maps.Keys(cfg.OneZoneFileSystems)) {
+		if !ValidFileSystemID(id) {
+			return nil, fmt.Errorf("emulator: file system ID %q does not match ^fs-[0-9a-f]{8,40}$", id)
+		}
+		if z := cfg.OneZoneFileSystems[id]; !ValidZone(z) {
+			return nil, fmt.Errorf("emulator: One Zone file system %s: %q is not an availability zone of %s (%sa to %s%c)", id, z, region, region, region, maxZoneLetter)
+		}
+		startFS = append(startFS, id)
 	}
 	if err := validateFaults(cfg.Faults); err != nil {
 		return nil, fmt.Errorf("emulator: %w", err)
@@ -144,7 +165,12 @@ func New(cfg Config) (*Emulator, error) {
 		e.counts[op] = new(atomic.Int64)
 	}
 	e.faults.setAll(cfg.Faults)
-	for _, id := range cfg.FileSystems {
+	for _, id := range startFS {
+		zone := cfg.OneZoneFileSystems[id]
+		if have, ok := e.state.fileSystemZone(id); ok && have != zone {
+			_ = st.close()
+			return nil, fmt.Errorf("emulator: file system %s exists in zone %q, not %q: a file system's zone never changes", id, have, zone)
+		}
 		if e.state.hasFileSystem(id) {
 			if err := mkdirFileSystem(dataDir, id); err != nil { // its directory may have been removed
 				_ = st.close()
@@ -152,7 +178,7 @@ func New(cfg Config) (*Emulator, error) {
 			}
 			continue
 		}
-		rec := fileSystemRec{ID: id, CreationToken: id, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode}
+		rec := fileSystemRec{ID: id, CreationToken: id, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode, AZName: zone}
 		if _, aerr := e.state.createFileSystem(rec, true); aerr != nil {
 			_ = st.close()
 			return nil, fmt.Errorf("emulator: create file system %s: %v", id, aerr)
@@ -161,6 +187,13 @@ func New(cfg Config) (*Emulator, error) {
 	}
 	e.mux = e.routes()
 	return e, nil
+}
+
+// ValidZone reports whether name is an availability zone of the
+// emulator's region (us-east-1a to us-east-1f).
+func ValidZone(name string) bool {
+	_, ok := zoneID(name)
+	return ok
 }
 
 // Handler serves the EFS API and the control endpoint under /_emulator/.

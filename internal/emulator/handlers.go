@@ -346,6 +346,11 @@ func (e *Emulator) decodeCreateFileSystem(r *http.Request) (request, *apiError) 
 		ProvisionedMiBs: in.ProvisionedThroughputInMibps, Encrypted: in.Encrypted != nil && *in.Encrypted,
 		KmsKeyID: str(in.KmsKeyId), AZName: str(in.AvailabilityZoneName),
 	}
+	if z := rec.AZName; z != "" {
+		if !ValidZone(z) {
+			return request{}, badRequest("AvailabilityZoneName %.64q is not an availability zone of %s", z, region)
+		}
+	}
 	if p := str(in.PerformanceMode); p != "" {
 		if p != "generalPurpose" && p != "maxIO" {
 			return request{}, badRequest("PerformanceMode %q: want generalPurpose or maxIO", p)

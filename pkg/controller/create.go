@@ -24,7 +24,7 @@ type plan struct {
 	name     string
 	params   volume.Params
 	capacity int64
-	topology []*csi.Topology // AccessibleTopology of the answer (enforceZoneAffinity)
+	topology []*csi.Topology            // AccessibleTopology of the answer (enforceZoneAffinity)
 	input    efs.CreateAccessPointInput // PosixUser is filled once a GID is reserved
 }
 

@@ -102,10 +102,10 @@ type Params struct {
 	// EnforceZoneAffinity: the file system is described and a One Zone
 	// file system's volume answers the topology of its zone.
 	EnforceZoneAffinity bool
-	AZ                    string
-	PVCName               string
-	PVCNamespace          string
-	PVName                string
+	AZ                  string
+	PVCName             string
+	PVCNamespace        string
+	PVName              string
 }
 
 var octalModeRe = regexp.MustCompile(`^[0-7]{3,4}$`)

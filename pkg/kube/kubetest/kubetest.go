@@ -47,7 +47,7 @@ type Server struct {
 	pvs      []corev1.PersistentVolume
 	claims   map[string]string // ns/name -> UID
 	classes  []storagev1.StorageClass
-	nodes    map[string]map[string]string // Node name -> labels
+	nodes    map[string]map[string]string     // Node name -> labels
 	leases   map[string]*coordinationv1.Lease // ns/name
 	rv       int                              // resourceVersion of the last change
 	pvEvents []pvEvent                        // every PV change, for watches
