@@ -181,7 +181,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 
-	d.identity = &identity{name: cfg.DriverName, controller: cfg.Mode != ModeNode}
+	d.identity = &identity{name: cfg.DriverName, controller: cfg.Mode != ModeNode, topology: cfg.Mode == ModeController}
 	var kc *kube.Client
 	if cfg.Mode != ModeNode {
 		d.health = newEFSHealth(client, cfg.Logger)
@@ -217,6 +217,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			cfg.Logger.Warn("zone unknown: NodeGetInfo reports no topology", slog.String("why", err.Error()))
 		}
 		cfg.Zone = zone
+		d.identity.topology = cfg.Mode == ModeAll && zone != ""
 		if cfg.VolumeAttachLimit < 0 {
 			return nil, fmt.Errorf("--volume-attach-limit %d is negative", cfg.VolumeAttachLimit)
 		}

@@ -14,6 +14,10 @@ type identity struct {
 	csi.UnimplementedIdentityServer
 	name       string
 	controller bool
+	// topology: advertise VOLUME_ACCESSIBILITY_CONSTRAINTS (see
+	// GetPluginCapabilities): a controller, unless it is also this
+	// process's node plugin and that knows no zone.
+	topology bool
 }
 
 func (i *identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
@@ -23,13 +27,18 @@ func (i *identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*c
 func (i *identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	var caps []*csi.PluginCapability
 	if i.controller {
-		caps = append(caps, service(csi.PluginCapability_Service_CONTROLLER_SERVICE),
+		caps = append(caps, service(csi.PluginCapability_Service_CONTROLLER_SERVICE))
+	}
+	if i.topology {
+		caps = append(caps,
 			// The external-provisioner writes a volume's AccessibleTopology into
 			// its PV's nodeAffinity, and passes WaitForFirstConsumer claims'
 			// AccessibilityRequirements, only when the plugin advertises this
 			// (and its Topology gate, on by default, is on). It is advertised
 			// with the controller, which is what the provisioner asks, so that
-			// One Zone volumes (enforceZoneAffinity) are scheduled to their zone.
+			// One Zone volumes (enforceZoneAffinity) are scheduled to their zone;
+			// in --mode=all only when this process's node plugin knows its zone,
+			// since the CO matches volumes' topology with NodeGetInfo's.
 			//
 			// What it costs, from the provisioner's topology code: a regional
 			// volume answers no topology, so its PV has no nodeAffinity, and
