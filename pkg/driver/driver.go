@@ -43,7 +43,7 @@ type Config struct {
 	DriverName      string
 	Mode            string
 	NodeID          string
-	Zone            string            // topology zone reported by NodeGetInfo; "" = unknown
+	Zone            string            // --zone, reported by NodeGetInfo; "": discovered (zone.go), maybe unknown
 	Tags            map[string]string // parsed --tags
 	DeleteRootDir   bool
 	LocalRoot       string // emulator data directory: bind mounts instead of mount -t efs
