@@ -3,6 +3,7 @@
 // AWS account. See docs/emulator.md.
 //
 //	efs-emulator --listen 127.0.0.1:PORT --data-dir DIR [--file-system fs-ID ...]
+//	    [--one-zone-file-system fs-ID=ZONE ...]
 //	    [--access-point-limit N] [--lenient-client-token] [fault flags]
 //	    [--role ARN[#EXTERNAL_ID] ...] [--access-key KEY=ACCOUNT ...]
 //	    [--file-system-owner fs-ID=ACCOUNT ...]
@@ -44,9 +45,11 @@ func run(args []string) error {
 	var cfg emulator.Config
 	var fileSystems listFlag
 	cfg.Faults = map[emulator.Op]emulator.Fault{}
+	cfg.OneZoneFileSystems = map[string]string{}
 	listen := fs.String("listen", "127.0.0.1:8049", "`address` to serve the EFS API and /_emulator/ on")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` for the state and one directory per file system (required)")
 	fs.Var(&fileSystems, "file-system", "create file system `fs-ID` at start if missing; repeatable")
+	emulator.RegisterOneZoneFlag(fs, cfg.OneZoneFileSystems)
 	fs.IntVar(&cfg.AccessPointLimit, "access-point-limit", emulator.DefaultAccessPointLimit, "access points per file system")
 	fs.BoolVar(&cfg.LenientClientToken, "lenient-client-token", false, "a repeated ClientToken with identical parameters returns the existing access point")
 	fs.BoolVar(&cfg.NoFsync, "no-fsync", false, "do not fsync commits: state survives the emulator's crash, not the machine's")
@@ -97,7 +100,7 @@ func run(args []string) error {
 			_ = emu.Close()
 		}
 	}()
-	cfg.Logger.Info("serving the EFS API and STS AssumeRole", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "fileSystems", cfg.FileSystems)
+	cfg.Logger.Info("serving the EFS API and STS AssumeRole", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "fileSystems", cfg.FileSystems, "oneZoneFileSystems", cfg.OneZoneFileSystems)
 	if err := emu.Serve(l); err != nil {
 		_ = emu.Close()
 		return err

@@ -17,10 +17,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,12 @@ type Config struct {
 	// fs- and 8 to 40 hex digits), each with one mount target at 127.0.0.1
 	// in us-east-1a.
 	FileSystems []string
+	// OneZoneFileSystems are created at start when missing as One Zone file
+	// systems (file system ID -> availability zone of us-east-1, e.g.
+	// us-east-1b), each with its one mount target at 127.0.0.1 in its zone.
+	// One that exists in another zone, or regional, is an error: a file
+	// system's zone never changes.
+	OneZoneFileSystems map[string]string
 	// AccessPointLimit is the number of access points per file system;
 	// 0 means 10000 (EFS's limit).
 	AccessPointLimit int
@@ -134,6 +142,19 @@ func New(cfg Config) (*Emulator, error) {
 		if !ValidFileSystemID(id) {
 			return nil, fmt.Errorf("emulator: file system ID %q does not match ^fs-[0-9a-f]{8,40}$", id)
 		}
+		if z, ok := cfg.OneZoneFileSystems[id]; ok {
+			return nil, fmt.Errorf("emulator: file system %s is named both regional and One Zone (%s)", id, z)
+		}
+	}
+	startFS := slices.Clone(cfg.FileSystems)
+	for _, id := range slices.Sorted(maps.Keys(cfg.OneZoneFileSystems)) {
+		if !ValidFileSystemID(id) {
+			return nil, fmt.Errorf("emulator: file system ID %q does not match ^fs-[0-9a-f]{8,40}$", id)
+		}
+		if z := cfg.OneZoneFileSystems[id]; !ValidZone(z) {
+			return nil, fmt.Errorf("emulator: One Zone file system %s: %q is not an availability zone of %s (%sa to %s%c)", id, z, region, region, region, maxZoneLetter)
+		}
+		startFS = append(startFS, id)
 	}
 	for id, account := range cfg.FileSystemOwners {
 		if !ValidFileSystemID(id) {
@@ -179,7 +200,7 @@ func New(cfg Config) (*Emulator, error) {
 		e.counts[op] = new(atomic.Int64)
 	}
 	e.faults.setAll(cfg.Faults)
-	if err := e.seed(cfg); err != nil {
+	if err := e.seed(cfg, startFS); err != nil {
 		_ = st.close()
 		return nil, fmt.Errorf("emulator: %w", err)
 	}
@@ -187,14 +208,15 @@ func New(cfg Config) (*Emulator, error) {
 	return e, nil
 }
 
-// seed loads the accounts and creates what cfg names.
-func (e *Emulator) seed(cfg Config) error {
+// seed loads the accounts and creates what cfg names (the file systems
+// of startFS, One Zone ones in their zone).
+func (e *Emulator) seed(cfg Config, startFS []string) error {
 	var err error
 	if e.accounts, err = loadAccounts(e.state.store, e.Now()); err != nil {
 		return fmt.Errorf("load accounts: %w", err)
 	}
-	for _, id := range cfg.FileSystems {
-		if err := e.ensureFileSystem(id); err != nil {
+	for _, id := range startFS {
+		if err := e.ensureFileSystem(id, cfg.OneZoneFileSystems[id]); err != nil {
 			return err
 		}
 	}
@@ -220,17 +242,28 @@ func (e *Emulator) seed(cfg Config) error {
 	return nil
 }
 
-// ensureFileSystem creates file system id, with one mount target, if missing.
-func (e *Emulator) ensureFileSystem(id string) error {
+// ensureFileSystem creates file system id (One Zone in zone, "" for
+// regional) if missing; an existing one must be in that zone.
+func (e *Emulator) ensureFileSystem(id, zone string) error {
+	if have, ok := e.state.fileSystemZone(id); ok && have != zone {
+		return fmt.Errorf("file system %s exists in zone %q, not %q: a file system's zone never changes", id, have, zone)
+	}
 	if e.state.hasFileSystem(id) {
 		return mkdirFileSystem(e.cfg.DataDir, id) // its directory may have been removed
 	}
-	rec := fileSystemRec{ID: id, CreationToken: id, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode}
+	rec := fileSystemRec{ID: id, CreationToken: id, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode, AZName: zone}
 	if _, aerr := e.state.createFileSystem(rec, true); aerr != nil {
 		return fmt.Errorf("create file system %s: %v", id, aerr)
 	}
 	e.log.Info("created file system", "fileSystem", id)
 	return nil
+}
+
+// ValidZone reports whether name is an availability zone of the
+// emulator's region (us-east-1a to us-east-1f).
+func ValidZone(name string) bool {
+	_, ok := zoneID(name)
+	return ok
 }
 
 // Handler serves the EFS API and the control endpoint under /_emulator/.
@@ -385,7 +418,8 @@ func (e *Emulator) SetFileSystemOwner(id, account string) error {
 	if !accountRE.MatchString(account) {
 		return fmt.Errorf("owner %q of %s is not a 12-digit account", account, id)
 	}
-	if err := e.ensureFileSystem(id); err != nil {
+	zone, _ := e.state.fileSystemZone(id) // kept; a new one is regional
+	if err := e.ensureFileSystem(id, zone); err != nil {
 		return err
 	}
 	if err := e.state.setOwner(id, account); err != nil {

@@ -157,3 +157,38 @@ func RegisterAccountFlags(fs *flag.FlagSet, cfg *Config) {
 		return nil
 	})
 }
+
+// RegisterOneZoneFlag defines --one-zone-file-system fs-ID=ZONE on fs
+// (repeatable): each use adds a One Zone file system to zones
+// (Config.OneZoneFileSystems).
+func RegisterOneZoneFlag(fs *flag.FlagSet, zones map[string]string) {
+	fs.Var(oneZoneFlag(zones), "one-zone-file-system",
+		"create One Zone file system `fs-ID=ZONE` (e.g. fs-0123456789abcdef0=us-east-1b) at start if missing; repeatable")
+}
+
+type oneZoneFlag map[string]string
+
+func (z oneZoneFlag) String() string {
+	var parts []string
+	for id, zone := range z {
+		parts = append(parts, id+"="+zone)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (z oneZoneFlag) Set(v string) error {
+	id, zone, ok := strings.Cut(v, "=")
+	switch {
+	case !ok:
+		return fmt.Errorf("want fs-ID=ZONE, got %q", v)
+	case !ValidFileSystemID(id):
+		return fmt.Errorf("%q is not a file system ID (fs- and 8 to 40 hex digits)", id)
+	case !ValidZone(zone):
+		return fmt.Errorf("%q is not an availability zone of %s (%sa to %s%c)", zone, region, region, region, maxZoneLetter)
+	}
+	if old, dup := z[id]; dup && old != zone {
+		return fmt.Errorf("%s named in two zones, %s and %s", id, old, zone)
+	}
+	z[id] = zone
+	return nil
+}

@@ -107,3 +107,24 @@ func TestAccountFlags(t *testing.T) {
 		})
 	}
 }
+
+func TestOneZoneFlagBuildsZonesAndRejectsNonsense(t *testing.T) {
+	got := map[string]string{}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	RegisterOneZoneFlag(fs, got)
+	if err := fs.Parse([]string{"--one-zone-file-system", "fs-0123456789abcdef0=us-east-1b", "--one-zone-file-system", "fs-0123456789abcdef1=us-east-1f"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"fs-0123456789abcdef0": "us-east-1b", "fs-0123456789abcdef1": "us-east-1f"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("zones %v, want %v", got, want)
+	}
+	for _, v := range []string{"fs-0123456789abcdef0", "fs-0123456789abcdef0=eu-west-1a", "fs-xyz=us-east-1a", "fs-0123456789abcdef0=us-east-1c"} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		RegisterOneZoneFlag(fs, got) // the last one names an existing file system in another zone
+		if err := fs.Parse([]string{"--one-zone-file-system", v}); err == nil {
+			t.Errorf("%q accepted", v)
+		}
+	}
+}

@@ -376,6 +376,11 @@ func (e *Emulator) decodeCreateFileSystem(r *http.Request) (request, *apiError) 
 		KmsKeyID: str(in.KmsKeyId), AZName: str(in.AvailabilityZoneName),
 		Owner: ownerField(callerFrom(r.Context()).account),
 	}
+	if z := rec.AZName; z != "" {
+		if !ValidZone(z) {
+			return request{}, badRequest("AvailabilityZoneName %.64q is not an availability zone of %s", z, region)
+		}
+	}
 	if p := str(in.PerformanceMode); p != "" {
 		if p != "generalPurpose" && p != "maxIO" {
 			return request{}, badRequest("PerformanceMode %q: want generalPurpose or maxIO", p)

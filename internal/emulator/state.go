@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -188,7 +189,9 @@ func ownerField(account string) string {
 
 func (fs *fileSystem) describe() wireFileSystem {
 	epoch := float64(fs.Created.UnixNano()) / 1e9
+	azID, _ := zoneID(fs.AZName)
 	return wireFileSystem{
+		AvailabilityZoneId:           azID,
 		AvailabilityZoneName:         fs.AZName,
 		CreationTime:                 epoch,
 		CreationToken:                fs.CreationToken,
@@ -485,8 +488,10 @@ func (s *state) createFileSystem(rec fileSystemRec, withMountTarget bool) (wireF
 	var mt *mountTargetRec
 	if withMountTarget {
 		s.seq++
+		zone := cmp.Or(rec.AZName, region+"a") // a One Zone file system's only zone
+		id, _ := zoneID(zone)
 		mt = &mountTargetRec{ID: s.newID("fsmt-"), Seq: s.seq, FileSystemID: rec.ID,
-			SubnetID: "subnet-0123456789abcdef0", IPAddress: "127.0.0.1", AZName: region + "a", AZID: "use1-az1"}
+			SubnetID: "subnet-0123456789abcdef0", IPAddress: "127.0.0.1", AZName: zone, AZID: id}
 	}
 	if err := mkdirFileSystem(s.dataDir, rec.ID); err != nil {
 		return wireFileSystem{}, internalError(err)
@@ -508,6 +513,17 @@ func (s *state) createFileSystem(rec fileSystemRec, withMountTarget bool) (wireF
 		s.mts[mt.ID] = mt
 	}
 	return fs.describe(), nil
+}
+
+// fileSystemZone returns the zone of file system id ("" for a regional
+// one), false if it does not exist.
+func (s *state) fileSystemZone(id string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fs := s.fss[id]; fs != nil {
+		return fs.AZName, true
+	}
+	return "", false
 }
 
 // hasFileSystem reports whether id exists.
@@ -572,6 +588,19 @@ func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int, accou
 
 // ---- mount targets ----
 
+// zoneID is the availability zone ID of a zone of the emulator's region
+// (us-east-1a is use1-az1, ...); false for any other name.
+func zoneID(name string) (string, bool) {
+	letter, ok := strings.CutPrefix(name, region)
+	if !ok || len(letter) != 1 || letter[0] < 'a' || letter[0] > maxZoneLetter {
+		return "", false
+	}
+	return fmt.Sprintf("use1-az%d", letter[0]-'a'+1), true
+}
+
+// maxZoneLetter is the last zone of the region (us-east-1 has six).
+const maxZoneLetter = 'f'
+
 func (s *state) createMountTarget(fsID, subnet, ip string) (wireMountTarget, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -580,7 +609,8 @@ func (s *state) createMountTarget(fsID, subnet, ip string) (wireMountTarget, *ap
 		return wireMountTarget{}, fsNotFound(fsID)
 	}
 	// One mount target per availability zone, as EFS: each subnet stands for
-	// the next free zone, a repeated subnet conflicts.
+	// the next free zone, a repeated subnet conflicts. A One Zone file system
+	// has its zone only: a subnet standing for another is a mismatch.
 	used := map[string]bool{}
 	for _, mt := range fs.mts {
 		if mt.SubnetID == subnet {
@@ -589,16 +619,24 @@ func (s *state) createMountTarget(fsID, subnet, ip string) (wireMountTarget, *ap
 		}
 		used[mt.AZName] = true
 	}
-	letter := byte('a')
-	for used[region+string(letter)] {
-		letter++
+	zone := fs.AZName
+	if zone == "" {
+		letter := byte('a')
+		for used[region+string(letter)] {
+			letter++
+		}
+		zone = region + string(letter)
+	} else if used[zone] {
+		return wireMountTarget{}, errorf(http.StatusBadRequest, codeAZMismatch,
+			"File system %s is One Zone in %s and has its mount target there; subnet %s is in another availability zone", fsID, zone, subnet)
 	}
 	if ip == "" {
 		ip = "127.0.0.1"
 	}
+	azID, _ := zoneID(zone)
 	s.seq++
 	mt := &mountTargetRec{ID: s.newID("fsmt-"), Seq: s.seq, FileSystemID: fsID, SubnetID: subnet, IPAddress: ip,
-		AZName: region + string(letter), AZID: fmt.Sprintf("use1-az%d", letter-'a'+1)}
+		AZName: zone, AZID: azID}
 	if err := s.store.commit(func(tx *bolt.Tx) error { return put(tx, bucketMountTargets, mt.ID, mt) }); err != nil {
 		return wireMountTarget{}, internalError(err)
 	}

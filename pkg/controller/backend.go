@@ -66,13 +66,6 @@ type MountTargetLister interface {
 	DescribeMountTargets(ctx context.Context, fsID string) ([]efs.MountTarget, error)
 }
 
-// FileSystemDescriber is implemented by clients that describe a file
-// system. Contract: a file system these credentials cannot see wraps
-// efs.ErrFileSystemNotFound.
-type FileSystemDescriber interface {
-	DescribeFileSystem(ctx context.Context, fsID string) (*efs.FileSystem, error)
-}
-
 // Provisioner secret keys (csi.storage.k8s.io/provisioner-secret-name),
 // spelled as the upstream driver spells them.
 const (
@@ -155,7 +148,10 @@ func (s *Service) backend(ctx context.Context, b Backend) (*Service, error) {
 		return nil, fmt.Errorf("backend %s: %w", b, err)
 	}
 	cfg := s.cfg
-	cfg.EFS, cfg.Backends = client, nil
+	cfg.EFS, cfg.Backends, cfg.Zones = client, nil, nil
+	if d, ok := client.(FileSystemDescriber); ok {
+		cfg.Zones = d // the backend's file systems are described as its own
+	}
 	if mounter != nil {
 		cfg.Mounter = mounter
 	}

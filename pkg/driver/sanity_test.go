@@ -79,7 +79,9 @@ func TestSanity(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("csi-sanity's node tests need root for bind mounts")
 	}
-	socket, _ := startDriver(t)
+	// With a zone, the plugin advertises VOLUME_ACCESSIBILITY_CONSTRAINTS and
+	// csi-sanity checks that NodeGetInfo reports topology.
+	socket, _ := startDriver(t, func(c *Config) { c.Zone = "us-east-1a" })
 	cfg := sanity.NewTestConfig()
 	cfg.Address = socket
 	base := t.TempDir()

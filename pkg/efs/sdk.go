@@ -350,10 +350,18 @@ func (c *Client) DescribeFileSystem(ctx context.Context, fsID string) (*FileSyst
 	}
 	for _, d := range out.FileSystems {
 		if aws.ToString(d.FileSystemId) == fsID {
-			return &FileSystem{ID: fsID, LifeCycleState: string(d.LifeCycleState), Tags: fromTags(d.Tags)}, nil
+			fs := fromFileSystem(d)
+			return &fs, nil
 		}
 	}
 	return nil, fmt.Errorf("%s %s: %w: not in the answer", OpDescribeFileSystems, fsID, ErrFileSystemNotFound)
+}
+
+func fromFileSystem(d types.FileSystemDescription) FileSystem {
+	return FileSystem{
+		ID: aws.ToString(d.FileSystemId), LifeCycleState: string(d.LifeCycleState), Tags: fromTags(d.Tags),
+		AvailabilityZoneName: aws.ToString(d.AvailabilityZoneName), AvailabilityZoneID: aws.ToString(d.AvailabilityZoneId),
+	}
 }
 
 // ListFileSystems returns every file system of the account and region (all pages).
@@ -369,7 +377,7 @@ func (c *Client) ListFileSystems(ctx context.Context) ([]FileSystem, error) {
 			return nil, err
 		}
 		for _, d := range out.FileSystems {
-			fss = append(fss, FileSystem{ID: aws.ToString(d.FileSystemId), LifeCycleState: string(d.LifeCycleState), Tags: fromTags(d.Tags)})
+			fss = append(fss, fromFileSystem(d))
 		}
 		next := aws.ToString(out.NextMarker)
 		if next == "" || next == aws.ToString(marker) {
