@@ -28,8 +28,19 @@ func startDriver(t *testing.T, mut ...func(*Config)) (socket string, emu *emulat
 // startDriverStop also returns a stop function: cancel (SIGTERM) and wait for Run.
 func startDriverStop(t *testing.T, mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
 	t.Helper()
+	return startDriverOn(t, nil, mut...)
+}
+
+// startDriverOn starts the driver on an emulator that emuMut (if not nil)
+// configures further.
+func startDriverOn(t *testing.T, emuMut func(*emulator.Config), mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
+	t.Helper()
 	data := t.TempDir()
-	url, emu := emulatortest.Start(t, emulator.Config{DataDir: data, FileSystems: []string{sanityFS}})
+	ecfg := emulator.Config{DataDir: data, FileSystems: []string{sanityFS}}
+	if emuMut != nil {
+		emuMut(&ecfg)
+	}
+	url, emu := emulatortest.Start(t, ecfg)
 	socket = filepath.Join(t.TempDir(), "csi.sock")
 	cfg := Config{
 		Endpoint: "unix://" + socket, Mode: ModeAll, NodeID: "node-1", LocalRoot: data,
