@@ -88,13 +88,17 @@ func main() {
 		fs.Bool(name, name != "efs-cloudwatch-log-enabled", "accepted for upstream compatibility; not used")
 		upstreamOnly[name] = true
 	}
-	for _, name := range []string{"efs-utils-conf-overrides", "s3files-utils-conf-overrides", "efs-utils-static-files-path"} {
+	for _, name := range []string{"efs-utils-conf-overrides", "s3files-utils-conf-overrides"} {
 		fs.String(name, "", "accepted for upstream compatibility; not used")
 		upstreamOnly[name] = true
 	}
 	fs.StringVar(&efsUtilsConfDir, "efs-utils-config-dir-path", "/var/amazon/efs", "accepted for upstream compatibility; not used")
 	fs.StringVar(&efsUtilsDir, "efs-utils-config-legacy-dir-path", "/etc/amazon/efs-legacy", "accepted for upstream compatibility; not used")
+	// The image puts efs-utils' static files here (hack/image-files.txt; make image-check
+	// compares the two).
+	fs.String("efs-utils-static-files-path", "/etc/amazon/efs-static-files/", "accepted for upstream compatibility; not used")
 	upstreamOnly["efs-utils-config-dir-path"], upstreamOnly["efs-utils-config-legacy-dir-path"] = true, true
+	upstreamOnly["efs-utils-static-files-path"] = true
 	fs.Parse(os.Args[1:])
 
 	if version {

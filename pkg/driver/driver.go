@@ -80,6 +80,7 @@ type Driver struct {
 	identity   *identity
 	health     *efsHealth // nil in node mode
 	orphans    *orphanCollector
+	taint      *startupTaint // nil: not removing the startup taint (no Kubernetes API, or controller mode)
 	socketPath string
 }
 
@@ -229,6 +230,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		if err != nil {
 			return nil, err
 		}
+		d.taint = startupTaintFor(cfg, kc, sock)
 	}
 	if cfg.OrphanInterval > 0 && d.controller != nil {
 		if d.orphans, err = newOrphanCollector(cfg, cfg.ClusterID, kc, client, d.controller); err != nil {
@@ -375,6 +377,9 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 	}
 	if d.orphans != nil {
 		background.Go(func() { d.orphans.run(bctx) })
+	}
+	if d.taint != nil {
+		background.Go(func() { d.taint.run(bctx) })
 	}
 	if ready != nil {
 		close(ready)

@@ -77,7 +77,7 @@ func TestZoneDiscoveryOrderFlagThenNodeLabelThenIMDS(t *testing.T) {
 			t.Setenv("KUBERNETES_SERVICE_HOST", "")
 			api := kubetest.Start(t)
 			if c.node != nil {
-				api.SetNode("n1", c.node)
+				api.SetNodeLabels("n1", c.node)
 			}
 			socket, _ := startDriver(t, func(cfg *Config) {
 				cfg.Zone = c.flag
