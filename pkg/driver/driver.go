@@ -68,6 +68,8 @@ type Config struct {
 	Kube                  kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
 	EFS                   efs.Config
 	Logger                *slog.Logger
+
+	noStartupTaint bool // tests of other Node reads: no taint remover
 }
 
 // Driver is a configured, not yet serving, CSI plugin.
@@ -230,7 +232,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.taint = startupTaintFor(cfg, kc, sock)
+		if !cfg.noStartupTaint {
+			d.taint = startupTaintFor(cfg, kc, sock)
+		}
 	}
 	if cfg.OrphanInterval > 0 && d.controller != nil {
 		if d.orphans, err = newOrphanCollector(cfg, cfg.ClusterID, kc, client, d.controller); err != nil {

@@ -81,6 +81,7 @@ func TestZoneDiscoveryOrderFlagThenNodeLabelThenIMDS(t *testing.T) {
 			}
 			socket, _ := startDriver(t, func(cfg *Config) {
 				cfg.Zone = c.flag
+				cfg.noStartupTaint = true // it reads the Node too
 				if c.kube {
 					cfg.Kube = kube.Config{URL: api.URL, TokenFile: api.TokenFile("node"), CAFile: api.CAFile}
 				}
