@@ -34,6 +34,7 @@ var codeTable = []struct {
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{keylock.ErrBusy, codes.Aborted},
+	{node.ErrTooManyMounts, codes.Aborted},
 	{controller.ErrInvalidRequest, codes.InvalidArgument},
 	{volume.ErrInvalidID, codes.InvalidArgument},
 	{volume.ErrInvalidParameter, codes.InvalidArgument},

@@ -13,6 +13,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/node"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -35,6 +36,7 @@ func TestErrorsMapToTheCodesTheProvisionerExpects(t *testing.T) {
 		{fmt.Errorf("gidRangeEnd: %w", volume.ErrInvalidParameter), codes.InvalidArgument},
 		{fmt.Errorf("x: %w", volume.ErrInvalidID), codes.InvalidArgument},
 		{fmt.Errorf("x: %w", keylock.ErrBusy), codes.Aborted},
+		{fmt.Errorf("x: %w", node.ErrTooManyMounts), codes.Aborted},
 		{fmt.Errorf("x: %w", controller.ErrIncompatible), codes.AlreadyExists},
 		{fmt.Errorf("x: %w", controller.ErrNotYetVisible), codes.Unavailable},
 		{fmt.Errorf("x: %w", controller.ErrUnsafeRootDir), codes.FailedPrecondition},

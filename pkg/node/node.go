@@ -34,6 +34,9 @@ var (
 	ErrVolumeNotFound = errors.New("volume not found")
 	// ErrMountFailed: mounting or unmounting failed (INTERNAL).
 	ErrMountFailed = errors.New("mount failed")
+	// ErrTooManyMounts: Config.AbortOverLimit is set and every mount slot
+	// is taken (ABORTED, as upstream's --max-inflight-mount-calls).
+	ErrTooManyMounts = errors.New("too many NodePublishVolume calls in flight")
 )
 
 // TopologyZoneKey is the topology segment NodeGetInfo reports the zone in.
@@ -73,9 +76,13 @@ type Config struct {
 	// Mounter is required.
 	Mounter Mounter
 	// MaxConcurrentMounts bounds NodePublishVolume calls mounting at once;
-	// others wait for a slot within their deadline. <= 0 means
-	// DefaultMaxConcurrentMounts.
+	// others wait for a slot within their deadline (or, with
+	// AbortOverLimit, are refused). <= 0 means DefaultMaxConcurrentMounts.
 	MaxConcurrentMounts int
+	// AbortOverLimit is upstream's --max-inflight-mount-calls-opt-in: a
+	// NodePublishVolume that finds every slot taken answers ABORTED
+	// (ErrTooManyMounts) at once instead of waiting for one.
+	AbortOverLimit bool
 	// VolMetricsOptIn advertises GET_VOLUME_STATS, as upstream's
 	// --vol-metrics-opt-in: kubelet then calls NodeGetVolumeStats for every
 	// mounted volume periodically, and a statfs on an NFS mount can block.
@@ -102,6 +109,7 @@ type Service struct {
 	maxVolumes     int64
 	locks          *keylock.Set
 	slots          chan struct{} // one token per mount in progress
+	abortOverLimit bool
 	log            *slog.Logger
 }
 
@@ -125,7 +133,7 @@ func New(cfg Config) (*Service, error) {
 	return &Service{
 		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn,
 		unmountTimeout: cfg.UnmountTimeout, maxVolumes: cfg.MaxVolumesPerNode, locks: keylock.New(),
-		slots: make(chan struct{}, cfg.MaxConcurrentMounts), log: cfg.Logger,
+		slots: make(chan struct{}, cfg.MaxConcurrentMounts), abortOverLimit: cfg.AbortOverLimit, log: cfg.Logger,
 	}, nil
 }
 
@@ -156,8 +164,17 @@ func (s *Service) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesR
 	return resp, nil
 }
 
-// acquire takes a mount slot, waiting no longer than ctx allows.
+// acquire takes a mount slot, waiting no longer than ctx allows, or not at
+// all with AbortOverLimit.
 func (s *Service) acquire(ctx context.Context) (release func(), err error) {
+	if s.abortOverLimit {
+		select {
+		case s.slots <- struct{}{}:
+			return func() { <-s.slots }, nil
+		default:
+			return nil, fmt.Errorf("%w: the limit is %d", ErrTooManyMounts, cap(s.slots))
+		}
+	}
 	select {
 	case s.slots <- struct{}{}:
 		return func() { <-s.slots }, nil
