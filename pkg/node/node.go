@@ -195,7 +195,7 @@ func (s *Service) unmount(ctx context.Context, target string) error {
 	uctx, cancel := context.WithTimeout(ctx, s.unmountTimeout)
 	defer cancel()
 	err := s.mounter.Unmount(uctx, target)
-	if err == nil || uctx.Err() == nil || time.Since(start) < s.unmountTimeout {
+	if err == nil || !s.unmountTimedOut(err, uctx, start) {
 		return err
 	}
 	s.log.Warn("unmount timed out, forcing it", slog.String("target", target), slog.Duration("timeout", s.unmountTimeout))
@@ -205,6 +205,18 @@ func (s *Service) unmount(ctx context.Context, target string) error {
 		return errors.Join(err, fmt.Errorf("forced unmount: %w", ferr))
 	}
 	return nil
+}
+
+// unmountTimedOut says whether err, from an unmount started at start with
+// uctx, means the unmount has been blocked for UnmountTimeout: this one, or
+// an earlier one still blocked on the same mount point (a retry after the
+// caller gave up is refused at once, mount.ErrNotResponding, and would
+// otherwise never force).
+func (s *Service) unmountTimedOut(err error, uctx context.Context, start time.Time) bool {
+	if since, ok := mount.BlockedSince(err); ok {
+		return time.Since(since) >= s.unmountTimeout
+	}
+	return uctx.Err() != nil && time.Since(start) >= s.unmountTimeout
 }
 
 // forceUnmountTimeout bounds a forced unmount, which should not block.
