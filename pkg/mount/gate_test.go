@@ -41,7 +41,10 @@ func TestAHungMountPointPinsOneThread(t *testing.T) {
 	const calls = 300
 	calls3 := []func(ctx context.Context) error{
 		func(ctx context.Context) error { _, err := m.Usage(ctx, hung); return err },
-		func(ctx context.Context) error { _, err := m.Inspect(ctx, Volume{FileSystemID: fsID, Path: "/a"}, hung); return err },
+		func(ctx context.Context) error {
+			_, err := m.Inspect(ctx, Volume{FileSystemID: fsID, Path: "/a"}, hung)
+			return err
+		},
 		func(ctx context.Context) error { return m.Unmount(ctx, hung) },
 	}
 	var wg sync.WaitGroup

@@ -49,7 +49,10 @@ func TestHungServerDoesNotExhaustTheNode(t *testing.T) {
 		_, err := s.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol1, TargetPath: target})
 		return err
 	}
-	pub := func(ctx context.Context) error { _, err := s.NodePublishVolume(ctx, publishReq(vol1, target)); return err }
+	pub := func(ctx context.Context) error {
+		_, err := s.NodePublishVolume(ctx, publishReq(vol1, target))
+		return err
+	}
 
 	blocked, err := call(unpub)
 	if !blocked || !errors.Is(err, context.Canceled) {
