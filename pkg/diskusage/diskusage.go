@@ -62,9 +62,9 @@ type Walker struct {
 	// BatchSize is how many names are read from a directory at a time.
 	BatchSize int
 	// OnDir, if set, is called after each directory is opened, with the
-	// walk's context and the count so far: for progress, and for tests to
-	// hold a walk at a chosen point.
-	OnDir func(ctx context.Context, sofar Usage)
+	// walk's context, its root and the count so far: for progress, and for
+	// tests to hold a walk at a chosen point.
+	OnDir func(ctx context.Context, root string, sofar Usage)
 }
 
 func (w Walker) withDefaults() Walker {
@@ -107,6 +107,7 @@ type frame struct {
 type walk struct {
 	Walker
 	ctx      context.Context
+	root     string
 	dev      uint64 // the root's device: another one is another mount
 	u        Usage
 	seen     map[[2]uint64]struct{} // (dev, ino) of inodes with several links
@@ -128,7 +129,7 @@ func (w Walker) Walk(ctx context.Context, root string) (Usage, error) {
 	if err != nil {
 		return Usage{}, &os.PathError{Op: "open", Path: root, Err: err}
 	}
-	wk := &walk{Walker: w.withDefaults(), ctx: ctx, seen: map[[2]uint64]struct{}{}}
+	wk := &walk{Walker: w.withDefaults(), ctx: ctx, root: root, seen: map[[2]uint64]struct{}{}}
 	defer func() {
 		for _, f := range wk.stack {
 			f.f.Close()
@@ -152,7 +153,7 @@ func (w *walk) push(fd int, node *pathNode, name string) {
 	w.stack = append(w.stack, &frame{f: os.NewFile(uintptr(fd), name), fd: fd, node: node})
 	w.u.Dirs++
 	if w.OnDir != nil {
-		w.OnDir(w.ctx, w.u)
+		w.OnDir(w.ctx, w.root, w.u)
 	}
 }
 

@@ -156,7 +156,7 @@ func TestWalkCountsWhatDuCounts(t *testing.T) {
 			}
 			base := openFDs(t)
 			peak := 0
-			w := Walker{MaxOpenDirs: 4, BatchSize: 3, OnDir: func(context.Context, Usage) { peak = max(peak, openFDs(t)-base) }}
+			w := Walker{MaxOpenDirs: 4, BatchSize: 3, OnDir: func(context.Context, string, Usage) { peak = max(peak, openFDs(t)-base) }}
 			got, err := w.Walk(context.Background(), root)
 			must(t, err)
 			if got != want {
@@ -186,7 +186,7 @@ func TestWalkStopsWhenCancelled(t *testing.T) {
 	base := openFDs(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	dirs := 0
-	w := Walker{MaxOpenDirs: 3, OnDir: func(_ context.Context, u Usage) {
+	w := Walker{MaxOpenDirs: 3, OnDir: func(_ context.Context, _ string, u Usage) {
 		if dirs = int(u.Dirs); dirs == 5 {
 			cancel()
 		}

@@ -216,6 +216,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			AbortOverLimit:  cfg.AbortInflightMounts,
 			VolMetricsOptIn: cfg.VolMetricsOptIn, UnmountTimeout: cfg.UnmountTimeout, Logger: cfg.Logger,
 			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit),
+			VolMetricsRefresh: cfg.VolMetricsRefresh, VolMetricsFSRateLimit: cfg.VolMetricsFSRateLimit,
 		})
 		if err != nil {
 			return nil, err

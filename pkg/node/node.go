@@ -96,6 +96,15 @@ type Config struct {
 	// --volume-attach-limit); 0 reports no limit.
 	MaxVolumesPerNode int64
 	Logger            *slog.Logger
+
+	// VolMetricsRefresh is how old a volume's usage may get before
+	// NodeGetVolumeStats starts a new walk (--vol-metrics-refresh-period);
+	// 0 means DefaultVolMetricsRefresh.
+	VolMetricsRefresh time.Duration
+	// VolMetricsFSRateLimit bounds the walks running at once per file
+	// system (--vol-metrics-fs-rate-limit); 0 means
+	// DefaultVolMetricsFSRateLimit.
+	VolMetricsFSRateLimit int
 }
 
 // Service is the CSI Node service.
@@ -110,6 +119,7 @@ type Service struct {
 	locks          *keylock.Set
 	slots          chan struct{} // one token per mount in progress
 	abortOverLimit bool
+	stats          *volStats
 	log            *slog.Logger
 }
 
@@ -130,10 +140,21 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.VolMetricsRefresh < 0 || cfg.VolMetricsFSRateLimit < 0 {
+		return nil, fmt.Errorf("node: volume metrics refresh %v and rate limit %d must not be negative",
+			cfg.VolMetricsRefresh, cfg.VolMetricsFSRateLimit)
+	}
+	if cfg.VolMetricsRefresh == 0 {
+		cfg.VolMetricsRefresh = DefaultVolMetricsRefresh
+	}
+	if cfg.VolMetricsFSRateLimit == 0 {
+		cfg.VolMetricsFSRateLimit = DefaultVolMetricsFSRateLimit
+	}
 	return &Service{
 		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn,
 		unmountTimeout: cfg.UnmountTimeout, maxVolumes: cfg.MaxVolumesPerNode, locks: keylock.New(),
 		slots: make(chan struct{}, cfg.MaxConcurrentMounts), abortOverLimit: cfg.AbortOverLimit, log: cfg.Logger,
+		stats: newVolStats(cfg.VolMetricsRefresh, cfg.VolMetricsFSRateLimit, cfg.Mounter, cfg.Logger),
 	}, nil
 }
 
@@ -188,6 +209,10 @@ func (s *Service) acquire(ctx context.Context) (release func(), err error) {
 // deadline is the same as the timeout still gets the forced unmount. A
 // caller that gives up sooner gets its context's error and no forcing.
 func (s *Service) unmount(ctx context.Context, target string) error {
+	// A usage walk holds descriptors in the volume: stop it first, and
+	// start none until the unmount is over (the entry is dropped).
+	release := s.stats.stop(ctx, target)
+	defer release()
 	if s.unmountTimeout <= 0 {
 		return s.mounter.Unmount(ctx, target)
 	}
