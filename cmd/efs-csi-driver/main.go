@@ -60,8 +60,8 @@ func main() {
 	fs.DurationVar(&cfg.UnmountTimeout, "unmount-timeout", 30*time.Second, "with --force-unmount-after-timeout: how long an unmount may take before it is forced (umount -f -l)")
 	fs.BoolVar(&forceUnmount, "force-unmount-after-timeout", false, "force an unmount still running after --unmount-timeout (upstream's default: never force)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long calls in flight may run after SIGTERM")
-	fs.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent mount operations on the node (see --max-inflight-mount-calls)")
-	fs.BoolVar(&inflightOptIn, "max-inflight-mount-calls-opt-in", false, "use --max-inflight-mount-calls as the bound on concurrent NodePublishVolume calls")
+	fs.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent NodePublishVolume calls on the node; calls over it wait for a slot within their deadline (--max-inflight-mount-calls-opt-in replaces it)")
+	fs.BoolVar(&inflightOptIn, "max-inflight-mount-calls-opt-in", false, "use --max-inflight-mount-calls as the bound on concurrent NodePublishVolume calls, answering ABORTED at once over it")
 	fs.IntVar(&inflightLimit, "max-inflight-mount-calls", 0, "with --max-inflight-mount-calls-opt-in: concurrent NodePublishVolume calls")
 	fs.BoolVar(&attachOptIn, "volume-attach-limit-opt-in", false, "report --volume-attach-limit as the node's MaxVolumesPerNode")
 	fs.IntVar(&attachLimit, "volume-attach-limit", 0, "with --volume-attach-limit-opt-in: MaxVolumesPerNode in NodeGetInfo")
@@ -127,7 +127,8 @@ func main() {
 		cfg.UnmountTimeout = 0 // never force, as upstream by default
 	}
 	if inflightOptIn && inflightLimit > 0 {
-		cfg.MaxInflightMounts = inflightLimit
+		// Upstream's semantics: over the limit is ABORTED at once.
+		cfg.MaxInflightMounts, cfg.AbortInflightMounts = inflightLimit, true
 	}
 	if attachOptIn {
 		cfg.VolumeAttachLimit = attachLimit

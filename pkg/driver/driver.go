@@ -60,6 +60,7 @@ type Config struct {
 	UnmountTimeout        time.Duration
 	ShutdownTimeout       time.Duration // how long calls in flight may run after SIGTERM
 	MaxInflightMounts     int
+	AbortInflightMounts   bool          // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
 	GIDVerify             string        // controller.VerifyAuto, VerifyAlways or VerifyNever
 	OrphanInterval        time.Duration // 0: no orphan collection
 	OrphanGrace           time.Duration
@@ -226,8 +227,10 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 		d.node, err = node.New(node.Config{
 			NodeID: cfg.NodeID, Zone: cfg.Zone, Mounter: mounter, MaxConcurrentMounts: cfg.MaxInflightMounts,
+			AbortOverLimit:  cfg.AbortInflightMounts,
 			VolMetricsOptIn: cfg.VolMetricsOptIn, UnmountTimeout: cfg.UnmountTimeout, Logger: cfg.Logger,
 			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit),
+			VolMetricsRefresh: cfg.VolMetricsRefresh, VolMetricsFSRateLimit: cfg.VolMetricsFSRateLimit,
 		})
 		if err != nil {
 			return nil, err
