@@ -107,8 +107,8 @@ type section struct {
 	entries []entry
 }
 
-func set(k, v string) entry      { return entry{key: k, value: v, set: true} }
-func unset(k, v string) entry    { return entry{key: k, value: v} }
+func set(k, v string) entry        { return entry{key: k, value: v, set: true} }
+func unset(k, v string) entry      { return entry{key: k, value: v} }
 func note(c string, e entry) entry { e.comment = c; return e }
 
 // template is efs-utils' dist/efs-utils.conf with the driver's settings.
