@@ -127,6 +127,14 @@ type Option func(*Mounter)
 // WithRunner replaces the command runner of the efs back end.
 func WithRunner(r Runner) Option { return func(m *Mounter) { m.run = r } }
 
+// WithMountTypes adds file system types that a mount made by the efs back
+// end's helper may show besides nfs, nfs4 and efs: a stand-in mount.efs in
+// tests bind-mounts a local directory, whose mount shows that directory's
+// file system type.
+func WithMountTypes(types ...string) Option {
+	return func(m *Mounter) { m.efsTypes = append(m.efsTypes, types...) }
+}
+
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(m *Mounter) { m.log = l } }
 
@@ -143,9 +151,10 @@ type backend interface {
 // Mounter mounts volumes with one back end. It is safe for concurrent use;
 // callers serialize calls on one target.
 type Mounter struct {
-	b   backend
-	run Runner
-	log *slog.Logger
+	b        backend
+	run      Runner
+	log      *slog.Logger
+	efsTypes []string
 }
 
 func newMounter(b backend, opts []Option) *Mounter {
