@@ -130,8 +130,7 @@ func mountMain(c spec.Config, args []string) error {
 	}
 	vol := mount.Volume{FileSystemID: fsID, Path: path, AccessPointID: ap, ReadOnly: has(opts, "ro")}
 
-	var tun *os.Process
-	var port int
+	var tun, port int
 	if tls {
 		lo, err1 := strconv.Atoi(conf["mount"]["port_range_lower_bound"])
 		hi, err2 := strconv.Atoi(conf["mount"]["port_range_upper_bound"])
@@ -159,12 +158,12 @@ func mountMain(c spec.Config, args []string) error {
 		}
 	}
 	if err != nil {
-		if tun != nil {
-			tun.Kill()
+		if tun != 0 {
+			syscall.Kill(tun, syscall.SIGKILL)
 		}
 		return err
 	}
-	if tun == nil {
+	if tun == 0 {
 		return nil
 	}
 	name := spec.StateName(fsID, target, port)
@@ -172,7 +171,7 @@ func mountMain(c spec.Config, args []string) error {
 	if err := os.WriteFile(stunnelConf, []byte(fmt.Sprintf("accept = 127.0.0.1:%d\n", port)), 0o644); err != nil {
 		return err
 	}
-	st := spec.State{PID: tun.Pid, Cmd: []string{"tunnel"}, Files: []string{stunnelConf},
+	st := spec.State{PID: tun, Cmd: []string{"tunnel"}, Files: []string{stunnelConf},
 		MountTime: float64(time.Now().UnixNano()) / 1e9, Mountpoint: target, Port: port}
 	return writeState(filepath.Join(c.StateDir, name), st)
 }
@@ -205,25 +204,25 @@ func listenInRange(lo, hi int) (*net.TCPListener, int, error) {
 	return nil, 0, fmt.Errorf("no free port in %d-%d", lo, hi)
 }
 
-// startTunnel starts a detached tunnel process holding l.
-func startTunnel(l *net.TCPListener) (*os.Process, error) {
+// startTunnel starts a detached tunnel process holding l and returns its PID.
+func startTunnel(l *net.TCPListener) (int, error) {
 	f, err := l.File()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer f.Close()
 	self, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	cmd := exec.Command(self, "tunnel")
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return 0, err
 	}
-	p := cmd.Process
-	return p, cmd.Process.Release()
+	pid := cmd.Process.Pid
+	return pid, cmd.Process.Release()
 }
 
 // tunnel accepts on fd 3 and drops connections, until killed.
@@ -325,12 +324,12 @@ func restart(path string, st spec.State) {
 	if err != nil {
 		return
 	}
-	p, err := startTunnel(l)
+	pid, err := startTunnel(l)
 	l.Close()
 	if err != nil {
 		return
 	}
-	st.PID = p.Pid
+	st.PID = pid
 	writeState(path, st)
 }
 
