@@ -29,7 +29,11 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates nfs-common stunnel4 python3 util-linux \
  && rm -rf /var/lib/apt/lists/*
 COPY ${EFS_UTILS_DEB:-Dockerfile} /tmp/efs-utils.deb
+# efs-utils' static files (its CA bundle) move aside: the driver copies them into the host
+# configuration directory it links /etc/amazon/efs to (--efs-utils-static-files-path).
 RUN if [ -n "${EFS_UTILS_DEB}" ]; then apt-get update && apt-get install -y /tmp/efs-utils.deb && rm -rf /var/lib/apt/lists/*; fi \
- && rm -f /tmp/efs-utils.deb
+ && rm -f /tmp/efs-utils.deb \
+ && mkdir -p /etc/amazon/efs-static-files \
+ && if [ -d /etc/amazon/efs ]; then cp -a /etc/amazon/efs/. /etc/amazon/efs-static-files/ && rm -rf /etc/amazon/efs; fi
 COPY --from=build /out/efs-csi-driver /usr/bin/efs-csi-driver
 ENTRYPOINT ["/usr/bin/efs-csi-driver"]

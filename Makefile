@@ -4,7 +4,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION)
 
-.PHONY: build run test test-short fuzz bench e2e lint clean
+.PHONY: build run test test-short fuzz bench e2e soak lint clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -29,6 +29,11 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run=^$$ -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
 	  done; \
 	done
+
+# 1,000 NodePublish/NodeUnpublish cycles through mount -t efs and the test mount.efs helper,
+# counting zombies, mounts, threads and file descriptors (EFS_SOAK_CYCLES=N for another count).
+soak:
+	EFS_SOAK=1 $(GO) test -count=1 -run TestSoakThroughMountEFSHelper -v ./pkg/node
 
 bench:
 	$(GO) test -run=^$$ -bench=. -benchmem ./...

@@ -1,6 +1,7 @@
 package efsutils
 
 import (
+	"bufio"
 	"context"
 	"os"
 	"path/filepath"
@@ -46,12 +47,23 @@ func TestWatchdogIsRestartedWhenItDies(t *testing.T) {
 // TestWatchdogIgnoringSIGTERMIsKilled: stopping is bounded by StopTimeout.
 func TestWatchdogIgnoringSIGTERMIsKilled(t *testing.T) {
 	pids := make(chan int, 1)
-	w := &Watchdog{Path: script(t, "trap '' TERM; while :; do :; done"), StopTimeout: 200 * time.Millisecond,
-		Started: func(pid int) { pids <- pid }}
+	// The script says "ready" once it ignores SIGTERM: a signal sent
+	// before would kill it at once.
+	r, wr, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w := &Watchdog{Path: script(t, "trap '' TERM; echo ready; while :; do :; done"), StopTimeout: 200 * time.Millisecond,
+		Output: wr, Started: func(pid int) { pids <- pid }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
 	pid := <-pids
+	wr.Close()
+	if line, err := bufio.NewReader(r).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("watchdog said %q, %v", line, err)
+	}
 	start := time.Now()
 	cancel()
 	select {
