@@ -453,6 +453,9 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 	if d.orphans != nil {
 		background.Go(func() { d.orphans.run(bctx) })
 	}
+	if d.taint != nil {
+		background.Go(func() { d.taint.run(bctx) })
+	}
 	if d.reap {
 		background.Go(func() { reaper.Loop(bctx, 0, d.log, nil) })
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/efsutils"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube/kubetest"
 )
@@ -101,7 +102,7 @@ func TestNodePluginRemovesItsStartupTaint(t *testing.T) {
 			logs := &messages{ch: make(chan string, 100)}
 			socket := filepath.Join(t.TempDir(), "csi.sock")
 			d, err := New(context.Background(), Config{Endpoint: "unix://" + socket, Mode: ModeNode, NodeID: "node-7",
-				Kube: kubeConfig(k, "node"), Logger: slog.New(logs)})
+				Kube: kubeConfig(k, "node"), Logger: slog.New(logs), EFSUtils: tempEFSUtils(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,10 +115,18 @@ func TestNodePluginRemovesItsStartupTaint(t *testing.T) {
 					t.Errorf("driver: %v", err)
 				}
 			})
-			// The loop logs its outcome once the Node is as it wants it.
-			for msg := range logs.ch {
-				if msg == "startup taint" {
-					break
+			// The loop logs its outcome once the Node is as it wants it; a
+			// driver that stops first fails the test instead of hanging it.
+		wait:
+			for {
+				select {
+				case msg := <-logs.ch:
+					if msg == "startup taint" {
+						break wait
+					}
+				case err := <-done:
+					done <- err
+					t.Fatalf("driver stopped before the taint was handled: %v", err)
 				}
 			}
 			if err := stop(); err != nil {
@@ -137,7 +146,8 @@ func TestNodePluginRemovesItsStartupTaint(t *testing.T) {
 // Outside a cluster the node plugin starts and does not try to remove a taint.
 func TestNodePluginWithoutKubernetesLeavesTaintsAlone(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	d, err := New(context.Background(), Config{Endpoint: filepath.Join(t.TempDir(), "csi.sock"), Mode: ModeNode, NodeID: "n"})
+	d, err := New(context.Background(), Config{Endpoint: filepath.Join(t.TempDir(), "csi.sock"), Mode: ModeNode, NodeID: "n",
+		EFSUtils: tempEFSUtils(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,3 +166,11 @@ func (m *messages) Handle(_ context.Context, r slog.Record) error {
 }
 func (m *messages) WithAttrs([]slog.Attr) slog.Handler { return m }
 func (m *messages) WithGroup(string) slog.Handler      { return m }
+
+// tempEFSUtils is an efs-utils runtime in the test's own directories (a node
+// plugin mounting with mount -t efs writes its configuration at Run), with
+// no watchdog binary.
+func tempEFSUtils(t *testing.T) EFSUtilsConfig {
+	return EFSUtilsConfig{Dirs: efsutils.Dirs{ConfigDir: filepath.Join(t.TempDir(), "efs")},
+		Watchdog: efsutils.Watchdog{Path: filepath.Join(t.TempDir(), "no-watchdog")}}
+}

