@@ -24,8 +24,10 @@ const (
 	ParamEnsureUniqueDirectory = "ensureUniqueDirectory"
 	ParamReuseAccessPoint      = "reuseAccessPoint"
 	ParamAZ                    = "az"
-	// Upstream's: only their defaults are supported yet (true, false).
-	ParamEnableTagging       = "enableTagging"
+	// ParamEnableTagging "false": access points are created with no tag at
+	// all, as upstream (see docs/design.md, "Untagged access points").
+	ParamEnableTagging = "enableTagging"
+	// Upstream's: only its default (false) is supported yet.
 	ParamEnforceZoneAffinity = "enforceZoneAffinity"
 	// Set by the external-provisioner when run with --extra-create-metadata.
 	ParamPVCName      = "csi.storage.k8s.io/pvc/name"
@@ -91,6 +93,9 @@ type Params struct {
 	SubPathPattern        string
 	EnsureUniqueDirectory bool // default true
 	ReuseAccessPoint      bool
+	// EnableTagging (default true): false creates access points without any
+	// tag, not even efs.csi.aws.com/cluster, as upstream.
+	EnableTagging bool
 	AZ                    string
 	PVCName               string
 	PVCNamespace          string
@@ -122,6 +127,7 @@ func ParseParams(m map[string]string) (Params, error) {
 		GIDRangeStart:         DefaultGIDRangeStart,
 		GIDRangeEnd:           DefaultGIDRangeEnd,
 		EnsureUniqueDirectory: true,
+		EnableTagging:         true,
 	}
 	mode, ok := m[ParamProvisioningMode]
 	switch {
@@ -180,13 +186,11 @@ func ParseParams(m map[string]string) (Params, error) {
 	if p.EnsureUniqueDirectory, err = boolParam(m, ParamEnsureUniqueDirectory, true); err != nil {
 		return Params{}, err
 	}
-	// Accepted at upstream's defaults, so that upstream's classes that spell
-	// them out work; the other value is refused rather than ignored.
-	if tagging, err := boolParam(m, ParamEnableTagging, true); err != nil {
+	if p.EnableTagging, err = boolParam(m, ParamEnableTagging, true); err != nil {
 		return Params{}, err
-	} else if !tagging {
-		return Params{}, paramErr(ParamEnableTagging, "false (access points without tags) is not supported yet: this driver records a volume's name, namespace and writer in its tags")
 	}
+	// Accepted at upstream's default, so that upstream's classes that spell
+	// it out work; the other value is refused rather than ignored.
 	if affinity, err := boolParam(m, ParamEnforceZoneAffinity, false); err != nil {
 		return Params{}, err
 	} else if affinity {
