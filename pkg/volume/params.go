@@ -96,10 +96,10 @@ type Params struct {
 	// EnableTagging (default true): false creates access points without any
 	// tag, not even efs.csi.aws.com/cluster, as upstream.
 	EnableTagging bool
-	AZ                    string
-	PVCName               string
-	PVCNamespace          string
-	PVName                string
+	AZ            string
+	PVCName       string
+	PVCNamespace  string
+	PVName        string
 }
 
 var octalModeRe = regexp.MustCompile(`^[0-7]{3,4}$`)
