@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -456,4 +457,29 @@ func TestListVolumesNeverListsUntaggedAccessPoints(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The invariant the name lock of untagged volumes rests on: for every name,
+// class form and generation, the token fits EFS's 64 characters and
+// DeleteVolume, reading only that token, locks a key the create holds.
+func FuzzUntaggedTokenGivesTheCreatesLockBack(f *testing.F) {
+	f.Add("pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", false, 1)
+	f.Add("a~1", false, 0)
+	f.Add(strings.Repeat("x", 62), false, 15)
+	f.Add(strings.Repeat("y", 128), true, 3)
+	f.Fuzz(func(t *testing.T, name string, reuse bool, gen int) {
+		if name == "" || gen < 0 || gen >= maxGenerations {
+			t.Skip()
+		}
+		p := volume.Params{ReuseAccessPoint: reuse, PVCName: name}
+		base := p.ClientToken(name)
+		token := untaggedGenerationToken(base, gen)
+		if len(token) > volume.MaxClientTokenLength {
+			t.Fatalf("token %q of %q generation %d is %d characters", token, name, gen, len(token))
+		}
+		held := untaggedLockKeys(name, base)
+		if !slices.ContainsFunc(tokenLockKeys(token), func(k string) bool { return slices.Contains(held, k) }) {
+			t.Errorf("delete of token %q locks %v; the create of %q (generation %d) holds %v", token, tokenLockKeys(token), name, gen, held)
+		}
+	})
 }
