@@ -24,10 +24,28 @@ type plan struct {
 	name         string
 	params       volume.Params
 	capacity     int64
+	cluster      string                     // this controller's cluster ID (Config.ClusterID)
 	topology     []*csi.Topology            // AccessibleTopology of the answer (enforceZoneAffinity)
 	input        efs.CreateAccessPointInput // PosixUser is filled once a GID is reserved
 	backend      Backend
 	crossAccount bool // provisioner secret crossaccount (see volumeContext)
+}
+
+// token is the client token of generation gen of the volume.
+func (p *plan) token(gen int) string {
+	if !p.params.EnableTagging {
+		return untaggedGenerationToken(p.input.ClientToken, gen)
+	}
+	return generationToken(p.input.ClientToken, gen)
+}
+
+// locks are the name locks a create of the volume holds: its name's, and
+// for an untagged class the one DeleteVolume recovers from its tokens.
+func (p *plan) locks() []string {
+	if !p.params.EnableTagging {
+		return untaggedLockKeys(p.name, p.input.ClientToken)
+	}
+	return []string{nameKey(p.name)}
 }
 
 // CreateVolume creates (or finds) the access point for req.Name.
@@ -64,7 +82,7 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 		return nil, err
 	}
 	p.backend = b
-	unlock, err := s.locks.TryLock(nameKey(p.name))
+	unlock, err := s.locks.TryLock(p.locks()...)
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +219,32 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 	if err != nil {
 		return nil, err
 	}
+	tags, err := s.tagsFor(name, capacity, params)
+	if err != nil {
+		return nil, err
+	}
+	return &plan{
+		name: name, params: params, capacity: capacity, cluster: s.cluster, crossAccount: crossAccount, topology: topology,
+		input: efs.CreateAccessPointInput{
+			FileSystemID: params.FileSystemID,
+			ClientToken:  params.ClientToken(name),
+			Path:         root,
+			Tags:         tags,
+		},
+	}, nil
+}
+
+// tagsFor is what a volume's access point is tagged with: nil for a class
+// with enableTagging "false" (no tag at all, as upstream: so --tags, which
+// upstream also refuses with it, is INVALID_ARGUMENT).
+func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (map[string]string, error) {
+	if !params.EnableTagging {
+		if len(s.tags) > 0 {
+			return nil, &volume.ParamError{Key: volume.ParamEnableTagging,
+				Reason: fmt.Sprintf("\"false\" creates access points without tags, but this controller adds %d (--tags)", len(s.tags))}
+		}
+		return nil, nil
+	}
 	tags := maps.Clone(s.tags)
 	if tags == nil {
 		tags = map[string]string{}
@@ -218,15 +262,7 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 	if params.PVCName != "" && params.PVCNamespace != "" {
 		tags[TagClaimName], tags[TagClaimNamespace] = params.PVCName, params.PVCNamespace
 	}
-	return &plan{
-		name: name, params: params, capacity: capacity, crossAccount: crossAccount, topology: topology,
-		input: efs.CreateAccessPointInput{
-			FileSystemID: params.FileSystemID,
-			ClientToken:  params.ClientToken(name),
-			Path:         root,
-			Tags:         tags,
-		},
-	}, nil
+	return tags, nil
 }
 
 // maxYields bounds how often one call gives its GID up to another writer;
@@ -280,10 +316,10 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 		// Generations converge on the latest: a later one exists only
 		// because this one yielded, and nobody answers an earlier one once
 		// a later one is listed (see verifier).
-		if later, k, older := generations(listing, p.input.ClientToken, ap.ID, gen); later != nil {
+		if later, k, older := generations(listing, p, ap.ID, gen); later != nil {
 			losers = append(append(losers, *ap), older...)
 			s.gids.Record(*later)
-			s.verify.learned(later)
+			s.verify.learned(later, false)
 			ap, gen = later, k
 			if err := p.check(ap); err != nil {
 				return nil, err
@@ -319,13 +355,13 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 	}
 }
 
-// generations finds the other generations of a volume (base is its
-// generation-0 token) in a listing: the latest one if it is later than gen
-// (with its generation), and every one earlier than max(gen, latest) but ap.
-func generations(listing []efs.AccessPoint, base, apID string, gen int) (later *efs.AccessPoint, k int, older []efs.AccessPoint) {
+// generations finds the other generations of p's volume in a listing: the
+// latest one if it is later than gen (with its generation), and every one
+// earlier than max(gen, latest) but ap.
+func generations(listing []efs.AccessPoint, p *plan, apID string, gen int) (later *efs.AccessPoint, k int, older []efs.AccessPoint) {
 	genOf := make(map[string]int, maxGenerations)
 	for g := range maxGenerations {
-		genOf[generationToken(base, g)] = g
+		genOf[p.token(g)] = g
 	}
 	top := gen
 	for i := range listing {
@@ -394,9 +430,9 @@ func (s *Service) findGeneration(ctx context.Context, p *plan) (*efs.AccessPoint
 		byToken[aps[i].ClientToken] = &aps[i]
 	}
 	for gen := maxGenerations - 1; gen > 0; gen-- {
-		if ap := byToken[generationToken(p.input.ClientToken, gen)]; ap != nil {
+		if ap := byToken[p.token(gen)]; ap != nil {
 			s.gids.Record(*ap)
-			s.verify.learned(ap)
+			s.verify.learned(ap, false)
 			return ap, gen, nil
 		}
 	}
@@ -435,7 +471,7 @@ func (s *Service) createOnce(ctx context.Context, p *plan, gen int) (ap *efs.Acc
 		uid, g = p.params.Identity(pd.res.GID())
 	}
 	in := p.input
-	in.ClientToken = generationToken(p.input.ClientToken, gen)
+	in.ClientToken = p.token(gen)
 	in.PosixUser = &efs.PosixUser{UID: uid, GID: g}
 	in.CreationInfo = &efs.CreationInfo{OwnerUID: uid, OwnerGID: g, Permissions: p.params.DirectoryPerms}
 
@@ -444,7 +480,7 @@ func (s *Service) createOnce(ctx context.Context, p *plan, gen int) (ap *efs.Acc
 	case err == nil:
 		s.gids.Record(*ap) // before the release: the GID is never free in between
 		pd.settle()
-		s.verify.learned(ap)
+		s.verify.learned(ap, true)
 		return ap, true, nil
 	case errors.Is(err, efs.ErrAlreadyExists):
 		// Our token is taken: by an earlier attempt of this very volume (the
@@ -469,7 +505,7 @@ func (s *Service) createOnce(ctx context.Context, p *plan, gen int) (ap *efs.Acc
 		// made another one: its GIDs are recorded, ours is free again.
 		s.gids.Record(*found)
 		pd.settle()
-		s.verify.learned(found)
+		s.verify.learned(found, false)
 		if err := p.check(found); err != nil {
 			return nil, false, err
 		}
@@ -554,8 +590,8 @@ func (p *plan) incompatibility(ap *efs.AccessPoint) string {
 	// claim of the same name (reuseAccessPoint) finds this token too. An
 	// access point without the tag (upstream's, or of the release before
 	// cluster IDs) is judged by the other checks.
-	if id, ok := ap.Tags[TagClusterID]; ok && id != p.input.Tags[TagClusterID] {
-		return fmt.Sprintf("made by cluster %q, not this one (%q)", id, p.input.Tags[TagClusterID])
+	if id, ok := ap.Tags[TagClusterID]; ok && id != p.cluster {
+		return fmt.Sprintf("made by cluster %q, not this one (%q)", id, p.cluster)
 	}
 	if p.params.ReuseAccessPoint {
 		// The token is a hash of the claim name alone (as upstream, so its

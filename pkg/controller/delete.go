@@ -25,9 +25,9 @@ import (
 // Protocol (docs/design.md, "Delete"):
 //  1. Parse; an unparsable ID or a static volume (no access point) is done.
 //  2. Lock the access point ID, describe it, recover the volume name (our
-//     tag, or upstream's client token: provenanceOf) and lock the name too:
-//     a Create of the same volume in flight makes this call ABORTED instead
-//     of racing it.
+//     tag, or else every name the client token can be read as:
+//     provenanceOf) and lock the name too: a Create of the same volume in
+//     flight makes this call ABORTED instead of racing it.
 //  3. With --delete-access-point-root-dir, remove the root directory first,
 //     unless another access point reaches it or no CSI driver made the
 //     access point; if removal fails the access point stays, so a retry can
@@ -77,13 +77,11 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 		return nil, err
 	}
 	prov := provenanceOf(ap)
-	if name := prov.volumeName; name != "" {
-		unlockName, err := s.locks.TryLock(nameKey(name))
-		if err != nil {
-			return nil, err
-		}
-		defer unlockName()
+	unlockNames, err := s.locks.TryLock(prov.locks...)
+	if err != nil {
+		return nil, err
 	}
+	defer unlockNames()
 	s.dropAnswer(ap.ID)
 	switch {
 	case !s.delRoot:

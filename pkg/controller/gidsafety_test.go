@@ -14,7 +14,8 @@ import (
 
 // These tests run with GID verification off and past any start-up window,
 // so that verification cannot hide an allocator defect: each one would hand
-// one GID (or UID) to two access points without the fix.
+// one GID (or UID) to two access points without the fix. The allocator reads
+// no tag: each runs for tagged and untagged (enableTagging "false") classes.
 
 // oneGID is a class whose range holds a single free GID once fill has put
 // an access point on the other one (EFS wants end > start): a second volume
@@ -82,34 +83,41 @@ func TestLaterAttemptsErrorKeepsTheInDoubtGID(t *testing.T) {
 			})
 		}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			clk := newClock()
-			b := newBed(t, unverified(clk))
-			clk.Advance(time.Hour)
-			b.fill()
-			p := oneGID()
-			loseFirstAnswer(b)
-			if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-1", 1<<30, p)); !errors.Is(err, efs.ErrUnavailable) {
-				t.Fatalf("first attempt: %v, want unavailable", err)
-			}
-			tt.second(b)
-			if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-1", 1<<30, p)); err == nil {
-				t.Fatal("second attempt succeeded; the test wants it to fail")
-			}
-			b.wantAccessPoints(2)
-			secondVolumeMustNotGetTheGID(t, b, p)
-		})
+	for _, tagging := range []string{"true", "false"} {
+		for _, tt := range tests {
+			t.Run("enableTagging="+tagging+"/"+tt.name, func(t *testing.T) {
+				clk := newClock()
+				b := newBed(t, unverified(clk))
+				clk.Advance(time.Hour)
+				b.fill()
+				p := oneGID("enableTagging", tagging)
+				loseFirstAnswer(b)
+				if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-1", 1<<30, p)); !errors.Is(err, efs.ErrUnavailable) {
+					t.Fatalf("first attempt: %v, want unavailable", err)
+				}
+				tt.second(b)
+				if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-1", 1<<30, p)); err == nil {
+					t.Fatal("second attempt succeeded; the test wants it to fail")
+				}
+				b.wantAccessPoints(2)
+				secondVolumeMustNotGetTheGID(t, b, p)
+			})
+		}
 	}
 }
 
 // A listing that does not show an access point this process created (EFS
 // listing lags a create) must not free its GID.
 func TestLaggingListingKeepsCreatedGID(t *testing.T) {
+	for _, tagging := range []string{"true", "false"} {
+		t.Run("enableTagging="+tagging, func(t *testing.T) { laggingListingKeepsCreatedGID(t, oneGID("enableTagging", tagging)) })
+	}
+}
+
+func laggingListingKeepsCreatedGID(t *testing.T, p map[string]string) {
 	clk := newClock()
 	b := newBed(t, unverified(clk))
 	b.fill()
-	p := oneGID()
 	if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-1", 1<<30, p)); err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +136,17 @@ func TestLaggingListingKeepsCreatedGID(t *testing.T) {
 // A class that fixes the gid allocates the uid: a restarted process must
 // read the allocated uids back from EFS, not the shared gid.
 func TestFixedGIDClassGetsUniqueUIDsAcrossRestart(t *testing.T) {
+	for _, tagging := range []string{"true", "false"} {
+		t.Run("enableTagging="+tagging, func(t *testing.T) {
+			fixedGIDClassGetsUniqueUIDsAcrossRestart(t, oneGID("gid", "1000", "enableTagging", tagging))
+		})
+	}
+}
+
+func fixedGIDClassGetsUniqueUIDsAcrossRestart(t *testing.T, p map[string]string) {
 	clk := newClock()
 	a := newBed(t, unverified(clk))
 	a.fill()
-	p := oneGID("gid", "1000")
 	if _, err := a.svc.CreateVolume(a.ctx(), createReq("pvc-1", 1<<30, p)); err != nil {
 		t.Fatal(err)
 	}

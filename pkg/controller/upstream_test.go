@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/efs-csi/efs-csi-driver/internal/upstreamtest"
@@ -168,14 +169,14 @@ func TestProvenance(t *testing.T) {
 		token string
 		tags  map[string]string
 		csi   bool
-		lock  string // the volume name to lock
+		lock  string // a volume name DeleteVolume must lock
 	}{
 		{"ours, by its name tag", "anything", map[string]string{TagCluster: "true", TagVolumeName: "sanity-1"}, true, "sanity-1"},
 		{"ours, a hashed token", upstreamtest.SHA256("x"), map[string]string{TagCluster: "true", TagVolumeName: "pvc-1"}, true, "pvc-1"},
 		{"upstream, the volume name as token", "pvc-" + uuid, map[string]string{TagCluster: "true", "team": "x"}, true, "pvc-" + uuid},
 		{"upstream, another provisioner prefix", "vol-" + uuid, map[string]string{TagCluster: "true"}, true, "vol-" + uuid},
 		{"upstream reuseAccessPoint, a claim-name hash", upstreamtest.SHA256("data"), map[string]string{TagCluster: "true"}, true, ""},
-		{"no cluster tag", "pvc-" + uuid, nil, false, ""},
+		{"no tag, no root directory of that name", "pvc-" + uuid, nil, false, "pvc-" + uuid},
 		{"cluster tag not true", "pvc-" + uuid, map[string]string{TagCluster: "True "}, false, ""},
 		{"a bare UUID token (the AWS CLI's)", uuid, map[string]string{TagCluster: "true"}, false, ""},
 		{"a volume name with an upper-case UUID", "pvc-" + "ABCDEF01" + uuid[8:], map[string]string{TagCluster: "true"}, false, ""},
@@ -186,8 +187,8 @@ func TestProvenance(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := provenanceOf(&efs.AccessPoint{ClientToken: tc.token, Tags: tc.tags})
-			if p.csi != tc.csi || p.volumeName != tc.lock {
-				t.Errorf("provenanceOf = %+v, want csi=%v volumeName=%q", p, tc.csi, tc.lock)
+			if p.csi != tc.csi || tc.lock != "" && !slices.Contains(p.locks, nameKey(tc.lock)) {
+				t.Errorf("provenanceOf = %+v, want csi=%v and the name %q locked", p, tc.csi, tc.lock)
 			}
 		})
 	}

@@ -94,6 +94,7 @@ type verifier struct {
 	startupUntil time.Time
 	fs           map[string]*fsVerify
 	known        map[string]time.Time // access point ID -> when this process learned it exists
+	createdHere  map[string]bool      // access points this process created (untagged ones carry no writer tag)
 	answered     map[string]bool      // access points this process answered
 	contested    map[string]bool      // access points a verification did not answer
 }
@@ -116,7 +117,7 @@ func newVerifier(mode string, list func(context.Context, string) ([]efs.AccessPo
 	}
 	v := &verifier{mode: mode, now: now, me: me, procStart: procStartTime,
 		startupUntil: now().Add(startupVerifyWindow), fs: map[string]*fsVerify{},
-		known: map[string]time.Time{}, answered: map[string]bool{}, contested: map[string]bool{}}
+		known: map[string]time.Time{}, createdHere: map[string]bool{}, answered: map[string]bool{}, contested: map[string]bool{}}
 	v.listings = newFreshFlight(verifyListTimeout, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
 		aps, err := list(ctx, fsID)
 		if err == nil {
@@ -154,15 +155,20 @@ func (v *verifier) needed(ap *efs.AccessPoint) bool {
 	return now.Before(v.startupUntil) || now.Before(v.get(ap.FileSystemID).foreignUntil) || v.contested[ap.ID]
 }
 
-// learned records that this process knows ap exists (it created it or found
-// it by its token), so that a later listing does not count it as someone
-// else's, and starts its clock for settleAfter / yieldDeadline.
+// learned records that this process knows ap exists (it created it, or
+// found it by its token), so that a later listing does not count it as
+// someone else's, and starts its clock for settleAfter / yieldDeadline.
 //
 // An access point another process wrote, found by its token, is evidence of
 // another writer on the file system, as a listing showing it would be.
-func (v *verifier) learned(ap *efs.AccessPoint) {
-	live := v.me.livenessOf(ap.Tags[TagWriter], v.procStart)
-	foreign := ap.Tags[TagWriter] != "" && (live == writerAlive || live == writerUnknown)
+func (v *verifier) learned(ap *efs.AccessPoint, created bool) {
+	v.mu.Lock()
+	if created {
+		v.createdHere[ap.ID] = true
+	}
+	v.mu.Unlock()
+	live := v.writerOf(ap)
+	foreign := live == writerAlive || live == writerUnknown
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	f := v.get(ap.FileSystemID)
@@ -187,6 +193,7 @@ func (v *verifier) forget(apID string) {
 	v.mu.Lock()
 	delete(v.answered, apID)
 	delete(v.known, apID)
+	delete(v.createdHere, apID)
 	delete(v.contested, apID)
 	v.mu.Unlock()
 }
@@ -260,7 +267,7 @@ func (v *verifier) rivals(ctx context.Context, ap *efs.AccessPoint, id int64) (r
 // verdict applies the rule of the type comment to ap, which this call
 // created (created) or found, given its rivals.
 func (v *verifier) verdict(ap *efs.AccessPoint, created bool, rivals []efs.AccessPoint) (vd verdict) {
-	live := v.me.livenessOf(ap.Tags[TagWriter], v.procStart)
+	live := v.writerOf(ap)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	defer func() {
@@ -296,6 +303,27 @@ func (v *verifier) verdict(ap *efs.AccessPoint, created bool, rivals []efs.Acces
 		}
 	}
 	return waitForIt
+}
+
+// writerOf tells how ap's creator is doing. Its writer tag says so; an
+// access point with no tag at all (enableTagging "false": this driver's
+// or upstream's, they cannot be told apart) names no creator, which may be
+// a replica verifying it right now: unless this process created it, its
+// creator is unknown (it may be running), never legacy (settled at once).
+// An access point with the cluster tag but no writer tag is the upstream
+// driver's or a release's before writer tags: legacy.
+func (v *verifier) writerOf(ap *efs.AccessPoint) liveness {
+	v.mu.Lock()
+	mine := v.createdHere[ap.ID]
+	v.mu.Unlock()
+	switch tag := ap.Tags[TagWriter]; {
+	case mine:
+		return writerMe
+	case tag == "" && len(ap.Tags) == 0:
+		return writerUnknown
+	default:
+		return v.me.livenessOf(tag, v.procStart)
+	}
 }
 
 // mayRetire reports whether this process may delete ap, which yielded or

@@ -19,7 +19,7 @@ func TestAutoModeVerifiesAContestedAccessPointAfterItsWindow(t *testing.T) {
 	}
 	x := &efs.AccessPoint{ID: "fsap-x", FileSystemID: testFS, Tags: map[string]string{TagWriter: "h/2/1/other"}}
 	rival := efs.AccessPoint{ID: "fsap-y", FileSystemID: testFS, PosixUser: &efs.PosixUser{UID: 50000, GID: 50000}}
-	v.learned(x)
+	v.learned(x, false)
 	if got := v.verdict(x, false, []efs.AccessPoint{rival}); got == answerIt {
 		t.Fatalf("verdict on someone else's fresh access point with a rival = answer")
 	}

@@ -334,3 +334,34 @@ func TestPVThatLivedBetweenRoundsKeepsItsAccessPoint(t *testing.T) {
 		t.Errorf("not marked bound: %v", ap.Tags)
 	}
 }
+
+// An untagged volume (enableTagging "false") carries no cluster ID and no
+// claim tags: nothing proves this cluster made it, so no round ever
+// collects it, though its claim is gone and no PV refers to it.
+func TestUntaggedAccessPointsAreNeverCollected(t *testing.T) {
+	b := newBed(t)
+	r, err := b.ctl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f",
+		Parameters: map[string]string{
+			"provisioningMode": "efs-ap", "fileSystemId": fsID, "directoryPerms": "700", "enableTagging": "false",
+			"csi.storage.k8s.io/pvc/name": "gone", "csi.storage.k8s.io/pvc/namespace": "ns",
+		},
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ap := b.describe(t, r.Volume.VolumeId); ap == nil || len(ap.Tags) != 0 {
+		t.Fatalf("untagged volume's access point: %+v", ap)
+	}
+	c := b.collector(t)
+	if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, r.Volume.VolumeId) {
+		t.Fatalf("deleted %d; %s exists: %v", n, r.Volume.VolumeId, b.exists(t, r.Volume.VolumeId))
+	}
+	if st := c.Stats(); st.Own != 0 || st.Candidates != 0 {
+		t.Errorf("stats %+v: an untagged access point counted as this cluster's", st)
+	}
+}

@@ -24,7 +24,8 @@ const (
 	ParamEnsureUniqueDirectory = "ensureUniqueDirectory"
 	ParamReuseAccessPoint      = "reuseAccessPoint"
 	ParamAZ                    = "az"
-	// Upstream's: only its default (true) is supported yet.
+	// ParamEnableTagging "false": access points are created with no tag at
+	// all, as upstream (see docs/design.md, "Untagged access points").
 	ParamEnableTagging = "enableTagging"
 	// ParamEnforceZoneAffinity "true": the volume of a One Zone file system
 	// is accessible from its zone only (AccessibleTopology).
@@ -105,10 +106,13 @@ type Params struct {
 	// EnforceZoneAffinity: the file system is described and a One Zone
 	// file system's volume answers the topology of its zone.
 	EnforceZoneAffinity bool
-	AZ                  string
-	PVCName             string
-	PVCNamespace        string
-	PVName              string
+	// EnableTagging (default true): false creates access points without any
+	// tag, not even efs.csi.aws.com/cluster, as upstream.
+	EnableTagging bool
+	AZ            string
+	PVCName       string
+	PVCNamespace  string
+	PVName        string
 }
 
 var octalModeRe = regexp.MustCompile(`^[0-7]{3,4}$`)
@@ -136,6 +140,7 @@ func ParseParams(m map[string]string) (Params, error) {
 		GIDRangeStart:         DefaultGIDRangeStart,
 		GIDRangeEnd:           DefaultGIDRangeEnd,
 		EnsureUniqueDirectory: true,
+		EnableTagging:         true,
 	}
 	mode, ok := m[ParamProvisioningMode]
 	switch {
@@ -194,12 +199,8 @@ func ParseParams(m map[string]string) (Params, error) {
 	if p.EnsureUniqueDirectory, err = boolParam(m, ParamEnsureUniqueDirectory, true); err != nil {
 		return Params{}, err
 	}
-	// Accepted at upstream's default, so that upstream's classes that spell
-	// it out work; the other value is refused rather than ignored.
-	if tagging, err := boolParam(m, ParamEnableTagging, true); err != nil {
+	if p.EnableTagging, err = boolParam(m, ParamEnableTagging, true); err != nil {
 		return Params{}, err
-	} else if !tagging {
-		return Params{}, paramErr(ParamEnableTagging, "false (access points without tags) is not supported yet: this driver records a volume's name, namespace and writer in its tags")
 	}
 	if p.EnforceZoneAffinity, err = boolParam(m, ParamEnforceZoneAffinity, false); err != nil {
 		return Params{}, err

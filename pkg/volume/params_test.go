@@ -33,7 +33,7 @@ func TestParseParamsDefaults(t *testing.T) {
 	}
 	want := Params{
 		FileSystemID: fsID, DirectoryPerms: "700", UID: -1, GID: -1,
-		GIDRangeStart: 50000, GIDRangeEnd: 60000, EnsureUniqueDirectory: true,
+		GIDRangeStart: 50000, GIDRangeEnd: 60000, EnsureUniqueDirectory: true, EnableTagging: true,
 	}
 	if p != want {
 		t.Fatalf("defaults = %+v\nwant %+v", p, want)
@@ -49,7 +49,8 @@ func TestParseParamsAcceptsEveryParameter(t *testing.T) {
 		in    map[string]string
 		check func(Params) bool
 	}{
-		{"upstream's enableTagging default spelled out", with(ParamEnableTagging, "true"), func(p Params) bool { return true }},
+		{"upstream's enableTagging default spelled out", with(ParamEnableTagging, "true"), func(p Params) bool { return p.EnableTagging }},
+		{"enableTagging false: untagged access points", with(ParamEnableTagging, "false"), func(p Params) bool { return !p.EnableTagging }},
 		{"upstream's enforceZoneAffinity default spelled out", with(ParamEnforceZoneAffinity, "false"), func(p Params) bool { return !p.EnforceZoneAffinity }},
 		{"enforceZoneAffinity true", with(ParamEnforceZoneAffinity, "true"), func(p Params) bool { return p.EnforceZoneAffinity }},
 		{"directoryPerms 3 digits", with(ParamDirectoryPerms, "755"), func(p Params) bool { return p.DirectoryPerms == "755" }},
@@ -97,7 +98,6 @@ func TestParseParamsRejectsNamingTheParameter(t *testing.T) {
 		{"other provisioningMode", with(ParamProvisioningMode, "efs-dir"), ParamProvisioningMode, "not supported"},
 		{"missing fileSystemId", without(ParamFileSystemID), ParamFileSystemID, "missing"},
 		{"fileSystemId and a reference", with(ParamFileSystemIDConfigRef, "ns/cm/key"), ParamFileSystemIDConfigRef, "exactly one"},
-		{"enableTagging false", with(ParamEnableTagging, "false"), ParamEnableTagging, "not supported yet"},
 		{"enableTagging not a boolean", with(ParamEnableTagging, "no"), ParamEnableTagging, "boolean"},
 		{"enforceZoneAffinity not a boolean", with(ParamEnforceZoneAffinity, "yes"), ParamEnforceZoneAffinity, "boolean"},
 		{"blank fileSystemId", with(ParamFileSystemID, "  "), ParamFileSystemID, "empty"},

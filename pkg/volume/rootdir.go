@@ -245,6 +245,25 @@ func (p Params) expand(volumeName string) ([]string, error) {
 	return segs, nil
 }
 
+// MadeForName reports whether dir is a root directory RootDir makes for
+// volumeName under some class, judged by the part the name determines (the
+// caller knows no class): its last component is the name itself as fitted
+// to the room the rest of dir leaves (no subPathPattern), or ends with "-"
+// and the name's unique suffix (subPathPattern with ensureUniqueDirectory).
+// A subPathPattern without the unique suffix makes directories that say
+// nothing about the name: they do not count.
+func MadeForName(dir, volumeName string) bool {
+	if volumeName == "" || CheckRootDir(dir) != nil {
+		return false
+	}
+	last := dir[strings.LastIndexByte(dir, '/')+1:]
+	budget := MaxRootDirLength - (len(dir) - len(last))
+	if fitted, err := fitName(volumeName, budget); err == nil && last == fitted {
+		return true
+	}
+	return strings.HasSuffix(last, "-"+uniqueSuffix(volumeName))
+}
+
 // nameHashLen is the hex digits of the hash that keeps a shortened name unique.
 const nameHashLen = 16
 

@@ -178,3 +178,47 @@ func TestCheckRootDir(t *testing.T) {
 		}
 	}
 }
+
+// MadeForName is the only proof of ownership an untagged access point
+// offers DeleteVolume (which gets no class): every directory RootDir makes
+// for a name under a class whose last component the name determines
+// fits that name, and no other name's.
+func TestMadeForNameKnowsTheDirectoriesOfAName(t *testing.T) {
+	const name, other = "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", "pvc-1b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f"
+	long := strings.Repeat("x", 120)
+	for _, tc := range []struct {
+		desc  string
+		class map[string]string
+		name  string
+		fits  bool
+	}{
+		{"no pattern: the name", minimal(), name, true},
+		{"basePath: the name below it", with(ParamBasePath, "/dynamic_provisioning"), name, true},
+		{"a long basePath: the name shortened with its hash", with(ParamBasePath, "/"+strings.Repeat("b", 70)), name, true},
+		{"a name too long for a path component", minimal(), long, true},
+		{"pattern with the unique suffix", with(ParamSubPathPattern, "${.PVC.namespace}/${.PVC.name}", ParamPVCName, "data", ParamPVCNamespace, "team-a"), name, true},
+		{"pattern without the unique suffix: proves nothing", with(ParamSubPathPattern, "${.PVC.namespace}/${.PVC.name}", ParamPVCName, "data", ParamPVCNamespace, "team-a", ParamEnsureUniqueDirectory, "false"), name, false},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			p, err := ParseParams(tc.class)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir, err := p.RootDir(tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := MadeForName(dir, tc.name); got != tc.fits {
+				t.Errorf("MadeForName(%q, %q) = %v, want %v", dir, tc.name, got, tc.fits)
+			}
+			if MadeForName(dir, other) {
+				t.Errorf("MadeForName(%q, %q) = true for another volume's name", dir, other)
+			}
+		})
+	}
+	for _, dir := range []string{"/", "", "/" + name + "/..", "/shared/app", "/" + name + "x"} {
+		if MadeForName(dir, name) {
+			t.Errorf("MadeForName(%q, %q) = true", dir, name)
+		}
+	}
+}
