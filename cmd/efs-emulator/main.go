@@ -3,7 +3,11 @@
 // AWS account. See docs/emulator.md.
 //
 //	efs-emulator --listen 127.0.0.1:PORT --data-dir DIR [--file-system fs-ID ...]
-//	    [--access-point-limit N] [--lenient-client-token] [fault flags]
+//	    [--s3files-file-system fs-ID ...] [--access-point-limit N]
+//	    [--lenient-client-token] [--s3files-strict-client-token] [fault flags]
+//
+// The S3 Files API is served on the same listener (at the root path; EFS is
+// under /2015-02-01/).
 package main
 
 import (
@@ -38,11 +42,13 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("efs-emulator", flag.ContinueOnError)
 	var cfg emulator.Config
-	var fileSystems listFlag
+	var fileSystems, s3FileSystems listFlag
 	cfg.Faults = map[emulator.Op]emulator.Fault{}
 	listen := fs.String("listen", "127.0.0.1:8049", "`address` to serve the EFS API and /_emulator/ on")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` for the state and one directory per file system (required)")
 	fs.Var(&fileSystems, "file-system", "create file system `fs-ID` at start if missing; repeatable")
+	fs.Var(&s3FileSystems, "s3files-file-system", "create S3 Files file system `fs-ID` (17 to 40 hex digits) at start if missing; repeatable")
+	fs.BoolVar(&cfg.S3FilesStrictClientToken, "s3files-strict-client-token", false, "a repeated S3 Files client token with other parameters is ConflictException (default: ignored, the existing access point answered)")
 	fs.IntVar(&cfg.AccessPointLimit, "access-point-limit", emulator.DefaultAccessPointLimit, "access points per file system")
 	fs.BoolVar(&cfg.LenientClientToken, "lenient-client-token", false, "a repeated ClientToken with identical parameters returns the existing access point")
 	fs.BoolVar(&cfg.NoFsync, "no-fsync", false, "do not fsync commits: state survives the emulator's crash, not the machine's")
@@ -59,6 +65,7 @@ func run(args []string) error {
 		return errors.New("--data-dir is required")
 	}
 	cfg.FileSystems = fileSystems
+	cfg.S3FilesFileSystems = s3FileSystems
 	var h slog.Handler = slog.NewTextHandler(os.Stderr, nil)
 	switch *logFormat {
 	case "json":

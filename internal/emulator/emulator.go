@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,16 @@ type Config struct {
 	// fs- and 8 to 40 hex digits), each with one mount target at 127.0.0.1
 	// in us-east-1a.
 	FileSystems []string
-	// AccessPointLimit is the number of access points per file system;
+	// S3FilesFileSystems are S3 Files file systems created at start when
+	// missing (fs- and 17 to 40 hex digits), each with one mount target at
+	// 127.0.0.1; their data is DataDir/<fs-id> too.
+	S3FilesFileSystems []string
+	// S3FilesStrictClientToken: a repeated S3 Files client token with other
+	// parameters is ConflictException. By default it is ignored and the
+	// existing access point answered, as the S3 Files API documents.
+	S3FilesStrictClientToken bool
+	// AccessPointLimit is the number of access points per file system (of
+	// either API);
 	// 0 means 10000 (EFS's limit).
 	AccessPointLimit int
 	// LenientClientToken: a repeated ClientToken with the same parameters
@@ -116,6 +126,14 @@ func New(cfg Config) (*Emulator, error) {
 			return nil, fmt.Errorf("emulator: file system ID %q does not match ^fs-[0-9a-f]{8,40}$", id)
 		}
 	}
+	for _, id := range cfg.S3FilesFileSystems {
+		if !ValidS3FilesFileSystemID(id) {
+			return nil, fmt.Errorf("emulator: S3 Files file system ID %q does not match ^fs-[0-9a-f]{17,40}$", id)
+		}
+		if slices.Contains(cfg.FileSystems, id) {
+			return nil, fmt.Errorf("emulator: file system ID %s is given for both EFS and S3 Files", id)
+		}
+	}
 	if err := validateFaults(cfg.Faults); err != nil {
 		return nil, fmt.Errorf("emulator: %w", err)
 	}
@@ -145,7 +163,7 @@ func New(cfg Config) (*Emulator, error) {
 	}
 	e.faults.setAll(cfg.Faults)
 	for _, id := range cfg.FileSystems {
-		if e.state.hasFileSystem(id) {
+		if e.state.hasFileSystem(svcEFS, id) {
 			if err := mkdirFileSystem(dataDir, id); err != nil { // its directory may have been removed
 				_ = st.close()
 				return nil, fmt.Errorf("emulator: %w", err)
@@ -159,11 +177,18 @@ func New(cfg Config) (*Emulator, error) {
 		}
 		log.Info("created file system", "fileSystem", id)
 	}
+	for _, id := range cfg.S3FilesFileSystems {
+		if err := e.seedS3FileSystem(id); err != nil {
+			_ = st.close()
+			return nil, fmt.Errorf("emulator: %w", err)
+		}
+	}
 	e.mux = e.routes()
 	return e, nil
 }
 
-// Handler serves the EFS API and the control endpoint under /_emulator/.
+// Handler serves the EFS API, the S3 Files API and the control endpoint
+// under /_emulator/.
 func (e *Emulator) Handler() http.Handler { return e.mux }
 
 // Serve answers requests on l until Close or Shutdown; it then returns nil.

@@ -29,22 +29,23 @@ type decoder func(r *http.Request) (request, *apiError)
 
 func (e *Emulator) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	api := func(pattern string, op Op, d decoder) { mux.Handle(pattern, e.endpoint(op, d)) }
+	api := func(pattern string, op Op, d decoder) { mux.Handle(pattern, e.endpointFor(op, d, writeError)) }
 	api("POST "+apiPrefix+"/access-points", OpCreateAccessPoint, e.decodeCreateAccessPoint)
 	api("GET "+apiPrefix+"/access-points", OpDescribeAccessPoints, e.decodeDescribeAccessPoints)
-	api("DELETE "+apiPrefix+"/access-points/{id}", OpDeleteAccessPoint, deleteByID("AccessPointId", "fsap", e.state.deleteAccessPoint,
+	api("DELETE "+apiPrefix+"/access-points/{id}", OpDeleteAccessPoint, deleteByID("AccessPointId", "fsap", efsOnly(e.state.deleteAccessPoint),
 		func(id string) any { return &DeleteAccessPointInput{AccessPointId: id} }))
 	api("POST "+apiPrefix+"/file-systems", OpCreateFileSystem, e.decodeCreateFileSystem)
 	api("GET "+apiPrefix+"/file-systems", OpDescribeFileSystems, e.decodeDescribeFileSystems)
-	api("DELETE "+apiPrefix+"/file-systems/{id}", OpDeleteFileSystem, deleteByID("FileSystemId", "fs", e.state.deleteFileSystem,
+	api("DELETE "+apiPrefix+"/file-systems/{id}", OpDeleteFileSystem, deleteByID("FileSystemId", "fs", efsOnly(e.state.deleteFileSystem),
 		func(id string) any { return &DeleteFileSystemInput{FileSystemId: id} }))
 	api("POST "+apiPrefix+"/mount-targets", OpCreateMountTarget, e.decodeCreateMountTarget)
 	api("GET "+apiPrefix+"/mount-targets", OpDescribeMountTargets, e.decodeDescribeMountTargets)
-	api("DELETE "+apiPrefix+"/mount-targets/{id}", OpDeleteMountTarget, deleteByID("MountTargetId", "fsmt", e.state.deleteMountTarget,
+	api("DELETE "+apiPrefix+"/mount-targets/{id}", OpDeleteMountTarget, deleteByID("MountTargetId", "fsmt", efsOnly(e.state.deleteMountTarget),
 		func(id string) any { return &DeleteMountTargetInput{MountTargetId: id} }))
 	api("POST "+apiPrefix+"/resource-tags/{id}", OpTagResource, e.decodeTagResource)
 	api("DELETE "+apiPrefix+"/resource-tags/{id}", OpUntagResource, e.decodeUntagResource)
 	api("GET "+apiPrefix+"/resource-tags/{id}", OpListTagsForResource, e.decodeListTagsForResource)
+	e.s3Routes(mux)
 	e.controlRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		rec := &recorder{ResponseWriter: w}
@@ -91,20 +92,33 @@ func (e *Emulator) logRequest(r *http.Request, op Op, rec *recorder, start time.
 	e.log.Info("request", attrs...)
 }
 
-// endpoint serves one operation: count, faults, decode, hooks, apply, answer.
-func (e *Emulator) endpoint(op Op, decode decoder) http.Handler {
+// errorWriter answers an error in one API's terms (writeError, writeS3Error).
+type errorWriter func(http.ResponseWriter, *apiError)
+
+// endpointFor serves one operation: count, faults, decode, hooks, apply,
+// answer, with errors written by writeError.
+func (e *Emulator) endpointFor(op Op, decode decoder, writeError errorWriter) http.Handler {
+	want := signingService(op)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		e.counts[op].Add(1)
 		rec := &recorder{ResponseWriter: w}
+		if svc := signingServiceOf(r); svc != "" && svc != want {
+			// Signed for the other API (a client pointed at the wrong
+			// path prefix): neither operation, and not counted as one.
+			writeError(rec, errorf(http.StatusBadRequest, codeBadRequest,
+				"request signed for service %q reached %s, which is signed for %q", svc, op, want))
+			e.logRequest(r, op, rec, start, "")
+			return
+		}
+		e.counts[op].Add(1)
 		rec.Header().Set("x-amzn-RequestId", e.rand.hex(8)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(12))
-		fault := e.serve(r.Context(), op, decode, rec, r)
+		fault := e.serve(r.Context(), op, decode, rec, r, writeError)
 		e.logRequest(r, op, rec, start, fault)
 	})
 }
 
 // serve answers one API request and names the fault that struck, if any.
-func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder, r *http.Request) string {
+func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder, r *http.Request, writeError errorWriter) string {
 	f := e.faults.get(op)
 	if f != nil {
 		if d := f.Latency + e.rand.duration(f.Jitter); d > 0 {
@@ -138,7 +152,7 @@ func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder
 	}
 	e.callHook(op, AfterApply, req.in)
 	if f != nil && e.rand.chance(f.LostAnswerRate) {
-		return e.loseAnswer(w, f.LostAnswerMode)
+		return e.loseAnswer(w, f.LostAnswerMode, writeError)
 	}
 	writeJSON(w, status, body)
 	return ""
@@ -146,7 +160,7 @@ func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder
 
 // loseAnswer fails a request that was applied: a 500, or a connection closed
 // without an answer.
-func (e *Emulator) loseAnswer(w *recorder, mode LostMode) string {
+func (e *Emulator) loseAnswer(w *recorder, mode LostMode, writeError errorWriter) string {
 	if mode == LostMixed {
 		mode = Lost500
 		if e.rand.chance(0.5) {
@@ -167,6 +181,11 @@ func (e *Emulator) loseAnswer(w *recorder, mode LostMode) string {
 }
 
 // ---- decoding helpers ----
+
+// efsOnly binds a state operation to the EFS API.
+func efsOnly(f func(service, string) *apiError) func(string) *apiError {
+	return func(id string) *apiError { return f(svcEFS, id) }
+}
 
 // deleteByID decodes DELETE .../{id} of a kind of resource; input wraps the
 // ID as the operation's *Input for hooks.
@@ -314,7 +333,7 @@ func (e *Emulator) decodeDescribeAccessPoints(r *http.Request) (request, *apiErr
 			return request{}, aerr
 		}
 		return request{in: in, run: func() (int, any, *apiError) {
-			ap, aerr := e.state.describeAccessPoint(id, time.Now())
+			ap, aerr := e.state.describeAccessPoint(svcEFS, id, time.Now())
 			return http.StatusOK, describeAccessPointsOutput{AccessPoints: []wireAccessPoint{ap}}, aerr
 		}}, nil
 	}
@@ -406,24 +425,29 @@ func (e *Emulator) decodeCreateMountTarget(r *http.Request) (request, *apiError)
 	if aerr := decodeBody(r, in); aerr != nil {
 		return request{}, aerr
 	}
-	fsID, aerr := resourceID("FileSystemId", str(in.FileSystemId), "fs")
+	fsID, subnet, ip, aerr := validateCreateMountTarget(in)
 	if aerr != nil {
 		return request{}, aerr
-	}
-	subnet, aerr := resourceID("SubnetId", str(in.SubnetId), "subnet")
-	if aerr != nil {
-		return request{}, aerr
-	}
-	ip := str(in.IpAddress)
-	if ip != "" {
-		if a := net.ParseIP(ip); a == nil || a.To4() == nil {
-			return request{}, badRequest("IpAddress %q is not an IPv4 address", ip)
-		}
 	}
 	return request{in: in, run: func() (int, any, *apiError) {
-		mt, aerr := e.state.createMountTarget(fsID, subnet, ip)
+		mt, aerr := e.state.createMountTarget(svcEFS, fsID, subnet, ip)
 		return http.StatusOK, mt, aerr
 	}}, nil
+}
+
+func validateCreateMountTarget(in *CreateMountTargetInput) (fsID, subnet, ip string, aerr *apiError) {
+	if fsID, aerr = resourceID("FileSystemId", str(in.FileSystemId), "fs"); aerr != nil {
+		return "", "", "", aerr
+	}
+	if subnet, aerr = resourceID("SubnetId", str(in.SubnetId), "subnet"); aerr != nil {
+		return "", "", "", aerr
+	}
+	if ip = str(in.IpAddress); ip != "" {
+		if a := net.ParseIP(ip); a == nil || a.To4() == nil {
+			return "", "", "", badRequest("IpAddress %q is not an IPv4 address", ip)
+		}
+	}
+	return fsID, subnet, ip, nil
 }
 
 func (e *Emulator) decodeDescribeMountTargets(r *http.Request) (request, *apiError) {
@@ -453,7 +477,7 @@ func (e *Emulator) decodeDescribeMountTargets(r *http.Request) (request, *apiErr
 		return request{}, badRequest("give exactly one of FileSystemId, MountTargetId and AccessPointId")
 	}
 	return request{in: in, run: func() (int, any, *apiError) {
-		out, aerr := e.state.describeMountTargets(in, orDefault(in.MaxItems), time.Now())
+		out, aerr := e.state.describeMountTargets(svcEFS, in, orDefault(in.MaxItems), time.Now())
 		return http.StatusOK, out, aerr
 	}}, nil
 }
@@ -490,7 +514,7 @@ func (e *Emulator) decodeTagResource(r *http.Request) (request, *apiError) {
 		return request{}, aerr
 	}
 	return request{in: in, run: func() (int, any, *apiError) {
-		return http.StatusOK, nil, e.state.updateTags(id, func(old []tag) ([]tag, *apiError) { return mergeTags(old, add) })
+		return http.StatusOK, nil, e.state.updateTags(svcEFS, id, func(old []tag) ([]tag, *apiError) { return mergeTags(old, add) })
 	}}, nil
 }
 
@@ -514,15 +538,7 @@ func (e *Emulator) decodeUntagResource(r *http.Request) (request, *apiError) {
 		drop[k] = true
 	}
 	return request{in: in, run: func() (int, any, *apiError) {
-		return http.StatusOK, nil, e.state.updateTags(id, func(old []tag) ([]tag, *apiError) {
-			var out []tag
-			for _, t := range old {
-				if !drop[t.Key] {
-					out = append(out, t)
-				}
-			}
-			return out, nil
-		})
+		return http.StatusOK, nil, e.state.updateTags(svcEFS, id, func(old []tag) ([]tag, *apiError) { return dropTags(old, drop), nil })
 	}}, nil
 }
 
@@ -536,7 +552,7 @@ func (e *Emulator) decodeListTagsForResource(r *http.Request) (request, *apiErro
 		return request{}, aerr
 	}
 	return request{in: in, run: func() (int, any, *apiError) {
-		out, aerr := e.state.listTags(id, in.NextToken, orDefault(in.MaxResults), time.Now())
-		return http.StatusOK, out, aerr
+		tags, next, aerr := e.state.listTags(svcEFS, id, in.NextToken, orDefault(in.MaxResults), time.Now())
+		return http.StatusOK, listTagsOutput{Tags: wireTags(tags), NextToken: next}, aerr
 	}}, nil
 }
