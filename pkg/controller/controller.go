@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -64,6 +65,9 @@ var (
 	ErrUnresolvedRef = errors.New("file system reference cannot be resolved")
 	// ErrRefUnavailable: the Kubernetes API did not answer a reference read; retry.
 	ErrRefUnavailable = errors.New("file system reference not readable now")
+	// ErrNotReachable: the volume's file system is not visible with the
+	// credentials of the call (another account's, and no role named).
+	ErrNotReachable = errors.New("file system not reachable")
 	// ErrGIDContention: another writer took every GID this call tried; retry.
 	ErrGIDContention = errors.New("GID contention with another writer")
 )
@@ -109,6 +113,7 @@ type Config struct {
 	EFS           EFS
 	Mounter       FileSystemMounter
 	Refs          RefReader         // nil: a class naming its file system by reference is an error
+	Backends      Backends          // nil: only Config.EFS (no other account, no S3 Files)
 	Tags          map[string]string // added to every access point (--tags)
 	ClusterID     string            // --cluster-id, written as TagClusterID; "" = unknown: no tag
 	DeleteRootDir bool              // --delete-access-point-root-dir
@@ -122,6 +127,8 @@ type Config struct {
 	// writer's process is looked up (nil: this process and /proc).
 	identity  *writer
 	procStart func(pid int) (uint64, bool)
+	// locks is shared by a backend's Service with the Service that made it.
+	locks *keylock.Set
 }
 
 // Service is the CSI Controller service.
@@ -140,6 +147,15 @@ type Service struct {
 	verify  *verifier
 	roots   *rootDirs // root-directory removal (rootdir.go)
 	log     *slog.Logger
+
+	// Backends (backend.go): cfg makes a backend's Service; api is this
+	// Service's; others are the backends' Services, made at first use.
+	cfg      Config
+	me       writer
+	api      API
+	backends Backends
+	bmu      sync.Mutex
+	others   map[Backend]*Service
 
 	// pending holds, per volume generation (pendingKey), the GID
 	// reservation of a create whose outcome is unknown, until a later
@@ -204,20 +220,31 @@ func New(cfg Config) (*Service, error) {
 	if cfg.procStart != nil {
 		v.procStart = cfg.procStart
 	}
+	if cfg.locks == nil {
+		cfg.locks = keylock.New()
+	}
 	return &Service{
 		efs: cfg.EFS, mounter: cfg.Mounter, refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
-		locks: keylock.New(), gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
+		locks: cfg.locks, gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
 		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
 		answers: map[string]answer{}, answerOf: map[string]string{},
 		roots: newRootDirs(v.listings),
+		cfg:   cfg, me: me, backends: cfg.Backends, others: map[Backend]*Service{},
 	}, nil
 }
 
 // LocksHeld is the number of volume locks held now: 0 at rest.
 func (s *Service) LocksHeld() int { return s.locks.Len() }
 
-// GIDStats reports the allocator's view per file system, for metrics.
-func (s *Service) GIDStats() map[string]gid.Stats { return s.gids.Stats() }
+// GIDStats reports the allocators' view per file system, for metrics: of
+// every backend (file system IDs are unique across accounts and APIs).
+func (s *Service) GIDStats() map[string]gid.Stats {
+	out := map[string]gid.Stats{}
+	for _, svc := range s.services() {
+		maps.Copy(out, svc.gids.Stats())
+	}
+	return out
+}
 
 // ControllerGetCapabilities advertises create/delete and listing.
 func (s *Service) ControllerGetCapabilities(_ context.Context, _ *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {

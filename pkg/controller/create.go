@@ -21,10 +21,12 @@ import (
 // plan is everything a CreateVolume sends to EFS, computed from the request
 // alone, so that every retry of the same call sends identical parameters.
 type plan struct {
-	name     string
-	params   volume.Params
-	capacity int64
-	input    efs.CreateAccessPointInput // PosixUser is filled once a GID is reserved
+	name         string
+	params       volume.Params
+	capacity     int64
+	input        efs.CreateAccessPointInput // PosixUser is filled once a GID is reserved
+	backend      Backend
+	crossAccount bool // provisioner secret crossaccount (see volumeContext)
 }
 
 // CreateVolume creates (or finds) the access point for req.Name.
@@ -38,11 +40,27 @@ type plan struct {
 //     earlier attempt (maybe of a killed process, maybe with a lost answer)
 //     created it: describe it, adopt it if compatible, else ALREADY_EXISTS.
 //  5. Commit or release the GID; an unknown outcome keeps it reserved.
+//
+// The class's provisioningMode and the provisioner secrets choose the
+// backend (backend.go): the API, and whose credentials (awsRoleArn).
 func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	b, err := secretsBackend(apiOfMode(req.GetParameters()), req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	svc, err := s.backend(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	return svc.createVolume(ctx, req, b)
+}
+
+func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest, b Backend) (*csi.CreateVolumeResponse, error) {
 	p, err := s.plan(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	p.backend = b
 	unlock, err := s.locks.TryLock(nameKey(p.name))
 	if err != nil {
 		return nil, err
@@ -56,11 +74,16 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 		}
 		s.remember(p.name, ap)
 	}
+	volCtx, err := s.volumeContext(ctx, p.backend, p.crossAccount, p.params.AZ, ap.FileSystemID)
+	if err != nil {
+		return nil, err
+	}
 	s.log.Info("volume ready", slog.String("name", p.name), slog.String("accessPoint", ap.ID),
 		slog.String("path", ap.Path), slog.Int64("gid", posixGID(ap)))
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
-		VolumeId:      volume.ProvisionedID(ap.FileSystemID, ap.ID),
+		VolumeId:      s.volumeID(ap),
 		CapacityBytes: p.capacity,
+		VolumeContext: volCtx,
 	}}, nil
 }
 
@@ -149,7 +172,8 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 	if err != nil {
 		return nil, err
 	}
-	if err := refuseCrossAccount(req.GetSecrets()); err != nil {
+	crossAccount, err := crossAccountMode(req.GetSecrets())
+	if err != nil {
 		return nil, err
 	}
 	if req.GetVolumeContentSource() != nil {
@@ -185,7 +209,7 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 		tags[TagClaimName], tags[TagClaimNamespace] = params.PVCName, params.PVCNamespace
 	}
 	return &plan{
-		name: name, params: params, capacity: capacity,
+		name: name, params: params, capacity: capacity, crossAccount: crossAccount,
 		input: efs.CreateAccessPointInput{
 			FileSystemID: params.FileSystemID,
 			ClientToken:  params.ClientToken(name),

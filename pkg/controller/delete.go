@@ -37,13 +37,22 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	if req.GetVolumeId() == "" {
 		return nil, fmt.Errorf("%w: volume ID is required", ErrInvalidRequest)
 	}
-	if err := refuseS3Files(req.GetVolumeId()); err != nil {
+	// The same backend as the create: the ID names the API, the
+	// provisioner passes the class's secrets to delete too (a volume
+	// made as a role is deleted as that role, or not found and leaked).
+	b, rest, err := backendOfID(req.GetVolumeId(), req.GetSecrets())
+	if err != nil {
 		return nil, err
 	}
-	if err := refuseCrossAccount(req.GetSecrets()); err != nil {
+	svc, err := s.backend(ctx, b)
+	if err != nil {
 		return nil, err
 	}
-	id, err := volume.ParseID(req.GetVolumeId())
+	return svc.deleteVolume(ctx, rest)
+}
+
+func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.DeleteVolumeResponse, error) {
+	id, err := volume.ParseID(volumeID)
 	if err != nil || id.AccessPointID == "" {
 		// Not ours to delete: the CO may send anything, and a static volume
 		// owns no access point (the upstream driver answers OK for both).
@@ -59,7 +68,10 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	if errors.Is(err, efs.ErrAccessPointNotFound) {
 		// Gone, or created so recently that Describe does not show it yet.
 		// DeleteAccessPoint is authoritative: call it rather than trust Describe.
-		return &csi.DeleteVolumeResponse{}, s.deleteAccessPoint(ctx, id.FileSystemID, id.AccessPointID)
+		if err := s.deleteAccessPoint(ctx, id.FileSystemID, id.AccessPointID); err != nil {
+			return nil, err
+		}
+		return &csi.DeleteVolumeResponse{}, s.reachable(ctx, id.FileSystemID)
 	}
 	if err != nil {
 		return nil, err
@@ -89,6 +101,28 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 		}
 	}
 	return &csi.DeleteVolumeResponse{}, s.deleteAccessPoint(ctx, ap.FileSystemID, ap.ID)
+}
+
+// reachable confirms that "not found" is about the access point: its file
+// system is visible with these credentials. A volume made in another
+// account (a class with a role secret) is not found with the controller's
+// own credentials either, and answering OK then would drop its PV and leak
+// the access point there. So a file system these credentials cannot see is
+// FAILED_PRECONDITION: the class's provisioner secret must name the role (a
+// file system deleted with everything on it reads the same: its PV is then
+// removed by hand). One Describe, only on this path (a delete whose earlier
+// attempt finished), and none where the client cannot describe.
+func (s *Service) reachable(ctx context.Context, fsID string) error {
+	d, ok := s.efs.(FileSystemDescriber)
+	if !ok {
+		return nil
+	}
+	_, err := d.DescribeFileSystem(ctx, fsID)
+	if errors.Is(err, efs.ErrFileSystemNotFound) {
+		return fmt.Errorf("%w: file system %s is not visible with these credentials: a volume made in another account is deleted with its class's provisioner secret (%s); the access point was not deleted here",
+			ErrNotReachable, fsID, SecretRoleARN)
+	}
+	return err
 }
 
 // deleteAccessPoint deletes apID and tells the allocator its ids are free.
@@ -189,7 +223,10 @@ func (s *Service) CleanStaleMountPoints(ctx context.Context) error {
 	if s.mounter == nil {
 		return nil
 	}
-	errs := []error{s.retryUnmounts(ctx)}
+	var errs []error
+	for _, svc := range s.services() {
+		errs = append(errs, svc.retryUnmounts(ctx))
+	}
 	dirs, err := filepath.Glob(filepath.Join(s.tmpDir, mountPointPrefix+"*"))
 	if err != nil {
 		return errors.Join(append(errs, err)...)

@@ -108,6 +108,15 @@ func (h *hookEFS) DescribeAccessPoint(ctx context.Context, id string) (*efs.Acce
 	return hooked(h, "DescribeAccessPoint", id, func() (*efs.AccessPoint, error) { return h.EFS.DescribeAccessPoint(ctx, id) })
 }
 
+// DescribeFileSystem passes through (the delete's reachability check).
+func (h *hookEFS) DescribeFileSystem(ctx context.Context, fsID string) (*efs.FileSystem, error) {
+	d, ok := h.EFS.(FileSystemDescriber)
+	if !ok {
+		return &efs.FileSystem{ID: fsID}, nil
+	}
+	return d.DescribeFileSystem(ctx, fsID)
+}
+
 // gate holds a hooked call until released, and says when it has arrived.
 type gate struct {
 	arrived chan struct{}

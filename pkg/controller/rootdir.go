@@ -104,19 +104,34 @@ func (r *rootDirs) beingDeleted(apID string) bool {
 
 // RootDirsKept counts the deletes that kept the root directory because
 // another live access point reaches it (for metrics: it only grows).
-func (s *Service) RootDirsKept() int64 { return s.roots.kept.Load() }
+func (s *Service) RootDirsKept() int64 {
+	return sumOver(s.services(), func(svc *Service) int64 { return svc.roots.kept.Load() })
+}
 
 // RootDirsNotOwned counts the deletes, with root-directory removal on, of
 // access points that no CSI driver made: the access point went, its
 // directory was kept.
-func (s *Service) RootDirsNotOwned() int64 { return s.roots.notOwned.Load() }
+func (s *Service) RootDirsNotOwned() int64 {
+	return sumOver(s.services(), func(svc *Service) int64 { return svc.roots.notOwned.Load() })
+}
 
 // PendingUnmounts is the number of this process's temporary mount points
 // whose unmount failed and is to be retried: 0 at rest.
 func (s *Service) PendingUnmounts() int {
-	s.roots.mu.Lock()
-	defer s.roots.mu.Unlock()
-	return len(s.roots.pending)
+	return int(sumOver(s.services(), func(svc *Service) int64 {
+		svc.roots.mu.Lock()
+		defer svc.roots.mu.Unlock()
+		return int64(len(svc.roots.pending))
+	}))
+}
+
+// sumOver adds f over every backend's Service, for metrics.
+func sumOver(all []*Service, f func(*Service) int64) int64 {
+	var n int64
+	for _, svc := range all {
+		n += f(svc)
+	}
+	return n
 }
 
 // sharer returns a live access point other than ap on its file system

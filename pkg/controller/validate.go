@@ -19,12 +19,20 @@ func (s *Service) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valid
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, fmt.Errorf("%w: volume capabilities are required", ErrInvalidRequest)
 	}
-	id, err := volume.ParseID(req.GetVolumeId())
+	b, rest, err := backendOfID(req.GetVolumeId(), req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	id, err := volume.ParseID(rest)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrVolumeNotFound, req.GetVolumeId(), err)
 	}
 	if id.AccessPointID != "" {
-		_, err := s.efs.DescribeAccessPoint(ctx, id.AccessPointID)
+		svc, err := s.backend(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		_, err = svc.efs.DescribeAccessPoint(ctx, id.AccessPointID)
 		if errors.Is(err, efs.ErrAccessPointNotFound) {
 			return nil, fmt.Errorf("%w: %s", ErrVolumeNotFound, req.GetVolumeId())
 		}

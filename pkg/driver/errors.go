@@ -45,6 +45,7 @@ var codeTable = []struct {
 	{controller.ErrGIDContention, codes.Unavailable},
 	{controller.ErrUnresolvedRef, codes.FailedPrecondition},
 	{controller.ErrNotSupported, codes.FailedPrecondition},
+	{controller.ErrNotReachable, codes.FailedPrecondition},
 	{controller.ErrRefUnavailable, codes.Unavailable},
 	{controller.ErrUnsafeRootDir, codes.FailedPrecondition},
 	{controller.ErrRootDirRemoval, codes.Internal},

@@ -24,19 +24,13 @@ func TestUnsupportedUpstreamFeaturesAreRefusedNotIgnored(t *testing.T) {
 		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
 	}}
-	role := map[string]string{"awsRoleArn": "arn:aws:iam::123456789012:role/efs", "externalId": "x"}
+	role := map[string]string{"awsRoleArn": "arn:aws:iam::123456789012:role/efs", "externalId": "ext-x"}
 	calls := []struct {
 		name string
 		call func() error
 	}{
 		{"CreateVolume with a role in the provisioner secret", func() error {
 			_, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-x", VolumeCapabilities: capability, Secrets: role,
-				Parameters: map[string]string{"provisioningMode": "efs-ap", "fileSystemId": sanityFS}})
-			return err
-		}},
-		{"CreateVolume with crossaccount", func() error {
-			_, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-y", VolumeCapabilities: capability,
-				Secrets:    map[string]string{"crossaccount": "true"},
 				Parameters: map[string]string{"provisioningMode": "efs-ap", "fileSystemId": sanityFS}})
 			return err
 		}},

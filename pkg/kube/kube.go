@@ -140,6 +140,10 @@ func (c *Client) ClaimUID(ctx context.Context, namespace, name string) (string, 
 	return string(pvc.UID), nil
 }
 
+// provisionerSecretName is the StorageClass parameter naming the Secret the
+// provisioner passes to CreateVolume and DeleteVolume.
+const provisionerSecretName = "csi.storage.k8s.io/provisioner-secret-name"
+
 // FileSystemIDs returns the distinct fileSystemId parameters of the
 // StorageClasses whose provisioner is driver, in the API's order.
 func (c *Client) FileSystemIDs(ctx context.Context, driver string) ([]string, error) {
@@ -168,8 +172,14 @@ func (c *Client) FileSystemIDs(ctx context.Context, driver string) ([]string, er
 }
 
 // classFileSystem is the file system a class names, by fileSystemId or by a
-// reference it can read now; "" if neither.
+// reference it can read now; "" if neither, and "" for a class whose
+// volumes live where the controller's own EFS client does not reach: a
+// class with a provisioner secret (which may name another account's role;
+// only the provisioner reads it) or of S3 Files.
 func (c *Client) classFileSystem(ctx context.Context, params map[string]string) string {
+	if _, ok := params[provisionerSecretName]; ok || params[volume.ParamProvisioningMode] == volume.ProvisioningModeS3FilesAccessPoint {
+		return ""
+	}
 	ref, isRef, err := volume.FileSystemRef(params)
 	switch {
 	case err != nil:

@@ -44,6 +44,11 @@ func TestClientReadsTheCluster(t *testing.T) {
 	k.AddStorageClass("e", "efs.csi.aws.com", map[string]string{"fileSystemIdConfigRef": "storage/efs/fs"})
 	k.AddStorageClass("f", "efs.csi.aws.com", map[string]string{"fileSystemIdConfigRef": "storage/efs/junk"})
 	k.AddStorageClass("g", "efs.csi.aws.com", map[string]string{"fileSystemIdSecretRef": "storage/none/fs"})
+	// Classes whose volumes another backend holds (a role in the
+	// provisioner secret, S3 Files) are not this account's EFS: not listed.
+	k.AddStorageClass("h", "efs.csi.aws.com", map[string]string{"fileSystemId": "fs-4",
+		"csi.storage.k8s.io/provisioner-secret-name": "x-account", "csi.storage.k8s.io/provisioner-secret-namespace": "kube-system"})
+	k.AddStorageClass("i", "efs.csi.aws.com", map[string]string{"fileSystemId": "fs-5", "provisioningMode": "s3files-ap"})
 	c := client(t, k, "driver")
 	ctx := context.Background()
 	if h, err := c.VolumeHandles(ctx, "efs.csi.aws.com"); err != nil || !slices.Equal(h, []string{"h1", "h2", "h3"}) {

@@ -31,6 +31,11 @@ const MaxIDLength = 128
 // provisionedPrefix marks IDs returned by CreateVolume since upstream v2.
 const provisionedPrefix = "efs:"
 
+// S3FilesPrefix marks the IDs of S3 Files volumes: S3FilesPrefix +
+// fs-X::fsap-Y. ParseID does not take it: the caller strips it and knows
+// the API (pkg/controller's backends).
+const S3FilesPrefix = "s3files:"
+
 // EFS resource ID syntax, as the EFS API validates it.
 var (
 	fileSystemIDRe  = regexp.MustCompile(`^fs-[0-9a-f]{8,40}$`)
@@ -115,6 +120,12 @@ func (id ID) String() string {
 // ProvisionedID is the volume ID CreateVolume returns: "efs:fs-X::fsap-Y".
 func ProvisionedID(fsID, apID string) string {
 	return provisionedPrefix + fsID + "::" + apID
+}
+
+// ProvisionedS3FilesID is the volume ID CreateVolume returns for an S3
+// Files access point.
+func ProvisionedS3FilesID(fsID, apID string) string {
+	return S3FilesPrefix + fsID + "::" + apID
 }
 
 // cleanAbs makes p absolute and clean. "/" and "" become "" (the root). It

@@ -35,8 +35,11 @@ const (
 
 // Values and defaults.
 const (
-	// ProvisioningModeAccessPoint is the only provisioning mode.
+	// ProvisioningModeAccessPoint provisions EFS access points.
 	ProvisioningModeAccessPoint = "efs-ap"
+	// ProvisioningModeS3FilesAccessPoint provisions S3 Files access points,
+	// through the same protocol.
+	ProvisioningModeS3FilesAccessPoint = "s3files-ap"
 	// DefaultGIDRangeStart and DefaultGIDRangeEnd are upstream's defaults:
 	// 50000 plus the per-file-system access point limit (10,000).
 	DefaultGIDRangeStart = 50000
@@ -127,8 +130,8 @@ func ParseParams(m map[string]string) (Params, error) {
 	switch {
 	case !ok:
 		return Params{}, paramErr(ParamProvisioningMode, "missing; use %q", ProvisioningModeAccessPoint)
-	case mode != ProvisioningModeAccessPoint:
-		return Params{}, paramErr(ParamProvisioningMode, "provisioning mode %q is not supported, only %q", mode, ProvisioningModeAccessPoint)
+	case mode != ProvisioningModeAccessPoint && mode != ProvisioningModeS3FilesAccessPoint:
+		return Params{}, paramErr(ParamProvisioningMode, "provisioning mode %q is not supported, only %q and %q", mode, ProvisioningModeAccessPoint, ProvisioningModeS3FilesAccessPoint)
 	}
 
 	// A reference must have been resolved into fileSystemId by the caller
