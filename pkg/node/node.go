@@ -88,8 +88,19 @@ type Config struct {
 	// MaxVolumesPerNode is reported by NodeGetInfo (upstream's
 	// --volume-attach-limit); 0 reports no limit.
 	MaxVolumesPerNode int64
-	Logger            *slog.Logger
+	// MemoryLimit is the node plugin's memory limit in bytes (upstream
+	// reads it from CSI_NODE_MEMORY_LIMIT); below
+	// S3FilesReadCacheMinMemory, S3 Files volumes are mounted with
+	// nos3readcache. 0 means unknown: the read cache stays on.
+	MemoryLimit int64
+	Logger      *slog.Logger
 }
+
+// S3FilesReadCacheMinMemory is the least node plugin memory limit with
+// which S3 Files mounts keep efs-utils' read cache: under it they are
+// mounted with nos3readcache, as upstream does (its tests call a 1 GiB
+// limit low).
+const S3FilesReadCacheMinMemory = 2 << 30
 
 // Service is the CSI Node service.
 type Service struct {
@@ -100,6 +111,7 @@ type Service struct {
 	volMetrics     bool
 	unmountTimeout time.Duration
 	maxVolumes     int64
+	memoryLimit    int64
 	locks          *keylock.Set
 	slots          chan struct{} // one token per mount in progress
 	log            *slog.Logger
@@ -123,7 +135,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Service{
-		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn,
+		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn, memoryLimit: cfg.MemoryLimit,
 		unmountTimeout: cfg.UnmountTimeout, maxVolumes: cfg.MaxVolumesPerNode, locks: keylock.New(),
 		slots: make(chan struct{}, cfg.MaxConcurrentMounts), log: cfg.Logger,
 	}, nil
