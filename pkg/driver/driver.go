@@ -57,17 +57,21 @@ type Config struct {
 	VolMetricsRefresh     time.Duration
 	VolMetricsFSRateLimit int
 	VolumeAttachLimit     int // MaxVolumesPerNode in NodeGetInfo; 0 = none
-	UnmountTimeout        time.Duration
-	ShutdownTimeout       time.Duration // how long calls in flight may run after SIGTERM
-	MaxInflightMounts     int
-	GIDVerify             string        // controller.VerifyAuto, VerifyAlways or VerifyNever
-	OrphanInterval        time.Duration // 0: no orphan collection
-	OrphanGrace           time.Duration
-	ClusterID             string      // --cluster-id; "": the kube-system namespace's UID when Kubernetes is reachable
-	LeaseNamespace        string      // the orphan collector's Lease; "": the pod's namespace
-	Kube                  kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
-	EFS                   efs.Config
-	Logger                *slog.Logger
+	// MemoryLimit is the node plugin's memory limit in bytes (upstream's
+	// CSI_NODE_MEMORY_LIMIT); under 2 GiB, S3 Files mounts go without the
+	// read cache (nos3readcache). 0 = unknown.
+	MemoryLimit       int64
+	UnmountTimeout    time.Duration
+	ShutdownTimeout   time.Duration // how long calls in flight may run after SIGTERM
+	MaxInflightMounts int
+	GIDVerify         string        // controller.VerifyAuto, VerifyAlways or VerifyNever
+	OrphanInterval    time.Duration // 0: no orphan collection
+	OrphanGrace       time.Duration
+	ClusterID         string      // --cluster-id; "": the kube-system namespace's UID when Kubernetes is reachable
+	LeaseNamespace    string      // the orphan collector's Lease; "": the pod's namespace
+	Kube              kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
+	EFS               efs.Config
+	Logger            *slog.Logger
 }
 
 // Driver is a configured, not yet serving, CSI plugin.
@@ -173,7 +177,13 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	var mounter *mount.Mounter
 	if cfg.LocalRoot != "" {
-		mounter, err = mount.NewLocal(cfg.LocalRoot, client, mount.WithLogger(cfg.Logger))
+		// Against the emulator the node looks access points up, S3 Files'
+		// through their own API.
+		var s3 *efs.S3Files
+		if s3, err = efs.NewS3Files(ctx, cfg.EFS); err != nil {
+			return nil, fmt.Errorf("S3 Files client: %w", err)
+		}
+		mounter, err = mount.NewLocal(cfg.LocalRoot, client, mount.WithLogger(cfg.Logger), mount.WithS3FilesAccessPoints(s3))
 	} else {
 		mounter, err = mount.NewEFS(mount.WithLogger(cfg.Logger))
 	}
@@ -195,6 +205,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		d.controller, err = controller.New(controller.Config{
 			EFS: client, Mounter: mounter, Refs: refs, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
 			TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
+			Backends: &apiBackends{cfg: cfg.EFS, mounter: mounter},
 		})
 		if err != nil {
 			return nil, err
@@ -213,7 +224,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		d.node, err = node.New(node.Config{
 			NodeID: cfg.NodeID, Zone: cfg.Zone, Mounter: mounter, MaxConcurrentMounts: cfg.MaxInflightMounts,
 			VolMetricsOptIn: cfg.VolMetricsOptIn, UnmountTimeout: cfg.UnmountTimeout, Logger: cfg.Logger,
-			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit),
+			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit), MemoryLimit: cfg.MemoryLimit,
 		})
 		if err != nil {
 			return nil, err

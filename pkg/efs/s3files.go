@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
@@ -40,10 +43,13 @@ const S3FilesEndpointEnv = "AWS_ENDPOINT_URL_S3FILES"
 // Safe for concurrent use. Retries, pacing, classification and metrics are
 // *Client's (see its documentation), with these differences of the API:
 //
-//   - CreateAccessPoint with a ClientToken used before answers the existing
-//     access point without error (the API ignores the repeat); an API that
-//     refuses a repeat with other parameters (ConflictException) gives an
-//     *AlreadyExistsError naming it, as EFS's AccessPointAlreadyExists.
+//   - CreateAccessPoint with a ClientToken used before: the API ignores the
+//     repeat and answers the existing access point. This client answers it
+//     only if it is what was asked (the retry of an identical request, as
+//     a lenient EFS); one with other parameters is an *AlreadyExistsError
+//     naming it, as EFS's AccessPointAlreadyExists, so that the caller
+//     checks it instead of taking it for the one it asked for. So is a
+//     ConflictException of an API that refuses such a repeat.
 //   - ListAccessPoints: the API's listing has no client tokens or tags, so
 //     each access point of a page is read with GetAccessPoint (at most
 //     s3FilesGetConcurrency at once): a page costs 1 + its size requests.
@@ -152,7 +158,25 @@ func (c *S3Files) CreateAccessPoint(ctx context.Context, in CreateAccessPointInp
 		return nil, err
 	}
 	ap := fromS3AccessPoint(out.AccessPointId, out.FileSystemId, out.ClientToken, out.Status, out.RootDirectory, out.PosixUser, out.Tags)
+	if !isWhatWasAsked(in, ap) {
+		return nil, fmt.Errorf("%s token %s: %w (the API answered the token's existing access point, made with other parameters)",
+			OpS3CreateAccessPoint, in.ClientToken, &AlreadyExistsError{AccessPointID: ap.ID})
+	}
 	return &ap, nil
+}
+
+// isWhatWasAsked reports whether ap has the parameters of in.
+func isWhatWasAsked(in CreateAccessPointInput, ap AccessPoint) bool {
+	return ap.FileSystemID == in.FileSystemID && ap.ClientToken == in.ClientToken && ap.Path == in.Path &&
+		reflect.DeepEqual(ap.CreationInfo, in.CreationInfo) && samePosixUser(ap.PosixUser, in.PosixUser) &&
+		maps.Equal(ap.Tags, in.Tags)
+}
+
+func samePosixUser(a, b *PosixUser) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.UID == b.UID && a.GID == b.GID && slices.Equal(a.SecondaryGIDs, b.SecondaryGIDs)
 }
 
 // DeleteAccessPoint deletes an access point; a missing one is
@@ -240,6 +264,26 @@ func (c *S3Files) DescribeFileSystem(ctx context.Context, fsID string) (*FileSys
 		return nil, err
 	}
 	return &FileSystem{ID: aws.ToString(out.FileSystemId), LifeCycleState: string(out.Status), Tags: fromS3Tags(out.Tags)}, nil
+}
+
+// ListFileSystems returns every S3 Files file system of the account and
+// region (all pages).
+func (c *S3Files) ListFileSystems(ctx context.Context) ([]FileSystem, error) {
+	var fss []FileSystem
+	err := walkPages(OpS3ListFileSystems, "", func(token *string) (*string, error) {
+		in := &s3sdk.ListFileSystemsInput{NextToken: token}
+		out, err := call(ctx, c.policy, OpS3ListFileSystems, "", func(ctx context.Context) (*s3sdk.ListFileSystemsOutput, error) {
+			return c.api.ListFileSystems(ctx, in)
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range out.FileSystems {
+			fss = append(fss, FileSystem{ID: aws.ToString(d.FileSystemId), LifeCycleState: string(d.Status)})
+		}
+		return out.NextToken, nil
+	})
+	return fss, err
 }
 
 // DescribeMountTargets returns every mount target of fsID (all pages).

@@ -215,6 +215,15 @@ func (m *Mounter) MountFileSystem(ctx context.Context, fsID, target string) erro
 	return m.MountVolume(ctx, Volume{FileSystemID: fsID}, target)
 }
 
+// S3Files mounts whole S3 Files file systems (MountFileSystem) with m.
+type S3Files struct{ *Mounter }
+
+// MountFileSystem mounts the root of S3 Files file system fsID at target,
+// with MountFileSystem's contract.
+func (m S3Files) MountFileSystem(ctx context.Context, fsID, target string) error {
+	return m.MountVolume(ctx, Volume{API: volume.APIS3Files, FileSystemID: fsID}, target)
+}
+
 // Inspect reports what target holds relative to vol. It reads mountinfo and
 // stats the target (bounded by ctx: a hung NFS server cannot hang the call).
 func (m *Mounter) Inspect(ctx context.Context, vol Volume, target string) (State, error) {
