@@ -258,3 +258,32 @@ func TestS3FilesEndpointFromTheServiceSpecificVariable(t *testing.T) {
 		t.Fatalf("DescribeFileSystem through %s: %+v, %v", efs.S3FilesEndpointEnv, fs, err)
 	}
 }
+
+// The S3 Files API answers a repeated token with its existing access point
+// whatever the parameters; the client answers it only for the identical
+// request and otherwise says AlreadyExists naming it, as EFS does, so the
+// controller checks it instead of taking it for the volume it asked for.
+func TestS3FilesRepeatedTokenWithOtherParametersIsAlreadyExists(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		t.Run(fmt.Sprint("strict server=", strict), func(t *testing.T) {
+			url, _ := emulatortest.Start(t, emulator.Config{S3FilesFileSystems: []string{emuS3FS}, S3FilesStrictClientToken: strict})
+			c, _ := newS3FilesClient(t, url)
+			in := emuInput("pvc-repeat")
+			in.FileSystemID = emuS3FS
+			first, err := c.CreateAccessPoint(t.Context(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := c.CreateAccessPoint(t.Context(), in)
+			if err != nil || again.ID != first.ID {
+				t.Fatalf("identical repeat: %+v, %v; want %s", again, err, first.ID)
+			}
+			in.Tags = map[string]string{"efs.csi.aws.com/capacity": "2"}
+			_, err = c.CreateAccessPoint(t.Context(), in)
+			var ae *efs.AlreadyExistsError
+			if !errors.As(err, &ae) || ae.AccessPointID != first.ID {
+				t.Fatalf("repeat with other tags: %v, want *AlreadyExistsError naming %s", err, first.ID)
+			}
+		})
+	}
+}
