@@ -45,8 +45,15 @@ UPSTREAM = {
 }
 
 
+# Lists of objects whose items admit exactly the keys of the default's first item.
+ITEMS = {"controller.provisionerSecrets": ["name"]}
+
+
 def schema(value, path):
     key = path.rsplit(".", 1)[-1]
+    if path in ITEMS:
+        item = schema(value[0], path + "[]")
+        return {"type": "array", "items": {**item, "required": ITEMS[path]}}
     if not isinstance(value, dict) or key in OPEN:
         return {}
     props = {k: schema(v, f"{path}.{k}" if path else k) for k, v in value.items()}

@@ -45,7 +45,7 @@ func main() {
 	fs.StringVar(&cfg.DriverName, "driver-name", "efs.csi.aws.com", "CSI driver name")
 	fs.StringVar(&cfg.Mode, "mode", driver.ModeAll, "services to run: controller, node or all")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "node ID reported by NodeGetInfo (default: the EC2 instance ID from IMDSv2, else $NODE_NAME)")
-	fs.StringVar(&cfg.Zone, "zone", "", "availability zone reported as topology by NodeGetInfo")
+	fs.StringVar(&cfg.Zone, "zone", "", "availability zone reported as topology by NodeGetInfo (default: the Node's topology.kubernetes.io/zone label, else instance metadata)")
 	fs.StringVar(&tags, "tags", "", "space-separated key:value tags added to every access point")
 	fs.BoolVar(&cfg.DeleteRootDir, "delete-access-point-root-dir", false, "remove an access point's root directory and its data on DeleteVolume")
 	fs.StringVar(&cfg.LocalRoot, "local-root", "", "emulator data directory: mount file systems with bind mounts from DIR/<fs-id> instead of mount -t efs")

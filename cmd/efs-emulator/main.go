@@ -3,11 +3,13 @@
 // AWS account. See docs/emulator.md.
 //
 //	efs-emulator --listen 127.0.0.1:PORT --data-dir DIR [--file-system fs-ID ...]
-//	    [--s3files-file-system fs-ID ...] [--access-point-limit N]
-//	    [--lenient-client-token] [--s3files-strict-client-token] [fault flags]
+//	    [--one-zone-file-system fs-ID=ZONE ...] [--s3files-file-system fs-ID ...]
+//	    [--access-point-limit N] [--lenient-client-token] [--s3files-strict-client-token]
+//	    [fault flags] [--role ARN[#EXTERNAL_ID] ...] [--access-key KEY=ACCOUNT ...]
+//	    [--file-system-owner fs-ID=ACCOUNT ...]
 //
-// The S3 Files API is served on the same listener (at the root path; EFS is
-// under /2015-02-01/).
+// It also serves STS AssumeRole on the same address (AWS_ENDPOINT_URL_STS), and the
+// S3 Files API (at the root path; EFS is under /2015-02-01/).
 package main
 
 import (
@@ -44,9 +46,11 @@ func run(args []string) error {
 	var cfg emulator.Config
 	var fileSystems, s3FileSystems listFlag
 	cfg.Faults = map[emulator.Op]emulator.Fault{}
+	cfg.OneZoneFileSystems = map[string]string{}
 	listen := fs.String("listen", "127.0.0.1:8049", "`address` to serve the EFS API and /_emulator/ on")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` for the state and one directory per file system (required)")
 	fs.Var(&fileSystems, "file-system", "create file system `fs-ID` at start if missing; repeatable")
+	emulator.RegisterOneZoneFlag(fs, cfg.OneZoneFileSystems)
 	fs.Var(&s3FileSystems, "s3files-file-system", "create S3 Files file system `fs-ID` (17 to 40 hex digits) at start if missing; repeatable")
 	fs.BoolVar(&cfg.S3FilesStrictClientToken, "s3files-strict-client-token", false, "a repeated S3 Files client token with other parameters is ConflictException (default: ignored, the existing access point answered)")
 	fs.IntVar(&cfg.AccessPointLimit, "access-point-limit", emulator.DefaultAccessPointLimit, "access points per file system")
@@ -55,6 +59,7 @@ func run(args []string) error {
 	fs.Int64Var(&cfg.Seed, "seed", 0, "seed for IDs, jitter and fault rates (0: random)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	emulator.RegisterFaultFlags(fs, cfg.Faults)
+	emulator.RegisterAccountFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,7 +104,7 @@ func run(args []string) error {
 			_ = emu.Close()
 		}
 	}()
-	cfg.Logger.Info("serving the EFS API", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "fileSystems", cfg.FileSystems)
+	cfg.Logger.Info("serving the EFS API and STS AssumeRole", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "fileSystems", cfg.FileSystems, "oneZoneFileSystems", cfg.OneZoneFileSystems)
 	if err := emu.Serve(l); err != nil {
 		_ = emu.Close()
 		return err

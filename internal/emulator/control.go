@@ -15,6 +15,14 @@ import (
 //	POST /_emulator/faults/reset   clears every fault
 //	GET  /_emulator/counts         requests per operation, {"Op": n, ...}
 //	POST /_emulator/counts/reset   sets the counters to zero
+//	GET  /_emulator/accounts       roles, access key accounts, file system owners (AccountsConfig)
+//	PUT  /_emulator/accounts       adds roles, assigns access keys, creates/owns file systems
+//	GET  /_emulator/clock          {"now": RFC 3339, "offset": "1h"}
+//	PUT  /_emulator/clock          {"offset": "-50m"}: moves the clock credentials expire by
+//
+// Accounts in JSON: {"roles": [{"arn": "arn:aws:iam::111122223333:role/efs",
+// "externalId": "x"}], "accessKeys": {"AKIDTEST": "123456789012"},
+// "fileSystems": {"fs-0123456789abcdef0": "111122223333"}}.
 //
 // Faults in JSON use Go duration strings: {"CreateAccessPoint":
 // {"latency": "50ms", "jitter": "20ms", "throttleRate": 5, "throttleBurst": 1,
@@ -56,6 +64,48 @@ func (e *Emulator) controlRoutes(mux *http.ServeMux) {
 		e.ResetCounts()
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("GET "+controlPrefix+"/accounts", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, e.Accounts())
+	})
+	mux.HandleFunc("PUT "+controlPrefix+"/accounts", func(w http.ResponseWriter, r *http.Request) {
+		var c AccountsConfig
+		if aerr := decodeBody(r, &c); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		if err := e.Configure(c); err != nil {
+			writeError(w, badRequest("%v", err))
+			return
+		}
+		writeJSON(w, http.StatusOK, e.Accounts())
+	})
+	mux.HandleFunc("GET "+controlPrefix+"/clock", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, e.clock())
+	})
+	mux.HandleFunc("PUT "+controlPrefix+"/clock", func(w http.ResponseWriter, r *http.Request) {
+		var c clockJSON
+		if aerr := decodeBody(r, &c); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		d, err := time.ParseDuration(c.Offset)
+		if err != nil {
+			writeError(w, badRequest("offset: %v", err))
+			return
+		}
+		e.SetClockOffset(d)
+		e.log.Info("clock offset set", "offset", d)
+		writeJSON(w, http.StatusOK, e.clock())
+	})
+}
+
+type clockJSON struct {
+	Now    string `json:"now,omitempty"`
+	Offset string `json:"offset"`
+}
+
+func (e *Emulator) clock() clockJSON {
+	return clockJSON{Now: e.Now().UTC().Format(time.RFC3339Nano), Offset: time.Duration(e.clockOffset.Load()).String()}
 }
 
 // faultJSON is Fault with durations as strings such as "50ms".

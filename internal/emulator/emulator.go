@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -36,6 +37,12 @@ type Config struct {
 	// fs- and 8 to 40 hex digits), each with one mount target at 127.0.0.1
 	// in us-east-1a.
 	FileSystems []string
+	// OneZoneFileSystems are created at start when missing as One Zone file
+	// systems (file system ID -> availability zone of us-east-1, e.g.
+	// us-east-1b), each with its one mount target at 127.0.0.1 in its zone.
+	// One that exists in another zone, or regional, is an error: a file
+	// system's zone never changes.
+	OneZoneFileSystems map[string]string
 	// S3FilesFileSystems are S3 Files file systems created at start when
 	// missing (fs- and 17 to 40 hex digits), each with one mount target at
 	// 127.0.0.1; their data is DataDir/<fs-id> too.
@@ -58,6 +65,20 @@ type Config struct {
 	// emulator's crash, but not the machine's. For benchmarks on slow disks;
 	// by default every change is on disk before its answer.
 	NoFsync bool
+	// FileSystemOwners are file systems created at start when missing (as
+	// FileSystems) and the account (12 digits) that owns each: an owner
+	// other than DefaultAccount turns accounts on (accounts.go).
+	FileSystemOwners map[string]string
+	// Roles callers may assume through STS AssumeRole (added to the stored
+	// ones); any turns accounts on.
+	Roles []Role
+	// AccessKeyAccounts assigns static access key IDs to accounts (added to
+	// the stored ones); keys not named are DefaultAccount's. Any turns
+	// accounts on.
+	AccessKeyAccounts map[string]string
+	// Now is the clock of issued credentials' expiry; nil: time.Now. See
+	// also SetClockOffset.
+	Now func() time.Time
 	// Seed seeds IDs, jitter and fault rates; 0 picks one at random.
 	Seed int64
 	// Logger receives one line per request; nil discards.
@@ -93,14 +114,19 @@ type Hook func(op Op, phase Phase, req any)
 
 // Emulator is an EFS API server. Its methods are safe for concurrent use.
 type Emulator struct {
-	cfg    Config
-	log    *slog.Logger
-	rand   *lockedRand
-	state  *state
-	faults faults
-	counts map[Op]*atomic.Int64
-	hook   atomic.Pointer[Hook]
-	mux    *http.ServeMux
+	cfg      Config
+	log      *slog.Logger
+	rand     *lockedRand
+	state    *state
+	accounts *accounts
+	// accountsOn: a role, a key's account or a foreign owner was ever
+	// configured (accounts.go); off, every caller is DefaultAccount.
+	accountsOn  atomic.Bool
+	clockOffset atomic.Int64
+	faults      faults
+	counts      map[Op]*atomic.Int64
+	hook        atomic.Pointer[Hook]
+	mux         *http.ServeMux
 
 	mu        sync.Mutex
 	servers   []*http.Server
@@ -125,6 +151,35 @@ func New(cfg Config) (*Emulator, error) {
 		if !ValidFileSystemID(id) {
 			return nil, fmt.Errorf("emulator: file system ID %q does not match ^fs-[0-9a-f]{8,40}$", id)
 		}
+		if z, ok := cfg.OneZoneFileSystems[id]; ok {
+			return nil, fmt.Errorf("emulator: file system %s is named both regional and One Zone (%s)", id, z)
+		}
+	}
+	startFS := slices.Clone(cfg.FileSystems)
+	for _, id := range slices.Sorted(maps.Keys(cfg.OneZoneFileSystems)) {
+		if !ValidFileSystemID(id) {
+			return nil, fmt.Errorf("emulator: file system ID %q does not match ^fs-[0-9a-f]{8,40}$", id)
+		}
+		if z := cfg.OneZoneFileSystems[id]; !ValidZone(z) {
+			return nil, fmt.Errorf("emulator: One Zone file system %s: %q is not an availability zone of %s (%sa to %s%c)", id, z, region, region, region, maxZoneLetter)
+		}
+		startFS = append(startFS, id)
+	}
+	for id, account := range cfg.FileSystemOwners {
+		if !ValidFileSystemID(id) {
+			return nil, fmt.Errorf("emulator: file system ID %q does not match ^fs-[0-9a-f]{8,40}$", id)
+		}
+		if !accountRE.MatchString(account) {
+			return nil, fmt.Errorf("emulator: owner %q of %s is not a 12-digit account", account, id)
+		}
+	}
+	for _, r := range cfg.Roles {
+		if _, _, err := parseRole(r); err != nil {
+			return nil, fmt.Errorf("emulator: %w", err)
+		}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	for _, id := range cfg.S3FilesFileSystems {
 		if !ValidS3FilesFileSystemID(id) {
@@ -162,20 +217,9 @@ func New(cfg Config) (*Emulator, error) {
 		e.counts[op] = new(atomic.Int64)
 	}
 	e.faults.setAll(cfg.Faults)
-	for _, id := range cfg.FileSystems {
-		if e.state.hasFileSystem(svcEFS, id) {
-			if err := mkdirFileSystem(dataDir, id); err != nil { // its directory may have been removed
-				_ = st.close()
-				return nil, fmt.Errorf("emulator: %w", err)
-			}
-			continue
-		}
-		rec := fileSystemRec{ID: id, CreationToken: id, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode}
-		if _, aerr := e.state.createFileSystem(rec, true); aerr != nil {
-			_ = st.close()
-			return nil, fmt.Errorf("emulator: create file system %s: %v", id, aerr)
-		}
-		log.Info("created file system", "fileSystem", id)
+	if err := e.seed(cfg, startFS); err != nil {
+		_ = st.close()
+		return nil, fmt.Errorf("emulator: %w", err)
 	}
 	for _, id := range cfg.S3FilesFileSystems {
 		if err := e.seedS3FileSystem(id); err != nil {
@@ -185,6 +229,64 @@ func New(cfg Config) (*Emulator, error) {
 	}
 	e.mux = e.routes()
 	return e, nil
+}
+
+// seed loads the accounts and creates what cfg names (the file systems
+// of startFS, One Zone ones in their zone).
+func (e *Emulator) seed(cfg Config, startFS []string) error {
+	var err error
+	if e.accounts, err = loadAccounts(e.state.store, e.Now()); err != nil {
+		return fmt.Errorf("load accounts: %w", err)
+	}
+	for _, id := range startFS {
+		if err := e.ensureFileSystem(id, cfg.OneZoneFileSystems[id]); err != nil {
+			return err
+		}
+	}
+	for id, account := range cfg.FileSystemOwners {
+		if err := e.SetFileSystemOwner(id, account); err != nil {
+			return err
+		}
+	}
+	for _, r := range cfg.Roles {
+		if err := e.PutRole(r); err != nil {
+			return err
+		}
+	}
+	for key, account := range cfg.AccessKeyAccounts {
+		if err := e.SetAccessKeyAccount(key, account); err != nil {
+			return err
+		}
+	}
+	_, foreign := e.state.owners()
+	if foreign || e.accounts.configured() {
+		e.accountsOn.Store(true)
+	}
+	return nil
+}
+
+// ensureFileSystem creates file system id (One Zone in zone, "" for
+// regional) if missing; an existing one must be in that zone.
+func (e *Emulator) ensureFileSystem(id, zone string) error {
+	if have, ok := e.state.fileSystemZone(id); ok && have != zone {
+		return fmt.Errorf("file system %s exists in zone %q, not %q: a file system's zone never changes", id, have, zone)
+	}
+	if e.state.hasFileSystem(svcEFS, id) {
+		return mkdirFileSystem(e.cfg.DataDir, id) // its directory may have been removed
+	}
+	rec := fileSystemRec{ID: id, CreationToken: id, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode, AZName: zone}
+	if _, aerr := e.state.createFileSystem(rec, true); aerr != nil {
+		return fmt.Errorf("create file system %s: %v", id, aerr)
+	}
+	e.log.Info("created file system", "fileSystem", id)
+	return nil
+}
+
+// ValidZone reports whether name is an availability zone of the
+// emulator's region (us-east-1a to us-east-1f).
+func ValidZone(name string) bool {
+	_, ok := zoneID(name)
+	return ok
 }
 
 // Handler serves the EFS API, the S3 Files API and the control endpoint
@@ -297,4 +399,134 @@ func (e *Emulator) callHook(op Op, p Phase, req any) {
 	if h := e.hook.Load(); h != nil {
 		(*h)(op, p, req)
 	}
+}
+
+// Now is the emulator's clock: Config.Now plus the offset of SetClockOffset.
+// Issued credentials expire by it.
+func (e *Emulator) Now() time.Time {
+	return e.cfg.Now().Add(time.Duration(e.clockOffset.Load()))
+}
+
+// SetClockOffset moves the emulator's clock by d from Config.Now: a test
+// makes issued credentials expire (or be issued as if long ago).
+func (e *Emulator) SetClockOffset(d time.Duration) { e.clockOffset.Store(int64(d)) }
+
+// PutRole adds or replaces a role callers may assume; accounts turn on.
+func (e *Emulator) PutRole(r Role) error {
+	if err := e.accounts.putRole(r); err != nil {
+		return err
+	}
+	e.accountsOn.Store(true)
+	e.log.Info("role set", "role", r.ARN, "externalIdRequired", r.ExternalID != "")
+	return nil
+}
+
+// SetAccessKeyAccount makes static access key ID key one of account's;
+// accounts turn on.
+func (e *Emulator) SetAccessKeyAccount(key, account string) error {
+	if err := e.accounts.setKeyAccount(key, account); err != nil {
+		return err
+	}
+	e.accountsOn.Store(true)
+	e.log.Info("access key account set", "accessKeyId", key, "account", account)
+	return nil
+}
+
+// SetFileSystemOwner makes account the owner of file system id, creating
+// it (with one mount target) if missing. An owner other than DefaultAccount
+// turns accounts on.
+func (e *Emulator) SetFileSystemOwner(id, account string) error {
+	if !ValidFileSystemID(id) {
+		return fmt.Errorf("file system ID %q does not match ^fs-[0-9a-f]{8,40}$", id)
+	}
+	if !accountRE.MatchString(account) {
+		return fmt.Errorf("owner %q of %s is not a 12-digit account", account, id)
+	}
+	zone, _ := e.state.fileSystemZone(id) // kept; a new one is regional
+	if err := e.ensureFileSystem(id, zone); err != nil {
+		return err
+	}
+	if err := e.state.setOwner(id, account); err != nil {
+		return err
+	}
+	if account != DefaultAccount {
+		e.accountsOn.Store(true)
+	}
+	e.log.Info("file system owner set", "fileSystem", id, "account", account)
+	return nil
+}
+
+// AccountsConfig is the accounts' configuration: what GET and PUT
+// /_emulator/accounts carry.
+type AccountsConfig struct {
+	Roles []Role `json:"roles,omitempty"`
+	// AccessKeys: static access key ID to account.
+	AccessKeys map[string]string `json:"accessKeys,omitempty"`
+	// FileSystems: file system ID to owning account.
+	FileSystems map[string]string `json:"fileSystems,omitempty"`
+}
+
+// Accounts returns the roles, access key accounts and every file system's
+// owner.
+func (e *Emulator) Accounts() AccountsConfig {
+	roles, keys := e.accounts.snapshot()
+	owners, _ := e.state.owners()
+	return AccountsConfig{Roles: roles, AccessKeys: keys, FileSystems: owners}
+}
+
+// Configure applies c: roles are added or replaced, access keys assigned,
+// file systems created if missing and given their owners.
+func (e *Emulator) Configure(c AccountsConfig) error {
+	for _, r := range c.Roles {
+		if err := e.PutRole(r); err != nil {
+			return err
+		}
+	}
+	for k, a := range c.AccessKeys {
+		if err := e.SetAccessKeyAccount(k, a); err != nil {
+			return err
+		}
+	}
+	for id, a := range c.FileSystems {
+		if err := e.SetFileSystemOwner(id, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type callerKey struct{}
+
+func withCaller(ctx context.Context, c caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// callerFrom is the request's caller (DefaultAccount's when accounts are off).
+func callerFrom(ctx context.Context) caller {
+	if c, ok := ctx.Value(callerKey{}).(caller); ok {
+		return c
+	}
+	return defaultCaller
+}
+
+var defaultCaller = caller{account: DefaultAccount, arn: "arn:aws:iam::" + DefaultAccount + ":root"}
+
+// identify names r's caller; with accounts off, DefaultAccount.
+func (e *Emulator) identify(r *http.Request) (caller, *apiError) {
+	if !e.accountsOn.Load() {
+		return defaultCaller, nil
+	}
+	return e.accounts.identify(r, e.Now())
+}
+
+// authorize refuses op on resource (an ID; "" for none) when its owner is
+// another account than who's.
+func (e *Emulator) authorize(who caller, op Op, resource string) *apiError {
+	if resource == "" || !e.accountsOn.Load() {
+		return nil
+	}
+	if owner, ok := e.state.ownerOf(resource); ok && owner != who.account {
+		return accessDenied(who, op)
+	}
+	return nil
 }

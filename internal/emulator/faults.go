@@ -10,8 +10,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Op names an API operation: EFS's as in its API reference, S3 Files' as
-// "S3Files." and the name in its reference (OpS3CreateAccessPoint, ...).
+// Op names an API operation: EFS's (and STS AssumeRole) as in its API
+// reference, S3 Files' as "S3Files." and the name in its reference
+// (OpS3CreateAccessPoint, ...).
 type Op string
 
 // The operations the emulator serves.
@@ -28,6 +29,8 @@ const (
 	OpTagResource          Op = "TagResource"
 	OpUntagResource        Op = "UntagResource"
 	OpListTagsForResource  Op = "ListTagsForResource"
+	// OpAssumeRole is STS's AssumeRole, served on the same listener.
+	OpAssumeRole Op = "AssumeRole"
 
 	// AllOps, given to SetFault, sets the fault on every operation (each
 	// keeps its own throttle bucket).
@@ -40,7 +43,7 @@ func Ops() []Op {
 		OpCreateAccessPoint, OpDescribeAccessPoints, OpDeleteAccessPoint,
 		OpCreateFileSystem, OpDescribeFileSystems, OpDeleteFileSystem,
 		OpCreateMountTarget, OpDescribeMountTargets, OpDeleteMountTarget,
-		OpTagResource, OpUntagResource, OpListTagsForResource,
+		OpTagResource, OpUntagResource, OpListTagsForResource, OpAssumeRole,
 	}, s3Ops()...)
 }
 

@@ -109,3 +109,86 @@ func (ff *faultFlag) Set(v string) error {
 	ff.last = v
 	return nil
 }
+
+// RegisterAccountFlags defines the account flags on fs, each repeatable,
+// adding to cfg (docs/emulator.md, "Accounts and roles"):
+//
+//	--role ARN[#EXTERNAL_ID]            a role AssumeRole may assume ('#' is in
+//	                                    neither an ARN nor an external ID)
+//	--access-key KEY=ACCOUNT            a static access key ID's account
+//	--file-system-owner fs-ID=ACCOUNT   create fs-ID if missing, owned by ACCOUNT
+func RegisterAccountFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.Func("role", "a role `ARN[#EXTERNAL_ID]` callers may assume through STS AssumeRole; repeatable", func(v string) error {
+		arn, ext, _ := strings.Cut(v, "#")
+		r := Role{ARN: arn, ExternalID: ext}
+		if _, _, err := parseRole(r); err != nil {
+			return err
+		}
+		cfg.Roles = append(cfg.Roles, r)
+		return nil
+	})
+	pair := func(v string, valid func(string) bool, what string) (string, string, error) {
+		k, account, ok := strings.Cut(v, "=")
+		if !ok || !valid(k) || !accountRE.MatchString(account) {
+			return "", "", fmt.Errorf("want %s=ACCOUNT (12 digits), got %q", what, v)
+		}
+		return k, account, nil
+	}
+	fs.Func("access-key", "assign static access key ID `KEY=ACCOUNT` to an account; repeatable", func(v string) error {
+		k, a, err := pair(v, accessKeyRE.MatchString, "KEY")
+		if err != nil {
+			return err
+		}
+		if cfg.AccessKeyAccounts == nil {
+			cfg.AccessKeyAccounts = map[string]string{}
+		}
+		cfg.AccessKeyAccounts[k] = a
+		return nil
+	})
+	fs.Func("file-system-owner", "create file system `fs-ID=ACCOUNT` if missing, owned by that account; repeatable", func(v string) error {
+		id, a, err := pair(v, ValidFileSystemID, "fs-ID")
+		if err != nil {
+			return err
+		}
+		if cfg.FileSystemOwners == nil {
+			cfg.FileSystemOwners = map[string]string{}
+		}
+		cfg.FileSystemOwners[id] = a
+		return nil
+	})
+}
+
+// RegisterOneZoneFlag defines --one-zone-file-system fs-ID=ZONE on fs
+// (repeatable): each use adds a One Zone file system to zones
+// (Config.OneZoneFileSystems).
+func RegisterOneZoneFlag(fs *flag.FlagSet, zones map[string]string) {
+	fs.Var(oneZoneFlag(zones), "one-zone-file-system",
+		"create One Zone file system `fs-ID=ZONE` (e.g. fs-0123456789abcdef0=us-east-1b) at start if missing; repeatable")
+}
+
+type oneZoneFlag map[string]string
+
+func (z oneZoneFlag) String() string {
+	var parts []string
+	for id, zone := range z {
+		parts = append(parts, id+"="+zone)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (z oneZoneFlag) Set(v string) error {
+	id, zone, ok := strings.Cut(v, "=")
+	switch {
+	case !ok:
+		return fmt.Errorf("want fs-ID=ZONE, got %q", v)
+	case !ValidFileSystemID(id):
+		return fmt.Errorf("%q is not a file system ID (fs- and 8 to 40 hex digits)", id)
+	case !ValidZone(zone):
+		return fmt.Errorf("%q is not an availability zone of %s (%sa to %s%c)", zone, region, region, region, maxZoneLetter)
+	}
+	if old, dup := z[id]; dup && old != zone {
+		return fmt.Errorf("%s named in two zones, %s and %s", id, old, zone)
+	}
+	z[id] = zone
+	return nil
+}

@@ -68,3 +68,63 @@ func TestFaultFlagsRejectNonsense(t *testing.T) {
 		}
 	}
 }
+
+func TestAccountFlags(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		args    []string
+		wantErr bool
+		check   func(Config) bool
+	}{
+		{name: "role with external ID", args: []string{"--role", "arn:aws:iam::111122223333:role/a/b+=,.@-#ext:1/=x"},
+			check: func(c Config) bool {
+				return len(c.Roles) == 1 && c.Roles[0] == Role{ARN: "arn:aws:iam::111122223333:role/a/b+=,.@-", ExternalID: "ext:1/=x"}
+			}},
+		{name: "role without", args: []string{"--role", "arn:aws:iam::111122223333:role/r"},
+			check: func(c Config) bool { return len(c.Roles) == 1 && c.Roles[0].ExternalID == "" }},
+		{name: "access key and owner", args: []string{"--access-key", "AKIDX=111122223333", "--file-system-owner", "fs-0123456789abcdef0=111122223333"},
+			check: func(c Config) bool {
+				return c.AccessKeyAccounts["AKIDX"] == "111122223333" && c.FileSystemOwners["fs-0123456789abcdef0"] == "111122223333"
+			}},
+		{name: "role ARN of no account", args: []string{"--role", "arn:aws:iam::1:role/r"}, wantErr: true},
+		{name: "user ARN", args: []string{"--role", "arn:aws:iam::111122223333:user/r"}, wantErr: true},
+		{name: "owner account not 12 digits", args: []string{"--file-system-owner", "fs-0123456789abcdef0=abc"}, wantErr: true},
+		{name: "owner of a malformed ID", args: []string{"--file-system-owner", "fs-XYZ=111122223333"}, wantErr: true},
+		{name: "access key without account", args: []string{"--access-key", "AKIDX"}, wantErr: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			var cfg Config
+			RegisterAccountFlags(fs, &cfg)
+			err := fs.Parse(tt.args)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Parse(%q): %v, want error %v", tt.args, err, tt.wantErr)
+			}
+			if err == nil && !tt.check(cfg) {
+				t.Errorf("Parse(%q) gave %+v", tt.args, cfg)
+			}
+		})
+	}
+}
+
+func TestOneZoneFlagBuildsZonesAndRejectsNonsense(t *testing.T) {
+	got := map[string]string{}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	RegisterOneZoneFlag(fs, got)
+	if err := fs.Parse([]string{"--one-zone-file-system", "fs-0123456789abcdef0=us-east-1b", "--one-zone-file-system", "fs-0123456789abcdef1=us-east-1f"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"fs-0123456789abcdef0": "us-east-1b", "fs-0123456789abcdef1": "us-east-1f"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("zones %v, want %v", got, want)
+	}
+	for _, v := range []string{"fs-0123456789abcdef0", "fs-0123456789abcdef0=eu-west-1a", "fs-xyz=us-east-1a", "fs-0123456789abcdef0=us-east-1c"} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		RegisterOneZoneFlag(fs, got) // the last one names an existing file system in another zone
+		if err := fs.Parse([]string{"--one-zone-file-system", v}); err == nil {
+			t.Errorf("%q accepted", v)
+		}
+	}
+}

@@ -20,16 +20,27 @@ const (
 // request is a decoded and validated request: in is what a Hook sees, run
 // applies it and returns the success status and body.
 type request struct {
-	in  any
-	run func() (status int, body any, err *apiError)
+	in any
+	// resource is the file system, access point or mount target (an ID) the
+	// caller's account must own, when accounts are on; "" for none.
+	resource string
+	run      func() (status int, body any, err *apiError)
 }
+
+// protocol writes a service's answers: EFS's JSON or STS's XML.
+type protocol struct {
+	writeError func(http.ResponseWriter, *apiError)
+	writeOK    func(w http.ResponseWriter, status int, body any)
+}
+
+var efsProtocol = protocol{writeError: writeError, writeOK: writeJSON}
 
 // decoder parses and validates one operation's HTTP request.
 type decoder func(r *http.Request) (request, *apiError)
 
 func (e *Emulator) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	api := func(pattern string, op Op, d decoder) { mux.Handle(pattern, e.endpointFor(op, d, writeError)) }
+	api := func(pattern string, op Op, d decoder) { mux.Handle(pattern, e.endpoint(op, d)) }
 	api("POST "+apiPrefix+"/access-points", OpCreateAccessPoint, e.decodeCreateAccessPoint)
 	api("GET "+apiPrefix+"/access-points", OpDescribeAccessPoints, e.decodeDescribeAccessPoints)
 	api("DELETE "+apiPrefix+"/access-points/{id}", OpDeleteAccessPoint, deleteByID("AccessPointId", "fsap", efsOnly(e.state.deleteAccessPoint),
@@ -48,6 +59,10 @@ func (e *Emulator) routes() *http.ServeMux {
 	e.s3Routes(mux)
 	e.controlRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if isSTS(r) {
+			e.serveSTS(w, r)
+			return
+		}
 		rec := &recorder{ResponseWriter: w}
 		writeError(rec, errorf(http.StatusNotFound, codeUnknownOperation, "no operation %s %s", r.Method, r.URL.Path))
 		e.logRequest(r, "", rec, time.Now(), "")
@@ -92,33 +107,33 @@ func (e *Emulator) logRequest(r *http.Request, op Op, rec *recorder, start time.
 	e.log.Info("request", attrs...)
 }
 
-// errorWriter answers an error in one API's terms (writeError, writeS3Error).
-type errorWriter func(http.ResponseWriter, *apiError)
+// endpoint serves one EFS operation.
+func (e *Emulator) endpoint(op Op, decode decoder) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { e.serveOp(w, r, op, efsProtocol, decode) })
+}
 
-// endpointFor serves one operation: count, faults, decode, hooks, apply,
-// answer, with errors written by writeError.
-func (e *Emulator) endpointFor(op Op, decode decoder, writeError errorWriter) http.Handler {
-	want := signingService(op)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &recorder{ResponseWriter: w}
-		if svc := signingServiceOf(r); svc != "" && svc != want {
-			// Signed for the other API (a client pointed at the wrong
-			// path prefix): neither operation, and not counted as one.
-			writeError(rec, errorf(http.StatusBadRequest, codeBadRequest,
-				"request signed for service %q reached %s, which is signed for %q", svc, op, want))
-			e.logRequest(r, op, rec, start, "")
-			return
-		}
-		e.counts[op].Add(1)
-		rec.Header().Set("x-amzn-RequestId", e.rand.hex(8)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(12))
-		fault := e.serve(r.Context(), op, decode, rec, r, writeError)
-		e.logRequest(r, op, rec, start, fault)
-	})
+// serveOp serves one operation: count, faults, identify the caller, decode,
+// authorize, hooks, apply, answer.
+func (e *Emulator) serveOp(w http.ResponseWriter, r *http.Request, op Op, p protocol, decode decoder) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w}
+	if want, svc := signingService(op), signingServiceOf(r); svc != "" && want != "" && svc != want {
+		// Signed for another API (a client pointed at the wrong path):
+		// not this operation, and not counted as one.
+		p.writeError(rec, errorf(http.StatusBadRequest, codeBadRequest,
+			"request signed for service %q reached %s, which is signed for %q", svc, op, want))
+		e.logRequest(r, op, rec, start, "")
+		return
+	}
+	e.counts[op].Add(1)
+	rec.Header().Set("x-amzn-RequestId", e.rand.hex(8)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(12))
+	fault := e.serve(r.Context(), op, p, decode, rec, r)
+	e.logRequest(r, op, rec, start, fault)
 }
 
 // serve answers one API request and names the fault that struck, if any.
-func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder, r *http.Request, writeError errorWriter) string {
+func (e *Emulator) serve(ctx context.Context, op Op, p protocol, decode decoder, w *recorder, r *http.Request) string {
+	writeError := p.writeError
 	f := e.faults.get(op)
 	if f != nil {
 		if d := f.Latency + e.rand.duration(f.Jitter); d > 0 {
@@ -139,7 +154,16 @@ func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder
 			return "error"
 		}
 	}
+	who, aerr := e.identify(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return ""
+	}
+	r = r.WithContext(withCaller(ctx, who))
 	req, aerr := decode(r)
+	if aerr == nil {
+		aerr = e.authorize(who, op, req.resource)
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return ""
@@ -152,15 +176,15 @@ func (e *Emulator) serve(ctx context.Context, op Op, decode decoder, w *recorder
 	}
 	e.callHook(op, AfterApply, req.in)
 	if f != nil && e.rand.chance(f.LostAnswerRate) {
-		return e.loseAnswer(w, f.LostAnswerMode, writeError)
+		return e.loseAnswer(w, p, f.LostAnswerMode)
 	}
-	writeJSON(w, status, body)
+	p.writeOK(w, status, body)
 	return ""
 }
 
 // loseAnswer fails a request that was applied: a 500, or a connection closed
 // without an answer.
-func (e *Emulator) loseAnswer(w *recorder, mode LostMode, writeError errorWriter) string {
+func (e *Emulator) loseAnswer(w *recorder, p protocol, mode LostMode) string {
 	if mode == LostMixed {
 		mode = Lost500
 		if e.rand.chance(0.5) {
@@ -176,7 +200,7 @@ func (e *Emulator) loseAnswer(w *recorder, mode LostMode, writeError errorWriter
 			return "lost answer (connection dropped)"
 		}
 	}
-	writeError(w, errorf(http.StatusInternalServerError, codeInternal, "injected internal error (applied, answer lost)"))
+	p.writeError(w, errorf(http.StatusInternalServerError, codeInternal, "injected internal error (applied, answer lost)"))
 	return "lost answer (500)"
 }
 
@@ -196,7 +220,7 @@ func deleteByID(field, kind string, del func(id string) *apiError, input func(id
 		if aerr != nil {
 			return request{}, aerr
 		}
-		return request{in: input(raw), run: func() (int, any, *apiError) {
+		return request{in: input(raw), resource: id, run: func() (int, any, *apiError) {
 			return http.StatusNoContent, nil, del(id)
 		}}, nil
 	}
@@ -266,7 +290,7 @@ func (e *Emulator) decodeCreateAccessPoint(r *http.Request) (request, *apiError)
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: n.fsID, run: func() (int, any, *apiError) {
 		opt := createOptions{limit: e.cfg.AccessPointLimit, lenient: e.cfg.LenientClientToken}
 		if f := e.faults.get(OpCreateAccessPoint); f != nil && f.VisibilityDelay > 0 {
 			opt.visibleAt = time.Now().Add(f.VisibilityDelay)
@@ -332,7 +356,7 @@ func (e *Emulator) decodeDescribeAccessPoints(r *http.Request) (request, *apiErr
 		if aerr != nil {
 			return request{}, aerr
 		}
-		return request{in: in, run: func() (int, any, *apiError) {
+		return request{in: in, resource: id, run: func() (int, any, *apiError) {
 			ap, aerr := e.state.describeAccessPoint(svcEFS, id, time.Now())
 			return http.StatusOK, describeAccessPointsOutput{AccessPoints: []wireAccessPoint{ap}}, aerr
 		}}, nil
@@ -341,7 +365,7 @@ func (e *Emulator) decodeDescribeAccessPoints(r *http.Request) (request, *apiErr
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, run: func() (int, any, *apiError) {
 		out, aerr := e.state.listAccessPoints(id, in.NextToken, orDefault(in.MaxResults), time.Now())
 		return http.StatusOK, out, aerr
 	}}, nil
@@ -364,6 +388,12 @@ func (e *Emulator) decodeCreateFileSystem(r *http.Request) (request, *apiError) 
 		CreationToken: *in.CreationToken, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode,
 		ProvisionedMiBs: in.ProvisionedThroughputInMibps, Encrypted: in.Encrypted != nil && *in.Encrypted,
 		KmsKeyID: str(in.KmsKeyId), AZName: str(in.AvailabilityZoneName),
+		Owner: ownerField(callerFrom(r.Context()).account),
+	}
+	if z := rec.AZName; z != "" {
+		if !ValidZone(z) {
+			return request{}, badRequest("AvailabilityZoneName %.64q is not an availability zone of %s", z, region)
+		}
 	}
 	if p := str(in.PerformanceMode); p != "" {
 		if p != "generalPurpose" && p != "maxIO" {
@@ -412,8 +442,9 @@ func (e *Emulator) decodeDescribeFileSystems(r *http.Request) (request, *apiErro
 			return request{}, aerr
 		}
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
-		out, aerr := e.state.describeFileSystems(in, orDefault(in.MaxItems))
+	account := callerFrom(r.Context()).account
+	return request{in: in, resource: in.FileSystemId, run: func() (int, any, *apiError) {
+		out, aerr := e.state.describeFileSystems(in, orDefault(in.MaxItems), account)
 		return http.StatusOK, out, aerr
 	}}, nil
 }
@@ -429,7 +460,7 @@ func (e *Emulator) decodeCreateMountTarget(r *http.Request) (request, *apiError)
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: fsID, run: func() (int, any, *apiError) {
 		mt, aerr := e.state.createMountTarget(svcEFS, fsID, subnet, ip)
 		return http.StatusOK, mt, aerr
 	}}, nil
@@ -476,7 +507,7 @@ func (e *Emulator) decodeDescribeMountTargets(r *http.Request) (request, *apiErr
 	if given != 1 {
 		return request{}, badRequest("give exactly one of FileSystemId, MountTargetId and AccessPointId")
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: in.FileSystemId + in.MountTargetId + in.AccessPointId, run: func() (int, any, *apiError) {
 		out, aerr := e.state.describeMountTargets(svcEFS, in, orDefault(in.MaxItems), time.Now())
 		return http.StatusOK, out, aerr
 	}}, nil
@@ -513,7 +544,7 @@ func (e *Emulator) decodeTagResource(r *http.Request) (request, *apiError) {
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, run: func() (int, any, *apiError) {
 		return http.StatusOK, nil, e.state.updateTags(svcEFS, id, func(old []tag) ([]tag, *apiError) { return mergeTags(old, add) })
 	}}, nil
 }
@@ -537,7 +568,7 @@ func (e *Emulator) decodeUntagResource(r *http.Request) (request, *apiError) {
 		}
 		drop[k] = true
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, run: func() (int, any, *apiError) {
 		return http.StatusOK, nil, e.state.updateTags(svcEFS, id, func(old []tag) ([]tag, *apiError) { return dropTags(old, drop), nil })
 	}}, nil
 }
@@ -551,7 +582,7 @@ func (e *Emulator) decodeListTagsForResource(r *http.Request) (request, *apiErro
 	if in.MaxResults, aerr = queryInt(q, "MaxResults", maxDescribeItems); aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, run: func() (int, any, *apiError) {
 		tags, next, aerr := e.state.listTags(svcEFS, id, in.NextToken, orDefault(in.MaxResults), time.Now())
 		return http.StatusOK, listTagsOutput{Tags: wireTags(tags), NextToken: next}, aerr
 	}}, nil

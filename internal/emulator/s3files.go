@@ -213,15 +213,15 @@ func s3Tags(tags []wireTag) []s3Tag {
 	return out
 }
 
-func s3AccessPointARN(fsID, apID string) string {
-	return fmt.Sprintf("arn:aws:s3files:%s:%s:file-system/%s/access-point/%s", region, accountID, fsID, apID)
+func s3AccessPointARN(account, fsID, apID string) string {
+	return fmt.Sprintf("arn:aws:s3files:%s:%s:file-system/%s/access-point/%s", region, account, fsID, apID)
 }
 
 // toS3AccessPoint renders an access point for S3 Files; full adds the
 // client token and tags (Create and Get, not List).
 func toS3AccessPoint(w wireAccessPoint, full bool) s3AccessPoint {
 	out := s3AccessPoint{
-		AccessPointArn: s3AccessPointARN(w.FileSystemId, w.AccessPointId),
+		AccessPointArn: s3AccessPointARN(w.OwnerId, w.FileSystemId, w.AccessPointId),
 		AccessPointId:  w.AccessPointId, FileSystemId: w.FileSystemId, OwnerId: w.OwnerId,
 		Status: w.LifeCycleState, Name: w.Name,
 		RootDirectory: s3RootDirectory{Path: w.RootDirectory.Path},
@@ -239,10 +239,11 @@ func toS3AccessPoint(w wireAccessPoint, full bool) s3AccessPoint {
 }
 
 func toS3FileSystem(fs fileSystemRec, full bool) s3FileSystem {
+	owner := (&fileSystem{fileSystemRec: fs}).owner()
 	out := s3FileSystem{
 		Bucket: fs.Bucket, CreationTime: float64(fs.Created.UnixNano()) / 1e9,
-		FileSystemArn: fmt.Sprintf("arn:aws:s3files:%s:%s:file-system/%s", region, accountID, fs.ID),
-		FileSystemId:  fs.ID, Name: tagName(fs.Tags), OwnerId: accountID, RoleArn: fs.RoleARN,
+		FileSystemArn: fmt.Sprintf("arn:aws:s3files:%s:%s:file-system/%s", region, owner, fs.ID),
+		FileSystemId:  fs.ID, Name: tagName(fs.Tags), OwnerId: owner, RoleArn: fs.RoleARN,
 		Status: lifeCycleAvailable,
 	}
 	if full {
@@ -294,9 +295,14 @@ func writeS3Error(w http.ResponseWriter, e *apiError) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
+// s3filesProtocol writes S3 Files' answers: JSON, and its errors.
+var s3filesProtocol = protocol{writeError: writeS3Error, writeOK: writeJSON}
+
 // s3Routes registers the S3 Files API on mux.
 func (e *Emulator) s3Routes(mux *http.ServeMux) {
-	api := func(pattern string, op Op, d decoder) { mux.Handle(pattern, e.endpointFor(op, d, writeS3Error)) }
+	api := func(pattern string, op Op, d decoder) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { e.serveOp(w, r, op, s3filesProtocol, d) })
+	}
 	api("PUT /access-points", OpS3CreateAccessPoint, e.decodeS3CreateAccessPoint)
 	api("GET /access-points/{id}", OpS3GetAccessPoint, byS3ID("accessPointId", "fsap", func(id string, _ url.Values) (int, any, *apiError) {
 		ap, aerr := e.state.describeAccessPoint(svcS3Files, id, time.Now())
@@ -369,7 +375,7 @@ func byS3ID(field, kind string, run func(id string, q url.Values) (int, any, *ap
 		if aerr != nil {
 			return request{}, aerr
 		}
-		return request{in: &S3FilesRequest{ID: id, Query: q}, run: func() (int, any, *apiError) { return run(id, q) }}, nil
+		return request{in: &S3FilesRequest{ID: id, Query: q}, resource: id, run: func() (int, any, *apiError) { return run(id, q) }}, nil
 	}
 }
 
@@ -405,7 +411,7 @@ func (e *Emulator) decodeS3CreateAccessPoint(r *http.Request) (request, *apiErro
 		return request{}, aerr
 	}
 	n.api = svcS3Files
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: n.fsID, run: func() (int, any, *apiError) {
 		opt := createOptions{limit: e.cfg.AccessPointLimit, ignoreRepeat: true, strict: e.cfg.S3FilesStrictClientToken}
 		if f := e.faults.get(OpS3CreateAccessPoint); f != nil && f.VisibilityDelay > 0 {
 			opt.visibleAt = time.Now().Add(f.VisibilityDelay)
@@ -435,7 +441,7 @@ func (e *Emulator) decodeS3ListAccessPoints(r *http.Request) (request, *apiError
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: &S3FilesRequest{ID: fsID, Query: q}, run: func() (int, any, *apiError) {
+	return request{in: &S3FilesRequest{ID: fsID, Query: q}, resource: fsID, run: func() (int, any, *apiError) {
 		aps, tok, aerr := e.state.accessPointsOf(svcS3Files, fsID, next, max, time.Now())
 		out := struct {
 			AccessPoints []s3AccessPoint `json:"accessPoints"`
@@ -457,7 +463,7 @@ func (e *Emulator) decodeS3CreateFileSystem(r *http.Request) (request, *apiError
 	if !bucketARNRE.MatchString(bucket) {
 		return request{}, badRequest("bucket %q is not an S3 bucket ARN (arn:aws:s3:::NAME)", bucket)
 	}
-	if !roleARNRE.MatchString(role) {
+	if !s3RoleARNRE.MatchString(role) {
 		return request{}, badRequest("roleArn %q is not an IAM role ARN", role)
 	}
 	token := str(in.ClientToken)
@@ -495,7 +501,7 @@ func (e *Emulator) decodeS3CreateFileSystem(r *http.Request) (request, *apiError
 
 var (
 	bucketARNRE = regexp.MustCompile(`^arn:aws[-a-z]*:s3:::[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$`)
-	roleARNRE   = regexp.MustCompile(`^arn:aws[-a-z]*:iam::[0-9]{12}:role/[\w+=,.@/\-]{1,512}$`)
+	s3RoleARNRE = regexp.MustCompile(`^arn:aws[-a-z]*:iam::[0-9]{12}:role/[\w+=,.@/\-]{1,512}$`)
 )
 
 func (e *Emulator) decodeS3ListFileSystems(r *http.Request) (request, *apiError) {
@@ -533,7 +539,7 @@ func (e *Emulator) decodeS3CreateMountTarget(r *http.Request) (request, *apiErro
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: fsID, run: func() (int, any, *apiError) {
 		mt, aerr := e.state.createMountTarget(svcS3Files, fsID, subnet, ip)
 		return http.StatusOK, toS3MountTarget(mt), aerr
 	}}, nil
@@ -562,7 +568,7 @@ func (e *Emulator) decodeS3ListMountTargets(r *http.Request) (request, *apiError
 			return request{}, aerr
 		}
 	}
-	return request{in: &S3FilesRequest{Query: q}, run: func() (int, any, *apiError) {
+	return request{in: &S3FilesRequest{Query: q}, resource: in.FileSystemId + in.AccessPointId, run: func() (int, any, *apiError) {
 		out, aerr := e.state.describeMountTargets(svcS3Files, in, max, time.Now())
 		res := struct {
 			MountTargets []s3MountTarget `json:"mountTargets"`
@@ -591,7 +597,7 @@ func (e *Emulator) decodeS3TagResource(r *http.Request) (request, *apiError) {
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, run: func() (int, any, *apiError) {
 		return http.StatusOK, struct{}{}, e.state.updateTags(svcS3Files, id, func(old []tag) ([]tag, *apiError) { return mergeTags(old, add) })
 	}}, nil
 }
@@ -628,10 +634,14 @@ func signingServiceOf(r *http.Request) string {
 	return parts[3]
 }
 
-// signingService is the SigV4 service name each API's requests carry.
+// signingService is the SigV4 service name op's requests carry ("": not
+// checked).
 func signingService(op Op) string {
-	if isS3Op(op) {
+	switch {
+	case isS3Op(op):
 		return "s3files"
+	case op == OpAssumeRole:
+		return ""
 	}
 	return "elasticfilesystem"
 }

@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -39,6 +40,7 @@ const (
 type accessPoint struct {
 	accessPointRec
 	api       service // its file system's
+	account   string  // its file system's owner
 	phase     apPhase
 	done      chan struct{} // closed when the in-flight commit ends
 	visibleAt time.Time     // Describe hides it until then (visibility fault)
@@ -100,7 +102,7 @@ func newState(st *store, dataDir string, log *slog.Logger, r *lockedRand) (*stat
 			log.Warn("dropping stored access point of a missing file system", "accessPoint", r.ID, "fileSystem", r.FileSystemID)
 			continue
 		}
-		ap := &accessPoint{accessPointRec: *r, api: fs.API, phase: apReady}
+		ap := &accessPoint{accessPointRec: *r, api: fs.API, account: fs.owner(), phase: apReady}
 		s.aps[ap.ID], s.apTokens[tokenKey(ap.api, ap.ClientToken)] = ap, ap
 		fs.aps = append(fs.aps, ap)
 		s.seq = max(s.seq, ap.Seq)
@@ -185,33 +187,51 @@ func wireTags(tags []tag) []wireTag {
 // describe renders an access point; call with s.mu held (tags may change).
 func (ap *accessPoint) describe() wireAccessPoint {
 	return wireAccessPoint{
-		AccessPointArn: fmt.Sprintf("arn:aws:elasticfilesystem:%s:%s:access-point/%s", region, accountID, ap.ID),
+		AccessPointArn: fmt.Sprintf("arn:aws:elasticfilesystem:%s:%s:access-point/%s", region, ap.account, ap.ID),
 		AccessPointId:  ap.ID,
 		ClientToken:    ap.ClientToken,
 		FileSystemId:   ap.FileSystemID,
 		LifeCycleState: lifeCycleAvailable,
 		Name:           tagName(ap.Tags),
-		OwnerId:        accountID,
+		OwnerId:        ap.account,
 		PosixUser:      ap.PosixUser,
 		RootDirectory:  wireRootDirectory{Path: ap.Path, CreationInfo: ap.CreationInfo},
 		Tags:           wireTags(ap.Tags),
 	}
 }
 
+// owner is the account that owns fs.
+func (fs *fileSystem) owner() string {
+	if fs.Owner == "" {
+		return DefaultAccount
+	}
+	return fs.Owner
+}
+
+// ownerField is how an account is stored as a file system's Owner.
+func ownerField(account string) string {
+	if account == DefaultAccount {
+		return ""
+	}
+	return account
+}
+
 func (fs *fileSystem) describe() wireFileSystem {
 	epoch := float64(fs.Created.UnixNano()) / 1e9
+	azID, _ := zoneID(fs.AZName)
 	return wireFileSystem{
+		AvailabilityZoneId:           azID,
 		AvailabilityZoneName:         fs.AZName,
 		CreationTime:                 epoch,
 		CreationToken:                fs.CreationToken,
 		Encrypted:                    fs.Encrypted,
-		FileSystemArn:                fmt.Sprintf("arn:aws:elasticfilesystem:%s:%s:file-system/%s", region, accountID, fs.ID),
+		FileSystemArn:                fmt.Sprintf("arn:aws:elasticfilesystem:%s:%s:file-system/%s", region, fs.owner(), fs.ID),
 		FileSystemId:                 fs.ID,
 		KmsKeyId:                     fs.KmsKeyID,
 		LifeCycleState:               lifeCycleAvailable,
 		Name:                         tagName(fs.Tags),
 		NumberOfMountTargets:         len(fs.mts),
-		OwnerId:                      accountID,
+		OwnerId:                      fs.owner(),
 		PerformanceMode:              fs.PerformanceMode,
 		ProvisionedThroughputInMibps: fs.ProvisionedMiBs,
 		SizeInBytes:                  wireSize{Value: emptyFileSystemSizeInByte, Timestamp: epoch},
@@ -220,7 +240,7 @@ func (fs *fileSystem) describe() wireFileSystem {
 	}
 }
 
-func describeMountTarget(mt *mountTargetRec) wireMountTarget {
+func describeMountTarget(mt *mountTargetRec, account string) wireMountTarget {
 	return wireMountTarget{
 		AvailabilityZoneId:   mt.AZID,
 		AvailabilityZoneName: mt.AZName,
@@ -229,7 +249,7 @@ func describeMountTarget(mt *mountTargetRec) wireMountTarget {
 		LifeCycleState:       lifeCycleAvailable,
 		MountTargetId:        mt.ID,
 		NetworkInterfaceId:   "eni-" + strings.TrimPrefix(mt.ID, "fsmt-"),
-		OwnerId:              accountID,
+		OwnerId:              account,
 		SubnetId:             mt.SubnetID,
 		VpcId:                "vpc-0123456789abcdef0",
 	}
@@ -316,7 +336,7 @@ func (s *state) createAccessPoint(n *newAccessPoint, opt createOptions) (wireAcc
 				Path: n.path, CreationInfo: n.ci, PosixUser: n.pu, Tags: n.tags,
 				Params: n.params, Created: time.Now().UTC(),
 			},
-			api: n.api, phase: apCreating, done: make(chan struct{}), visibleAt: opt.visibleAt,
+			api: n.api, account: fs.owner(), phase: apCreating, done: make(chan struct{}), visibleAt: opt.visibleAt,
 		}
 		s.aps[ap.ID], s.apTokens[tokenKey(n.api, n.token)] = ap, ap
 		fs.aps = append(fs.aps, ap) // Seq grows, so the list stays ordered
@@ -530,8 +550,10 @@ func (s *state) createFileSystem(rec fileSystemRec, withMountTarget bool) (wireF
 	var mt *mountTargetRec
 	if withMountTarget {
 		s.seq++
+		zone := cmp.Or(rec.AZName, region+"a") // a One Zone file system's only zone
+		id, _ := zoneID(zone)
 		mt = &mountTargetRec{ID: s.newID("fsmt-"), Seq: s.seq, FileSystemID: rec.ID,
-			SubnetID: "subnet-0123456789abcdef0", IPAddress: "127.0.0.1", AZName: region + "a", AZID: "use1-az1"}
+			SubnetID: "subnet-0123456789abcdef0", IPAddress: "127.0.0.1", AZName: zone, AZID: id}
 	}
 	if err := mkdirFileSystem(s.dataDir, rec.ID); err != nil {
 		return wireFileSystem{}, internalError(err)
@@ -553,6 +575,17 @@ func (s *state) createFileSystem(rec fileSystemRec, withMountTarget bool) (wireF
 		s.mts[mt.ID] = mt
 	}
 	return fs.describe(), nil
+}
+
+// fileSystemZone returns the zone of file system id ("" for a regional
+// one), false if it does not exist.
+func (s *state) fileSystemZone(id string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fs := s.fss[id]; fs != nil {
+		return fs.AZName, true
+	}
+	return "", false
 }
 
 // hasFileSystem reports whether id exists in api.
@@ -581,7 +614,10 @@ func (s *state) deleteFileSystem(api service, id string) *apiError {
 	return nil
 }
 
-func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int) (describeFileSystemsOutput, *apiError) {
+// describeFileSystems answers for account: a listing shows its file
+// systems only (a file system of another account named by ID was refused
+// before).
+func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int, account string) (describeFileSystemsOutput, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := describeFileSystemsOutput{FileSystems: []wireFileSystem{}, Marker: in.Marker}
@@ -594,7 +630,7 @@ func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int) (desc
 		return out, nil
 	}
 	if in.CreationToken != "" {
-		if fs := s.fsTokens[tokenKey(svcEFS, in.CreationToken)]; fs != nil {
+		if fs := s.fsTokens[tokenKey(svcEFS, in.CreationToken)]; fs != nil && fs.owner() == account {
 			out.FileSystems = append(out.FileSystems, fs.describe())
 		}
 		return out, nil
@@ -604,7 +640,7 @@ func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int) (desc
 		return out, e
 	}
 	fss, next := page(s.fsList, func(fs *fileSystem) uint64 { return fs.Seq }, after, max,
-		func(fs *fileSystem) bool { return fs.API == svcEFS }, "*")
+		func(fs *fileSystem) bool { return fs.API == svcEFS && fs.owner() == account }, "*")
 	for _, fs := range fss {
 		out.FileSystems = append(out.FileSystems, fs.describe())
 	}
@@ -617,6 +653,19 @@ type fsPage struct {
 	list []fileSystemRec
 	next string
 }
+
+// zoneID is the availability zone ID of a zone of the emulator's region
+// (us-east-1a is use1-az1, ...); false for any other name.
+func zoneID(name string) (string, bool) {
+	letter, ok := strings.CutPrefix(name, region)
+	if !ok || len(letter) != 1 || letter[0] < 'a' || letter[0] > maxZoneLetter {
+		return "", false
+	}
+	return fmt.Sprintf("use1-az%d", letter[0]-'a'+1), true
+}
+
+// maxZoneLetter is the last zone of the region (us-east-1 has six).
+const maxZoneLetter = 'f'
 
 // fileSystemsOf is file system id of api (a page of one), or with id "" a
 // page of api's file systems after the token next.
@@ -653,7 +702,8 @@ func (s *state) createMountTarget(api service, fsID, subnet, ip string) (wireMou
 		return wireMountTarget{}, fsNotFound(fsID)
 	}
 	// One mount target per availability zone, as EFS: each subnet stands for
-	// the next free zone, a repeated subnet conflicts.
+	// the next free zone, a repeated subnet conflicts. A One Zone file system
+	// has its zone only: a subnet standing for another is a mismatch.
 	used := map[string]bool{}
 	for _, mt := range fs.mts {
 		if mt.SubnetID == subnet {
@@ -662,22 +712,30 @@ func (s *state) createMountTarget(api service, fsID, subnet, ip string) (wireMou
 		}
 		used[mt.AZName] = true
 	}
-	letter := byte('a')
-	for used[region+string(letter)] {
-		letter++
+	zone := fs.AZName
+	if zone == "" {
+		letter := byte('a')
+		for used[region+string(letter)] {
+			letter++
+		}
+		zone = region + string(letter)
+	} else if used[zone] {
+		return wireMountTarget{}, errorf(http.StatusBadRequest, codeAZMismatch,
+			"File system %s is One Zone in %s and has its mount target there; subnet %s is in another availability zone", fsID, zone, subnet)
 	}
 	if ip == "" {
 		ip = "127.0.0.1"
 	}
+	azID, _ := zoneID(zone)
 	s.seq++
 	mt := &mountTargetRec{ID: s.newID("fsmt-"), Seq: s.seq, FileSystemID: fsID, SubnetID: subnet, IPAddress: ip,
-		AZName: region + string(letter), AZID: fmt.Sprintf("use1-az%d", letter-'a'+1)}
+		AZName: zone, AZID: azID}
 	if err := s.store.commit(func(tx *bolt.Tx) error { return put(tx, bucketMountTargets, mt.ID, mt) }); err != nil {
 		return wireMountTarget{}, internalError(err)
 	}
 	fs.mts = append(fs.mts, mt)
 	s.mts[mt.ID] = mt
-	return describeMountTarget(mt), nil
+	return describeMountTarget(mt, fs.owner()), nil
 }
 
 func (s *state) deleteMountTarget(api service, id string) *apiError {
@@ -708,7 +766,7 @@ func (s *state) describeMountTargets(api service, in *DescribeMountTargetsInput,
 		if mt == nil || s.fsOf(api, mt.FileSystemID) == nil {
 			return out, mtNotFound(in.MountTargetId)
 		}
-		out.MountTargets = append(out.MountTargets, describeMountTarget(mt))
+		out.MountTargets = append(out.MountTargets, describeMountTarget(mt, s.fss[mt.FileSystemID].owner()))
 		return out, nil
 	case in.AccessPointId != "":
 		ap := s.apOf(api, in.AccessPointId)
@@ -731,7 +789,7 @@ func (s *state) describeMountTargets(api service, in *DescribeMountTargetsInput,
 		mts, next := page(all, func(mt *mountTargetRec) uint64 { return mt.Seq }, after, max,
 			func(*mountTargetRec) bool { return true }, "*")
 		for _, mt := range mts {
-			out.MountTargets = append(out.MountTargets, describeMountTarget(mt))
+			out.MountTargets = append(out.MountTargets, describeMountTarget(mt, s.fss[mt.FileSystemID].owner()))
 		}
 		out.NextMarker = next
 		return out, nil
@@ -747,7 +805,7 @@ func (s *state) describeMountTargets(api service, in *DescribeMountTargetsInput,
 	mts, next := page(fs.mts, func(mt *mountTargetRec) uint64 { return mt.Seq }, after, max,
 		func(*mountTargetRec) bool { return true }, fs.ID)
 	for _, mt := range mts {
-		out.MountTargets = append(out.MountTargets, describeMountTarget(mt))
+		out.MountTargets = append(out.MountTargets, describeMountTarget(mt, fs.owner()))
 	}
 	out.NextMarker = next
 	return out, nil
@@ -853,4 +911,67 @@ func (s *state) listTags(api service, id string, next string, max int, now time.
 		nextToken = strconv.Itoa(end)
 	}
 	return slices.Clone(tags[start:end]), nextToken, nil
+}
+
+// ---- accounts ----
+
+// ownerOf is the account that owns resource id (a file system, or the file
+// system of an access point or a mount target); false when id names nothing
+// (the operation then answers its NotFound).
+func (s *state) ownerOf(id string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fsID := id
+	switch {
+	case strings.HasPrefix(id, "fsap-"):
+		ap := s.aps[id]
+		if ap == nil {
+			return "", false
+		}
+		fsID = ap.FileSystemID
+	case strings.HasPrefix(id, "fsmt-"):
+		mt := s.mts[id]
+		if mt == nil {
+			return "", false
+		}
+		fsID = mt.FileSystemID
+	}
+	fs := s.fss[fsID]
+	if fs == nil {
+		return "", false
+	}
+	return fs.owner(), true
+}
+
+// setOwner makes account the owner of file system id.
+func (s *state) setOwner(id, account string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fs := s.fss[id]
+	if fs == nil {
+		return fmt.Errorf("file system %s does not exist", id)
+	}
+	rec := fs.fileSystemRec
+	rec.Owner = ownerField(account)
+	if err := s.store.commit(func(tx *bolt.Tx) error { return put(tx, bucketFileSystems, id, &rec) }); err != nil {
+		return err
+	}
+	fs.Owner = rec.Owner
+	for _, ap := range fs.aps {
+		ap.account, ap.json = account, nil
+	}
+	return nil
+}
+
+// owners maps every file system to its owner; foreign reports whether any
+// belongs to another account than the default.
+func (s *state) owners() (owners map[string]string, foreign bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	owners = make(map[string]string, len(s.fss))
+	for id, fs := range s.fss {
+		owners[id] = fs.owner()
+		foreign = foreign || fs.Owner != ""
+	}
+	return owners, foreign
 }

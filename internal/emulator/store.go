@@ -53,6 +53,8 @@ type fileSystemRec struct {
 	Bucket  string `json:"bucket,omitempty"`
 	Prefix  string `json:"prefix,omitempty"`
 	RoleARN string `json:"role,omitempty"`
+	// Owner is the account that owns the file system; "" is DefaultAccount.
+	Owner string `json:"owner,omitempty"`
 }
 
 type accessPointRec struct {
@@ -111,7 +113,7 @@ func openStore(dir string, noSync bool) (*store, error) {
 		return nil, fmt.Errorf("open state store in %s: %w", dir, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketFileSystems, bucketAccessPoints, bucketMountTargets} {
+		for _, b := range [][]byte{bucketFileSystems, bucketAccessPoints, bucketMountTargets, bucketAccounts} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -168,6 +168,7 @@ type wireSize struct {
 }
 
 type wireFileSystem struct {
+	AvailabilityZoneId           string    `json:"AvailabilityZoneId,omitempty"`
 	AvailabilityZoneName         string    `json:"AvailabilityZoneName,omitempty"`
 	CreationTime                 float64   `json:"CreationTime"`
 	CreationToken                string    `json:"CreationToken"`
@@ -245,6 +246,7 @@ const (
 	codeFSInUse               = "FileSystemInUse"
 	codeMTNotFound            = "MountTargetNotFound"
 	codeMTConflict            = "MountTargetConflict"
+	codeAZMismatch            = "AvailabilityZonesMismatch"
 	codeIncorrectFSLifeCycle  = "IncorrectFileSystemLifeCycleState"
 	codeThrottling            = "ThrottlingException"
 	codeInternal              = "InternalServerError"

@@ -66,13 +66,6 @@ type MountTargetLister interface {
 	DescribeMountTargets(ctx context.Context, fsID string) ([]efs.MountTarget, error)
 }
 
-// FileSystemDescriber is implemented by clients that describe a file
-// system. Contract: a file system these credentials cannot see wraps
-// efs.ErrFileSystemNotFound.
-type FileSystemDescriber interface {
-	DescribeFileSystem(ctx context.Context, fsID string) (*efs.FileSystem, error)
-}
-
 // Provisioner secret keys (csi.storage.k8s.io/provisioner-secret-name),
 // spelled as the upstream driver spells them.
 const (
@@ -89,9 +82,6 @@ const (
 	CtxMountTargetIPMap = "mounttargetipmap"
 )
 
-// roleARNRe is the shape of an IAM role ARN in any partition.
-var roleARNRe = regexp.MustCompile(`^arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]{1,512}$`)
-
 // externalIDRe is what STS accepts as an external ID.
 var externalIDRe = regexp.MustCompile(`^[\w+=,.@:/-]+$`)
 
@@ -102,7 +92,7 @@ func secretsBackend(api API, secrets map[string]string) (Backend, error) {
 	role, hasRole := secrets[SecretRoleARN]
 	ext, hasExt := secrets[SecretExternalID]
 	switch {
-	case hasRole && !roleARNRe.MatchString(role):
+	case hasRole && !efs.ValidRoleARN(role):
 		return Backend{}, fmt.Errorf("%w: provisioner secret %s is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)", ErrInvalidRequest, SecretRoleARN)
 	case hasExt && !hasRole:
 		return Backend{}, fmt.Errorf("%w: provisioner secret %s needs %s", ErrInvalidRequest, SecretExternalID, SecretRoleARN)
@@ -158,7 +148,10 @@ func (s *Service) backend(ctx context.Context, b Backend) (*Service, error) {
 		return nil, fmt.Errorf("backend %s: %w", b, err)
 	}
 	cfg := s.cfg
-	cfg.EFS, cfg.Backends = client, nil
+	cfg.EFS, cfg.Backends, cfg.Zones = client, nil, nil
+	if d, ok := client.(FileSystemDescriber); ok {
+		cfg.Zones = d // the backend's file systems are described as its own
+	}
 	if mounter != nil {
 		cfg.Mounter = mounter
 	}

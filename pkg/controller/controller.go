@@ -112,15 +112,16 @@ type RefReader interface {
 type Config struct {
 	EFS           EFS
 	Mounter       FileSystemMounter
-	Refs          RefReader         // nil: a class naming its file system by reference is an error
-	Backends      Backends          // nil: only Config.EFS (no other account, no S3 Files)
-	Tags          map[string]string // added to every access point (--tags)
-	ClusterID     string            // --cluster-id, written as TagClusterID; "" = unknown: no tag
-	DeleteRootDir bool              // --delete-access-point-root-dir
-	TempDir       string            // parent of per-call mount points; "" = os.TempDir()
-	GIDOptions    gid.Options       // how stale the allocator's listing may get
-	GIDVerify     string            // VerifyAuto (""), VerifyAlways or VerifyNever
-	Now           func() time.Time  // nil: time.Now
+	Refs          RefReader           // nil: a class naming its file system by reference is an error
+	Backends      Backends            // nil: only Config.EFS (no other account, no S3 Files)
+	Zones         FileSystemDescriber // nil: a class with enforceZoneAffinity "true" is an error
+	Tags          map[string]string   // added to every access point (--tags)
+	ClusterID     string              // --cluster-id, written as TagClusterID; "" = unknown: no tag
+	DeleteRootDir bool                // --delete-access-point-root-dir
+	TempDir       string              // parent of per-call mount points; "" = os.TempDir()
+	GIDOptions    gid.Options         // how stale the allocator's listing may get
+	GIDVerify     string              // VerifyAuto (""), VerifyAlways or VerifyNever
+	Now           func() time.Time    // nil: time.Now
 	Logger        *slog.Logger
 
 	// Tests stand in for processes: who this Service is, and how another
@@ -137,6 +138,7 @@ type Service struct {
 	efs     EFS
 	mounter FileSystemMounter
 	refs    RefReader
+	zones   *zoneCache // nil without Config.Zones
 	tags    map[string]string
 	cluster string // Config.ClusterID
 	now     func() time.Time
@@ -223,8 +225,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.locks == nil {
 		cfg.locks = keylock.New()
 	}
+	var zones *zoneCache
+	if cfg.Zones != nil {
+		zones = newZoneCache(cfg.Zones, cfg.Now)
+	}
 	return &Service{
-		efs: cfg.EFS, mounter: cfg.Mounter, refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
+		zones: zones, efs: cfg.EFS, mounter: cfg.Mounter, refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 		locks: cfg.locks, gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
 		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
 		answers: map[string]answer{}, answerOf: map[string]string{},

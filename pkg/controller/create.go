@@ -24,6 +24,7 @@ type plan struct {
 	name         string
 	params       volume.Params
 	capacity     int64
+	topology     []*csi.Topology            // AccessibleTopology of the answer (enforceZoneAffinity)
 	input        efs.CreateAccessPointInput // PosixUser is filled once a GID is reserved
 	backend      Backend
 	crossAccount bool // provisioner secret crossaccount (see volumeContext)
@@ -33,7 +34,9 @@ type plan struct {
 //
 // Protocol (docs/design.md, "Create"):
 //  1. Validate and derive everything from the request: root directory, client
-//     token and tags are functions of the name and parameters, never random.
+//     token and tags are functions of the name and parameters, never random;
+//     with enforceZoneAffinity, the topology is a function of the file
+//     system's zone, which never changes (topology.go).
 //  2. Take the name lock without waiting; a concurrent call on the name is ABORTED.
 //  3. Reserve a GID (if the class does not fix one).
 //  4. CreateAccessPoint with the derived token. A repeated token means an
@@ -81,9 +84,10 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	s.log.Info("volume ready", slog.String("name", p.name), slog.String("accessPoint", ap.ID),
 		slog.String("path", ap.Path), slog.Int64("gid", posixGID(ap)))
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
-		VolumeId:      s.volumeID(ap),
-		CapacityBytes: p.capacity,
-		VolumeContext: volCtx,
+		VolumeId:           s.volumeID(ap),
+		CapacityBytes:      p.capacity,
+		VolumeContext:      volCtx,
+		AccessibleTopology: p.topology,
 	}}, nil
 }
 
@@ -191,6 +195,12 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 	if err != nil {
 		return nil, err
 	}
+	// Before the name lock and any mutation: a volume that could not be
+	// used where it is requested is never made.
+	topology, err := s.topology(ctx, params, req.GetAccessibilityRequirements())
+	if err != nil {
+		return nil, err
+	}
 	tags := maps.Clone(s.tags)
 	if tags == nil {
 		tags = map[string]string{}
@@ -209,7 +219,7 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 		tags[TagClaimName], tags[TagClaimNamespace] = params.PVCName, params.PVCNamespace
 	}
 	return &plan{
-		name: name, params: params, capacity: capacity, crossAccount: crossAccount,
+		name: name, params: params, capacity: capacity, crossAccount: crossAccount, topology: topology,
 		input: efs.CreateAccessPointInput{
 			FileSystemID: params.FileSystemID,
 			ClientToken:  params.ClientToken(name),

@@ -43,7 +43,7 @@ type Config struct {
 	DriverName      string
 	Mode            string
 	NodeID          string
-	Zone            string            // topology zone reported by NodeGetInfo; "" = unknown
+	Zone            string            // --zone, reported by NodeGetInfo; "": discovered (zone.go), maybe unknown
 	Tags            map[string]string // parsed --tags
 	DeleteRootDir   bool
 	LocalRoot       string // emulator data directory: bind mounts instead of mount -t efs
@@ -191,7 +191,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 
-	d.identity = &identity{name: cfg.DriverName, controller: cfg.Mode != ModeNode}
+	d.identity = &identity{name: cfg.DriverName, controller: cfg.Mode != ModeNode, topology: cfg.Mode == ModeController}
 	var kc *kube.Client
 	if cfg.Mode != ModeNode {
 		d.health = newEFSHealth(client, cfg.Logger)
@@ -203,9 +203,8 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			refs = kubeRefs{kc}
 		}
 		d.controller, err = controller.New(controller.Config{
-			EFS: client, Mounter: mounter, Refs: refs, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
+			EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: cfg.EFS, mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
 			TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
-			Backends: &apiBackends{cfg: cfg.EFS, mounter: mounter},
 		})
 		if err != nil {
 			return nil, err
@@ -218,6 +217,17 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			}
 			cfg.Logger.Info("node ID discovered", slog.String("nodeID", cfg.NodeID))
 		}
+		zone, source, err := discoverZone(ctx, cfg)
+		if zone != "" {
+			cfg.Logger.Info("zone discovered", slog.String("zone", zone), slog.String("source", string(source)))
+		} else {
+			// Not fatal: regional file systems need no zone. But the provisioner
+			// refuses WaitForFirstConsumer claims on a node without topology,
+			// and One Zone volumes are never scheduled here.
+			cfg.Logger.Warn("zone unknown: NodeGetInfo reports no topology", slog.String("why", err.Error()))
+		}
+		cfg.Zone = zone
+		d.identity.topology = cfg.Mode == ModeAll && zone != ""
 		if cfg.VolumeAttachLimit < 0 {
 			return nil, fmt.Errorf("--volume-attach-limit %d is negative", cfg.VolumeAttachLimit)
 		}

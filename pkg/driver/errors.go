@@ -49,6 +49,8 @@ var codeTable = []struct {
 	{controller.ErrRefUnavailable, codes.Unavailable},
 	{controller.ErrUnsafeRootDir, codes.FailedPrecondition},
 	{controller.ErrRootDirRemoval, codes.Internal},
+	// The CSI spec's code for "unable to provision in accessible_topology".
+	{controller.ErrTopologyConflict, codes.ResourceExhausted},
 	{gid.ErrExhausted, codes.ResourceExhausted},
 	{efs.ErrLimitExceeded, codes.ResourceExhausted},
 	{efs.ErrAccessDenied, codes.PermissionDenied},

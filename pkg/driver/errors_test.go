@@ -31,6 +31,8 @@ func TestErrorsMapToTheCodesTheProvisionerExpects(t *testing.T) {
 		{fmt.Errorf("lock: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{fmt.Errorf("x: %w", efs.ErrLimitExceeded), codes.ResourceExhausted},
 		{fmt.Errorf("x: %w", gid.ErrExhausted), codes.ResourceExhausted},
+		// The CSI spec's code for a volume that cannot be made where the requisite topology allows.
+		{fmt.Errorf("x: %w", controller.ErrTopologyConflict), codes.ResourceExhausted},
 		{fmt.Errorf("x: %w", efs.ErrAccessDenied), codes.PermissionDenied},
 		{fmt.Errorf("gidRangeEnd: %w", volume.ErrInvalidParameter), codes.InvalidArgument},
 		{fmt.Errorf("x: %w", volume.ErrInvalidID), codes.InvalidArgument},

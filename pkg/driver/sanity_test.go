@@ -33,8 +33,19 @@ func startDriver(t *testing.T, mut ...func(*Config)) (socket string, emu *emulat
 // startDriverStop also returns a stop function: cancel (SIGTERM) and wait for Run.
 func startDriverStop(t *testing.T, mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
 	t.Helper()
+	return startDriverOn(t, nil, mut...)
+}
+
+// startDriverOn starts the driver on an emulator that emuMut (if not nil)
+// configures further.
+func startDriverOn(t *testing.T, emuMut func(*emulator.Config), mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
+	t.Helper()
 	data := t.TempDir()
-	url, emu := emulatortest.Start(t, emulator.Config{DataDir: data, FileSystems: []string{sanityFS}, S3FilesFileSystems: []string{sanityS3FS}})
+	ecfg := emulator.Config{DataDir: data, FileSystems: []string{sanityFS}, S3FilesFileSystems: []string{sanityS3FS}}
+	if emuMut != nil {
+		emuMut(&ecfg)
+	}
+	url, emu := emulatortest.Start(t, ecfg)
 	socket = filepath.Join(t.TempDir(), "csi.sock")
 	cfg := Config{
 		Endpoint: "unix://" + socket, Mode: ModeAll, NodeID: "node-1", LocalRoot: data,
@@ -89,7 +100,9 @@ func TestSanity(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("csi-sanity's node tests need root for bind mounts")
 	}
-	socket, emu := startDriver(t)
+	// With a zone, the plugin advertises VOLUME_ACCESSIBILITY_CONSTRAINTS and
+	// csi-sanity checks that NodeGetInfo reports topology.
+	socket, emu := startDriver(t, func(c *Config) { c.Zone = "us-east-1a" })
 	cfg := sanity.NewTestConfig()
 	cfg.Address = socket
 	base := t.TempDir()

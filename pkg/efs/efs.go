@@ -95,6 +95,11 @@ type FileSystem struct {
 	ID             string
 	LifeCycleState string
 	Tags           map[string]string
+	// AvailabilityZoneName and AvailabilityZoneID name the zone of a One
+	// Zone file system; both are "" for a regional one. A file system's
+	// zone never changes.
+	AvailabilityZoneName string
+	AvailabilityZoneID   string
 }
 
 // MountTarget describes one mount target of a file system.

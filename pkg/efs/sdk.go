@@ -63,6 +63,24 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger; nil: discard.
 	Logger *slog.Logger
+
+	// RoleARN makes the client act as this IAM role (cross-account
+	// provisioning): every call is signed with temporary credentials that
+	// STS AssumeRole issues to the standard chain's (the driver's own)
+	// credentials, cached, and refreshed RoleExpiryWindow before they
+	// expire. "": the standard chain's credentials. See also AsRole.
+	RoleARN string
+	// ExternalID is the sts:ExternalId the role's trust policy requires;
+	// only with RoleARN. It is never logged nor put in an error.
+	ExternalID string
+	// STSEndpoint overrides the STS endpoint, as Endpoint does EFS's
+	// ("http://127.0.0.1:8080": the emulator serves both); "" uses the
+	// standard environment (AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL, the
+	// shared config file) or the regional endpoint.
+	STSEndpoint string
+	// RoleExpiryWindow is how long before they expire role credentials are
+	// refreshed (default DefaultRoleExpiryWindow).
+	RoleExpiryWindow time.Duration
 }
 
 // Client is the EFS API client of the driver. Safe for concurrent use.
@@ -77,6 +95,12 @@ type Config struct {
 type Client struct {
 	api    *sdk.Client
 	policy *retryPolicy
+	// base is the configuration a role client (AsRole) starts from: the
+	// standard chain's credentials and the same region, HTTP client and
+	// endpoints.
+	base       aws.Config
+	cfg        Config
+	httpClient sdk.HTTPClient
 }
 
 // DefaultMaxInFlight is the default bound on EFS requests in flight per
@@ -101,7 +125,20 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.HTTPClient != nil {
 		httpClient = cfg.HTTPClient
 	}
-	api := sdk.NewFromConfig(awsCfg, func(o *sdk.Options) {
+	cfg.Logger = log
+	return newClient(awsCfg, cfg, httpClient)
+}
+
+// newClient builds a Client on base (whose credentials are the standard
+// chain's), as cfg.RoleARN's role when set.
+func newClient(base aws.Config, cfg Config, httpClient sdk.HTTPClient) (*Client, error) {
+	switch {
+	case cfg.RoleARN == "" && cfg.ExternalID != "":
+		return nil, fmt.Errorf("%w: an external ID needs a role ARN", ErrBadRequest)
+	case cfg.RoleARN != "" && !ValidRoleARN(cfg.RoleARN):
+		return nil, fmt.Errorf("%w: role ARN %q is not arn:aws:iam::<account>:role/<name>", ErrBadRequest, cfg.RoleARN)
+	}
+	efsOptions := func(o *sdk.Options) {
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
@@ -111,11 +148,18 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		o.Retryer = aws.NopRetryer{}
 		o.RetryMaxAttempts = 0 // AWS_MAX_ATTEMPTS must not wrap the retryer again
 		o.HTTPClient = httpClient
-	})
-	if api.Options().Region == "" {
+	}
+	api := sdk.NewFromConfig(base, efsOptions)
+	region := api.Options().Region
+	if region == "" {
 		return nil, errNoRegion
 	}
-	return &Client{api: api, policy: newPolicy(cfg, Ops, log, func(_ string, err error) class { return classify(err) }, efsExistingID)}, nil
+	if cfg.RoleARN != "" {
+		creds := roleCredentials(base, region, cfg, httpClient)
+		api = sdk.NewFromConfig(base, efsOptions, func(o *sdk.Options) { o.Credentials = creds })
+	}
+	return &Client{api: api, base: base, cfg: cfg, httpClient: httpClient,
+		policy: newPolicy(cfg, Ops, loggerOf(cfg), func(_ string, err error) class { return classify(err) }, efsExistingID)}, nil
 }
 
 var errNoRegion = errors.New("no AWS region: set AWS_REGION (the EC2 metadata service is not asked)")
@@ -342,10 +386,18 @@ func (c *Client) DescribeFileSystem(ctx context.Context, fsID string) (*FileSyst
 	}
 	for _, d := range out.FileSystems {
 		if aws.ToString(d.FileSystemId) == fsID {
-			return &FileSystem{ID: fsID, LifeCycleState: string(d.LifeCycleState), Tags: fromTags(d.Tags)}, nil
+			fs := fromFileSystem(d)
+			return &fs, nil
 		}
 	}
 	return nil, fmt.Errorf("%s %s: %w: not in the answer", OpDescribeFileSystems, fsID, ErrFileSystemNotFound)
+}
+
+func fromFileSystem(d types.FileSystemDescription) FileSystem {
+	return FileSystem{
+		ID: aws.ToString(d.FileSystemId), LifeCycleState: string(d.LifeCycleState), Tags: fromTags(d.Tags),
+		AvailabilityZoneName: aws.ToString(d.AvailabilityZoneName), AvailabilityZoneID: aws.ToString(d.AvailabilityZoneId),
+	}
 }
 
 // ListFileSystems returns every file system of the account and region (all pages).
@@ -361,7 +413,7 @@ func (c *Client) ListFileSystems(ctx context.Context) ([]FileSystem, error) {
 			return nil, err
 		}
 		for _, d := range out.FileSystems {
-			fss = append(fss, FileSystem{ID: aws.ToString(d.FileSystemId), LifeCycleState: string(d.LifeCycleState), Tags: fromTags(d.Tags)})
+			fss = append(fss, fromFileSystem(d))
 		}
 		next := aws.ToString(out.NextMarker)
 		if next == "" || next == aws.ToString(marker) {

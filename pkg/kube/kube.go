@@ -1,7 +1,8 @@
 // Package kube is the driver's access to the Kubernetes API, through
 // client-go: the few reads the orphan collector needs (PersistentVolumes,
 // claims, StorageClasses), the cluster's identity (the kube-system
-// namespace's UID) and a Lease to elect the one replica that collects.
+// namespace's UID), a Lease to elect the one replica that collects, and a
+// node's zone label.
 package kube
 
 import (
@@ -209,6 +210,16 @@ func (c *Client) NamespaceUID(ctx context.Context, name string) (string, error) 
 		return "", fmt.Errorf("kube: namespace %s has no UID", name)
 	}
 	return string(ns.UID), nil
+}
+
+// NodeLabel returns the value of label key on the Node name, "" when the
+// Node has no such label. A missing Node is the API's NotFound error.
+func (c *Client) NodeLabel(ctx context.Context, name, key string) (string, error) {
+	n, err := c.core.Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("kube: get Node %s: %w", name, err)
+	}
+	return n.Labels[key], nil
 }
 
 // ErrKeyNotFound: the ConfigMap or Secret exists and has no such key.

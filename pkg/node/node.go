@@ -21,6 +21,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/mount"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // Sentinel errors; pkg/driver maps them to gRPC codes. Invalid requests wrap
@@ -37,7 +38,7 @@ var (
 )
 
 // TopologyZoneKey is the topology segment NodeGetInfo reports the zone in.
-const TopologyZoneKey = "topology.kubernetes.io/zone"
+const TopologyZoneKey = volume.TopologyZoneKey
 
 // Mounter is what the service needs from a mount back end; *mount.Mounter
 // satisfies it. The contract:

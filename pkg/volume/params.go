@@ -24,14 +24,22 @@ const (
 	ParamEnsureUniqueDirectory = "ensureUniqueDirectory"
 	ParamReuseAccessPoint      = "reuseAccessPoint"
 	ParamAZ                    = "az"
-	// Upstream's: only their defaults are supported yet (true, false).
-	ParamEnableTagging       = "enableTagging"
+	// Upstream's: only its default (true) is supported yet.
+	ParamEnableTagging = "enableTagging"
+	// ParamEnforceZoneAffinity "true": the volume of a One Zone file system
+	// is accessible from its zone only (AccessibleTopology).
 	ParamEnforceZoneAffinity = "enforceZoneAffinity"
 	// Set by the external-provisioner when run with --extra-create-metadata.
 	ParamPVCName      = "csi.storage.k8s.io/pvc/name"
 	ParamPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
 	ParamPVName       = "csi.storage.k8s.io/pv/name"
 )
+
+// TopologyZoneKey is the topology segment of availability zones: the node
+// plugin reports its zone in it (NodeGetInfo; kubelet labels the Node with
+// it), and a One Zone file system's volume is constrained by it. It is the
+// well-known label the cloud provider sets on every node.
+const TopologyZoneKey = "topology.kubernetes.io/zone"
 
 // Values and defaults.
 const (
@@ -94,10 +102,13 @@ type Params struct {
 	SubPathPattern        string
 	EnsureUniqueDirectory bool // default true
 	ReuseAccessPoint      bool
-	AZ                    string
-	PVCName               string
-	PVCNamespace          string
-	PVName                string
+	// EnforceZoneAffinity: the file system is described and a One Zone
+	// file system's volume answers the topology of its zone.
+	EnforceZoneAffinity bool
+	AZ                  string
+	PVCName             string
+	PVCNamespace        string
+	PVName              string
 }
 
 var octalModeRe = regexp.MustCompile(`^[0-7]{3,4}$`)
@@ -183,17 +194,15 @@ func ParseParams(m map[string]string) (Params, error) {
 	if p.EnsureUniqueDirectory, err = boolParam(m, ParamEnsureUniqueDirectory, true); err != nil {
 		return Params{}, err
 	}
-	// Accepted at upstream's defaults, so that upstream's classes that spell
-	// them out work; the other value is refused rather than ignored.
+	// Accepted at upstream's default, so that upstream's classes that spell
+	// it out work; the other value is refused rather than ignored.
 	if tagging, err := boolParam(m, ParamEnableTagging, true); err != nil {
 		return Params{}, err
 	} else if !tagging {
 		return Params{}, paramErr(ParamEnableTagging, "false (access points without tags) is not supported yet: this driver records a volume's name, namespace and writer in its tags")
 	}
-	if affinity, err := boolParam(m, ParamEnforceZoneAffinity, false); err != nil {
+	if p.EnforceZoneAffinity, err = boolParam(m, ParamEnforceZoneAffinity, false); err != nil {
 		return Params{}, err
-	} else if affinity {
-		return Params{}, paramErr(ParamEnforceZoneAffinity, "true is not supported yet: volumes get no zone topology")
 	}
 	if p.ReuseAccessPoint, err = boolParam(m, ParamReuseAccessPoint, false); err != nil {
 		return Params{}, err

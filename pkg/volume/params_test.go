@@ -50,7 +50,8 @@ func TestParseParamsAcceptsEveryParameter(t *testing.T) {
 		check func(Params) bool
 	}{
 		{"upstream's enableTagging default spelled out", with(ParamEnableTagging, "true"), func(p Params) bool { return true }},
-		{"upstream's enforceZoneAffinity default spelled out", with(ParamEnforceZoneAffinity, "false"), func(p Params) bool { return true }},
+		{"upstream's enforceZoneAffinity default spelled out", with(ParamEnforceZoneAffinity, "false"), func(p Params) bool { return !p.EnforceZoneAffinity }},
+		{"enforceZoneAffinity true", with(ParamEnforceZoneAffinity, "true"), func(p Params) bool { return p.EnforceZoneAffinity }},
 		{"directoryPerms 3 digits", with(ParamDirectoryPerms, "755"), func(p Params) bool { return p.DirectoryPerms == "755" }},
 		{"directoryPerms 4 digits", with(ParamDirectoryPerms, "0770"), func(p Params) bool { return p.DirectoryPerms == "0770" }},
 		{"uid only", with(ParamUID, "1000"), func(p Params) bool { return p.UID == 1000 && p.GID == -1 && p.NeedsGIDAllocation() }},
@@ -98,7 +99,7 @@ func TestParseParamsRejectsNamingTheParameter(t *testing.T) {
 		{"fileSystemId and a reference", with(ParamFileSystemIDConfigRef, "ns/cm/key"), ParamFileSystemIDConfigRef, "exactly one"},
 		{"enableTagging false", with(ParamEnableTagging, "false"), ParamEnableTagging, "not supported yet"},
 		{"enableTagging not a boolean", with(ParamEnableTagging, "no"), ParamEnableTagging, "boolean"},
-		{"enforceZoneAffinity true", with(ParamEnforceZoneAffinity, "true"), ParamEnforceZoneAffinity, "not supported yet"},
+		{"enforceZoneAffinity not a boolean", with(ParamEnforceZoneAffinity, "yes"), ParamEnforceZoneAffinity, "boolean"},
 		{"blank fileSystemId", with(ParamFileSystemID, "  "), ParamFileSystemID, "empty"},
 		{"malformed fileSystemId", with(ParamFileSystemID, "fs-xyz"), ParamFileSystemID, "fs-<hex>"},
 		{"directoryPerms not octal", with(ParamDirectoryPerms, "800"), ParamDirectoryPerms, "octal"},

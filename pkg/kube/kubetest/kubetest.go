@@ -1,6 +1,6 @@
 // Package kubetest serves a small Kubernetes API over HTTPS for tests: the
 // objects the driver reads (PersistentVolumes, PersistentVolumeClaims,
-// StorageClasses, Namespaces) and Leases with the API server's optimistic
+// StorageClasses, Namespaces, Nodes) and Leases with the API server's optimistic
 // concurrency (resourceVersion conflicts, AlreadyExists), behind bearer
 // tokens. It speaks the wire format of the real API server, so the driver's
 // real client (client-go) runs against it unchanged; the e2e suite runs the
@@ -47,6 +47,7 @@ type Server struct {
 	pvs      []corev1.PersistentVolume
 	claims   map[string]string // ns/name -> UID
 	classes  []storagev1.StorageClass
+	nodes    map[string]map[string]string     // Node name -> labels
 	leases   map[string]*coordinationv1.Lease // ns/name
 	rv       int                              // resourceVersion of the last change
 	pvEvents []pvEvent                        // every PV change, for watches
@@ -174,6 +175,16 @@ func (s *Server) AddStorageClass(name, provisioner string, params map[string]str
 		Provisioner: provisioner, Parameters: params})
 }
 
+// SetNode creates or replaces the Node name with labels.
+func (s *Server) SetNode(name string, labels map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes == nil {
+		s.nodes = map[string]map[string]string{}
+	}
+	s.nodes[name] = labels
+}
+
 // SetObject creates or replaces the ConfigMap (resource "configmaps") or
 // Secret ("secrets") ns/name with data.
 func (s *Server) SetObject(resource, ns, name string, data map[string]string) {
@@ -253,6 +264,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, &l)
 	case get && r.URL.Path == "/apis/storage.k8s.io/v1/storageclasses":
 		reply(w, http.StatusOK, &storagev1.StorageClassList{Items: s.classes})
+	case get && len(p) == 4 && p[0] == "api" && p[2] == "nodes":
+		labels, ok := s.nodes[p[3]]
+		if !ok {
+			status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "node not found")
+			return
+		}
+		reply(w, http.StatusOK, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: p[3], Labels: labels}})
 	case get && len(p) == 4 && p[0] == "api" && p[2] == "namespaces":
 		uid, ok := s.ns[p[3]]
 		if !ok {

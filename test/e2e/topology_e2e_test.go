@@ -1,0 +1,121 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/efs"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// A One Zone file system's claim with WaitForFirstConsumer and
+// enforceZoneAffinity: once the scheduler (here, the test) selects a node of
+// that zone, the real csi-provisioner passes the node's topology, the driver
+// answers the file system's zone, and the PV gets nodeAffinity for it. The
+// Node and its CSINode are what kubelet would register for a node plugin
+// that reported the zone in NodeGetInfo.
+func TestOneZoneClaimWithWaitForFirstConsumerGetsItsZonesNodeAffinity(t *testing.T) {
+	s := env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	st := startControllerStack(ctx, t, s, stackOptions{replicas: 1, leaderElection: true})
+	const zone, zoneKey, node = "us-east-1b", "topology.kubernetes.io/zone", "e2e-zone-node"
+	efsc := efsClient(st.endpoint)
+	fs, err := efsc.CreateFileSystem(ctx, &efs.CreateFileSystemInput{CreationToken: aws.String("e2e-one-zone"), AvailabilityZoneName: aws.String(zone)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsID := aws.ToString(fs.FileSystemId)
+
+	kc := s.cluster.Client
+	if _, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{zoneKey: zone}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
+			Name: "efs.csi.aws.com", NodeID: node, TopologyKeys: []string{zoneKey}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	class := "efs-sc-one-zone"
+	reclaim := corev1.PersistentVolumeReclaimDelete
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	if _, err := kc.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: class},
+		Provisioner:       "efs.csi.aws.com",
+		ReclaimPolicy:     &reclaim,
+		VolumeBindingMode: &wffc,
+		Parameters: map[string]string{"provisioningMode": "efs-ap", "directoryPerms": "700",
+			"fileSystemId": fsID, "enforceZoneAffinity": "true"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bg := context.Background()
+		_ = kc.StorageV1().StorageClasses().Delete(bg, class, metav1.DeleteOptions{})
+		_ = kc.StorageV1().CSINodes().Delete(bg, node, metav1.DeleteOptions{})
+		_ = kc.CoreV1().Nodes().Delete(bg, node, metav1.DeleteOptions{})
+	})
+
+	ns := newNamespace(ctx, t, s, "e2e-one-zone")
+	pvc, err := ns.pvcs().Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "zonal", Namespace: ns.name,
+			// What the scheduler writes once it picked a node for the claim's pod.
+			Annotations: map[string]string{"volume.kubernetes.io/selected-node": node}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: aws.String(class),
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the claim bound", func() (bool, error) {
+		p, err := ns.pvcs().Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pvc = p
+		return p.Status.Phase == corev1.ClaimBound, nil
+	})
+	pv, err := kc.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nodeAffinityIs(pv, zoneKey, zone) {
+		t.Errorf("PV %s nodeAffinity %+v, want %s In [%s]", pv.Name, pv.Spec.NodeAffinity, zoneKey, zone)
+	}
+
+	ns.deleteAll(ctx, t)
+	waitFor(ctx, t, "the One Zone file system's access point deleted", func() (bool, error) {
+		out, err := efsc.DescribeAccessPoints(ctx, &efs.DescribeAccessPointsInput{FileSystemId: aws.String(fsID)})
+		return err == nil && len(out.AccessPoints) == 0, err
+	})
+	waitNoLeaks(ctx, t, s, efsc)
+	st.checkAlive()
+}
+
+// nodeAffinityIs: the PV's required node affinity is exactly key In [value].
+func nodeAffinityIs(pv *corev1.PersistentVolume, key, value string) bool {
+	na := pv.Spec.NodeAffinity
+	if na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 {
+		return false
+	}
+	exprs := na.Required.NodeSelectorTerms[0].MatchExpressions
+	return len(exprs) == 1 && exprs[0].Key == key && exprs[0].Operator == corev1.NodeSelectorOpIn &&
+		slices.Equal(exprs[0].Values, []string{value})
+}
