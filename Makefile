@@ -4,7 +4,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION)
 
-.PHONY: build run test test-short fuzz bench e2e lint clean
+.PHONY: build run test test-short fuzz bench e2e lint image-check clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -14,7 +14,7 @@ run: build
 	$(BIN)/efs-csi-stress --embedded
 
 # Every unit, conformance, csi-sanity and fuzz-seed test, under the race detector.
-test: build
+test: build image-check
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
 
@@ -29,6 +29,12 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run=^$$ -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
 	  done; \
 	done
+
+# The Dockerfile without a container engine (hack/image-check, its own module: BuildKit's
+# parser and lint rules, pinned versions = hack/versions, the image's file list = the
+# driver's flag defaults). Building the image itself: README.md, "Image".
+image-check: build
+	cd hack/image-check && $(GO) test . && $(GO) run . -repo ../.. -driver ../../$(BIN)/efs-csi-driver
 
 bench:
 	$(GO) test -run=^$$ -bench=. -benchmem ./...

@@ -61,8 +61,8 @@ func main() {
 	fs.DurationVar(&cfg.UnmountTimeout, "unmount-timeout", 30*time.Second, "with --force-unmount-after-timeout: how long an unmount may take before it is forced (umount -f -l)")
 	fs.BoolVar(&forceUnmount, "force-unmount-after-timeout", false, "force an unmount still running after --unmount-timeout (upstream's default: never force)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long calls in flight may run after SIGTERM")
-	fs.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent mount operations on the node (see --max-inflight-mount-calls)")
-	fs.BoolVar(&inflightOptIn, "max-inflight-mount-calls-opt-in", false, "use --max-inflight-mount-calls as the bound on concurrent NodePublishVolume calls")
+	fs.IntVar(&cfg.MaxInflightMounts, "max-inflight-mounts", 16, "bound on concurrent NodePublishVolume calls on the node; calls over it wait for a slot within their deadline (--max-inflight-mount-calls-opt-in replaces it)")
+	fs.BoolVar(&inflightOptIn, "max-inflight-mount-calls-opt-in", false, "use --max-inflight-mount-calls as the bound on concurrent NodePublishVolume calls, answering ABORTED at once over it")
 	fs.IntVar(&inflightLimit, "max-inflight-mount-calls", 0, "with --max-inflight-mount-calls-opt-in: concurrent NodePublishVolume calls")
 	fs.BoolVar(&attachOptIn, "volume-attach-limit-opt-in", false, "report --volume-attach-limit as the node's MaxVolumesPerNode")
 	fs.IntVar(&attachLimit, "volume-attach-limit", 0, "with --volume-attach-limit-opt-in: MaxVolumesPerNode in NodeGetInfo")
@@ -89,13 +89,17 @@ func main() {
 		fs.Bool(name, name != "efs-cloudwatch-log-enabled", "accepted for upstream compatibility; not used")
 		upstreamOnly[name] = true
 	}
-	for _, name := range []string{"efs-utils-conf-overrides", "s3files-utils-conf-overrides", "efs-utils-static-files-path"} {
+	for _, name := range []string{"efs-utils-conf-overrides", "s3files-utils-conf-overrides"} {
 		fs.String(name, "", "accepted for upstream compatibility; not used")
 		upstreamOnly[name] = true
 	}
 	fs.StringVar(&efsUtilsConfDir, "efs-utils-config-dir-path", "/var/amazon/efs", "accepted for upstream compatibility; not used")
 	fs.StringVar(&efsUtilsDir, "efs-utils-config-legacy-dir-path", "/etc/amazon/efs-legacy", "accepted for upstream compatibility; not used")
+	// The image puts efs-utils' static files here (hack/image-files.txt; make image-check
+	// compares the two).
+	fs.String("efs-utils-static-files-path", "/etc/amazon/efs-static-files/", "accepted for upstream compatibility; not used")
 	upstreamOnly["efs-utils-config-dir-path"], upstreamOnly["efs-utils-config-legacy-dir-path"] = true, true
+	upstreamOnly["efs-utils-static-files-path"] = true
 	fs.Parse(os.Args[1:])
 
 	if version {
@@ -124,7 +128,8 @@ func main() {
 		cfg.UnmountTimeout = 0 // never force, as upstream by default
 	}
 	if inflightOptIn && inflightLimit > 0 {
-		cfg.MaxInflightMounts = inflightLimit
+		// Upstream's semantics: over the limit is ABORTED at once.
+		cfg.MaxInflightMounts, cfg.AbortInflightMounts = inflightLimit, true
 	}
 	if attachOptIn {
 		cfg.VolumeAttachLimit = attachLimit

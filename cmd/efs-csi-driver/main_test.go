@@ -165,3 +165,26 @@ func TestMinutesFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestVolumeAttachLimitNeedsItsOptIn: --volume-attach-limit reaches
+// NodeGetInfo's MaxVolumesPerNode only with --volume-attach-limit-opt-in, as
+// upstream (the chart passes the limit either way); without it the node
+// reports no limit (0).
+func TestVolumeAttachLimitNeedsItsOptIn(t *testing.T) {
+	for _, tt := range []struct {
+		optIn string
+		want  int64
+	}{{"false", 0}, {"true", 20}} {
+		t.Run("opt-in="+tt.optIn, func(t *testing.T) {
+			conn, out := start(t, func(sock string) []string {
+				return []string{"--endpoint=unix:" + sock, "--mode=node", "--volume-attach-limit-opt-in=" + tt.optIn, "--volume-attach-limit=20"}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ni, err := csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{}, grpc.WaitForReady(true))
+			if err != nil || ni.MaxVolumesPerNode != tt.want {
+				t.Fatalf("NodeGetInfo: %v, %v; want MaxVolumesPerNode %d\n%s", ni, err, tt.want, out)
+			}
+		})
+	}
+}

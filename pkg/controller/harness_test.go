@@ -12,6 +12,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
+	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -291,24 +292,9 @@ func retryable(err error) bool {
 }
 
 // clock is a settable time source for the verifier's windows.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock = testutil.Clock
 
-func newClock() *clock { return &clock{t: time.Now()} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return testutil.NewClock(time.Now()) }
 
 // steadyState is a controller past its start-up verification window, alone
 // on its file system.

@@ -60,18 +60,21 @@ type Config struct {
 	// MemoryLimit is the node plugin's memory limit in bytes (upstream's
 	// CSI_NODE_MEMORY_LIMIT); under 2 GiB, S3 Files mounts go without the
 	// read cache (nos3readcache). 0 = unknown.
-	MemoryLimit       int64
-	UnmountTimeout    time.Duration
-	ShutdownTimeout   time.Duration // how long calls in flight may run after SIGTERM
-	MaxInflightMounts int
-	GIDVerify         string        // controller.VerifyAuto, VerifyAlways or VerifyNever
-	OrphanInterval    time.Duration // 0: no orphan collection
-	OrphanGrace       time.Duration
-	ClusterID         string      // --cluster-id; "": the kube-system namespace's UID when Kubernetes is reachable
-	LeaseNamespace    string      // the orphan collector's Lease; "": the pod's namespace
-	Kube              kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
-	EFS               efs.Config
-	Logger            *slog.Logger
+	MemoryLimit         int64
+	UnmountTimeout      time.Duration
+	ShutdownTimeout     time.Duration // how long calls in flight may run after SIGTERM
+	MaxInflightMounts   int
+	AbortInflightMounts bool          // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
+	GIDVerify           string        // controller.VerifyAuto, VerifyAlways or VerifyNever
+	OrphanInterval      time.Duration // 0: no orphan collection
+	OrphanGrace         time.Duration
+	ClusterID           string      // --cluster-id; "": the kube-system namespace's UID when Kubernetes is reachable
+	LeaseNamespace      string      // the orphan collector's Lease; "": the pod's namespace
+	Kube                kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
+	EFS                 efs.Config
+	Logger              *slog.Logger
+
+	noStartupTaint bool // tests of other Node reads: no taint remover
 }
 
 // Driver is a configured, not yet serving, CSI plugin.
@@ -84,6 +87,7 @@ type Driver struct {
 	identity   *identity
 	health     *efsHealth // nil in node mode
 	orphans    *orphanCollector
+	taint      *startupTaint // nil: not removing the startup taint (no Kubernetes API, or controller mode)
 	socketPath string
 }
 
@@ -233,11 +237,16 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 		d.node, err = node.New(node.Config{
 			NodeID: cfg.NodeID, Zone: cfg.Zone, Mounter: mounter, MaxConcurrentMounts: cfg.MaxInflightMounts,
+			AbortOverLimit:  cfg.AbortInflightMounts,
 			VolMetricsOptIn: cfg.VolMetricsOptIn, UnmountTimeout: cfg.UnmountTimeout, Logger: cfg.Logger,
 			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit), MemoryLimit: cfg.MemoryLimit,
+			VolMetricsRefresh: cfg.VolMetricsRefresh, VolMetricsFSRateLimit: cfg.VolMetricsFSRateLimit,
 		})
 		if err != nil {
 			return nil, err
+		}
+		if !cfg.noStartupTaint {
+			d.taint = startupTaintFor(cfg, kc, sock)
 		}
 	}
 	if cfg.OrphanInterval > 0 && d.controller != nil {
@@ -385,6 +394,9 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 	}
 	if d.orphans != nil {
 		background.Go(func() { d.orphans.run(bctx) })
+	}
+	if d.taint != nil {
+		background.Go(func() { d.taint.run(bctx) })
 	}
 	if ready != nil {
 		close(ready)

@@ -13,6 +13,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/mount"
 	"github.com/efs-csi/efs-csi-driver/pkg/node"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
@@ -31,9 +32,13 @@ var codeTable = []struct {
 	{efs.ErrThrottled, codes.Unavailable},
 	{efs.ErrPaced, codes.Unavailable},
 	{efs.ErrUnavailable, codes.Unavailable},
+	// A mount point whose server does not answer (an earlier call is still
+	// blocked on it): retry later.
+	{mount.ErrNotResponding, codes.Unavailable},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{keylock.ErrBusy, codes.Aborted},
+	{node.ErrTooManyMounts, codes.Aborted},
 	{controller.ErrInvalidRequest, codes.InvalidArgument},
 	{volume.ErrInvalidID, codes.InvalidArgument},
 	{volume.ErrInvalidParameter, codes.InvalidArgument},

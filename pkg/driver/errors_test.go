@@ -13,6 +13,8 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/mount"
+	"github.com/efs-csi/efs-csi-driver/pkg/node"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -37,6 +39,8 @@ func TestErrorsMapToTheCodesTheProvisionerExpects(t *testing.T) {
 		{fmt.Errorf("gidRangeEnd: %w", volume.ErrInvalidParameter), codes.InvalidArgument},
 		{fmt.Errorf("x: %w", volume.ErrInvalidID), codes.InvalidArgument},
 		{fmt.Errorf("x: %w", keylock.ErrBusy), codes.Aborted},
+		{fmt.Errorf("x: %w", node.ErrTooManyMounts), codes.Aborted},
+		{fmt.Errorf("%w: %w", node.ErrMountFailed, &mount.NotRespondingError{Op: mount.OpStat, Path: "/t"}), codes.Unavailable},
 		{fmt.Errorf("x: %w", controller.ErrIncompatible), codes.AlreadyExists},
 		{fmt.Errorf("x: %w", controller.ErrNotYetVisible), codes.Unavailable},
 		{fmt.Errorf("x: %w", controller.ErrUnsafeRootDir), codes.FailedPrecondition},

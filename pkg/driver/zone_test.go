@@ -77,10 +77,11 @@ func TestZoneDiscoveryOrderFlagThenNodeLabelThenIMDS(t *testing.T) {
 			t.Setenv("KUBERNETES_SERVICE_HOST", "")
 			api := kubetest.Start(t)
 			if c.node != nil {
-				api.SetNode("n1", c.node)
+				api.SetNodeLabels("n1", c.node)
 			}
 			socket, _ := startDriver(t, func(cfg *Config) {
 				cfg.Zone = c.flag
+				cfg.noStartupTaint = true // it reads the Node too
 				if c.kube {
 					cfg.Kube = kube.Config{URL: api.URL, TokenFile: api.TokenFile("node"), CAFile: api.CAFile}
 				}

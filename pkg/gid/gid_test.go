@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
 
@@ -82,22 +83,9 @@ func (s *fakeSource) ListAccessPoints(ctx context.Context, fsID string, fn func(
 	return nil
 }
 
-// clock is a manual clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newAllocator(src Source) (*Allocator, *clock) {
-	c := &clock{t: time.Unix(1_000_000, 0)}
-	return New(src, Options{MaxAge: time.Minute, Now: c.now}), c
+func newAllocator(src Source) (*Allocator, *testutil.Clock) {
+	c := testutil.NewClock(time.Unix(1_000_000, 0))
+	return New(src, Options{MaxAge: time.Minute, Now: c.Now}), c
 }
 
 // apWith is an access point of fs1 with uid = gid = g.
@@ -193,7 +181,7 @@ func TestViewIsListedAgainAfterMaxAge(t *testing.T) {
 	src := newSource()
 	a, clk := newAllocator(src)
 	mustReserve(t, a, 1, 100, "a").Release()
-	clk.advance(time.Minute) // exactly MaxAge: still fresh
+	clk.Advance(time.Minute) // exactly MaxAge: still fresh
 	mustReserve(t, a, 1, 100, "b").Release()
 	if got := src.listings.Load(); got != 1 {
 		t.Fatalf("listings within MaxAge = %d, want 1", got)
@@ -201,7 +189,7 @@ func TestViewIsListedAgainAfterMaxAge(t *testing.T) {
 	// Another process created an access point with GID 42 meanwhile; once
 	// the view is stale it is listed again and 42 is not handed out.
 	src.add(fs1, "fsap-0ther", 42)
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	if r, err := a.Reserve(context.Background(), fs1, 42, 42, "c"); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("Reserve([42, 42]) = %v, %v; want ErrExhausted", r, err)
 	}
@@ -359,10 +347,10 @@ func (g *gate) open() { close(g.proceed) }
 
 // staleRefresh makes the view stale and starts a Reserve that lists again,
 // blocked at the gate (before it reads). It returns the Reserve's result.
-func staleRefresh(t *testing.T, a *Allocator, clk *clock, src *fakeSource) (*gate, chan *Reservation) {
+func staleRefresh(t *testing.T, a *Allocator, clk *testutil.Clock, src *fakeSource) (*gate, chan *Reservation) {
 	t.Helper()
 	g := newGate(src)
-	clk.advance(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	done := make(chan *Reservation, 1)
 	go func() {
 		r, err := a.Reserve(context.Background(), fs1, 1000, 2000, "refresher")
@@ -441,11 +429,11 @@ func TestForgetDuringRefresh(t *testing.T) {
 
 // heldAfterRead is staleRefresh with the listing holding a snapshot taken
 // before the gate, i.e. it has read the access points already.
-func heldAfterRead(t *testing.T, a *Allocator, clk *clock, src *fakeSource) (*gate, chan *Reservation) {
+func heldAfterRead(t *testing.T, a *Allocator, clk *testutil.Clock, src *fakeSource) (*gate, chan *Reservation) {
 	t.Helper()
 	snap := &snapshotSource{fakeSource: src, g: &gate{started: make(chan struct{}, 1), proceed: make(chan struct{})}}
 	a.src = snap
-	clk.advance(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	done := make(chan *Reservation, 1)
 	go func() {
 		r, err := a.Reserve(context.Background(), fs1, 1000, 2000, "refresher")

@@ -147,6 +147,23 @@ func WithS3FilesAccessPoints(aps AccessPoints) Option {
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(m *Mounter) { m.log = l } }
 
+// Names of the system calls that may block on a hung server, as passed to
+// the WithBeforeSyscall hook.
+const (
+	OpStat         = "stat"
+	OpStatfs       = "statfs"
+	OpUnmount      = "unmount"
+	OpForceUnmount = "force-unmount"
+)
+
+// WithBeforeSyscall sets a hook called with the operation (OpStat, ...) and
+// the mount point's real path right before each system call that may block
+// on a hung NFS server, on the goroutine that makes it. Tests block in it to
+// play a server that stopped answering.
+func WithBeforeSyscall(hook func(op, path string)) Option {
+	return func(m *Mounter) { m.beforeSyscall = hook }
+}
+
 // backend is what differs between mount -t efs and bind mounts.
 type backend interface {
 	// mount mounts vol at target, an existing directory (real path) that is
@@ -163,10 +180,14 @@ type Mounter struct {
 	b   backend
 	run Runner
 	log *slog.Logger
+	// gate keeps at most one possibly blocking system call per mount point
+	// (and one forced unmount) in flight.
+	gate          *gate
+	beforeSyscall func(op, path string)
 }
 
 func newMounter(b backend, opts []Option) *Mounter {
-	m := &Mounter{b: b, run: execRunner, log: slog.New(slog.DiscardHandler)}
+	m := &Mounter{b: b, run: execRunner, log: slog.New(slog.DiscardHandler), gate: newGate()}
 	for _, o := range opts {
 		o(m)
 	}
@@ -247,9 +268,9 @@ func (m *Mounter) Inspect(ctx context.Context, vol Volume, target string) (State
 	case at[0].deleted():
 		return Stale, nil
 	}
-	st, err := stat(ctx, real)
+	st, err := m.stat(ctx, real)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrNotResponding) {
 			return NotMounted, err
 		}
 		// ESTALE, ENOTCONN, EIO, a vanished directory...: the mount
@@ -292,7 +313,13 @@ func (m *Mounter) unmount(ctx context.Context, target string, flags int) error {
 		if len(at) == 0 {
 			return nil
 		}
-		_, err = withContext(ctx, func() (struct{}, error) {
+		// A forced unmount is the remedy for a mount point whose other
+		// calls are stuck, so it has a key of its own.
+		op := OpUnmount
+		if flags&unix.MNT_FORCE != 0 {
+			op = OpForceUnmount
+		}
+		_, err = syscallOn(ctx, m, op, real, func() (struct{}, error) {
 			return struct{}{}, unix.Unmount(real, flags|unix.UMOUNT_NOFOLLOW)
 		})
 		switch {
@@ -329,7 +356,7 @@ func (m *Mounter) Usage(ctx context.Context, target string) (Usage, error) {
 	if len(at) == 0 {
 		return Usage{}, fmt.Errorf("%w: %s", ErrNotMounted, target)
 	}
-	st, err := withContext(ctx, func() (unix.Statfs_t, error) {
+	st, err := syscallOn(ctx, m, OpStatfs, real, func() (unix.Statfs_t, error) {
 		var st unix.Statfs_t
 		err := unix.Statfs(real, &st)
 		return st, err
@@ -381,8 +408,8 @@ func existingTarget(target string) (string, error) {
 }
 
 // stat stats path (following a mount on it), bounded by ctx.
-func stat(ctx context.Context, path string) (*unix.Stat_t, error) {
-	return withContext(ctx, func() (*unix.Stat_t, error) {
+func (m *Mounter) stat(ctx context.Context, path string) (*unix.Stat_t, error) {
+	return syscallOn(ctx, m, OpStat, path, func() (*unix.Stat_t, error) {
 		var st unix.Stat_t
 		if err := unix.Stat(path, &st); err != nil {
 			return nil, err
@@ -391,27 +418,25 @@ func stat(ctx context.Context, path string) (*unix.Stat_t, error) {
 	})
 }
 
-// withContext runs f, a system call that may block on a hung NFS server,
-// and gives up waiting when ctx ends. The call itself cannot be interrupted:
-// its goroutine finishes when the kernel lets it.
-func withContext[T any](ctx context.Context, f func() (T, error)) (T, error) {
-	var zero T
-	if err := ctx.Err(); err != nil {
-		return zero, err
+// syscallOn runs f, a system call named op on the mount point path that may
+// block on a hung NFS server, and gives up waiting when ctx ends. The call
+// itself cannot be interrupted: its goroutine finishes when the kernel lets
+// it, and until then the mount point's gate refuses further calls on it
+// (see gate). Stat, statfs and unmount share one key per mount point; a
+// forced unmount has its own.
+func syscallOn[T any](ctx context.Context, m *Mounter, op, path string, f func() (T, error)) (T, error) {
+	key := path
+	if op == OpForceUnmount {
+		key = op + "\x00" + path
 	}
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := f()
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	}
+	return gated(ctx, m.gate, key, op, path, func() (T, error) {
+		if m.beforeSyscall != nil {
+			m.beforeSyscall(op, path)
+		}
+		return f()
+	})
 }
+
+// SyscallsInFlight counts the system calls on mount points running now,
+// those abandoned by their callers included: at most two per mount point.
+func (m *Mounter) SyscallsInFlight() int { return m.gate.inFlight() }

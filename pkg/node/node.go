@@ -35,6 +35,9 @@ var (
 	ErrVolumeNotFound = errors.New("volume not found")
 	// ErrMountFailed: mounting or unmounting failed (INTERNAL).
 	ErrMountFailed = errors.New("mount failed")
+	// ErrTooManyMounts: Config.AbortOverLimit is set and every mount slot
+	// is taken (ABORTED, as upstream's --max-inflight-mount-calls).
+	ErrTooManyMounts = errors.New("too many NodePublishVolume calls in flight")
 )
 
 // TopologyZoneKey is the topology segment NodeGetInfo reports the zone in.
@@ -74,9 +77,13 @@ type Config struct {
 	// Mounter is required.
 	Mounter Mounter
 	// MaxConcurrentMounts bounds NodePublishVolume calls mounting at once;
-	// others wait for a slot within their deadline. <= 0 means
-	// DefaultMaxConcurrentMounts.
+	// others wait for a slot within their deadline (or, with
+	// AbortOverLimit, are refused). <= 0 means DefaultMaxConcurrentMounts.
 	MaxConcurrentMounts int
+	// AbortOverLimit is upstream's --max-inflight-mount-calls-opt-in: a
+	// NodePublishVolume that finds every slot taken answers ABORTED
+	// (ErrTooManyMounts) at once instead of waiting for one.
+	AbortOverLimit bool
 	// VolMetricsOptIn advertises GET_VOLUME_STATS, as upstream's
 	// --vol-metrics-opt-in: kubelet then calls NodeGetVolumeStats for every
 	// mounted volume periodically, and a statfs on an NFS mount can block.
@@ -89,12 +96,21 @@ type Config struct {
 	// MaxVolumesPerNode is reported by NodeGetInfo (upstream's
 	// --volume-attach-limit); 0 reports no limit.
 	MaxVolumesPerNode int64
+	Logger            *slog.Logger
+
+	// VolMetricsRefresh is how old a volume's usage may get before
+	// NodeGetVolumeStats starts a new walk (--vol-metrics-refresh-period);
+	// 0 means DefaultVolMetricsRefresh.
+	VolMetricsRefresh time.Duration
+	// VolMetricsFSRateLimit bounds the walks running at once per file
+	// system (--vol-metrics-fs-rate-limit); 0 means
+	// DefaultVolMetricsFSRateLimit.
+	VolMetricsFSRateLimit int
 	// MemoryLimit is the node plugin's memory limit in bytes (upstream
 	// reads it from CSI_NODE_MEMORY_LIMIT); below
 	// S3FilesReadCacheMinMemory, S3 Files volumes are mounted with
 	// nos3readcache. 0 means unknown: the read cache stays on.
 	MemoryLimit int64
-	Logger      *slog.Logger
 }
 
 // S3FilesReadCacheMinMemory is the least node plugin memory limit with
@@ -115,6 +131,8 @@ type Service struct {
 	memoryLimit    int64
 	locks          *keylock.Set
 	slots          chan struct{} // one token per mount in progress
+	abortOverLimit bool
+	stats          *volStats
 	log            *slog.Logger
 }
 
@@ -135,10 +153,21 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.VolMetricsRefresh < 0 || cfg.VolMetricsFSRateLimit < 0 {
+		return nil, fmt.Errorf("node: volume metrics refresh %v and rate limit %d must not be negative",
+			cfg.VolMetricsRefresh, cfg.VolMetricsFSRateLimit)
+	}
+	if cfg.VolMetricsRefresh == 0 {
+		cfg.VolMetricsRefresh = DefaultVolMetricsRefresh
+	}
+	if cfg.VolMetricsFSRateLimit == 0 {
+		cfg.VolMetricsFSRateLimit = DefaultVolMetricsFSRateLimit
+	}
 	return &Service{
 		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn, memoryLimit: cfg.MemoryLimit,
 		unmountTimeout: cfg.UnmountTimeout, maxVolumes: cfg.MaxVolumesPerNode, locks: keylock.New(),
-		slots: make(chan struct{}, cfg.MaxConcurrentMounts), log: cfg.Logger,
+		slots: make(chan struct{}, cfg.MaxConcurrentMounts), abortOverLimit: cfg.AbortOverLimit, log: cfg.Logger,
+		stats: newVolStats(cfg.VolMetricsRefresh, cfg.VolMetricsFSRateLimit, cfg.Mounter, cfg.Logger),
 	}, nil
 }
 
@@ -169,8 +198,17 @@ func (s *Service) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesR
 	return resp, nil
 }
 
-// acquire takes a mount slot, waiting no longer than ctx allows.
+// acquire takes a mount slot, waiting no longer than ctx allows, or not at
+// all with AbortOverLimit.
 func (s *Service) acquire(ctx context.Context) (release func(), err error) {
+	if s.abortOverLimit {
+		select {
+		case s.slots <- struct{}{}:
+			return func() { <-s.slots }, nil
+		default:
+			return nil, fmt.Errorf("%w: the limit is %d", ErrTooManyMounts, cap(s.slots))
+		}
+	}
 	select {
 	case s.slots <- struct{}{}:
 		return func() { <-s.slots }, nil
@@ -184,6 +222,10 @@ func (s *Service) acquire(ctx context.Context) (release func(), err error) {
 // deadline is the same as the timeout still gets the forced unmount. A
 // caller that gives up sooner gets its context's error and no forcing.
 func (s *Service) unmount(ctx context.Context, target string) error {
+	// A usage walk holds descriptors in the volume: stop it first, and
+	// start none until the unmount is over (the entry is dropped).
+	release := s.stats.stop(ctx, target)
+	defer release()
 	if s.unmountTimeout <= 0 {
 		return s.mounter.Unmount(ctx, target)
 	}
@@ -191,7 +233,7 @@ func (s *Service) unmount(ctx context.Context, target string) error {
 	uctx, cancel := context.WithTimeout(ctx, s.unmountTimeout)
 	defer cancel()
 	err := s.mounter.Unmount(uctx, target)
-	if err == nil || uctx.Err() == nil || time.Since(start) < s.unmountTimeout {
+	if err == nil || !s.unmountTimedOut(err, uctx, start) {
 		return err
 	}
 	s.log.Warn("unmount timed out, forcing it", slog.String("target", target), slog.Duration("timeout", s.unmountTimeout))
@@ -201,6 +243,18 @@ func (s *Service) unmount(ctx context.Context, target string) error {
 		return errors.Join(err, fmt.Errorf("forced unmount: %w", ferr))
 	}
 	return nil
+}
+
+// unmountTimedOut says whether err, from an unmount started at start with
+// uctx, means the unmount has been blocked for UnmountTimeout: this one, or
+// an earlier one still blocked on the same mount point (a retry after the
+// caller gave up is refused at once, mount.ErrNotResponding, and would
+// otherwise never force).
+func (s *Service) unmountTimedOut(err error, uctx context.Context, start time.Time) bool {
+	if since, ok := mount.BlockedSince(err); ok {
+		return time.Since(since) >= s.unmountTimeout
+	}
+	return uctx.Err() != nil && time.Since(start) >= s.unmountTimeout
 }
 
 // forceUnmountTimeout bounds a forced unmount, which should not block.

@@ -159,32 +159,3 @@ func removeTarget(log *slog.Logger, target string) error {
 	}
 	return fmt.Errorf("%w: remove target %s: %w", ErrMountFailed, target, err)
 }
-
-// NodeGetVolumeStats reports the statfs figures of a published volume. A
-// path that is not a mount point, relative paths included, is NOT_FOUND (as
-// csi-sanity expects); the volume ID must be present but is not checked
-// against the mount.
-func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
-	if req.GetVolumeId() == "" {
-		return nil, invalid("volume ID", "is required")
-	}
-	p := req.GetVolumePath()
-	if p == "" {
-		return nil, invalid("volume path", "is required")
-	}
-	if _, err := checkTarget("volume path", p); err != nil {
-		// %v, not %w: the path's own sentinel would make it INVALID_ARGUMENT.
-		return nil, fmt.Errorf("%w: %s is not a published volume: %v", ErrVolumeNotFound, p, err)
-	}
-	u, err := s.mounter.Usage(ctx, p)
-	if errors.Is(err, mount.ErrNotMounted) {
-		return nil, fmt.Errorf("%w: %w", ErrVolumeNotFound, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
-		{Unit: csi.VolumeUsage_BYTES, Total: u.TotalBytes, Available: u.AvailableBytes, Used: u.UsedBytes},
-		{Unit: csi.VolumeUsage_INODES, Total: u.TotalInodes, Available: u.FreeInodes, Used: u.UsedInodes},
-	}}, nil
-}

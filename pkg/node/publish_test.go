@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -206,30 +205,4 @@ func TestUnpublishKeepsFilesInAnUnmountedTarget(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(target, "precious")); err != nil {
 		t.Errorf("unpublish removed a file it did not own: %v", err)
 	}
-}
-
-func TestVolumeStats(t *testing.T) {
-	f := newNodeFixture(t)
-	target := newTarget(t)
-	must(t, publish(f.svc, vol1, target))
-	resp, err := f.svc.NodeGetVolumeStats(context.Background(),
-		&csi.NodeGetVolumeStatsRequest{VolumeId: vol1, VolumePath: target})
-	must(t, err)
-	var st unix.Statfs_t
-	must(t, unix.Statfs(target, &st))
-	usage := map[csi.VolumeUsage_Unit]*csi.VolumeUsage{}
-	for _, u := range resp.GetUsage() {
-		usage[u.GetUnit()] = u
-	}
-	bytes, inodes := usage[csi.VolumeUsage_BYTES], usage[csi.VolumeUsage_INODES]
-	if bytes.GetTotal() != int64(st.Blocks)*st.Bsize || bytes.GetTotal() <= 0 || bytes.GetAvailable() <= 0 {
-		t.Errorf("bytes %v, statfs says %d blocks of %d", bytes, st.Blocks, st.Bsize)
-	}
-	if inodes.GetTotal() != int64(st.Files) || inodes.GetUsed() <= 0 {
-		t.Errorf("inodes %v, statfs says %d", inodes, st.Files)
-	}
-	must(t, unpublish(f.svc, vol1, target))
-	_, err = f.svc.NodeGetVolumeStats(context.Background(),
-		&csi.NodeGetVolumeStatsRequest{VolumeId: vol1, VolumePath: target})
-	expectIs(t, "stats after unpublish", err, ErrVolumeNotFound)
 }

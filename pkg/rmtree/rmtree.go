@@ -42,9 +42,10 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/dirfd"
 )
 
 // ErrUnsafe: the path to the tree is not a chain of real directories on one
@@ -175,55 +176,11 @@ func beforeOpen(path string) {
 	}
 }
 
-// noOpenat2 is set once the kernel has said it has no openat2.
-var noOpenat2 atomic.Bool
+// openDir opens name in dirfd as a directory of the tree: no symlink, no
+// mount point (see dirfd.Open).
+func openDir(dir int, name string) (int, error) { return dirfd.Open(dir, name) }
 
-// openDir opens name, a single component in dirfd, as a directory: not a
-// symlink (O_NOFOLLOW, RESOLVE_NO_SYMLINKS), not a mount point
-// (RESOLVE_NO_XDEV: EXDEV). os.Root would follow symlinks that stay inside
-// it, and nothing in the tree may be followed at all, so this is by hand.
-func openDir(dirfd int, name string) (int, error) {
-	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	if !noOpenat2.Load() {
-		fd, err := retry(func() (int, error) {
-			return unix.Openat2(dirfd, name, &unix.OpenHow{Flags: flags,
-				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
-		})
-		if !errors.Is(err, unix.ENOSYS) {
-			return fd, err
-		}
-		noOpenat2.Store(true)
-	}
-	fd, err := retry(func() (int, error) { return unix.Openat(dirfd, name, flags, 0) })
-	if err != nil {
-		return -1, err
-	}
-	var parent, child unix.Stat_t
-	if err := unix.Fstat(dirfd, &parent); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	if err := unix.Fstat(fd, &child); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	if parent.Dev != child.Dev {
-		unix.Close(fd)
-		return -1, unix.EXDEV
-	}
-	return fd, nil
-}
-
-// retry repeats a call the kernel interrupted (EINTR), or that openat2
-// refused because of a concurrent rename or mount (EAGAIN).
-func retry(call func() (int, error)) (int, error) {
-	for {
-		fd, err := call()
-		if !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {
-			return fd, err
-		}
-	}
-}
+var retry = dirfd.Retry
 
 func unlinkat(dirfd int, name string, flags int) error {
 	_, err := retry(func() (int, error) { return 0, unix.Unlinkat(dirfd, name, flags) })

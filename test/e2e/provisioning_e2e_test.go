@@ -200,8 +200,13 @@ func checkAccessPoints(ctx context.Context, t *testing.T, s *suite, c *efs.Clien
 }
 
 func accessPoints(ctx context.Context, c *efs.Client) ([]efstypes.AccessPointDescription, error) {
+	return accessPointsOf(ctx, c, fileSystemID)
+}
+
+// accessPointsOf lists the access points of file system fsID.
+func accessPointsOf(ctx context.Context, c *efs.Client, fsID string) ([]efstypes.AccessPointDescription, error) {
 	var out []efstypes.AccessPointDescription
-	pages := efs.NewDescribeAccessPointsPaginator(c, &efs.DescribeAccessPointsInput{FileSystemId: aws.String(fileSystemID)})
+	pages := efs.NewDescribeAccessPointsPaginator(c, &efs.DescribeAccessPointsInput{FileSystemId: aws.String(fsID)})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
@@ -413,6 +418,7 @@ func efsClient(endpoint string) *efs.Client {
 func emulatorEnv(endpoint string) []string {
 	return []string{
 		"AWS_ENDPOINT_URL_EFS=" + endpoint,
+		"AWS_ENDPOINT_URL_STS=" + endpoint, // the emulator's STS, for roles of provisioner secrets
 		"AWS_REGION=us-east-1",
 		"AWS_ACCESS_KEY_ID=x",
 		"AWS_SECRET_ACCESS_KEY=x",

@@ -106,9 +106,9 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 	return st
 }
 
-// newControllerStack starts the emulator and applies the controller's objects; replicas
-// come with addReplica.
-func newControllerStack(ctx context.Context, t *testing.T, s *suite) *controllerStack {
+// newControllerStack starts the emulator (with emulatorArgs added to its own) and applies
+// the controller's objects; replicas come with addReplica.
+func newControllerStack(ctx context.Context, t *testing.T, s *suite, emulatorArgs ...string) *controllerStack {
 	t.Helper()
 	st := &controllerStack{t: t, s: s, dir: t.TempDir()}
 	port, err := cluster.FreePort()
@@ -118,7 +118,7 @@ func newControllerStack(ctx context.Context, t *testing.T, s *suite) *controller
 	st.endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
 	st.dataDir = filepath.Join(st.dir, "efs")
 	st.emulator, err = cluster.StartProcess("efs-emulator", s.dir, filepath.Join(s.bins, "efs-emulator"), nil,
-		fmt.Sprintf("--listen=127.0.0.1:%d", port), "--data-dir="+st.dataDir, "--file-system="+fileSystemID)
+		append([]string{fmt.Sprintf("--listen=127.0.0.1:%d", port), "--data-dir=" + st.dataDir, "--file-system=" + fileSystemID}, emulatorArgs...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,16 @@
 // Package kubetest serves a small Kubernetes API over HTTPS for tests: the
 // objects the driver reads (PersistentVolumes, PersistentVolumeClaims,
-// StorageClasses, Namespaces, Nodes) and Leases with the API server's optimistic
-// concurrency (resourceVersion conflicts, AlreadyExists), behind bearer
-// tokens. It speaks the wire format of the real API server, so the driver's
+// StorageClasses, Namespaces), Leases with the API server's optimistic
+// concurrency (resourceVersion conflicts, AlreadyExists) and Nodes (labels,
+// taints) with JSON patches (applied by the API server's own library: a
+// failed test is 422), behind bearer tokens. It speaks the wire format of
+// the real API server, so the driver's
 // real client (client-go) runs against it unchanged; the e2e suite runs the
 // same code against a real kube-apiserver.
 package kubetest
 
 import (
+	"bytes"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -27,6 +30,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 )
 
 // KubeSystemUID is the UID of the kube-system namespace the server starts with.
@@ -47,11 +52,11 @@ type Server struct {
 	pvs      []corev1.PersistentVolume
 	claims   map[string]string // ns/name -> UID
 	classes  []storagev1.StorageClass
-	nodes    map[string]map[string]string     // Node name -> labels
 	leases   map[string]*coordinationv1.Lease // ns/name
-	rv       int                              // resourceVersion of the last change
-	pvEvents []pvEvent                        // every PV change, for watches
-	changed  chan struct{}                    // closed and replaced on each PV change
+	nodes    map[string]*corev1.Node
+	rv       int           // resourceVersion of the last change
+	pvEvents []pvEvent     // every PV change, for watches
+	changed  chan struct{} // closed and replaced on each PV change
 	requests []Request
 	hook     func(Request)
 	// ConfigMaps and Secrets ("configmaps"/"secrets", ns/name -> data), and
@@ -77,7 +82,7 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{t: t, dir: t.TempDir(), tokens: map[string]string{},
 		ns: map[string]string{"kube-system": KubeSystemUID}, claims: map[string]string{},
-		leases: map[string]*coordinationv1.Lease{}, changed: make(chan struct{})}
+		leases: map[string]*coordinationv1.Lease{}, nodes: map[string]*corev1.Node{}, changed: make(chan struct{})}
 	s.srv = httptest.NewTLSServer(http.HandlerFunc(s.serve))
 	t.Cleanup(func() {
 		s.srv.CloseClientConnections() // watches stream until their client goes
@@ -118,6 +123,19 @@ func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.requests)
+}
+
+// Count returns how many requests of method the server answered so far.
+func (s *Server) Count(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.requests {
+		if r.Method == method {
+			n++
+		}
+	}
+	return n
 }
 
 // AddPV adds a CSI PersistentVolume of driver with the given handle.
@@ -175,14 +193,13 @@ func (s *Server) AddStorageClass(name, provisioner string, params map[string]str
 		Provisioner: provisioner, Parameters: params})
 }
 
-// SetNode creates or replaces the Node name with labels.
-func (s *Server) SetNode(name string, labels map[string]string) {
+// SetNodeLabels creates or replaces the Node name with labels.
+func (s *Server) SetNodeLabels(name string, labels map[string]string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.nodes == nil {
-		s.nodes = map[string]map[string]string{}
-	}
-	s.nodes[name] = labels
+	s.rv++
+	s.nodes[name] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
+		ResourceVersion: strconv.Itoa(s.rv), Labels: labels}}
 }
 
 // SetObject creates or replaces the ConfigMap (resource "configmaps") or
@@ -222,6 +239,26 @@ func (s *Server) LeaseHolder(ns, name string) string {
 		return *l.Spec.HolderIdentity
 	}
 	return ""
+}
+
+// SetNode creates or replaces the Node name with these taints.
+func (s *Server) SetNode(name string, taints ...corev1.Taint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rv++
+	s.nodes[name] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
+		ResourceVersion: strconv.Itoa(s.rv)}, Spec: corev1.NodeSpec{Taints: taints}}
+}
+
+// Node returns the Node name as stored now.
+func (s *Server) Node(name string) (corev1.Node, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[name]
+	if !ok {
+		return corev1.Node{}, false
+	}
+	return *n.DeepCopy(), true
 }
 
 // pvPage is how many PVs one list answer holds at most, so that paging is exercised.
@@ -264,13 +301,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, &l)
 	case get && r.URL.Path == "/apis/storage.k8s.io/v1/storageclasses":
 		reply(w, http.StatusOK, &storagev1.StorageClassList{Items: s.classes})
-	case get && len(p) == 4 && p[0] == "api" && p[2] == "nodes":
-		labels, ok := s.nodes[p[3]]
-		if !ok {
-			status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "node not found")
-			return
-		}
-		reply(w, http.StatusOK, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: p[3], Labels: labels}})
 	case get && len(p) == 4 && p[0] == "api" && p[2] == "namespaces":
 		uid, ok := s.ns[p[3]]
 		if !ok {
@@ -287,6 +317,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: p[5], Namespace: p[3], UID: types.UID(uid)}})
 	case get && len(p) == 6 && p[0] == "api" && (p[4] == "configmaps" || p[4] == "secrets"):
 		s.keyedObject(w, p[4], p[3], p[5])
+	case len(p) == 4 && p[0] == "api" && p[2] == "nodes":
+		s.node(w, r, p[3])
 	case len(p) >= 6 && strings.Join(p[:3], "/") == "apis/coordination.k8s.io/v1" && p[5] == "leases":
 		s.lease(w, r, p[4], p[6:])
 	default:
@@ -374,6 +406,47 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, ns string, rest [
 		reply(w, http.StatusOK, s.leases[key])
 	default:
 		status(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, r.Method)
+	}
+}
+
+// node serves get and JSON patch of a Node, as the API server applies them.
+func (s *Server) node(w http.ResponseWriter, r *http.Request, name string) {
+	n := s.nodes[name]
+	if n == nil {
+		status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "node not found")
+		return
+	}
+	switch {
+	case r.Method == http.MethodGet:
+		reply(w, http.StatusOK, n)
+	case r.Method == http.MethodPatch && r.Header.Get("Content-Type") == string(types.JSONPatchType):
+		var body bytes.Buffer
+		if _, err := body.ReadFrom(r.Body); err != nil {
+			status(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+			return
+		}
+		patch, err := jsonpatch.DecodePatch(body.Bytes())
+		if err != nil {
+			status(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+			return
+		}
+		cur, _ := json.Marshal(n)
+		out, err := patch.Apply(cur)
+		if err != nil {
+			status(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error())
+			return
+		}
+		var next corev1.Node
+		if err := json.Unmarshal(out, &next); err != nil {
+			status(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error())
+			return
+		}
+		s.rv++
+		next.ResourceVersion = strconv.Itoa(s.rv)
+		s.nodes[name] = &next
+		reply(w, http.StatusOK, &next)
+	default:
+		status(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, r.Method+" "+r.Header.Get("Content-Type"))
 	}
 }
 

@@ -1,0 +1,151 @@
+package mount
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/mount/mounttest"
+)
+
+// TestAHungMountPointPinsOneThread: once a stat, statfs or unmount of a mount
+// point is blocked (the server stopped answering) and its caller has given
+// up, every later call on that mount point answers at once with
+// ErrNotResponding instead of blocking one more OS thread; the process's
+// thread count stays flat however many calls come. Another mount point is
+// not affected, and a forced unmount, the remedy, still runs.
+func TestAHungMountPointPinsOneThread(t *testing.T) {
+	f := newFixture(t)
+	f.dir(t, "a")
+	f.dir(t, "b")
+	hung, healthy := newTarget(t), newTarget(t)
+	hang := mounttest.NewHang(t, func(op, path string) bool { return path == hung && op != OpForceUnmount })
+	m, err := NewLocal(f.root, f.aps, WithBeforeSyscall(hang.Block))
+	must(t, err)
+	ctx := context.Background()
+	must(t, m.MountVolume(ctx, Volume{FileSystemID: fsID, Path: "/a"}, hung))
+	must(t, m.MountVolume(ctx, Volume{FileSystemID: fsID, Path: "/b"}, healthy))
+
+	// The first call blocks; its caller gives up.
+	first, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := m.Usage(first, hung); done <- err }()
+	<-hang.Entered
+	cancel()
+	expectErr(t, "the call that blocked", <-done, context.Canceled)
+
+	before := mounttest.Threads(t)
+	const calls = 300
+	calls3 := []func(ctx context.Context) error{
+		func(ctx context.Context) error { _, err := m.Usage(ctx, hung); return err },
+		func(ctx context.Context) error {
+			_, err := m.Inspect(ctx, Volume{FileSystemID: fsID, Path: "/a"}, hung)
+			return err
+		},
+		func(ctx context.Context) error { return m.Unmount(ctx, hung) },
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, calls)
+	for i := range calls {
+		wg.Go(func() {
+			// The deadline bounds the test if calls do block (as they did
+			// before the gate); it orders nothing.
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			errs <- calls3[i%len(calls3)](cctx)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, ErrNotResponding) {
+			t.Fatalf("a call on the hung mount point: %v, want ErrNotResponding at once", err)
+		}
+		if since, ok := BlockedSince(err); !ok || since.IsZero() {
+			t.Fatalf("%v does not say since when the mount point is blocked", err)
+		}
+	}
+	runtime.GC()
+	after := mounttest.Threads(t)
+	t.Logf("%d calls on a hung mount point: %d threads before, %d after", calls, before, after)
+	// A few threads of slack for the runtime's own (GC workers, sysmon).
+	if after-before > 8 {
+		t.Errorf("%d calls on a hung mount point grew the process from %d to %d threads", calls, before, after)
+	}
+	if n := m.SyscallsInFlight(); n != 1 {
+		t.Errorf("%d system calls in flight, want the one blocked", n)
+	}
+	if len(hang.Entered) != 0 {
+		t.Errorf("%d more system calls reached the hung server", len(hang.Entered))
+	}
+
+	if _, err := m.Usage(ctx, healthy); err != nil {
+		t.Errorf("Usage of another mount point: %v", err)
+	}
+	must(t, m.ForceUnmount(ctx, hung))
+	if n := layers(t, hung); n != 0 {
+		t.Errorf("%d layers left after the forced unmount", n)
+	}
+
+	// The server answers again: the blocked call returns, its key frees,
+	// and calls go through.
+	hang.Release()
+	for m.SyscallsInFlight() != 0 {
+		runtime.Gosched()
+	}
+	if _, err := m.Usage(ctx, healthy); err != nil {
+		t.Errorf("Usage after the server answered: %v", err)
+	}
+	must(t, m.Unmount(ctx, hung))
+}
+
+// TestCallsOnALiveMountPointWaitTheirTurn: a call that finds another one in
+// flight whose caller still waits does not fail: it waits for it and then
+// makes its own; a caller that gives up while waiting gets its context's
+// error, and the key is free once the first call returns.
+func TestCallsOnALiveMountPointWaitTheirTurn(t *testing.T) {
+	g := newGate()
+	started, release := make(chan struct{}), make(chan struct{})
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		_, err := gated(ctx, g, "k", OpStat, "/p", func() (int, error) {
+			close(started)
+			<-release
+			return 1, nil
+		})
+		first <- err
+	}()
+	<-started
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := gated(cctx, g, "k", OpStat, "/p", func() (int, error) { return 2, nil }); !errors.Is(err, context.Canceled) {
+		t.Errorf("waiter that gave up: %v", err)
+	}
+	second := make(chan int, 1)
+	go func() {
+		v, err := gated(ctx, g, "k", OpStatfs, "/p", func() (int, error) { return 2, nil })
+		if err != nil {
+			t.Error(err)
+		}
+		second <- v
+	}()
+	close(release)
+	must(t, <-first)
+	if v := <-second; v != 2 {
+		t.Errorf("the waiter got %d, want the result of its own call", v)
+	}
+	if n := g.inFlight(); n != 0 {
+		t.Errorf("%d calls in flight at rest", n)
+	}
+}
+
+func expectErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: %v, want %v", what, err, want)
+	}
+}
