@@ -4,7 +4,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION)
 
-.PHONY: build run test test-short fuzz bench e2e lint image-check clean
+.PHONY: build run test test-short fuzz bench e2e soak lint image-check clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -35,6 +35,11 @@ fuzz:
 # driver's flag defaults). Building the image itself: README.md, "Image".
 image-check: build
 	cd hack/image-check && $(GO) test . && $(GO) run . -repo ../.. -driver ../../$(BIN)/efs-csi-driver
+
+# 1,000 NodePublish/NodeUnpublish cycles through mount -t efs and the test mount.efs helper,
+# counting zombies, mounts, threads and file descriptors (EFS_SOAK_CYCLES=N for another count).
+soak:
+	EFS_SOAK=1 $(GO) test -count=1 -run TestSoakThroughMountEFSHelper -v ./pkg/node
 
 bench:
 	$(GO) test -run=^$$ -bench=. -benchmem ./...

@@ -21,22 +21,24 @@ import (
 	"github.com/efs-csi/efs-csi-driver/internal/logging"
 	"github.com/efs-csi/efs-csi-driver/pkg/driver"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/efsutils"
 )
 
 func main() {
 	var (
-		cfg                          driver.Config
-		tags, rateLimits             string
-		logFormat, logFormatAlias    string
-		metricsAlias                 string
-		version, debugLogs           bool
-		volMetricsRefresh            minutes
-		volMetricsFSRateLimit        int
-		inflightOptIn, attachOptIn   bool
-		inflightLimit, attachLimit   int
-		forceUnmount, adaptive       bool
-		upstreamOnly                 = map[string]bool{}
-		efsUtilsConfDir, efsUtilsDir string
+		cfg                        driver.Config
+		tags, rateLimits           string
+		logFormat, logFormatAlias  string
+		metricsAlias               string
+		version, debugLogs         bool
+		volMetricsRefresh          minutes
+		volMetricsFSRateLimit      int
+		inflightOptIn, attachOptIn bool
+		inflightLimit, attachLimit int
+		forceUnmount, adaptive     bool
+		upstreamOnly               = map[string]bool{}
+		efsUtilsOverrides          string
+		portUpper                  int
 	)
 	fs := flag.CommandLine
 	klog.InitFlags(fs) // -v, --logtostderr, --vmodule, --stderrthreshold, ...
@@ -82,24 +84,27 @@ func main() {
 	fs.BoolVar(&debugLogs, "debug-logs", false, "debug logging (as -v=5)")
 	fs.BoolVar(&version, "version", false, "print the version and exit")
 
-	// Upstream flags for what this driver does not have (efs-utils
-	// configuration is the image's, S3 Files is not served): accepted, and
-	// named in one warning line when set.
-	for _, name := range []string{"efs-cloudwatch-log-enabled", "s3files-cloudwatch-log-enabled", "s3files-cloudwatch-metrics-enabled"} {
-		fs.Bool(name, name != "efs-cloudwatch-log-enabled", "accepted for upstream compatibility; not used")
+	// efs-utils (node plugin): upstream's flags, and the chart's useFIPS and
+	// portRangeUpperBound, which upstream's chart passes as environment.
+	eu := &cfg.EFSUtils
+	fs.StringVar(&eu.Dirs.ConfigDir, "efs-utils-config-dir-path", "/var/amazon/efs", "efs-utils configuration directory (a host directory)")
+	fs.StringVar(&eu.Dirs.LegacyDir, "efs-utils-config-legacy-dir-path", "/etc/amazon/efs-legacy", "the host's old /etc/amazon/efs: used instead when it holds an efs-utils.conf")
+	fs.StringVar(&eu.Dirs.StaticFilesDir, "efs-utils-static-files-path", "/etc/amazon/efs-static-files/", "efs-utils static files of the image, copied into the configuration directory when missing")
+	fs.StringVar(&eu.Dirs.EtcDir, "efs-utils-etc-dir", "/etc/amazon/efs", "where efs-utils reads its configuration: linked to the configuration directory")
+	fs.BoolVar(&eu.Settings.CloudWatchLog, "efs-cloudwatch-log-enabled", false, "efs-utils.conf [cloudwatch-log] enabled")
+	fs.StringVar(&efsUtilsOverrides, "efs-utils-conf-overrides", "", "comma-separated section:key=value settings of efs-utils.conf (each must name a key the file has)")
+	fs.BoolVar(&eu.Settings.FIPS, "efs-utils-fips", envBool("FIPS_ENABLED"), "efs-utils.conf fips_mode_enabled (default: $FIPS_ENABLED, the chart's useFIPS)")
+	fs.IntVar(&portUpper, "efs-utils-port-range-upper-bound", envInt("PORT_RANGE_UPPER_BOUND"), "upper bound of efs-utils' TLS tunnel ports (default: $PORT_RANGE_UPPER_BOUND, the chart's portRangeUpperBound, else 20449)")
+	fs.StringVar(&eu.Watchdog.Path, "efs-utils-watchdog-path", "amazon-efs-mount-watchdog", "efs-utils' watchdog, supervised by the node plugin (not installed: a log line)")
+
+	// Upstream flags for what this driver does not have (S3 Files is not
+	// served): accepted, and named in one warning line when set.
+	for _, name := range []string{"s3files-cloudwatch-log-enabled", "s3files-cloudwatch-metrics-enabled"} {
+		fs.Bool(name, true, "accepted for upstream compatibility; not used")
 		upstreamOnly[name] = true
 	}
-	for _, name := range []string{"efs-utils-conf-overrides", "s3files-utils-conf-overrides"} {
-		fs.String(name, "", "accepted for upstream compatibility; not used")
-		upstreamOnly[name] = true
-	}
-	fs.StringVar(&efsUtilsConfDir, "efs-utils-config-dir-path", "/var/amazon/efs", "accepted for upstream compatibility; not used")
-	fs.StringVar(&efsUtilsDir, "efs-utils-config-legacy-dir-path", "/etc/amazon/efs-legacy", "accepted for upstream compatibility; not used")
-	// The image puts efs-utils' static files here (hack/image-files.txt; make image-check
-	// compares the two).
-	fs.String("efs-utils-static-files-path", "/etc/amazon/efs-static-files/", "accepted for upstream compatibility; not used")
-	upstreamOnly["efs-utils-config-dir-path"], upstreamOnly["efs-utils-config-legacy-dir-path"] = true, true
-	upstreamOnly["efs-utils-static-files-path"] = true
+	fs.String("s3files-utils-conf-overrides", "", "accepted for upstream compatibility; not used")
+	upstreamOnly["s3files-utils-conf-overrides"] = true
 	fs.Parse(os.Args[1:])
 
 	if version {
@@ -153,6 +158,11 @@ func main() {
 	if len(unused) > 0 {
 		log.Warn("flags accepted for compatibility with the upstream driver have no effect here", "flags", unused)
 	}
+	eu.Settings.Debug, eu.Settings.PortRangeUpper = debugLogs, portUpper
+	eu.Watchdog.Output = os.Stderr
+	if eu.Settings.Overrides, err = efsutils.ParseOverrides(efsUtilsOverrides); err != nil {
+		fail(fmt.Errorf("--efs-utils-conf-overrides: %w", err))
+	}
 	if cfg.Tags, err = driver.ParseTags(tags); err != nil {
 		fail(err)
 	}
@@ -172,6 +182,12 @@ func main() {
 	}
 	klog.Flush()
 }
+
+// envBool and envInt read the environment upstream's chart sets; a value
+// that does not parse is the zero value, which Render then rejects or
+// replaces by efs-utils' default.
+func envBool(name string) bool { b, _ := strconv.ParseBool(os.Getenv(name)); return b }
+func envInt(name string) int   { i, _ := strconv.Atoi(os.Getenv(name)); return i }
 
 func fail(err error) {
 	klog.Flush()

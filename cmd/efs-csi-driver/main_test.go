@@ -35,12 +35,18 @@ func TestMain(m *testing.M) {
 }
 
 // start runs the driver with args in front of an emulator and returns a
-// connection to its socket once it serves.
-func start(t *testing.T, args func(sock string) []string) (*grpc.ClientConn, *testutil.Buffer) {
+// connection to its socket once it serves, and the efs-utils configuration
+// directory it was given (a temporary one: the host's is left alone).
+func start(t *testing.T, args func(sock string) []string) (*grpc.ClientConn, *testutil.Buffer, string) {
 	t.Helper()
 	url, _ := emulatortest.Start(t, emulator.Config{DataDir: t.TempDir(), FileSystems: []string{"fs-0123456789abcdef0"}})
 	sock := filepath.Join(t.TempDir(), "csi.sock")
-	cmd := exec.Command(os.Args[0], args(sock)...)
+	eu := t.TempDir()
+	euDir := filepath.Join(eu, "var/amazon/efs")
+	cmd := exec.Command(os.Args[0], append(args(sock), "--efs-utils-config-dir-path="+euDir,
+		"--efs-utils-config-legacy-dir-path="+filepath.Join(eu, "etc/amazon/efs-legacy"),
+		"--efs-utils-static-files-path="+filepath.Join(eu, "static"), "--efs-utils-etc-dir="+filepath.Join(eu, "etc/amazon/efs"),
+		"--efs-utils-watchdog-path="+filepath.Join(eu, "no-watchdog"))...)
 	cmd.Env = append(os.Environ(), beMainEnv+"=1",
 		"AWS_ENDPOINT_URL_EFS="+url, "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=x", "AWS_SECRET_ACCESS_KEY=x",
 		"AWS_EC2_METADATA_DISABLED=true", "CSI_NODE_NAME=node-from-env", "NODE_NAME=")
@@ -80,7 +86,7 @@ func start(t *testing.T, args func(sock string) []string) (*grpc.ClientConn, *te
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn, out
+	return conn, out, euDir
 }
 
 // upstreamController and upstreamNode are the arguments the upstream chart
@@ -115,7 +121,7 @@ func TestUpstreamChartArgumentsStartAndServe(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, out := start(t, tt.args)
+			conn, out, euDir := start(t, tt.args)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
@@ -135,10 +141,27 @@ func TestUpstreamChartArgumentsStartAndServe(t *testing.T) {
 			if tt.name == "node" && ni.MaxVolumesPerNode != 20 {
 				t.Errorf("MaxVolumesPerNode = %d, want --volume-attach-limit 20", ni.MaxVolumesPerNode)
 			}
-			if tt.name == "node" && !strings.Contains(out.String(), "--efs-utils-conf-overrides") {
-				t.Errorf("no warning names the flags without effect:\n%s", out)
+			// The node's efs-utils.conf is written before the socket
+			// serves, with upstream's override applied.
+			conf, err := os.ReadFile(filepath.Join(euDir, "efs-utils.conf"))
+			if err != nil {
+				t.Fatalf("efs-utils.conf: %v\n%s", err, out)
+			}
+			if tt.name == "node" && !strings.Contains(string(conf), "\nstunnel_debug_enabled = true\n") {
+				t.Errorf("--efs-utils-conf-overrides not applied:\n%s", conf)
 			}
 		})
+	}
+}
+
+// TestBadEFSUtilsOverrideIsAStartupError: an override naming a key
+// efs-utils.conf does not have stops the driver, naming it.
+func TestBadEFSUtilsOverrideIsAStartupError(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "--endpoint=/tmp/x.sock", "--efs-utils-conf-overrides=mount:no_such_key=1")
+	cmd.Env = append(os.Environ(), beMainEnv+"=1", "AWS_REGION=us-east-1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "mount:no_such_key=1") {
+		t.Fatalf("err %v, output:\n%s", err, out)
 	}
 }
 
@@ -176,7 +199,7 @@ func TestVolumeAttachLimitNeedsItsOptIn(t *testing.T) {
 		want  int64
 	}{{"false", 0}, {"true", 20}} {
 		t.Run("opt-in="+tt.optIn, func(t *testing.T) {
-			conn, out := start(t, func(sock string) []string {
+			conn, out, _ := start(t, func(sock string) []string {
 				return []string{"--endpoint=unix:" + sock, "--mode=node", "--volume-attach-limit-opt-in=" + tt.optIn, "--volume-attach-limit=20"}
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

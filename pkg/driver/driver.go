@@ -4,6 +4,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,10 +25,12 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/efsutils"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube"
 	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
 	"github.com/efs-csi/efs-csi-driver/pkg/mount"
 	"github.com/efs-csi/efs-csi-driver/pkg/node"
+	"github.com/efs-csi/efs-csi-driver/pkg/reaper"
 )
 
 // Modes the driver runs in.
@@ -72,9 +75,32 @@ type Config struct {
 	LeaseNamespace      string      // the orphan collector's Lease; "": the pod's namespace
 	Kube                kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
 	EFS                 efs.Config
-	Logger              *slog.Logger
+	// EFSUtils is the efs-utils runtime of a node plugin that mounts with
+	// mount -t efs: efs-utils.conf and the watchdog.
+	EFSUtils EFSUtilsConfig
+	// NodeBackend "efs" mounts node volumes with mount -t efs even with a
+	// LocalRoot (a stand-in mount.efs over the emulator's data, in tests);
+	// "" mounts them like the controller: bind mounts with a LocalRoot,
+	// mount -t efs otherwise.
+	NodeBackend string
+	// MountTypes are file system types an efs-utils mount may show besides
+	// nfs4 (mount.WithMountTypes; a stand-in helper's bind mounts).
+	MountTypes []string
+	Logger     *slog.Logger
 
 	noStartupTaint bool // tests of other Node reads: no taint remover
+}
+
+// EFSUtilsConfig configures efs-utils on a node.
+type EFSUtilsConfig struct {
+	Dirs efsutils.Dirs
+	// Settings; an empty Region is the EFS client's (EFS.Region, else
+	// $AWS_REGION, else $AWS_DEFAULT_REGION, else efs-utils asks the
+	// instance metadata).
+	Settings efsutils.Settings
+	// Watchdog is efs-utils' watchdog (Path "" = its installed path). Its
+	// Logger is the driver's.
+	Watchdog efsutils.Watchdog
 }
 
 // Driver is a configured, not yet serving, CSI plugin.
@@ -89,6 +115,11 @@ type Driver struct {
 	orphans    *orphanCollector
 	taint      *startupTaint // nil: not removing the startup taint (no Kubernetes API, or controller mode)
 	socketPath string
+	// efsConf is the efs-utils.conf a node mounting with mount -t efs
+	// writes at Run (nil: no efs-utils runtime); reap is set when the
+	// driver starts mount.efs at all, whose tunnels it must reap.
+	efsConf []byte
+	reap    bool
 }
 
 // ParseTags parses --tags: space-separated key:value pairs (the value may
@@ -180,6 +211,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 	}
 	var mounter *mount.Mounter
+	efsOpts := []mount.Option{mount.WithLogger(cfg.Logger), mount.WithMountTypes(cfg.MountTypes...)}
 	if cfg.LocalRoot != "" {
 		// Against the emulator the node looks access points up, S3 Files'
 		// through their own API.
@@ -189,10 +221,36 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 		mounter, err = mount.NewLocal(cfg.LocalRoot, client, mount.WithLogger(cfg.Logger), mount.WithS3FilesAccessPoints(s3))
 	} else {
-		mounter, err = mount.NewEFS(mount.WithLogger(cfg.Logger))
+		mounter, err = mount.NewEFS(efsOpts...)
+		d.reap = true
 	}
 	if err != nil {
 		return nil, err
+	}
+	nodeMounter := mounter
+	switch cfg.NodeBackend {
+	case "":
+	case "efs":
+		if cfg.LocalRoot != "" {
+			if nodeMounter, err = mount.NewEFS(efsOpts...); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, fmt.Errorf("node back end %q: want efs or none", cfg.NodeBackend)
+	}
+	if cfg.Mode != ModeController && (cfg.LocalRoot == "" || cfg.NodeBackend == "efs") {
+		s := cfg.EFSUtils.Settings
+		if s.Region == "" {
+			s.Region = cmp.Or(cfg.EFS.Region, os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION"))
+		}
+		if d.efsConf, err = efsutils.Render(s); err != nil {
+			return nil, fmt.Errorf("efs-utils: %w", err)
+		}
+		if cfg.EFSUtils.Dirs.ConfigDir == "" {
+			return nil, errors.New("efs-utils: --efs-utils-config-dir-path is empty")
+		}
+		d.reap = true
 	}
 
 	d.identity = &identity{name: cfg.DriverName, controller: cfg.Mode != ModeNode, topology: cfg.Mode == ModeController}
@@ -236,8 +294,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("--volume-attach-limit %d is negative", cfg.VolumeAttachLimit)
 		}
 		d.node, err = node.New(node.Config{
-			NodeID: cfg.NodeID, Zone: cfg.Zone, Mounter: mounter, MaxConcurrentMounts: cfg.MaxInflightMounts,
-			AbortOverLimit:  cfg.AbortInflightMounts,
+			NodeID: cfg.NodeID, Zone: cfg.Zone, Mounter: nodeMounter, MaxConcurrentMounts: cfg.MaxInflightMounts,
 			VolMetricsOptIn: cfg.VolMetricsOptIn, UnmountTimeout: cfg.UnmountTimeout, Logger: cfg.Logger,
 			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit), MemoryLimit: cfg.MemoryLimit,
 			VolMetricsRefresh: cfg.VolMetricsRefresh, VolMetricsFSRateLimit: cfg.VolMetricsFSRateLimit,
@@ -346,6 +403,17 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 			d.log.Warn("stale mount points", slog.String("error", err.Error()))
 		}
 	}
+	if d.efsConf != nil {
+		if _, err := efsutils.Setup(d.cfg.EFSUtils.Dirs, d.efsConf, d.log); err != nil {
+			return fmt.Errorf("efs-utils: %w", err)
+		}
+	}
+	if d.reap {
+		// mount.efs leaves its TLS tunnels to the driver; see pkg/reaper.
+		if err := reaper.Enable(); err != nil {
+			return err
+		}
+	}
 	l, err := listen(d.socketPath)
 	if err != nil {
 		return err
@@ -395,8 +463,13 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 	if d.orphans != nil {
 		background.Go(func() { d.orphans.run(bctx) })
 	}
-	if d.taint != nil {
-		background.Go(func() { d.taint.run(bctx) })
+	if d.reap {
+		background.Go(func() { reaper.Loop(bctx, 0, d.log, nil) })
+	}
+	if d.efsConf != nil {
+		w := d.cfg.EFSUtils.Watchdog
+		w.Logger = d.log
+		background.Go(func() { w.Run(bctx) })
 	}
 	if ready != nil {
 		close(ready)

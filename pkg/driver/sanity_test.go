@@ -13,7 +13,10 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
+	"github.com/efs-csi/efs-csi-driver/internal/testutil/mountefs"
+	"github.com/efs-csi/efs-csi-driver/internal/testutil/mountefs/spec"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/efsutils"
 )
 
 const (
@@ -148,4 +151,56 @@ func TestSanityS3Files(t *testing.T) {
 	if !strings.Contains(string(out), "SUCCESS!") {
 		t.Fatalf("csi-sanity did not report success:\n%s", out)
 	}
+}
+
+// TestSanityThroughMountEFSHelper runs csi-sanity again with the node
+// mounting through the efs back end: the real `mount -t efs`, the test
+// mount.efs helper over the emulator's data (see internal/testutil/mountefs)
+// with its TLS tunnels and state files, the efs-utils.conf the driver
+// writes, its watchdog supervised and the reaper collecting the tunnels.
+func TestSanityThroughMountEFSHelper(t *testing.T) {
+	h := mountefs.Setup(t)
+	if h == nil {
+		return
+	}
+	state, invLog := t.TempDir(), filepath.Join(t.TempDir(), "invocations")
+	confDir := filepath.Join(t.TempDir(), "efs")
+	socket, _ := startDriver(t, func(c *Config) {
+		c.NodeBackend = "efs"
+		c.MountTypes = []string{fsTypeOf(t, c.LocalRoot)}
+		c.EFSUtils.Dirs = efsutils.Dirs{ConfigDir: confDir}
+		c.EFSUtils.Settings.Overrides = []efsutils.Override{
+			{Section: "mount-watchdog", Key: "poll_interval_sec", Value: "0.02"},
+			{Section: "mount-watchdog", Key: "unmount_grace_period_sec", Value: "0"},
+		}
+		c.EFSUtils.Watchdog = efsutils.Watchdog{Path: h.Bin, Args: mountefs.WatchdogArgs}
+		h.Configure(t, spec.Config{DataDir: c.LocalRoot, Endpoint: c.EFS.Endpoint, Region: "us-east-1",
+			ConfigDir: confDir, StateDir: state, InvocationLog: invLog})
+	})
+	cfg := sanity.NewTestConfig()
+	cfg.Address = socket
+	base := t.TempDir()
+	cfg.TargetPath = filepath.Join(base, "target")
+	cfg.StagingPath = filepath.Join(base, "staging")
+	cfg.TestVolumeParameters = map[string]string{
+		"provisioningMode": "efs-ap", "fileSystemId": sanityFS, "directoryPerms": "700",
+	}
+	cfg.IdempotentCount = 2
+	sanity.Test(t, cfg)
+	if n := len(mountefs.Invocations(t, invLog)); n == 0 {
+		t.Error("csi-sanity's node tests never ran the mount.efs helper")
+	} else {
+		t.Logf("mount.efs ran %d times", n)
+	}
+	if _, err := os.Stat(filepath.Join(confDir, efsutils.ConfFileName)); err != nil {
+		t.Errorf("the driver wrote no efs-utils.conf: %v", err)
+	}
+}
+
+func fsTypeOf(t *testing.T, dir string) string {
+	out, err := exec.Command("findmnt", "-n", "-o", "FSTYPE", "-T", dir).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
 }

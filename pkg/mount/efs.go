@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/reaper"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -19,12 +20,13 @@ const cleanupTimeout = 30 * time.Second
 // efs-utils mount helper (amazon-efs-utils must be installed on the node).
 func NewEFS(opts ...Option) (*Mounter, error) {
 	m := newMounter(nil, opts)
-	m.b = &efsBackend{run: m.run}
+	m.b = &efsBackend{run: m.run, types: m.efsTypes}
 	return m, nil
 }
 
 type efsBackend struct {
-	run Runner
+	run   Runner
+	types []string // WithMountTypes
 }
 
 func (e *efsBackend) mount(ctx context.Context, vol Volume, target string) error {
@@ -104,7 +106,16 @@ func contains(list []string, s string) bool {
 // one file system with the same path (or two access points) look alike. The
 // CO gives every volume its own target, so that is enough to recognise a
 // retry; a read-only mismatch is a conflict, since `mount -o ro` is atomic.
+//
+// A mount of a file system type given by WithMountTypes (a stand-in helper's
+// bind mount) has no server path to compare: only its read-only setting is.
 func (e *efsBackend) classify(_ context.Context, vol Volume, m mountInfo, _ *unix.Stat_t) (State, error) {
+	if contains(e.types, m.FSType) {
+		if m.readOnly() != vol.ReadOnly {
+			return Conflict, nil
+		}
+		return Mounted, nil
+	}
 	if !strings.HasPrefix(m.FSType, "nfs") && m.FSType != "efs" && m.FSType != "s3files" {
 		return Conflict, nil
 	}
@@ -120,9 +131,10 @@ func (e *efsBackend) classify(_ context.Context, vol Volume, m mountInfo, _ *uni
 }
 
 // execRunner runs a command; when ctx ends it kills it and stops waiting for
-// its output soon after (a mount helper stuck on a dead server).
+// its output soon after (a mount helper stuck on a dead server). The child
+// is registered with the reaper, which leaves its exit status to Wait.
 func execRunner(ctx context.Context, name string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.WaitDelay = 5 * time.Second
-	return cmd.CombinedOutput()
+	return reaper.CombinedOutput(cmd)
 }

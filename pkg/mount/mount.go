@@ -144,6 +144,14 @@ func WithS3FilesAccessPoints(aps AccessPoints) Option {
 	}
 }
 
+// WithMountTypes adds file system types that a mount made by the efs back
+// end's helper may show besides nfs, nfs4 and efs: a stand-in mount.efs in
+// tests bind-mounts a local directory, whose mount shows that directory's
+// file system type.
+func WithMountTypes(types ...string) Option {
+	return func(m *Mounter) { m.efsTypes = append(m.efsTypes, types...) }
+}
+
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(m *Mounter) { m.log = l } }
 
@@ -184,6 +192,7 @@ type Mounter struct {
 	// (and one forced unmount) in flight.
 	gate          *gate
 	beforeSyscall func(op, path string)
+	efsTypes      []string
 }
 
 func newMounter(b backend, opts []Option) *Mounter {
