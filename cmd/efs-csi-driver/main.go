@@ -139,6 +139,15 @@ func main() {
 	if attachOptIn {
 		cfg.VolumeAttachLimit = attachLimit
 	}
+	// Upstream's chart gives the node plugin its memory limit through the
+	// downward API as CSI_NODE_MEMORY_LIMIT (bytes).
+	if v := os.Getenv("CSI_NODE_MEMORY_LIMIT"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			fail(fmt.Errorf("CSI_NODE_MEMORY_LIMIT %q is not a number of bytes", v))
+		}
+		cfg.MemoryLimit = n
+	}
 	cfg.VolMetricsRefresh, cfg.VolMetricsFSRateLimit = time.Duration(volMetricsRefresh), volMetricsFSRateLimit
 	var unused []string
 	fs.Visit(func(f *flag.Flag) {

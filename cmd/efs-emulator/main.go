@@ -3,12 +3,13 @@
 // AWS account. See docs/emulator.md.
 //
 //	efs-emulator --listen 127.0.0.1:PORT --data-dir DIR [--file-system fs-ID ...]
-//	    [--one-zone-file-system fs-ID=ZONE ...]
-//	    [--access-point-limit N] [--lenient-client-token] [fault flags]
-//	    [--role ARN[#EXTERNAL_ID] ...] [--access-key KEY=ACCOUNT ...]
+//	    [--one-zone-file-system fs-ID=ZONE ...] [--s3files-file-system fs-ID ...]
+//	    [--access-point-limit N] [--lenient-client-token] [--s3files-strict-client-token]
+//	    [fault flags] [--role ARN[#EXTERNAL_ID] ...] [--access-key KEY=ACCOUNT ...]
 //	    [--file-system-owner fs-ID=ACCOUNT ...]
 //
-// It also serves STS AssumeRole on the same address (AWS_ENDPOINT_URL_STS).
+// It also serves STS AssumeRole on the same address (AWS_ENDPOINT_URL_STS), and the
+// S3 Files API (at the root path; EFS is under /2015-02-01/).
 package main
 
 import (
@@ -43,13 +44,15 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("efs-emulator", flag.ContinueOnError)
 	var cfg emulator.Config
-	var fileSystems listFlag
+	var fileSystems, s3FileSystems listFlag
 	cfg.Faults = map[emulator.Op]emulator.Fault{}
 	cfg.OneZoneFileSystems = map[string]string{}
 	listen := fs.String("listen", "127.0.0.1:8049", "`address` to serve the EFS API and /_emulator/ on")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` for the state and one directory per file system (required)")
 	fs.Var(&fileSystems, "file-system", "create file system `fs-ID` at start if missing; repeatable")
 	emulator.RegisterOneZoneFlag(fs, cfg.OneZoneFileSystems)
+	fs.Var(&s3FileSystems, "s3files-file-system", "create S3 Files file system `fs-ID` (17 to 40 hex digits) at start if missing; repeatable")
+	fs.BoolVar(&cfg.S3FilesStrictClientToken, "s3files-strict-client-token", false, "a repeated S3 Files client token with other parameters is ConflictException (default: ignored, the existing access point answered)")
 	fs.IntVar(&cfg.AccessPointLimit, "access-point-limit", emulator.DefaultAccessPointLimit, "access points per file system")
 	fs.BoolVar(&cfg.LenientClientToken, "lenient-client-token", false, "a repeated ClientToken with identical parameters returns the existing access point")
 	fs.BoolVar(&cfg.NoFsync, "no-fsync", false, "do not fsync commits: state survives the emulator's crash, not the machine's")
@@ -67,6 +70,7 @@ func run(args []string) error {
 		return errors.New("--data-dir is required")
 	}
 	cfg.FileSystems = fileSystems
+	cfg.S3FilesFileSystems = s3FileSystems
 	var h slog.Handler = slog.NewTextHandler(os.Stderr, nil)
 	switch *logFormat {
 	case "json":

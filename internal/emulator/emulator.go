@@ -43,7 +43,16 @@ type Config struct {
 	// One that exists in another zone, or regional, is an error: a file
 	// system's zone never changes.
 	OneZoneFileSystems map[string]string
-	// AccessPointLimit is the number of access points per file system;
+	// S3FilesFileSystems are S3 Files file systems created at start when
+	// missing (fs- and 17 to 40 hex digits), each with one mount target at
+	// 127.0.0.1; their data is DataDir/<fs-id> too.
+	S3FilesFileSystems []string
+	// S3FilesStrictClientToken: a repeated S3 Files client token with other
+	// parameters is ConflictException. By default it is ignored and the
+	// existing access point answered, as the S3 Files API documents.
+	S3FilesStrictClientToken bool
+	// AccessPointLimit is the number of access points per file system (of
+	// either API);
 	// 0 means 10000 (EFS's limit).
 	AccessPointLimit int
 	// LenientClientToken: a repeated ClientToken with the same parameters
@@ -172,6 +181,14 @@ func New(cfg Config) (*Emulator, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	for _, id := range cfg.S3FilesFileSystems {
+		if !ValidS3FilesFileSystemID(id) {
+			return nil, fmt.Errorf("emulator: S3 Files file system ID %q does not match ^fs-[0-9a-f]{17,40}$", id)
+		}
+		if slices.Contains(cfg.FileSystems, id) {
+			return nil, fmt.Errorf("emulator: file system ID %s is given for both EFS and S3 Files", id)
+		}
+	}
 	if err := validateFaults(cfg.Faults); err != nil {
 		return nil, fmt.Errorf("emulator: %w", err)
 	}
@@ -203,6 +220,12 @@ func New(cfg Config) (*Emulator, error) {
 	if err := e.seed(cfg, startFS); err != nil {
 		_ = st.close()
 		return nil, fmt.Errorf("emulator: %w", err)
+	}
+	for _, id := range cfg.S3FilesFileSystems {
+		if err := e.seedS3FileSystem(id); err != nil {
+			_ = st.close()
+			return nil, fmt.Errorf("emulator: %w", err)
+		}
 	}
 	e.mux = e.routes()
 	return e, nil
@@ -248,7 +271,7 @@ func (e *Emulator) ensureFileSystem(id, zone string) error {
 	if have, ok := e.state.fileSystemZone(id); ok && have != zone {
 		return fmt.Errorf("file system %s exists in zone %q, not %q: a file system's zone never changes", id, have, zone)
 	}
-	if e.state.hasFileSystem(id) {
+	if e.state.hasFileSystem(svcEFS, id) {
 		return mkdirFileSystem(e.cfg.DataDir, id) // its directory may have been removed
 	}
 	rec := fileSystemRec{ID: id, CreationToken: id, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode, AZName: zone}
@@ -266,7 +289,8 @@ func ValidZone(name string) bool {
 	return ok
 }
 
-// Handler serves the EFS API and the control endpoint under /_emulator/.
+// Handler serves the EFS API, the S3 Files API and the control endpoint
+// under /_emulator/.
 func (e *Emulator) Handler() http.Handler { return e.mux }
 
 // Serve answers requests on l until Close or Shutdown; it then returns nil.

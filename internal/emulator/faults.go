@@ -10,7 +10,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Op names an EFS API operation (or STS AssumeRole), as in the API reference.
+// Op names an API operation: EFS's (and STS AssumeRole) as in its API
+// reference, S3 Files' as "S3Files." and the name in its reference
+// (OpS3CreateAccessPoint, ...).
 type Op string
 
 // The operations the emulator serves.
@@ -35,14 +37,14 @@ const (
 	AllOps Op = "*"
 )
 
-// Ops lists every operation the emulator serves.
+// Ops lists every operation the emulator serves: EFS's, then S3 Files'.
 func Ops() []Op {
-	return []Op{
+	return append([]Op{
 		OpCreateAccessPoint, OpDescribeAccessPoints, OpDeleteAccessPoint,
 		OpCreateFileSystem, OpDescribeFileSystems, OpDeleteFileSystem,
 		OpCreateMountTarget, OpDescribeMountTargets, OpDeleteMountTarget,
 		OpTagResource, OpUntagResource, OpListTagsForResource, OpAssumeRole,
-	}
+	}, s3Ops()...)
 }
 
 func (op Op) valid() bool {
@@ -83,8 +85,9 @@ type Fault struct {
 	// says: the case that makes a retry dangerous.
 	LostAnswerRate float64
 	LostAnswerMode LostMode
-	// VisibilityDelay (CreateAccessPoint only) hides a new access point from
-	// DescribeAccessPoints (by ID and in listings) for this long.
+	// VisibilityDelay (CreateAccessPoint and S3Files.CreateAccessPoint only)
+	// hides a new access point from DescribeAccessPoints, GetAccessPoint and
+	// listings for this long.
 	VisibilityDelay time.Duration
 }
 

@@ -43,19 +43,20 @@ func (e *Emulator) routes() *http.ServeMux {
 	api := func(pattern string, op Op, d decoder) { mux.Handle(pattern, e.endpoint(op, d)) }
 	api("POST "+apiPrefix+"/access-points", OpCreateAccessPoint, e.decodeCreateAccessPoint)
 	api("GET "+apiPrefix+"/access-points", OpDescribeAccessPoints, e.decodeDescribeAccessPoints)
-	api("DELETE "+apiPrefix+"/access-points/{id}", OpDeleteAccessPoint, deleteByID("AccessPointId", "fsap", e.state.deleteAccessPoint,
+	api("DELETE "+apiPrefix+"/access-points/{id}", OpDeleteAccessPoint, deleteByID("AccessPointId", "fsap", efsOnly(e.state.deleteAccessPoint),
 		func(id string) any { return &DeleteAccessPointInput{AccessPointId: id} }))
 	api("POST "+apiPrefix+"/file-systems", OpCreateFileSystem, e.decodeCreateFileSystem)
 	api("GET "+apiPrefix+"/file-systems", OpDescribeFileSystems, e.decodeDescribeFileSystems)
-	api("DELETE "+apiPrefix+"/file-systems/{id}", OpDeleteFileSystem, deleteByID("FileSystemId", "fs", e.state.deleteFileSystem,
+	api("DELETE "+apiPrefix+"/file-systems/{id}", OpDeleteFileSystem, deleteByID("FileSystemId", "fs", efsOnly(e.state.deleteFileSystem),
 		func(id string) any { return &DeleteFileSystemInput{FileSystemId: id} }))
 	api("POST "+apiPrefix+"/mount-targets", OpCreateMountTarget, e.decodeCreateMountTarget)
 	api("GET "+apiPrefix+"/mount-targets", OpDescribeMountTargets, e.decodeDescribeMountTargets)
-	api("DELETE "+apiPrefix+"/mount-targets/{id}", OpDeleteMountTarget, deleteByID("MountTargetId", "fsmt", e.state.deleteMountTarget,
+	api("DELETE "+apiPrefix+"/mount-targets/{id}", OpDeleteMountTarget, deleteByID("MountTargetId", "fsmt", efsOnly(e.state.deleteMountTarget),
 		func(id string) any { return &DeleteMountTargetInput{MountTargetId: id} }))
 	api("POST "+apiPrefix+"/resource-tags/{id}", OpTagResource, e.decodeTagResource)
 	api("DELETE "+apiPrefix+"/resource-tags/{id}", OpUntagResource, e.decodeUntagResource)
 	api("GET "+apiPrefix+"/resource-tags/{id}", OpListTagsForResource, e.decodeListTagsForResource)
+	e.s3Routes(mux)
 	e.controlRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if isSTS(r) {
@@ -115,8 +116,16 @@ func (e *Emulator) endpoint(op Op, decode decoder) http.Handler {
 // authorize, hooks, apply, answer.
 func (e *Emulator) serveOp(w http.ResponseWriter, r *http.Request, op Op, p protocol, decode decoder) {
 	start := time.Now()
-	e.counts[op].Add(1)
 	rec := &recorder{ResponseWriter: w}
+	if want, svc := signingService(op), signingServiceOf(r); svc != "" && want != "" && svc != want {
+		// Signed for another API (a client pointed at the wrong path):
+		// not this operation, and not counted as one.
+		p.writeError(rec, errorf(http.StatusBadRequest, codeBadRequest,
+			"request signed for service %q reached %s, which is signed for %q", svc, op, want))
+		e.logRequest(r, op, rec, start, "")
+		return
+	}
+	e.counts[op].Add(1)
 	rec.Header().Set("x-amzn-RequestId", e.rand.hex(8)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(4)+"-"+e.rand.hex(12))
 	fault := e.serve(r.Context(), op, p, decode, rec, r)
 	e.logRequest(r, op, rec, start, fault)
@@ -196,6 +205,11 @@ func (e *Emulator) loseAnswer(w *recorder, p protocol, mode LostMode) string {
 }
 
 // ---- decoding helpers ----
+
+// efsOnly binds a state operation to the EFS API.
+func efsOnly(f func(service, string) *apiError) func(string) *apiError {
+	return func(id string) *apiError { return f(svcEFS, id) }
+}
 
 // deleteByID decodes DELETE .../{id} of a kind of resource; input wraps the
 // ID as the operation's *Input for hooks.
@@ -343,7 +357,7 @@ func (e *Emulator) decodeDescribeAccessPoints(r *http.Request) (request, *apiErr
 			return request{}, aerr
 		}
 		return request{in: in, resource: id, run: func() (int, any, *apiError) {
-			ap, aerr := e.state.describeAccessPoint(id, time.Now())
+			ap, aerr := e.state.describeAccessPoint(svcEFS, id, time.Now())
 			return http.StatusOK, describeAccessPointsOutput{AccessPoints: []wireAccessPoint{ap}}, aerr
 		}}, nil
 	}
@@ -442,24 +456,29 @@ func (e *Emulator) decodeCreateMountTarget(r *http.Request) (request, *apiError)
 	if aerr := decodeBody(r, in); aerr != nil {
 		return request{}, aerr
 	}
-	fsID, aerr := resourceID("FileSystemId", str(in.FileSystemId), "fs")
+	fsID, subnet, ip, aerr := validateCreateMountTarget(in)
 	if aerr != nil {
 		return request{}, aerr
-	}
-	subnet, aerr := resourceID("SubnetId", str(in.SubnetId), "subnet")
-	if aerr != nil {
-		return request{}, aerr
-	}
-	ip := str(in.IpAddress)
-	if ip != "" {
-		if a := net.ParseIP(ip); a == nil || a.To4() == nil {
-			return request{}, badRequest("IpAddress %q is not an IPv4 address", ip)
-		}
 	}
 	return request{in: in, resource: fsID, run: func() (int, any, *apiError) {
-		mt, aerr := e.state.createMountTarget(fsID, subnet, ip)
+		mt, aerr := e.state.createMountTarget(svcEFS, fsID, subnet, ip)
 		return http.StatusOK, mt, aerr
 	}}, nil
+}
+
+func validateCreateMountTarget(in *CreateMountTargetInput) (fsID, subnet, ip string, aerr *apiError) {
+	if fsID, aerr = resourceID("FileSystemId", str(in.FileSystemId), "fs"); aerr != nil {
+		return "", "", "", aerr
+	}
+	if subnet, aerr = resourceID("SubnetId", str(in.SubnetId), "subnet"); aerr != nil {
+		return "", "", "", aerr
+	}
+	if ip = str(in.IpAddress); ip != "" {
+		if a := net.ParseIP(ip); a == nil || a.To4() == nil {
+			return "", "", "", badRequest("IpAddress %q is not an IPv4 address", ip)
+		}
+	}
+	return fsID, subnet, ip, nil
 }
 
 func (e *Emulator) decodeDescribeMountTargets(r *http.Request) (request, *apiError) {
@@ -489,7 +508,7 @@ func (e *Emulator) decodeDescribeMountTargets(r *http.Request) (request, *apiErr
 		return request{}, badRequest("give exactly one of FileSystemId, MountTargetId and AccessPointId")
 	}
 	return request{in: in, resource: in.FileSystemId + in.MountTargetId + in.AccessPointId, run: func() (int, any, *apiError) {
-		out, aerr := e.state.describeMountTargets(in, orDefault(in.MaxItems), time.Now())
+		out, aerr := e.state.describeMountTargets(svcEFS, in, orDefault(in.MaxItems), time.Now())
 		return http.StatusOK, out, aerr
 	}}, nil
 }
@@ -526,7 +545,7 @@ func (e *Emulator) decodeTagResource(r *http.Request) (request, *apiError) {
 		return request{}, aerr
 	}
 	return request{in: in, resource: id, run: func() (int, any, *apiError) {
-		return http.StatusOK, nil, e.state.updateTags(id, func(old []tag) ([]tag, *apiError) { return mergeTags(old, add) })
+		return http.StatusOK, nil, e.state.updateTags(svcEFS, id, func(old []tag) ([]tag, *apiError) { return mergeTags(old, add) })
 	}}, nil
 }
 
@@ -550,15 +569,7 @@ func (e *Emulator) decodeUntagResource(r *http.Request) (request, *apiError) {
 		drop[k] = true
 	}
 	return request{in: in, resource: id, run: func() (int, any, *apiError) {
-		return http.StatusOK, nil, e.state.updateTags(id, func(old []tag) ([]tag, *apiError) {
-			var out []tag
-			for _, t := range old {
-				if !drop[t.Key] {
-					out = append(out, t)
-				}
-			}
-			return out, nil
-		})
+		return http.StatusOK, nil, e.state.updateTags(svcEFS, id, func(old []tag) ([]tag, *apiError) { return dropTags(old, drop), nil })
 	}}, nil
 }
 
@@ -572,7 +583,7 @@ func (e *Emulator) decodeListTagsForResource(r *http.Request) (request, *apiErro
 		return request{}, aerr
 	}
 	return request{in: in, resource: id, run: func() (int, any, *apiError) {
-		out, aerr := e.state.listTags(id, in.NextToken, orDefault(in.MaxResults), time.Now())
-		return http.StatusOK, out, aerr
+		tags, next, aerr := e.state.listTags(svcEFS, id, in.NextToken, orDefault(in.MaxResults), time.Now())
+		return http.StatusOK, listTagsOutput{Tags: wireTags(tags), NextToken: next}, aerr
 	}}, nil
 }

@@ -39,7 +39,8 @@ const (
 
 type accessPoint struct {
 	accessPointRec
-	account   string // its file system's owner
+	api       service // its file system's
+	account   string  // its file system's owner
 	phase     apPhase
 	done      chan struct{} // closed when the in-flight commit ends
 	visibleAt time.Time     // Describe hides it until then (visibility fault)
@@ -72,10 +73,10 @@ type state struct {
 	mu       sync.Mutex
 	seq      uint64
 	fss      map[string]*fileSystem
-	fsList   []*fileSystem // ordered by Seq
-	fsTokens map[string]*fileSystem
+	fsList   []*fileSystem          // ordered by Seq
+	fsTokens map[string]*fileSystem // by tokenKey
 	aps      map[string]*accessPoint
-	apTokens map[string]*accessPoint
+	apTokens map[string]*accessPoint // by tokenKey
 	mts      map[string]*mountTargetRec
 }
 
@@ -101,8 +102,8 @@ func newState(st *store, dataDir string, log *slog.Logger, r *lockedRand) (*stat
 			log.Warn("dropping stored access point of a missing file system", "accessPoint", r.ID, "fileSystem", r.FileSystemID)
 			continue
 		}
-		ap := &accessPoint{accessPointRec: *r, account: fs.owner(), phase: apReady}
-		s.aps[ap.ID], s.apTokens[ap.ClientToken] = ap, ap
+		ap := &accessPoint{accessPointRec: *r, api: fs.API, account: fs.owner(), phase: apReady}
+		s.aps[ap.ID], s.apTokens[tokenKey(ap.api, ap.ClientToken)] = ap, ap
 		fs.aps = append(fs.aps, ap)
 		s.seq = max(s.seq, ap.Seq)
 	}
@@ -119,9 +120,37 @@ func newState(st *store, dataDir string, log *slog.Logger, r *lockedRand) (*stat
 
 func (s *state) addFileSystem(fs *fileSystem) {
 	s.fss[fs.ID] = fs
-	s.fsTokens[fs.CreationToken] = fs
+	s.fsTokens[tokenKey(fs.API, fs.CreationToken)] = fs
 	s.fsList = append(s.fsList, fs)
 	s.seq = max(s.seq, fs.Seq)
+}
+
+// service is the API a resource belongs to (fileSystemRec.API).
+type service string
+
+const (
+	svcEFS     service = ""
+	svcS3Files service = "s3files"
+)
+
+// tokenKey scopes a client or creation token to its API: each API has its
+// own token namespace.
+func tokenKey(api service, token string) string { return string(api) + "/" + token }
+
+// fsOf is file system id if it belongs to api; call with s.mu held.
+func (s *state) fsOf(api service, id string) *fileSystem {
+	if fs := s.fss[id]; fs != nil && fs.API == api {
+		return fs
+	}
+	return nil
+}
+
+// apOf is access point id if it belongs to api; call with s.mu held.
+func (s *state) apOf(api service, id string) *accessPoint {
+	if ap := s.aps[id]; ap != nil && ap.api == api {
+		return ap
+	}
+	return nil
 }
 
 // newID draws an unused ID such as fsap-0123456789abcdef0 (17 hex digits, as
@@ -230,6 +259,7 @@ func describeMountTarget(mt *mountTargetRec, account string) wireMountTarget {
 
 // newAccessPoint is a validated CreateAccessPoint request.
 type newAccessPoint struct {
+	api               service
 	fsID, token, path string
 	ci                *creationInfo
 	pu                *wirePosixUser
@@ -252,9 +282,13 @@ func canonicalParams(n *newAccessPoint) string {
 }
 
 type createOptions struct {
-	limit     int
-	lenient   bool
-	visibleAt time.Time
+	limit   int
+	lenient bool // EFS: an identical repeat returns the existing access point
+	// ignoreRepeat (S3 Files): a repeated token is ignored and the existing
+	// access point answered, as the API documents; with strict, only for
+	// identical parameters (others: ConflictException).
+	ignoreRepeat, strict bool
+	visibleAt            time.Time
 }
 
 // createAccessPoint reserves the token and a slot, creates the root
@@ -263,12 +297,12 @@ func (s *state) createAccessPoint(n *newAccessPoint, opt createOptions) (wireAcc
 	var ap *accessPoint
 	for ap == nil {
 		s.mu.Lock()
-		fs := s.fss[n.fsID]
+		fs := s.fsOf(n.api, n.fsID)
 		if fs == nil {
 			s.mu.Unlock()
 			return wireAccessPoint{}, fsNotFound(n.fsID)
 		}
-		if old := s.apTokens[n.token]; old != nil {
+		if old := s.apTokens[tokenKey(n.api, n.token)]; old != nil {
 			if old.phase != apReady {
 				done := old.done
 				s.mu.Unlock()
@@ -276,8 +310,14 @@ func (s *state) createAccessPoint(n *newAccessPoint, opt createOptions) (wireAcc
 				continue
 			}
 			defer s.mu.Unlock()
-			if opt.lenient && old.Params == n.params {
+			if opt.lenient && old.Params == n.params || opt.ignoreRepeat && (!opt.strict || old.Params == n.params) {
 				return old.describe(), nil
+			}
+			if opt.ignoreRepeat {
+				e := errorf(http.StatusConflict, codeConflict,
+					"Client token %q was used with other parameters by access point %s", n.token, old.ID)
+				e.AccessPointId = old.ID
+				return wireAccessPoint{}, e
 			}
 			e := errorf(http.StatusConflict, codeAPAlreadyExists,
 				"Access point with client token %q already exists: %s", n.token, old.ID)
@@ -296,9 +336,9 @@ func (s *state) createAccessPoint(n *newAccessPoint, opt createOptions) (wireAcc
 				Path: n.path, CreationInfo: n.ci, PosixUser: n.pu, Tags: n.tags,
 				Params: n.params, Created: time.Now().UTC(),
 			},
-			account: fs.owner(), phase: apCreating, done: make(chan struct{}), visibleAt: opt.visibleAt,
+			api: n.api, account: fs.owner(), phase: apCreating, done: make(chan struct{}), visibleAt: opt.visibleAt,
 		}
-		s.aps[ap.ID], s.apTokens[n.token] = ap, ap
+		s.aps[ap.ID], s.apTokens[tokenKey(n.api, n.token)] = ap, ap
 		fs.aps = append(fs.aps, ap) // Seq grows, so the list stays ordered
 		s.mu.Unlock()
 	}
@@ -321,8 +361,8 @@ func (s *state) createAccessPoint(n *newAccessPoint, opt createOptions) (wireAcc
 // forgetAccessPoint removes ap from memory; call with s.mu held.
 func (s *state) forgetAccessPoint(ap *accessPoint) {
 	delete(s.aps, ap.ID)
-	if s.apTokens[ap.ClientToken] == ap {
-		delete(s.apTokens, ap.ClientToken)
+	if k := tokenKey(ap.api, ap.ClientToken); s.apTokens[k] == ap {
+		delete(s.apTokens, k)
 	}
 	if fs := s.fss[ap.FileSystemID]; fs != nil {
 		if i, ok := slices.BinarySearchFunc(fs.aps, ap.Seq, func(a *accessPoint, seq uint64) int {
@@ -349,10 +389,10 @@ func (ap *accessPoint) visible(now time.Time) bool {
 
 // lockReadyAccessPoint finds a committed access point, waiting out a delete
 // in flight; it returns with s.mu held when the error is nil.
-func (s *state) lockReadyAccessPoint(id string) (*accessPoint, *apiError) {
+func (s *state) lockReadyAccessPoint(api service, id string) (*accessPoint, *apiError) {
 	for {
 		s.mu.Lock()
-		ap := s.aps[id]
+		ap := s.apOf(api, id)
 		if ap == nil || ap.phase == apCreating {
 			s.mu.Unlock()
 			return nil, apNotFound(id)
@@ -366,8 +406,8 @@ func (s *state) lockReadyAccessPoint(id string) (*accessPoint, *apiError) {
 	}
 }
 
-func (s *state) deleteAccessPoint(id string) *apiError {
-	ap, e := s.lockReadyAccessPoint(id)
+func (s *state) deleteAccessPoint(api service, id string) *apiError {
+	ap, e := s.lockReadyAccessPoint(api, id)
 	if e != nil {
 		return e
 	}
@@ -387,10 +427,10 @@ func (s *state) deleteAccessPoint(id string) *apiError {
 	return nil
 }
 
-func (s *state) describeAccessPoint(id string, now time.Time) (wireAccessPoint, *apiError) {
+func (s *state) describeAccessPoint(api service, id string, now time.Time) (wireAccessPoint, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ap := s.aps[id]
+	ap := s.apOf(api, id)
 	if ap == nil || !ap.visible(now) {
 		return wireAccessPoint{}, apNotFound(id)
 	}
@@ -438,16 +478,10 @@ func page[T any](list []T, seqOf func(T) uint64, after uint64, max int, keep fun
 func (s *state) listAccessPoints(fsID, next string, max int, now time.Time) (rawJSON, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fs := s.fss[fsID]
-	if fs == nil {
-		return nil, fsNotFound(fsID)
-	}
-	after, e := parsePageToken("NextToken", next, fsID)
+	aps, tok, e := s.pageAccessPoints(svcEFS, fsID, next, max, now)
 	if e != nil {
 		return nil, e
 	}
-	aps, tok := page(fs.aps, func(ap *accessPoint) uint64 { return ap.Seq }, after, max,
-		func(ap *accessPoint) bool { return ap.visible(now) }, fsID)
 	// The describeAccessPointsOutput shape, written by hand from the cache.
 	b := bytes.NewBufferString(`{"AccessPoints":[`)
 	for i, ap := range aps {
@@ -464,12 +498,40 @@ func (s *state) listAccessPoints(fsID, next string, max int, now time.Time) (raw
 	return rawJSON(b.Bytes()), nil
 }
 
+// accessPointsOf is one page of fsID's access points in api, described.
+func (s *state) accessPointsOf(api service, fsID, next string, max int, now time.Time) ([]wireAccessPoint, string, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	aps, tok, e := s.pageAccessPoints(api, fsID, next, max, now)
+	out := make([]wireAccessPoint, len(aps))
+	for i, ap := range aps {
+		out[i] = ap.describe()
+	}
+	return out, tok, e
+}
+
+// pageAccessPoints is one page of the visible access points of file system
+// fsID of api, and the next page's token; call with s.mu held.
+func (s *state) pageAccessPoints(api service, fsID, next string, max int, now time.Time) ([]*accessPoint, string, *apiError) {
+	fs := s.fsOf(api, fsID)
+	if fs == nil {
+		return nil, "", fsNotFound(fsID)
+	}
+	after, e := parsePageToken("NextToken", next, fsID)
+	if e != nil {
+		return nil, "", e
+	}
+	aps, tok := page(fs.aps, func(ap *accessPoint) uint64 { return ap.Seq }, after, max,
+		func(ap *accessPoint) bool { return ap.visible(now) }, fsID)
+	return aps, tok, nil
+}
+
 // ---- file systems ----
 
 func (s *state) createFileSystem(rec fileSystemRec, withMountTarget bool) (wireFileSystem, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old := s.fsTokens[rec.CreationToken]; old != nil {
+	if old := s.fsTokens[tokenKey(rec.API, rec.CreationToken)]; old != nil {
 		e := errorf(http.StatusConflict, codeFSAlreadyExists, "File system with creation token %q already exists: %s", rec.CreationToken, old.ID)
 		e.FileSystemId = old.ID
 		return wireFileSystem{}, e
@@ -526,17 +588,17 @@ func (s *state) fileSystemZone(id string) (string, bool) {
 	return "", false
 }
 
-// hasFileSystem reports whether id exists.
-func (s *state) hasFileSystem(id string) bool {
+// hasFileSystem reports whether id exists in api.
+func (s *state) hasFileSystem(api service, id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.fss[id] != nil
+	return s.fsOf(api, id) != nil
 }
 
-func (s *state) deleteFileSystem(id string) *apiError {
+func (s *state) deleteFileSystem(api service, id string) *apiError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fs := s.fss[id]
+	fs := s.fsOf(api, id)
 	if fs == nil {
 		return fsNotFound(id)
 	}
@@ -547,7 +609,7 @@ func (s *state) deleteFileSystem(id string) *apiError {
 		return internalError(err)
 	}
 	delete(s.fss, id)
-	delete(s.fsTokens, fs.CreationToken)
+	delete(s.fsTokens, tokenKey(fs.API, fs.CreationToken))
 	s.fsList = slices.DeleteFunc(s.fsList, func(f *fileSystem) bool { return f == fs })
 	return nil
 }
@@ -560,7 +622,7 @@ func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int, accou
 	defer s.mu.Unlock()
 	out := describeFileSystemsOutput{FileSystems: []wireFileSystem{}, Marker: in.Marker}
 	if in.FileSystemId != "" {
-		fs := s.fss[in.FileSystemId]
+		fs := s.fsOf(svcEFS, in.FileSystemId)
 		if fs == nil || (in.CreationToken != "" && fs.CreationToken != in.CreationToken) {
 			return out, fsNotFound(in.FileSystemId)
 		}
@@ -568,7 +630,7 @@ func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int, accou
 		return out, nil
 	}
 	if in.CreationToken != "" {
-		if fs := s.fsTokens[in.CreationToken]; fs != nil && fs.owner() == account {
+		if fs := s.fsTokens[tokenKey(svcEFS, in.CreationToken)]; fs != nil && fs.owner() == account {
 			out.FileSystems = append(out.FileSystems, fs.describe())
 		}
 		return out, nil
@@ -578,7 +640,7 @@ func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int, accou
 		return out, e
 	}
 	fss, next := page(s.fsList, func(fs *fileSystem) uint64 { return fs.Seq }, after, max,
-		func(fs *fileSystem) bool { return fs.owner() == account }, "*")
+		func(fs *fileSystem) bool { return fs.API == svcEFS && fs.owner() == account }, "*")
 	for _, fs := range fss {
 		out.FileSystems = append(out.FileSystems, fs.describe())
 	}
@@ -586,7 +648,11 @@ func (s *state) describeFileSystems(in *DescribeFileSystemsInput, max int, accou
 	return out, nil
 }
 
-// ---- mount targets ----
+// fsPage is a page of file system records and the next page's token.
+type fsPage struct {
+	list []fileSystemRec
+	next string
+}
 
 // zoneID is the availability zone ID of a zone of the emulator's region
 // (us-east-1a is use1-az1, ...); false for any other name.
@@ -601,10 +667,37 @@ func zoneID(name string) (string, bool) {
 // maxZoneLetter is the last zone of the region (us-east-1 has six).
 const maxZoneLetter = 'f'
 
-func (s *state) createMountTarget(fsID, subnet, ip string) (wireMountTarget, *apiError) {
+// fileSystemsOf is file system id of api (a page of one), or with id "" a
+// page of api's file systems after the token next.
+func (s *state) fileSystemsOf(api service, id, next string, max int) (fsPage, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fs := s.fss[fsID]
+	if id != "" {
+		fs := s.fsOf(api, id)
+		if fs == nil {
+			return fsPage{}, fsNotFound(id)
+		}
+		return fsPage{list: []fileSystemRec{fs.fileSystemRec}}, nil
+	}
+	after, e := parsePageToken("nextToken", next, "*")
+	if e != nil {
+		return fsPage{}, e
+	}
+	fss, tok := page(s.fsList, func(fs *fileSystem) uint64 { return fs.Seq }, after, max,
+		func(fs *fileSystem) bool { return fs.API == api }, "*")
+	out := fsPage{next: tok}
+	for _, fs := range fss {
+		out.list = append(out.list, fs.fileSystemRec)
+	}
+	return out, nil
+}
+
+// ---- mount targets ----
+
+func (s *state) createMountTarget(api service, fsID, subnet, ip string) (wireMountTarget, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fs := s.fsOf(api, fsID)
 	if fs == nil {
 		return wireMountTarget{}, fsNotFound(fsID)
 	}
@@ -645,11 +738,11 @@ func (s *state) createMountTarget(fsID, subnet, ip string) (wireMountTarget, *ap
 	return describeMountTarget(mt, fs.owner()), nil
 }
 
-func (s *state) deleteMountTarget(id string) *apiError {
+func (s *state) deleteMountTarget(api service, id string) *apiError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	mt := s.mts[id]
-	if mt == nil {
+	if mt == nil || s.fsOf(api, mt.FileSystemID) == nil {
 		return mtNotFound(id)
 	}
 	if err := s.store.commit(func(tx *bolt.Tx) error { return del(tx, bucketMountTargets, id) }); err != nil {
@@ -662,7 +755,7 @@ func (s *state) deleteMountTarget(id string) *apiError {
 	return nil
 }
 
-func (s *state) describeMountTargets(in *DescribeMountTargetsInput, max int, now time.Time) (describeMountTargetsOutput, *apiError) {
+func (s *state) describeMountTargets(api service, in *DescribeMountTargetsInput, max int, now time.Time) (describeMountTargetsOutput, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := describeMountTargetsOutput{MountTargets: []wireMountTarget{}, Marker: in.Marker}
@@ -670,19 +763,38 @@ func (s *state) describeMountTargets(in *DescribeMountTargetsInput, max int, now
 	switch {
 	case in.MountTargetId != "":
 		mt := s.mts[in.MountTargetId]
-		if mt == nil {
+		if mt == nil || s.fsOf(api, mt.FileSystemID) == nil {
 			return out, mtNotFound(in.MountTargetId)
 		}
 		out.MountTargets = append(out.MountTargets, describeMountTarget(mt, s.fss[mt.FileSystemID].owner()))
 		return out, nil
 	case in.AccessPointId != "":
-		ap := s.aps[in.AccessPointId]
+		ap := s.apOf(api, in.AccessPointId)
 		if ap == nil || !ap.visible(now) {
 			return out, apNotFound(in.AccessPointId)
 		}
 		fs = s.fss[ap.FileSystemID]
+	case in.FileSystemId == "": // S3 Files: every mount target of the API
+		var all []*mountTargetRec
+		for _, f := range s.fsList {
+			if f.API == api {
+				all = append(all, f.mts...)
+			}
+		}
+		slices.SortFunc(all, func(a, b *mountTargetRec) int { return cmpSeq(a.Seq, b.Seq) })
+		after, e := parsePageToken("Marker", in.Marker, "*")
+		if e != nil {
+			return out, e
+		}
+		mts, next := page(all, func(mt *mountTargetRec) uint64 { return mt.Seq }, after, max,
+			func(*mountTargetRec) bool { return true }, "*")
+		for _, mt := range mts {
+			out.MountTargets = append(out.MountTargets, describeMountTarget(mt, s.fss[mt.FileSystemID].owner()))
+		}
+		out.NextMarker = next
+		return out, nil
 	default:
-		if fs = s.fss[in.FileSystemId]; fs == nil {
+		if fs = s.fsOf(api, in.FileSystemId); fs == nil {
 			return out, fsNotFound(in.FileSystemId)
 		}
 	}
@@ -703,9 +815,9 @@ func (s *state) describeMountTargets(in *DescribeMountTargetsInput, max int, now
 
 // updateTags applies change to the tags of a file system or an access point
 // and stores the result. change returns the new list or an error.
-func (s *state) updateTags(id string, change func([]tag) ([]tag, *apiError)) *apiError {
+func (s *state) updateTags(api service, id string, change func([]tag) ([]tag, *apiError)) *apiError {
 	if strings.HasPrefix(id, "fsap-") {
-		ap, e := s.lockReadyAccessPoint(id)
+		ap, e := s.lockReadyAccessPoint(api, id)
 		if e != nil {
 			return e
 		}
@@ -724,7 +836,7 @@ func (s *state) updateTags(id string, change func([]tag) ([]tag, *apiError)) *ap
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fs := s.fss[id]
+	fs := s.fsOf(api, id)
 	if fs == nil {
 		return fsNotFound(id)
 	}
@@ -739,6 +851,17 @@ func (s *state) updateTags(id string, change func([]tag) ([]tag, *apiError)) *ap
 	}
 	fs.Tags = tags
 	return nil
+}
+
+// dropTags is old without the keys in drop.
+func dropTags(old []tag, drop map[string]bool) []tag {
+	var out []tag
+	for _, t := range old {
+		if !drop[t.Key] {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // mergeTags sets add over old (a key already present takes the new value).
@@ -757,20 +880,20 @@ func mergeTags(old, add []tag) ([]tag, *apiError) {
 	return out, nil
 }
 
-func (s *state) listTags(id string, next string, max int, now time.Time) (listTagsOutput, *apiError) {
+func (s *state) listTags(api service, id string, next string, max int, now time.Time) ([]tag, string, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var tags []tag
 	if strings.HasPrefix(id, "fsap-") {
-		ap := s.aps[id]
+		ap := s.apOf(api, id)
 		if ap == nil || !ap.visible(now) {
-			return listTagsOutput{}, apNotFound(id)
+			return nil, "", apNotFound(id)
 		}
 		tags = ap.Tags
 	} else {
-		fs := s.fss[id]
+		fs := s.fsOf(api, id)
 		if fs == nil {
-			return listTagsOutput{}, fsNotFound(id)
+			return nil, "", fsNotFound(id)
 		}
 		tags = fs.Tags
 	}
@@ -778,16 +901,16 @@ func (s *state) listTags(id string, next string, max int, now time.Time) (listTa
 	if next != "" {
 		n, err := strconv.Atoi(next)
 		if err != nil || n < 0 || n > len(tags) {
-			return listTagsOutput{}, badRequest("NextToken %q is not valid for this request", next)
+			return nil, "", badRequest("NextToken %q is not valid for this request", next)
 		}
 		start = n
 	}
 	end := min(start+max, len(tags))
-	out := listTagsOutput{Tags: wireTags(tags[start:end])}
+	nextToken := ""
 	if end < len(tags) {
-		out.NextToken = strconv.Itoa(end)
+		nextToken = strconv.Itoa(end)
 	}
-	return out, nil
+	return slices.Clone(tags[start:end]), nextToken, nil
 }
 
 // ---- accounts ----

@@ -46,6 +46,13 @@ type fileSystemRec struct {
 	KmsKeyID        string    `json:"kms,omitempty"`
 	AZName          string    `json:"az,omitempty"`
 	Tags            []tag     `json:"tags,omitempty"`
+	// API is the service the file system belongs to: "" for EFS,
+	// svcS3Files for S3 Files. Each API sees only its own resources.
+	API service `json:"api,omitempty"`
+	// Bucket, Prefix and RoleARN are an S3 Files file system's source.
+	Bucket  string `json:"bucket,omitempty"`
+	Prefix  string `json:"prefix,omitempty"`
+	RoleARN string `json:"role,omitempty"`
 	// Owner is the account that owns the file system; "" is DefaultAccount.
 	Owner string `json:"owner,omitempty"`
 }

@@ -251,6 +251,7 @@ const (
 	codeThrottling            = "ThrottlingException"
 	codeInternal              = "InternalServerError"
 	codeUnknownOperation      = "UnknownOperationException"
+	codeConflict              = "ConflictException" // S3 Files only
 	lifeCycleAvailable        = "available"
 	defaultPerformanceMode    = "generalPurpose"
 	defaultThroughputMode     = "bursting"

@@ -112,6 +112,11 @@ type Config struct {
 	Stderr io.Writer    `json:"-"`
 }
 
+// S3Files reports whether the run's class provisions S3 Files access points
+// (provisioningMode s3files-ap): the emulator then serves the file system
+// through the S3 Files API, and the audit lists it there.
+func (c *Config) S3Files() bool { return c.Parameters["provisioningMode"] == "s3files-ap" }
+
 // DefaultParameters is the StorageClass the workload provisions from; the
 // file system ID is the run's.
 func DefaultParameters() map[string]string {

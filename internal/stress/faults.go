@@ -28,6 +28,11 @@ func profile(name string, rate float64) (map[emulator.Op]emulator.Fault, error) 
 			emulator.OpCreateAccessPoint:    {ThrottleRate: 100, ThrottleBurst: 20},
 			emulator.OpDeleteAccessPoint:    {ThrottleRate: 100, ThrottleBurst: 20},
 			emulator.OpDescribeAccessPoints: {ThrottleRate: 200, ThrottleBurst: 50},
+			// An s3files-ap run's operations, throttled alike.
+			emulator.OpS3CreateAccessPoint: {ThrottleRate: 100, ThrottleBurst: 20},
+			emulator.OpS3DeleteAccessPoint: {ThrottleRate: 100, ThrottleBurst: 20},
+			emulator.OpS3ListAccessPoints:  {ThrottleRate: 200, ThrottleBurst: 50},
+			emulator.OpS3GetAccessPoint:    {ThrottleRate: 200, ThrottleBurst: 50},
 		}, nil
 	case ProfileErrors:
 		// InternalServerError before applying, on every operation.
@@ -36,8 +41,10 @@ func profile(name string, rate float64) (map[emulator.Op]emulator.Fault, error) 
 		// The change is committed, then the answer is lost: the case that
 		// makes retries dangerous.
 		return map[emulator.Op]emulator.Fault{
-			emulator.OpCreateAccessPoint: {LostAnswerRate: rate},
-			emulator.OpDeleteAccessPoint: {LostAnswerRate: rate},
+			emulator.OpCreateAccessPoint:   {LostAnswerRate: rate},
+			emulator.OpDeleteAccessPoint:   {LostAnswerRate: rate},
+			emulator.OpS3CreateAccessPoint: {LostAnswerRate: rate},
+			emulator.OpS3DeleteAccessPoint: {LostAnswerRate: rate},
 		}, nil
 	}
 	return nil, fmt.Errorf("--fault-profile %q: want none, latency, throttle, errors or lost-answers", name)

@@ -19,6 +19,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/internal/stress/audit"
 	"github.com/efs-csi/efs-csi-driver/internal/stress/report"
 	"github.com/efs-csi/efs-csi-driver/internal/stress/workload"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
 )
 
@@ -312,7 +313,11 @@ func (r *run) settle(ctx context.Context) map[string]float64 {
 func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
 	r.rec.Event("phase", name+" audit")
 	gauges := r.settle(ctx)
-	aps, err := audit.ListAccessPoints(ctx, r.t.efs, r.t.fsID)
+	list := func() ([]efs.AccessPoint, error) { return audit.ListAccessPoints(ctx, r.t.efs, r.t.fsID) }
+	if r.t.s3 != nil {
+		list = func() ([]efs.AccessPoint, error) { return audit.ListS3FilesAccessPoints(ctx, r.t.s3, r.t.fsID) }
+	}
+	aps, err := list()
 	if err != nil {
 		return err
 	}
@@ -376,7 +381,13 @@ func (r *run) writeMarker(ctx context.Context, v *workload.Volume) {
 		fail("volume ID %q", v.ID())
 		return
 	}
-	ap, err := audit.DescribeAccessPoint(ctx, r.t.efs, apID)
+	var ap *efs.AccessPoint
+	var err error
+	if r.t.s3 != nil {
+		ap, err = audit.DescribeS3FilesAccessPoint(ctx, r.t.s3, apID)
+	} else {
+		ap, err = audit.DescribeAccessPoint(ctx, r.t.efs, apID)
+	}
 	if err != nil {
 		fail("%v", err)
 		return

@@ -125,6 +125,34 @@ func TestEmbeddedRunWithLostAnswersIsCleanAndReported(t *testing.T) {
 	}
 }
 
+// An s3files-ap class: the emulator serves the run's file system through
+// the S3 Files API, the driver provisions through it (with lost answers),
+// and the audit lists S3 Files access points: a correct driver comes out
+// clean, and nothing went through EFS.
+func TestEmbeddedS3FilesRunIsClean(t *testing.T) {
+	cfg := embedded(t, buildDriver(t))
+	cfg.Chaos = Off
+	cfg.Parameters["provisioningMode"] = "s3files-ap"
+	var summary strings.Builder
+	cfg.Stdout = &summary
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, summary.String())
+	}
+	if rep.Outcome != "clean" || rep.Findings() != 0 || len(rep.Audits) != 2 {
+		t.Fatalf("outcome %s with %d findings in %d audits\n%s", rep.Outcome, rep.Findings(), len(rep.Audits), summary.String())
+	}
+	if v := rep.Volumes; v.Created == 0 || v.Deleted != v.Created || v.Undeleted != 0 {
+		t.Errorf("volumes %+v: want created ones all deleted", v)
+	}
+	if c := rep.Emulator.Counts; c["S3Files.CreateAccessPoint"] == 0 || c["CreateAccessPoint"] != 0 {
+		t.Errorf("emulator counts %v: want S3 Files creates and no EFS ones", c)
+	}
+	if cp := rep.Audits[0].Report; cp.AccessPoints == 0 || cp.Markers != cp.LiveVolumes {
+		t.Errorf("checkpoint audit saw %d access points, %d markers for %d live volumes", cp.AccessPoints, cp.Markers, cp.LiveVolumes)
+	}
+}
+
 // The remote mode, with the driver run by --driver-cmd so that chaos can
 // kill it, faults set through the emulator's control endpoint, and markers
 // through its data directory. Every retried create must find its access

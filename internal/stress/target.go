@@ -16,6 +16,7 @@ import (
 	"time"
 
 	efssdk "github.com/aws/aws-sdk-go-v2/service/efs"
+	s3sdk "github.com/aws/aws-sdk-go-v2/service/s3files"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -31,6 +32,7 @@ type target struct {
 	conn       *grpc.ClientConn
 	fsID       string
 	efs        *efssdk.Client
+	s3         *s3sdk.Client // an s3files-ap run's: the audit lists S3 Files access points
 	metricsURL string
 	tmpDir     string // where the driver makes its temporary mount points
 	dataDir    string // emulator data directory ("" = markers off)
@@ -67,7 +69,7 @@ func dial(endpoint string) (*grpc.ClientConn, error) {
 // of ours except AWS settings, which point at the emulator.
 func awsEnv(endpoint, region string) []string {
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "AWS_") })
-	return append(env, "AWS_ENDPOINT_URL_EFS="+endpoint, "AWS_REGION="+region,
+	return append(env, "AWS_ENDPOINT_URL_EFS="+endpoint, "AWS_ENDPOINT_URL_S3FILES="+endpoint, "AWS_REGION="+region,
 		"AWS_ACCESS_KEY_ID=efs-csi-stress", "AWS_SECRET_ACCESS_KEY=efs-csi-stress", "AWS_EC2_METADATA_DISABLED=true")
 }
 
@@ -130,10 +132,11 @@ func setupEmbedded(ctx context.Context, cfg *Config, outDir string, onEvent func
 	}
 	t.cleanups = append(t.cleanups, func() { emuLog.Close() })
 	t.fsID = randomFileSystemID()
-	em, err := emulator.New(emulator.Config{
-		DataDir: t.dataDir, FileSystems: []string{t.fsID},
-		Logger: slog.New(slog.NewTextHandler(emuLog, nil)),
-	})
+	ecfg := emulator.Config{DataDir: t.dataDir, FileSystems: []string{t.fsID}, Logger: slog.New(slog.NewTextHandler(emuLog, nil))}
+	if cfg.S3Files() { // the ID has 17 hex digits: an S3 Files ID too
+		ecfg.FileSystems, ecfg.S3FilesFileSystems = nil, []string{t.fsID}
+	}
+	em, err := emulator.New(ecfg)
 	if err != nil {
 		return t, err
 	}
@@ -181,7 +184,10 @@ func setupEmbedded(ctx context.Context, cfg *Config, outDir string, onEvent func
 		return t, err
 	}
 	t.cleanups = append(t.cleanups, func() { t.conn.Close() })
-	t.efs, err = audit.NewClient(ctx, audit.ClientOptions{Endpoint: efsURL, Region: cfg.Region, AnyCredentials: true})
+	opts := audit.ClientOptions{Endpoint: efsURL, Region: cfg.Region, AnyCredentials: true}
+	if t.efs, err = audit.NewClient(ctx, opts); err == nil && cfg.S3Files() {
+		t.s3, err = audit.NewS3FilesClient(ctx, opts)
+	}
 	return t, err
 }
 
@@ -216,8 +222,11 @@ func setupRemote(ctx context.Context, cfg *Config, outDir string, onEvent func(k
 		return t, err
 	}
 	t.cleanups = append(t.cleanups, func() { t.conn.Close() })
-	t.efs, err = audit.NewClient(ctx, audit.ClientOptions{Endpoint: cfg.EFSEndpoint, Region: cfg.Region,
-		AnyCredentials: cfg.EFSEndpoint != "" && os.Getenv("AWS_ACCESS_KEY_ID") == ""})
+	opts := audit.ClientOptions{Endpoint: cfg.EFSEndpoint, Region: cfg.Region,
+		AnyCredentials: cfg.EFSEndpoint != "" && os.Getenv("AWS_ACCESS_KEY_ID") == ""}
+	if t.efs, err = audit.NewClient(ctx, opts); err == nil && cfg.S3Files() {
+		t.s3, err = audit.NewS3FilesClient(ctx, opts)
+	}
 	return t, err
 }
 

@@ -22,7 +22,8 @@ var ErrInvalidStartingToken = fmt.Errorf("invalid starting token")
 
 // ListVolumes lists the volumes this cluster's driver provisioned: every
 // access point carrying the driver's tags and this cluster's ID, on every
-// file system the credentials can see, ordered by volume ID. Another
+// file system the credentials can see (S3 Files' too, when a backend serves
+// that API), ordered by volume ID. Another
 // cluster's access points in the same account are not listed. Without a
 // cluster ID (no --cluster-id and no Kubernetes API) the controller writes
 // none, and lists the access points that carry none: the ones such a
@@ -44,23 +45,16 @@ func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) 
 			return nil, fmt.Errorf("%w: %q", ErrInvalidStartingToken, after)
 		}
 	}
-	fss, err := fsl.ListFileSystems(ctx)
+	ids, err := s.ownVolumeIDs(ctx, fsl)
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for _, fs := range fss {
-		err := s.efs.ListAccessPoints(ctx, fs.ID, func(page []efs.AccessPoint) error {
-			for _, ap := range page {
-				if s.owns(ap) {
-					ids = append(ids, volume.ProvisionedID(ap.FileSystemID, ap.ID))
-				}
-			}
-			return nil
-		})
+	for _, svc := range s.listedBackends(ctx) {
+		more, err := svc.ownVolumeIDs(ctx, svc.efs.(FileSystemLister))
 		if err != nil {
 			return nil, err
 		}
+		ids = append(ids, more...)
 	}
 	slices.Sort(ids)
 	start, _ := slices.BinarySearchFunc(ids, after, func(id, token string) int {
@@ -79,6 +73,50 @@ func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) 
 		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{Volume: &csi.Volume{VolumeId: id}})
 	}
 	return resp, nil
+}
+
+// ownVolumeIDs is the IDs of this cluster's volumes on every file system fsl
+// lists.
+func (s *Service) ownVolumeIDs(ctx context.Context, fsl FileSystemLister) ([]string, error) {
+	fss, err := fsl.ListFileSystems(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, fs := range fss {
+		err := s.efs.ListAccessPoints(ctx, fs.ID, func(page []efs.AccessPoint) error {
+			for _, ap := range page {
+				if s.owns(ap) {
+					ids = append(ids, s.volumeID(&ap))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// listedBackends are the backends ListVolumes lists besides s: the S3 Files
+// API with this controller's credentials (opened here if it was not yet:
+// its volumes exist whether or not this process served one), when a
+// backend serves it and its client lists file systems. Other accounts'
+// backends are not listed: which roles exist is only known per volume.
+func (s *Service) listedBackends(ctx context.Context) []*Service {
+	if s.backends == nil {
+		return nil
+	}
+	svc, err := s.backend(ctx, Backend{API: APIS3Files})
+	if err != nil {
+		s.log.Debug("S3 Files volumes not listed", "error", err)
+		return nil
+	}
+	if _, ok := svc.efs.(FileSystemLister); !ok {
+		return nil
+	}
+	return []*Service{svc}
 }
 
 // canList reports whether ListVolumes can be honest with this EFS client.

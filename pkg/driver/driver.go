@@ -60,17 +60,21 @@ type Config struct {
 	VolMetricsRefresh     time.Duration
 	VolMetricsFSRateLimit int
 	VolumeAttachLimit     int // MaxVolumesPerNode in NodeGetInfo; 0 = none
-	UnmountTimeout        time.Duration
-	ShutdownTimeout       time.Duration // how long calls in flight may run after SIGTERM
-	MaxInflightMounts     int
-	AbortInflightMounts   bool          // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
-	GIDVerify             string        // controller.VerifyAuto, VerifyAlways or VerifyNever
-	OrphanInterval        time.Duration // 0: no orphan collection
-	OrphanGrace           time.Duration
-	ClusterID             string      // --cluster-id; "": the kube-system namespace's UID when Kubernetes is reachable
-	LeaseNamespace        string      // the orphan collector's Lease; "": the pod's namespace
-	Kube                  kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
-	EFS                   efs.Config
+	// MemoryLimit is the node plugin's memory limit in bytes (upstream's
+	// CSI_NODE_MEMORY_LIMIT); under 2 GiB, S3 Files mounts go without the
+	// read cache (nos3readcache). 0 = unknown.
+	MemoryLimit         int64
+	UnmountTimeout      time.Duration
+	ShutdownTimeout     time.Duration // how long calls in flight may run after SIGTERM
+	MaxInflightMounts   int
+	AbortInflightMounts bool          // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
+	GIDVerify           string        // controller.VerifyAuto, VerifyAlways or VerifyNever
+	OrphanInterval      time.Duration // 0: no orphan collection
+	OrphanGrace         time.Duration
+	ClusterID           string      // --cluster-id; "": the kube-system namespace's UID when Kubernetes is reachable
+	LeaseNamespace      string      // the orphan collector's Lease; "": the pod's namespace
+	Kube                kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
+	EFS                 efs.Config
 	// EFSUtils is the efs-utils runtime of a node plugin that mounts with
 	// mount -t efs: efs-utils.conf and the watchdog.
 	EFSUtils EFSUtilsConfig
@@ -209,7 +213,13 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	var mounter *mount.Mounter
 	efsOpts := []mount.Option{mount.WithLogger(cfg.Logger), mount.WithMountTypes(cfg.MountTypes...)}
 	if cfg.LocalRoot != "" {
-		mounter, err = mount.NewLocal(cfg.LocalRoot, client, mount.WithLogger(cfg.Logger))
+		// Against the emulator the node looks access points up, S3 Files'
+		// through their own API.
+		var s3 *efs.S3Files
+		if s3, err = efs.NewS3Files(ctx, cfg.EFS); err != nil {
+			return nil, fmt.Errorf("S3 Files client: %w", err)
+		}
+		mounter, err = mount.NewLocal(cfg.LocalRoot, client, mount.WithLogger(cfg.Logger), mount.WithS3FilesAccessPoints(s3))
 	} else {
 		mounter, err = mount.NewEFS(efsOpts...)
 		d.reap = true
@@ -255,7 +265,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			refs = kubeRefs{kc}
 		}
 		d.controller, err = controller.New(controller.Config{
-			EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
+			EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: cfg.EFS, mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
 			TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {
@@ -286,7 +296,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		d.node, err = node.New(node.Config{
 			NodeID: cfg.NodeID, Zone: cfg.Zone, Mounter: nodeMounter, MaxConcurrentMounts: cfg.MaxInflightMounts,
 			VolMetricsOptIn: cfg.VolMetricsOptIn, UnmountTimeout: cfg.UnmountTimeout, Logger: cfg.Logger,
-			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit),
+			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit), MemoryLimit: cfg.MemoryLimit,
 			VolMetricsRefresh: cfg.VolMetricsRefresh, VolMetricsFSRateLimit: cfg.VolMetricsFSRateLimit,
 		})
 		if err != nil {

@@ -19,7 +19,10 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efsutils"
 )
 
-const sanityFS = "fs-0123456789abcdef0"
+const (
+	sanityFS   = "fs-0123456789abcdef0"
+	sanityS3FS = "fs-0123456789abcdef01" // S3 Files IDs have 17 to 40 hex digits
+)
 
 var unlimited = map[string]efs.RateLimit{"*": {}}
 
@@ -41,7 +44,7 @@ func startDriverStop(t *testing.T, mut ...func(*Config)) (socket string, emu *em
 func startDriverOn(t *testing.T, emuMut func(*emulator.Config), mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
 	t.Helper()
 	data := t.TempDir()
-	ecfg := emulator.Config{DataDir: data, FileSystems: []string{sanityFS}}
+	ecfg := emulator.Config{DataDir: data, FileSystems: []string{sanityFS}, S3FilesFileSystems: []string{sanityS3FS}}
 	if emuMut != nil {
 		emuMut(&ecfg)
 	}
@@ -88,6 +91,11 @@ func startDriverOn(t *testing.T, emuMut func(*emulator.Config), mut ...func(*Con
 	return socket, emu, stop
 }
 
+// sanityClassEnv selects TestSanity's class: "s3files" runs it with an
+// s3files-ap class (TestSanityS3Files sets it in a child process, since
+// csi-sanity's Ginkgo suite runs once per process).
+const sanityClassEnv = "EFS_CSI_SANITY_CLASS"
+
 // TestSanity runs the whole csi-sanity suite (Identity, Controller, Node)
 // against the driver on a unix socket, the emulator over HTTP and real bind
 // mounts.
@@ -97,7 +105,7 @@ func TestSanity(t *testing.T) {
 	}
 	// With a zone, the plugin advertises VOLUME_ACCESSIBILITY_CONSTRAINTS and
 	// csi-sanity checks that NodeGetInfo reports topology.
-	socket, _ := startDriver(t, func(c *Config) { c.Zone = "us-east-1a" })
+	socket, emu := startDriver(t, func(c *Config) { c.Zone = "us-east-1a" })
 	cfg := sanity.NewTestConfig()
 	cfg.Address = socket
 	base := t.TempDir()
@@ -106,8 +114,43 @@ func TestSanity(t *testing.T) {
 	cfg.TestVolumeParameters = map[string]string{
 		"provisioningMode": "efs-ap", "fileSystemId": sanityFS, "directoryPerms": "700",
 	}
+	s3 := os.Getenv(sanityClassEnv) == "s3files"
+	if s3 {
+		cfg.TestVolumeParameters["provisioningMode"], cfg.TestVolumeParameters["fileSystemId"] = "s3files-ap", sanityS3FS
+	}
 	cfg.IdempotentCount = 2
 	sanity.Test(t, cfg)
+	if !s3 {
+		return
+	}
+	if n := emu.Counts()[emulator.OpS3CreateAccessPoint]; n == 0 {
+		t.Errorf("no S3 Files CreateAccessPoint reached the emulator")
+	}
+	if n := emu.Counts()[emulator.OpCreateAccessPoint]; n != 0 {
+		t.Errorf("%d EFS CreateAccessPoint calls for an s3files-ap class", n)
+	}
+}
+
+// TestSanityS3Files runs csi-sanity with an s3files-ap class: volumes are
+// S3 Files access points (s3files: IDs) made, listed, published (bind mounts
+// of their roots) and deleted through the S3 Files API of the emulator. It
+// runs TestSanity in a child process of this test binary.
+func TestSanityS3Files(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("csi-sanity's node tests need root for bind mounts")
+	}
+	if os.Getenv(sanityClassEnv) != "" {
+		t.Skip("the child runs TestSanity only")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSanity$", "-test.count=1")
+	cmd.Env = append(os.Environ(), sanityClassEnv+"=s3files")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("csi-sanity with an s3files-ap class: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "SUCCESS!") {
+		t.Fatalf("csi-sanity did not report success:\n%s", out)
+	}
 }
 
 // TestSanityThroughMountEFSHelper runs csi-sanity again with the node

@@ -189,15 +189,19 @@ func isTransportError(err error) bool {
 // wrapError builds the error returned to callers: the operation, its subject,
 // the sentinel (or the *AlreadyExistsError) and the SDK's error, all
 // detectable with errors.Is / errors.As, the SDK's message kept.
-func wrapError(op, subject string, cl class, err error) error {
+func (p *retryPolicy) wrapError(op, subject string, cl class, err error) error {
 	sentinel := cl.sentinel
 	if sentinel == ErrAlreadyExists {
-		ae := &AlreadyExistsError{}
-		var typed *types.AccessPointAlreadyExists
-		if errors.As(err, &typed) && typed.AccessPointId != nil {
-			ae.AccessPointID = *typed.AccessPointId
-		}
-		sentinel = ae
+		sentinel = &AlreadyExistsError{AccessPointID: p.existingID(err)}
 	}
 	return fmt.Errorf("%s %s: %w: %w", op, subject, sentinel, err)
+}
+
+// efsExistingID is the access point an EFS AccessPointAlreadyExists names.
+func efsExistingID(err error) string {
+	var typed *types.AccessPointAlreadyExists
+	if errors.As(err, &typed) && typed.AccessPointId != nil {
+		return *typed.AccessPointId
+	}
+	return ""
 }

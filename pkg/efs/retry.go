@@ -65,6 +65,10 @@ type retryPolicy struct {
 	defaultTimeout time.Duration
 	observer       Observer
 	log            *slog.Logger
+	// classify tells what an attempt's error of op means (the API's codes);
+	// existingID names the access point an ErrAlreadyExists error is about.
+	classify   func(op string, err error) class
+	existingID func(error) string
 }
 
 // pacer is one operation's client-side pacing (docs/design.md, "Pacing"):
@@ -98,11 +102,11 @@ func newPacer(ceiling RateLimit, adaptive bool, inFlight int) *pacer {
 	return p
 }
 
-// newPacers builds one pacer per operation. An operation's ceiling is its
-// own key in limits, else "*", else none.
-func newPacers(limits map[string]RateLimit, adaptive bool, inFlight int) map[string]*pacer {
+// newPacers builds one pacer per operation of ops. An operation's ceiling
+// is its own key in limits, else "*", else none.
+func newPacers(ops []string, limits map[string]RateLimit, adaptive bool, inFlight int) map[string]*pacer {
 	out := map[string]*pacer{}
-	for _, op := range Ops {
+	for _, op := range ops {
 		rl, ok := limits[op]
 		if !ok {
 			rl = limits["*"]
@@ -295,7 +299,7 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 			p.observer.APICall(op, OutcomeOK, took)
 			return out, nil
 		}
-		cl := classify(err)
+		cl := p.classify(op, err)
 		if cl.sentinel == ErrThrottled {
 			pc.answered(now, true)
 		} else if cl.outcome == OutcomeClientError {
@@ -305,7 +309,7 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 		if eo, ok := p.observer.(ErrorObserver); ok {
 			eo.APIError(op, errorCode(err, cl))
 		}
-		last = wrapError(op, subject, cl, err)
+		last = p.wrapError(op, subject, cl, err)
 		inDoubt = inDoubt || cl.sentinel == ErrUnavailable
 		if !cl.retry && (ctx.Err() == nil || cl.outcome == OutcomeClientError) {
 			return zero, last // a definitive answer, or an error no retry can heal

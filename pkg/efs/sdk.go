@@ -115,37 +115,13 @@ const ListPageSize = 1000
 
 // New builds a Client. It makes no network call.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	override := cfg.Endpoint != "" || endpointFromEnv()
-	opts := []func(*config.LoadOptions) error{
-		// The SDK's retryer is replaced by call(): its client-side retry
-		// quota turns a burst of throttles into hard failures ("retry quota
-		// exceeded, 0 available"), the upstream driver's defect.
-		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
-	}
-	if cfg.Region != "" {
-		opts = append(opts, config.WithRegion(cfg.Region))
-	}
-	if override && os.Getenv("AWS_EC2_METADATA_DISABLED") == "" {
-		// Against an emulator there is no EC2 metadata service to ask for
-		// credentials; asking would stall every call on connection timeouts.
-		// AWS_EC2_METADATA_DISABLED=false turns it back on.
-		opts = append(opts, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
-	}
-	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	log := loggerOf(cfg)
+	override := cfg.Endpoint != "" || endpointFromEnv("AWS_ENDPOINT_URL_EFS")
+	awsCfg, err := loadAWSConfig(ctx, cfg, override, log)
 	if err != nil {
-		return nil, fmt.Errorf("loading AWS configuration: %w", err)
+		return nil, err
 	}
-	if override {
-		awsCfg.Credentials = aws.NewCredentialsCache(&fallbackCredentials{next: awsCfg.Credentials, log: log})
-	}
-	httpClient := sdk.HTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-		// Hundreds of concurrent calls to one host: keep their connections.
-		t.MaxIdleConnsPerHost = 256
-	}))
+	var httpClient sdk.HTTPClient = defaultHTTPClient()
 	if cfg.HTTPClient != nil {
 		httpClient = cfg.HTTPClient
 	}
@@ -176,26 +152,79 @@ func newClient(base aws.Config, cfg Config, httpClient sdk.HTTPClient) (*Client,
 	api := sdk.NewFromConfig(base, efsOptions)
 	region := api.Options().Region
 	if region == "" {
-		return nil, errors.New("no AWS region: set AWS_REGION (the EC2 metadata service is not asked)")
+		return nil, errNoRegion
 	}
 	if cfg.RoleARN != "" {
 		creds := roleCredentials(base, region, cfg, httpClient)
 		api = sdk.NewFromConfig(base, efsOptions, func(o *sdk.Options) { o.Credentials = creds })
 	}
+	return &Client{api: api, base: base, cfg: cfg, httpClient: httpClient,
+		policy: newPolicy(cfg, Ops, loggerOf(cfg), func(_ string, err error) class { return classify(err) }, efsExistingID)}, nil
+}
+
+var errNoRegion = errors.New("no AWS region: set AWS_REGION (the EC2 metadata service is not asked)")
+
+func loggerOf(cfg Config) *slog.Logger {
+	if cfg.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return cfg.Logger
+}
+
+// loadAWSConfig loads the standard AWS configuration with the SDK's retryer
+// off (call() retries) and, with an endpoint override (an emulator), no EC2
+// metadata service and dummy credentials when the chain finds none.
+func loadAWSConfig(ctx context.Context, cfg Config, override bool, log *slog.Logger) (aws.Config, error) {
+	opts := []func(*config.LoadOptions) error{
+		// The SDK's retryer is replaced by call(): its client-side retry
+		// quota turns a burst of throttles into hard failures ("retry quota
+		// exceeded, 0 available"), the upstream driver's defect.
+		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
+	}
+	if cfg.Region != "" {
+		opts = append(opts, config.WithRegion(cfg.Region))
+	}
+	if override && os.Getenv("AWS_EC2_METADATA_DISABLED") == "" {
+		// Against an emulator there is no EC2 metadata service to ask for
+		// credentials; asking would stall every call on connection timeouts.
+		// AWS_EC2_METADATA_DISABLED=false turns it back on.
+		opts = append(opts, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("loading AWS configuration: %w", err)
+	}
+	if override {
+		awsCfg.Credentials = aws.NewCredentialsCache(&fallbackCredentials{next: awsCfg.Credentials, log: log})
+	}
+	return awsCfg, nil
+}
+
+// defaultHTTPClient is the SDK's client with a larger idle connection pool:
+// hundreds of concurrent calls to one host keep their connections.
+func defaultHTTPClient() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConnsPerHost = 256
+	})
+}
+
+// newPolicy is the retry and pacing policy of a client calling ops.
+func newPolicy(cfg Config, ops []string, log *slog.Logger, classify func(op string, err error) class, existingID func(error) string) *retryPolicy {
 	observer := cfg.Observer
 	if observer == nil {
 		observer = nopObserver{}
 	}
-	log := cfg.Logger
-	return &Client{api: api, base: base, cfg: cfg, httpClient: httpClient, policy: &retryPolicy{
-		pacers:         newPacers(cfg.RateLimits, !cfg.DisableAdaptive, cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight)),
+	return &retryPolicy{
+		pacers:         newPacers(ops, cfg.RateLimits, !cfg.DisableAdaptive, cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight)),
 		baseBackoff:    positiveOr(cfg.BaseBackoff, 100*time.Millisecond),
 		maxBackoff:     positiveOr(cfg.MaxBackoff, 5*time.Second),
 		attemptTimeout: positiveOr(cfg.AttemptTimeout, 10*time.Second),
 		defaultTimeout: positiveOr(cfg.DefaultTimeout, 2*time.Minute),
 		observer:       observer,
 		log:            log,
-	}}, nil
+		classify:       classify,
+		existingID:     existingID,
+	}
 }
 
 func positiveOr(d, def time.Duration) time.Duration {
@@ -205,13 +234,14 @@ func positiveOr(d, def time.Duration) time.Duration {
 	return def
 }
 
-// endpointFromEnv reports whether the environment overrides the EFS endpoint
-// the way the SDK reads it.
-func endpointFromEnv() bool {
+// endpointFromEnv reports whether the environment overrides a service's
+// endpoint the way the SDK reads it: serviceVar (AWS_ENDPOINT_URL_<SERVICE
+// ID>) or AWS_ENDPOINT_URL.
+func endpointFromEnv(serviceVar string) bool {
 	if ignore, _ := strconv.ParseBool(os.Getenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")); ignore {
 		return false
 	}
-	return os.Getenv("AWS_ENDPOINT_URL_EFS") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
+	return os.Getenv(serviceVar) != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
 }
 
 // fallbackCredentials serves the standard chain's credentials and, when the
@@ -307,9 +337,7 @@ func (c *Client) DescribeAccessPoint(ctx context.Context, accessPointID string) 
 // a time, and calls fn with each page in the API's order. An error from fn
 // stops the walk and is returned as is. Each page is retried on its own.
 func (c *Client) ListAccessPoints(ctx context.Context, fsID string, fn func([]AccessPoint) error) error {
-	var token *string
-	seen := map[string]bool{}
-	for {
+	return walkPages(OpDescribeAccessPoints, fsID, func(token *string) (*string, error) {
 		in := &sdk.DescribeAccessPointsInput{
 			FileSystemId: aws.String(fsID),
 			MaxResults:   aws.Int32(ListPageSize),
@@ -319,24 +347,32 @@ func (c *Client) ListAccessPoints(ctx context.Context, fsID string, fn func([]Ac
 			return c.api.DescribeAccessPoints(ctx, in)
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		page := make([]AccessPoint, len(out.AccessPoints))
 		for i, d := range out.AccessPoints {
 			page[i] = fromDescription(d)
 		}
-		if err := fn(page); err != nil {
+		return out.NextToken, fn(page)
+	})
+}
+
+// walkPages calls page with each page's token (nil first) until it returns
+// no next token or an error. A server that hands out the same token twice
+// would loop forever: that is ErrUnavailable.
+func walkPages(op, subject string, page func(token *string) (next *string, err error)) error {
+	var token *string
+	seen := map[string]bool{}
+	for {
+		next, err := page(token)
+		if err != nil || aws.ToString(next) == "" {
 			return err
 		}
-		if aws.ToString(out.NextToken) == "" {
-			return nil
+		if seen[*next] {
+			return fmt.Errorf("%s %s: %w: page token %q repeated", op, subject, ErrUnavailable, *next)
 		}
-		token = out.NextToken
-		if seen[*token] {
-			// A server that hands out the same token twice would loop forever.
-			return fmt.Errorf("%s %s: %w: NextToken %q repeated", OpDescribeAccessPoints, fsID, ErrUnavailable, *token)
-		}
-		seen[*token] = true
+		seen[*next] = true
+		token = next
 	}
 }
 
@@ -390,8 +426,7 @@ func (c *Client) ListFileSystems(ctx context.Context) ([]FileSystem, error) {
 // DescribeMountTargets returns every mount target of fsID (all pages).
 func (c *Client) DescribeMountTargets(ctx context.Context, fsID string) ([]MountTarget, error) {
 	var mts []MountTarget
-	var marker *string
-	for {
+	err := walkPages(OpDescribeMountTargets, fsID, func(marker *string) (*string, error) {
 		in := &sdk.DescribeMountTargetsInput{FileSystemId: aws.String(fsID), Marker: marker}
 		out, err := call(ctx, c.policy, OpDescribeMountTargets, fsID, func(ctx context.Context) (*sdk.DescribeMountTargetsOutput, error) {
 			return c.api.DescribeMountTargets(ctx, in)
@@ -409,12 +444,9 @@ func (c *Client) DescribeMountTargets(ctx context.Context, fsID string) ([]Mount
 				LifeCycleState:       string(d.LifeCycleState),
 			})
 		}
-		next := aws.ToString(out.NextMarker)
-		if next == "" || next == aws.ToString(marker) {
-			return mts, nil
-		}
-		marker = out.NextMarker
-	}
+		return out.NextMarker, nil
+	})
+	return mts, err
 }
 
 // Ping makes one DescribeFileSystems call (MaxItems 1), without retries or
@@ -427,21 +459,29 @@ func (c *Client) DescribeMountTargets(ctx context.Context, fsID string) ([]Mount
 // return a classified error, so Probe says not ready while the endpoint
 // cannot be reached.
 func (c *Client) Ping(ctx context.Context) error {
-	p := c.policy
+	return c.policy.ping(ctx, OpDescribeFileSystems, func(ctx context.Context) error {
+		_, err := c.api.DescribeFileSystems(ctx, &sdk.DescribeFileSystemsInput{MaxItems: aws.Int32(1)})
+		return err
+	})
+}
+
+// ping makes one attempt of op, unpaced: nil iff the API answered 2xx or
+// 4xx (see Client.Ping).
+func (p *retryPolicy) ping(ctx context.Context, op string, attempt func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, p.attemptTimeout)
 	defer cancel()
 	start := time.Now()
-	_, err := c.api.DescribeFileSystems(ctx, &sdk.DescribeFileSystemsInput{MaxItems: aws.Int32(1)})
+	err := attempt(ctx)
 	if err == nil {
-		p.observer.APICall(OpDescribeFileSystems, OutcomeOK, time.Since(start))
+		p.observer.APICall(op, OutcomeOK, time.Since(start))
 		return nil
 	}
-	cl := classify(err)
-	p.observer.APICall(OpDescribeFileSystems, cl.outcome, time.Since(start))
+	cl := p.classify(op, err)
+	p.observer.APICall(op, cl.outcome, time.Since(start))
 	if code := answeredStatus(err); code >= 400 && code < 500 {
 		return nil
 	}
-	return wrapError(OpDescribeFileSystems, "(ping)", cl, err)
+	return p.wrapError(op, "(ping)", cl, err)
 }
 
 func fromDescription(d types.AccessPointDescription) AccessPoint {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/reaper"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // cleanupTimeout bounds a roll-back unmount after the caller's context ended.
@@ -41,15 +42,21 @@ func (e *efsBackend) mount(ctx context.Context, vol Volume, target string) error
 // efs-utils expects it:
 //
 //	mount -t efs -o tls,accesspoint=fsap-Y,mounttargetip=IP,crossaccount,ro,OPTS fs-X:/path target
+//	mount -t s3files -o tls,accesspoint=fsap-Y,nos3readcache,ro,OPTS fs-X:/path target
 //
 // The source path is relative to the access point root when there is one.
+// S3 Files mounts are always TLS (its mount helper has no other way).
 func efsMountArgs(vol Volume, target string) []string {
+	s3 := vol.API == volume.APIS3Files
 	var o []string
-	if !vol.NoTLS || vol.AccessPointID != "" {
+	if !vol.NoTLS || vol.AccessPointID != "" || s3 {
 		o = append(o, "tls")
 	}
 	if vol.AccessPointID != "" {
 		o = append(o, "accesspoint="+vol.AccessPointID)
+	}
+	if s3 && vol.NoS3ReadCache {
+		o = append(o, "nos3readcache")
 	}
 	if vol.MountTargetIP != "" {
 		o = append(o, "mounttargetip="+vol.MountTargetIP)
@@ -65,7 +72,11 @@ func efsMountArgs(vol Volume, target string) []string {
 			o = append(o, f)
 		}
 	}
-	args := []string{"-t", "efs"}
+	fsType := "efs"
+	if s3 {
+		fsType = "s3files"
+	}
+	args := []string{"-t", fsType}
 	if len(o) > 0 {
 		args = append(args, "-o", strings.Join(o, ","))
 	}
@@ -105,7 +116,7 @@ func (e *efsBackend) classify(_ context.Context, vol Volume, m mountInfo, _ *uni
 		}
 		return Mounted, nil
 	}
-	if !strings.HasPrefix(m.FSType, "nfs") && m.FSType != "efs" {
+	if !strings.HasPrefix(m.FSType, "nfs") && m.FSType != "efs" && m.FSType != "s3files" {
 		return Conflict, nil
 	}
 	_, p, ok := strings.Cut(m.Source, ":")

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 const (
@@ -41,6 +43,16 @@ func TestEFSMountArgv(t *testing.T) {
 		{"user options follow, deduplicated", Volume{FileSystemID: fsID, AccessPointID: apID, ReadOnly: true,
 			Options: []string{"iam", "noresvport", "ro", "iam"}},
 			"-t efs -o tls,accesspoint=fsap-0123456789abcdef0,ro,iam,noresvport fs-0123456789abcdef0:/ " + target},
+		// S3 Files, as upstream: mount -t s3files, always TLS.
+		{"S3 Files access point", Volume{API: volume.APIS3Files, FileSystemID: fsID, AccessPointID: apID},
+			"-t s3files -o tls,accesspoint=fsap-0123456789abcdef0 fs-0123456789abcdef0:/ " + target},
+		{"S3 Files whole file system, encryptInTransit=false still TLS", Volume{API: volume.APIS3Files, FileSystemID: fsID, NoTLS: true},
+			"-t s3files -o tls fs-0123456789abcdef0:/ " + target},
+		{"S3 Files path below an access point, read cache off, read-only", Volume{API: volume.APIS3Files, FileSystemID: fsID,
+			Path: "/data/shared", AccessPointID: apID, NoS3ReadCache: true, ReadOnly: true},
+			"-t s3files -o tls,accesspoint=fsap-0123456789abcdef0,nos3readcache,ro fs-0123456789abcdef0:/data/shared " + target},
+		{"nos3readcache is S3 Files only", Volume{FileSystemID: fsID, NoS3ReadCache: true},
+			"-t efs -o tls fs-0123456789abcdef0:/ " + target},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -35,12 +35,13 @@ func NewLocal(root string, aps AccessPoints, opts ...Option) (*Mounter, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("local root %s is not a directory", root)
 	}
-	return newMounter(&localBackend{root: real, aps: aps}, opts), nil
+	return newMounter(&localBackend{root: real, aps: aps}, opts), nil // options after the back end: WithS3FilesAccessPoints sets it
 }
 
 type localBackend struct {
-	root string // real path
-	aps  AccessPoints
+	root  string // real path
+	aps   AccessPoints
+	s3aps AccessPoints // S3 Files volumes' (WithS3FilesAccessPoints)
 }
 
 // openSource finds the directory vol names and opens it with O_PATH. Every
@@ -62,10 +63,14 @@ func (l *localBackend) openSource(ctx context.Context, vol Volume) (fd int, err 
 	}
 	base := fsDir
 	if vol.AccessPointID != "" {
-		if l.aps == nil {
-			return -1, fmt.Errorf("access point %s: no EFS client to look it up", vol.AccessPointID)
+		aps, api := l.aps, "EFS"
+		if vol.API == volume.APIS3Files {
+			aps, api = l.s3aps, "S3 Files"
 		}
-		ap, err := l.aps.DescribeAccessPoint(ctx, vol.AccessPointID)
+		if aps == nil {
+			return -1, fmt.Errorf("access point %s: no %s client to look it up", vol.AccessPointID, api)
+		}
+		ap, err := aps.DescribeAccessPoint(ctx, vol.AccessPointID)
 		if err != nil {
 			return -1, fmt.Errorf("access point %s: %w", vol.AccessPointID, err)
 		}

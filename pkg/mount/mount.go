@@ -79,6 +79,10 @@ func (s State) String() string {
 
 // Volume is what to mount. FileSystemID is required; the rest is optional.
 type Volume struct {
+	// API is volume.APIS3Files for an S3 Files file system: `mount -t
+	// s3files` (always TLS), and the local back end looks its access
+	// points up in S3 Files.
+	API          volume.API
 	FileSystemID string
 	// Path is "" (the root of the file system, or of the access point) or
 	// an absolute path below it.
@@ -93,6 +97,9 @@ type Volume struct {
 	// CrossAccount asks efs-utils to resolve the mount target in the
 	// file system owner's account (the "crossaccount" option).
 	CrossAccount bool
+	// NoS3ReadCache (S3 Files) turns the read cache of efs-utils' proxy
+	// off (the nos3readcache option), for a node plugin short of memory.
+	NoS3ReadCache bool
 	// Options are further mount options passed to efs-utils verbatim,
 	// already validated and free of the ones the fields above set.
 	Options []string
@@ -126,6 +133,16 @@ type Option func(*Mounter)
 
 // WithRunner replaces the command runner of the efs back end.
 func WithRunner(r Runner) Option { return func(m *Mounter) { m.run = r } }
+
+// WithS3FilesAccessPoints gives the local back end the S3 Files client its
+// S3 Files volumes' access points are looked up with.
+func WithS3FilesAccessPoints(aps AccessPoints) Option {
+	return func(m *Mounter) {
+		if l, ok := m.b.(*localBackend); ok {
+			l.s3aps = aps
+		}
+	}
+}
 
 // WithMountTypes adds file system types that a mount made by the efs back
 // end's helper may show besides nfs, nfs4 and efs: a stand-in mount.efs in
@@ -226,6 +243,15 @@ func (m *Mounter) MountVolume(ctx context.Context, vol Volume, target string) er
 // nothing is left mounted.
 func (m *Mounter) MountFileSystem(ctx context.Context, fsID, target string) error {
 	return m.MountVolume(ctx, Volume{FileSystemID: fsID}, target)
+}
+
+// S3Files mounts whole S3 Files file systems (MountFileSystem) with m.
+type S3Files struct{ *Mounter }
+
+// MountFileSystem mounts the root of S3 Files file system fsID at target,
+// with MountFileSystem's contract.
+func (m S3Files) MountFileSystem(ctx context.Context, fsID, target string) error {
+	return m.MountVolume(ctx, Volume{API: volume.APIS3Files, FileSystemID: fsID}, target)
 }
 
 // Inspect reports what target holds relative to vol. It reads mountinfo and

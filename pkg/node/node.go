@@ -106,7 +106,18 @@ type Config struct {
 	// system (--vol-metrics-fs-rate-limit); 0 means
 	// DefaultVolMetricsFSRateLimit.
 	VolMetricsFSRateLimit int
+	// MemoryLimit is the node plugin's memory limit in bytes (upstream
+	// reads it from CSI_NODE_MEMORY_LIMIT); below
+	// S3FilesReadCacheMinMemory, S3 Files volumes are mounted with
+	// nos3readcache. 0 means unknown: the read cache stays on.
+	MemoryLimit int64
 }
+
+// S3FilesReadCacheMinMemory is the least node plugin memory limit with
+// which S3 Files mounts keep efs-utils' read cache: under it they are
+// mounted with nos3readcache, as upstream does (its tests call a 1 GiB
+// limit low).
+const S3FilesReadCacheMinMemory = 2 << 30
 
 // Service is the CSI Node service.
 type Service struct {
@@ -117,6 +128,7 @@ type Service struct {
 	volMetrics     bool
 	unmountTimeout time.Duration
 	maxVolumes     int64
+	memoryLimit    int64
 	locks          *keylock.Set
 	slots          chan struct{} // one token per mount in progress
 	abortOverLimit bool
@@ -152,7 +164,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.VolMetricsFSRateLimit = DefaultVolMetricsFSRateLimit
 	}
 	return &Service{
-		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn,
+		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn, memoryLimit: cfg.MemoryLimit,
 		unmountTimeout: cfg.UnmountTimeout, maxVolumes: cfg.MaxVolumesPerNode, locks: keylock.New(),
 		slots: make(chan struct{}, cfg.MaxConcurrentMounts), abortOverLimit: cfg.AbortOverLimit, log: cfg.Logger,
 		stats: newVolStats(cfg.VolMetricsRefresh, cfg.VolMetricsFSRateLimit, cfg.Mounter, cfg.Logger),

@@ -81,6 +81,7 @@ func (s *Service) publishRequest(req *csi.NodePublishVolumeRequest) (mount.Volum
 		return mount.Volume{}, "", err
 	}
 	vol := mount.Volume{
+		API:           id.API,
 		FileSystemID:  id.FileSystemID,
 		Path:          id.Path,
 		AccessPointID: id.AccessPointID,
@@ -92,6 +93,12 @@ func (s *Service) publishRequest(req *csi.NodePublishVolumeRequest) (mount.Volum
 	if err := s.applyFlags(&vol, c.GetMount().GetMountFlags()); err != nil {
 		return mount.Volume{}, "", err
 	}
+	if vol.API == volume.APIS3Files {
+		if err := s.checkS3Files(&vol); err != nil {
+			return mount.Volume{}, "", err
+		}
+		return vol, target, nil
+	}
 	if vol.NoTLS && vol.AccessPointID != "" {
 		// Upstream mounts access points with TLS whatever encryptInTransit
 		// says (efs-utils refuses otherwise); existing PVs rely on it.
@@ -99,6 +106,23 @@ func (s *Service) publishRequest(req *csi.NodePublishVolumeRequest) (mount.Volum
 			slog.String("volume", req.GetVolumeId()))
 	}
 	return vol, target, nil
+}
+
+// checkS3Files refuses what an S3 Files mount cannot do, as upstream does:
+// encryption in transit cannot be turned off, the stunnel option and
+// cross-account mounts are not supported. It turns the proxy's read cache
+// off when the node plugin's memory is low (S3FilesReadCacheMinMemory).
+func (s *Service) checkS3Files(vol *mount.Volume) error {
+	switch {
+	case vol.NoTLS:
+		return invalid("encryptInTransit", "encryption in transit cannot be disabled for an S3 Files file system: remove encryptInTransit: false")
+	case vol.CrossAccount:
+		return invalid(ctxCrossAccount, "cross-account mounting is not supported for an S3 Files file system")
+	case slices.Contains(vol.Options, "stunnel"):
+		return invalid("mountOptions", "the stunnel mount option is not supported by an S3 Files file system")
+	}
+	vol.NoS3ReadCache = s.memoryLimit > 0 && s.memoryLimit < S3FilesReadCacheMinMemory
+	return nil
 }
 
 // applyContext reads the volume context keys into vol.

@@ -16,6 +16,7 @@ func FuzzParseID(f *testing.F) {
 	for _, s := range []string{
 		"efs:" + fsID + "::" + apID, fsID + "::" + apID, fsID, fsID + ":/a/b", fsID + ":/a:" + apID,
 		"efs:" + fsID + ":a/./b:", fsID + ":/a/../b", fsID + ":::", "efs:efs:", "fs-:fsap-", fsID + ":/\x00",
+		"s3files:" + fsID + "::" + apID, "s3files:" + fsID + ":/a:" + apID, "s3files:efs:" + fsID, "s3files:s3files:",
 	} {
 		f.Add(s)
 	}
@@ -36,15 +37,22 @@ func FuzzParseID(f *testing.F) {
 		if p := id.Path; p != "" && (p == "/" || path.Clean(p) != p || !path.IsAbs(p) || strings.Contains(p, "\x00")) {
 			t.Fatalf("ParseID(%q) path %q is not absolute and clean", s, p)
 		}
-		if rel, err := filepath.Rel("/", "/"+id.Path); err != nil || strings.HasPrefix(rel, "..") {
+		if rel, err := filepath.Rel("/", "/"+id.Path); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 			t.Fatalf("ParseID(%q) path %q leaves the root", s, id.Path)
 		}
 		if again, err := ParseID(id.String()); err != nil || again != id {
 			t.Fatalf("ParseID(%q).String() = %q does not round trip: %+v, %v", s, id.String(), again, err)
 		}
+		if (id.API == APIS3Files) != strings.HasPrefix(s, S3FilesPrefix) || id.API != APIEFS && id.API != APIS3Files {
+			t.Fatalf("ParseID(%q) API %q", s, id.API)
+		}
 		if id.AccessPointID != "" && id.Path == "" {
-			if again, err := ParseID(ProvisionedID(id.FileSystemID, id.AccessPointID)); err != nil || again != id {
-				t.Fatalf("ProvisionedID of %+v does not round trip: %+v, %v", id, again, err)
+			provisioned := ProvisionedID(id.FileSystemID, id.AccessPointID)
+			if id.API == APIS3Files {
+				provisioned = ProvisionedS3FilesID(id.FileSystemID, id.AccessPointID)
+			}
+			if again, err := ParseID(provisioned); err != nil || again != id {
+				t.Fatalf("provisioned ID of %+v does not round trip: %+v, %v", id, again, err)
 			}
 		}
 	})

@@ -31,10 +31,19 @@ const MaxIDLength = 128
 // provisionedPrefix marks IDs returned by CreateVolume since upstream v2.
 const provisionedPrefix = "efs:"
 
-// S3FilesPrefix marks the IDs of S3 Files volumes: S3FilesPrefix +
-// fs-X::fsap-Y. ParseID does not take it: the caller strips it and knows
-// the API (pkg/controller's backends).
+// S3FilesPrefix marks the IDs of S3 Files volumes: S3FilesPrefix and any
+// of the EFS forms after "efs:" (fs-X::fsap-Y as provisioned). ParseID
+// takes it and says so in ID.API.
 const S3FilesPrefix = "s3files:"
+
+// API names the service a volume lives in. Its values are pkg/controller's
+// API values.
+type API string
+
+const (
+	APIEFS     API = ""        // Amazon EFS: every ID without S3FilesPrefix
+	APIS3Files API = "s3files" // Amazon S3 Files: S3FilesPrefix IDs
+)
 
 // EFS resource ID syntax, as the EFS API validates it.
 var (
@@ -50,6 +59,8 @@ func ValidAccessPointID(s string) bool { return accessPointIDRe.MatchString(s) }
 
 // ID is a parsed volume ID.
 type ID struct {
+	// API is APIS3Files for an ID with S3FilesPrefix, else APIEFS.
+	API          API
 	FileSystemID string
 	// Path is "" (the root of the file system, or of the access point) or
 	// an absolute, cleaned path without ".." components.
@@ -66,7 +77,14 @@ type ID struct {
 //	fs-X:/sub/path            static: a directory of it
 //	fs-X:/sub/path:fsap-Y     static: a directory below an access point root
 //
-// and the "efs:" prefix on any of them. Empty fields may be omitted or left
+// and the "efs:" prefix on any of them; with the "s3files:" prefix instead,
+// the same forms name an S3 Files volume (API APIS3Files), as upstream:
+//
+//	s3files:fs-X::fsap-Y      returned by CreateVolume of an s3files-ap class
+//	s3files:fs-X, s3files:fs-X:/sub/path, s3files:fs-X:/sub/path:fsap-Y
+//
+// S3 Files IDs are checked with EFS's patterns, as upstream does (the S3
+// Files API itself draws 17 to 40 hex digits). Empty fields may be omitted or left
 // empty ("fs-X:" and "fs-X::" mean "fs-X"). As upstream, a relative path is
 // taken relative to the root; it is returned absolute. A path with a ".."
 // component, a control character, or an ID longer than MaxIDLength bytes is
@@ -81,11 +99,15 @@ func ParseID(s string) (ID, error) {
 	if len(s) > MaxIDLength {
 		return bad("longer than %d bytes", MaxIDLength)
 	}
-	fields := strings.Split(strings.TrimPrefix(s, provisionedPrefix), ":")
+	api, rest := APIEFS, strings.TrimPrefix(s, provisionedPrefix)
+	if r, ok := strings.CutPrefix(s, S3FilesPrefix); ok {
+		api, rest = APIS3Files, r
+	}
+	fields := strings.Split(rest, ":")
 	if len(fields) > 3 {
 		return bad("expected at most three fields separated by ':'")
 	}
-	id := ID{FileSystemID: fields[0]}
+	id := ID{API: api, FileSystemID: fields[0]}
 	if !ValidFileSystemID(id.FileSystemID) {
 		return bad("file system ID %q is not of the form fs-<hex>", id.FileSystemID)
 	}
@@ -106,15 +128,20 @@ func ParseID(s string) (ID, error) {
 }
 
 // String returns the ID in the upstream static form ("fs-X", "fs-X:/p",
-// "fs-X::fsap-Y", "fs-X:/p:fsap-Y"); ParseID(id.String()) == id.
+// "fs-X::fsap-Y", "fs-X:/p:fsap-Y"), behind S3FilesPrefix for an S3 Files
+// volume; ParseID(id.String()) == id.
 func (id ID) String() string {
+	prefix := ""
+	if id.API == APIS3Files {
+		prefix = S3FilesPrefix
+	}
 	switch {
 	case id.AccessPointID != "":
-		return id.FileSystemID + ":" + id.Path + ":" + id.AccessPointID
+		return prefix + id.FileSystemID + ":" + id.Path + ":" + id.AccessPointID
 	case id.Path != "":
-		return id.FileSystemID + ":" + id.Path
+		return prefix + id.FileSystemID + ":" + id.Path
 	}
-	return id.FileSystemID
+	return prefix + id.FileSystemID
 }
 
 // ProvisionedID is the volume ID CreateVolume returns: "efs:fs-X::fsap-Y".

@@ -32,6 +32,12 @@ func TestParseIDAcceptsEveryUpstreamForm(t *testing.T) {
 		{fsID + "://a//b/./c/", ID{FileSystemID: fsID, Path: "/a/b/c"}},
 		{fsID + ":/with space", ID{FileSystemID: fsID, Path: "/with space"}},
 		{"fs-01234567::fsap-01234567", ID{FileSystemID: "fs-01234567", AccessPointID: "fsap-01234567"}},
+		// S3 Files: the same forms behind "s3files:", as upstream.
+		{"s3files:" + fsID + "::" + apID, ID{API: APIS3Files, FileSystemID: fsID, AccessPointID: apID}},
+		{"s3files:" + fsID, ID{API: APIS3Files, FileSystemID: fsID}},
+		{"s3files:" + fsID + ":/data/shared", ID{API: APIS3Files, FileSystemID: fsID, Path: "/data/shared"}},
+		{"s3files:" + fsID + ":/data/shared:" + apID, ID{API: APIS3Files, FileSystemID: fsID, Path: "/data/shared", AccessPointID: apID}},
+		{"s3files:fs-abcd1234::fsap-abcd1234", ID{API: APIS3Files, FileSystemID: "fs-abcd1234", AccessPointID: "fsap-abcd1234"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -69,6 +75,11 @@ func TestParseIDRejects(t *testing.T) {
 		{"NUL", fsID + ":/a\x00b", "control character"},
 		{"newline", fsID + ":/a\nb", "control character"},
 		{"too long", fsID + ":/" + strings.Repeat("a", 128), "128"},
+		{"s3files invalid file system", "s3files:invalid-id", "file system ID"},
+		{"s3files invalid access point", "s3files:" + fsID + "::invalid-id", "access point ID"},
+		{"s3files then efs prefix", "s3files:efs:" + fsID, "file system ID"},
+		{"efs then s3files prefix", "efs:s3files:" + fsID, "file system ID"},
+		{"other API prefix", "nfs:" + fsID + "::" + apID, "three fields"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,6 +91,15 @@ func TestParseIDRejects(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, tt.wantInMsg)
 			}
 		})
+	}
+}
+
+func TestProvisionedS3FilesIDRoundTripsWithItsAPI(t *testing.T) {
+	s3fs := "fs-0123456789abcdef01"
+	id := ProvisionedS3FilesID(s3fs, apID)
+	got, err := ParseID(id)
+	if err != nil || got != (ID{API: APIS3Files, FileSystemID: s3fs, AccessPointID: apID}) || got.String() != "s3files:"+s3fs+"::"+apID {
+		t.Fatalf("ParseID(%q) = %+v (%q), %v", id, got, got.String(), err)
 	}
 }
 

@@ -125,10 +125,15 @@ func (r *Report) All() []string {
 	return out
 }
 
-// ParseVolumeID splits a provisioned volume ID, `efs:fs-X::fsap-Y` or the
-// older `fs-X::fsap-Y`, into its file system and access point.
+// ParseVolumeID splits a provisioned volume ID, `efs:fs-X::fsap-Y`, the
+// older `fs-X::fsap-Y` or S3 Files' `s3files:fs-X::fsap-Y`, into its file
+// system and access point.
 func ParseVolumeID(id string) (fsID, apID string, ok bool) {
-	fsID, apID, ok = strings.Cut(strings.TrimPrefix(id, "efs:"), "::")
+	rest, s3 := strings.CutPrefix(id, "s3files:")
+	if !s3 {
+		rest = strings.TrimPrefix(id, "efs:")
+	}
+	fsID, apID, ok = strings.Cut(rest, "::")
 	if !ok || !strings.HasPrefix(fsID, "fs-") || !strings.HasPrefix(apID, "fsap-") {
 		return "", "", false
 	}

@@ -112,13 +112,15 @@ func TestGaugesNotScrapedAreNotFindings(t *testing.T) {
 	}
 }
 
-func TestParseVolumeIDAcceptsBothProvisionedForms(t *testing.T) {
+func TestParseVolumeIDAcceptsEveryProvisionedForm(t *testing.T) {
 	for _, tc := range []struct {
 		id, fs, ap string
 		ok         bool
 	}{
 		{"efs:fs-1::fsap-2", "fs-1", "fsap-2", true},
 		{"fs-1::fsap-2", "fs-1", "fsap-2", true},
+		{"s3files:fs-1::fsap-2", "fs-1", "fsap-2", true},
+		{"s3files:efs:fs-1::fsap-2", "", "", false},
 		{"fs-1", "", "", false},
 		{"fs-1:/a:fsap-2", "", "", false},
 		{"efs:fs-1::", "", "", false},

@@ -41,6 +41,20 @@ type ClientOptions struct {
 // lost connections without a client-side retry quota: an audit run against a
 // faulty emulator must see the truth, not give up.
 func NewClient(ctx context.Context, o ClientOptions) (*efssdk.Client, error) {
+	cfg, err := loadConfig(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return efssdk.NewFromConfig(cfg, func(eo *efssdk.Options) {
+		if o.Endpoint != "" {
+			eo.BaseEndpoint = aws.String(o.Endpoint)
+		}
+	}), nil
+}
+
+// loadConfig is the audit clients' AWS configuration: retries without a
+// client-side retry quota, dummy credentials on request.
+func loadConfig(ctx context.Context, o ClientOptions) (aws.Config, error) {
 	opts := []func(*config.LoadOptions) error{
 		config.WithRetryer(func() aws.Retryer {
 			return retry.NewStandard(func(so *retry.StandardOptions) {
@@ -58,16 +72,12 @@ func NewClient(ctx context.Context, o ClientOptions) (*efssdk.Client, error) {
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("audit: AWS config: %w", err)
+		return aws.Config{}, fmt.Errorf("audit: AWS config: %w", err)
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
-	return efssdk.NewFromConfig(cfg, func(eo *efssdk.Options) {
-		if o.Endpoint != "" {
-			eo.BaseEndpoint = aws.String(o.Endpoint)
-		}
-	}), nil
+	return cfg, nil
 }
 
 // ListAccessPoints pages through every access point of fsID.
