@@ -15,14 +15,15 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
-// API names the service a volume's access point lives in.
-type API string
+// API names the service a volume's access point lives in (volume.API: an
+// ID's prefix says it too).
+type API = volume.API
 
 const (
 	// APIEFS is Amazon EFS (provisioningMode efs-ap): the default.
-	APIEFS API = ""
+	APIEFS = volume.APIEFS
 	// APIS3Files is Amazon S3 Files (provisioningMode s3files-ap).
-	APIS3Files API = "s3files"
+	APIS3Files = volume.APIS3Files
 )
 
 // Backend is where one volume's calls go: which API, with whose
