@@ -418,7 +418,8 @@ func efsClient(endpoint string) *efs.Client {
 func emulatorEnv(endpoint string) []string {
 	return []string{
 		"AWS_ENDPOINT_URL_EFS=" + endpoint,
-		"AWS_ENDPOINT_URL_STS=" + endpoint, // the emulator's STS, for roles of provisioner secrets
+		"AWS_ENDPOINT_URL_STS=" + endpoint,     // the emulator's STS, for roles of provisioner secrets
+		"AWS_ENDPOINT_URL_S3FILES=" + endpoint, // and its S3 Files API, for s3files-ap classes
 		"AWS_REGION=us-east-1",
 		"AWS_ACCESS_KEY_ID=x",
 		"AWS_SECRET_ACCESS_KEY=x",

@@ -1,0 +1,93 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3files"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// s3FileSystem is the emulator's S3 Files file system of the S3 Files scenario (S3
+// Files IDs have 17 to 40 hex digits).
+const s3FileSystem = "fs-0bbbbbbbbbbbbbbbb1"
+
+// A claim of a class with provisioningMode s3files-ap: the controller provisions an S3
+// Files access point through the S3 Files API (the emulator serves it beside EFS's), the
+// PV's handle is s3files:fs-X::fsap-Y, and deleting the claim deletes the access point
+// through the same API.
+func TestS3FilesClaimIsProvisionedAndDeleted(t *testing.T) {
+	s := env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	st := newControllerStack(ctx, t, s, "--s3files-file-system="+s3FileSystem)
+	st.addReplica(ctx, replicaSpec{bins: s.bins, deployment: st.deployment, leaderElection: true})
+	s3 := s3files.New(s3files.Options{Region: "us-east-1", BaseEndpoint: aws.String(st.endpoint), Credentials: aws.AnonymousCredentials{}})
+	accessPoints := func() (int, error) {
+		out, err := s3.ListAccessPoints(ctx, &s3files.ListAccessPointsInput{FileSystemId: aws.String(s3FileSystem)})
+		if err != nil {
+			return 0, err
+		}
+		return len(out.AccessPoints), nil
+	}
+	class := "efs-sc-s3files"
+	reclaim := corev1.PersistentVolumeReclaimDelete
+	if _, err := s.cluster.Client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta:    metav1.ObjectMeta{Name: class},
+		Provisioner:   "efs.csi.aws.com",
+		ReclaimPolicy: &reclaim,
+		Parameters:    map[string]string{"provisioningMode": "s3files-ap", "fileSystemId": s3FileSystem, "directoryPerms": "700"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.cluster.Client.StorageV1().StorageClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
+	})
+	ns := newNamespace(ctx, t, s, "e2e-s3files")
+	pvc, err := ns.pvcs().Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "s3files", Namespace: ns.name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: aws.String(class),
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the S3 Files claim bound", func() (bool, error) {
+		p, err := ns.pvcs().Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pvc = p
+		return p.Status.Phase == corev1.ClaimBound, nil
+	})
+	pv, err := s.cluster.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := pv.Spec.CSI.VolumeHandle; !strings.HasPrefix(h, "s3files:"+s3FileSystem+"::fsap-") {
+		t.Errorf("volume handle %s, want s3files:%s::fsap-...", h, s3FileSystem)
+	}
+	if n, err := accessPoints(); err != nil || n != 1 {
+		t.Fatalf("S3 Files holds %d access points (%v), want 1", n, err)
+	}
+	ns.deleteAll(ctx, t)
+	waitFor(ctx, t, "the S3 Files access point deleted", func() (bool, error) {
+		n, err := accessPoints()
+		return n == 0, err
+	})
+	waitNoLeaks(ctx, t, s, efsClient(st.endpoint))
+	st.checkAlive()
+}
