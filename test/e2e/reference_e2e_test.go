@@ -38,44 +38,9 @@ func TestClaimOfAClassNamingItsFileSystemByConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	class := "efs-sc-configmap"
-	reclaim := corev1.PersistentVolumeReclaimDelete
-	if _, err := s.cluster.Client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
-		ObjectMeta:    metav1.ObjectMeta{Name: class},
-		Provisioner:   "efs.csi.aws.com",
-		ReclaimPolicy: &reclaim,
-		Parameters: map[string]string{"provisioningMode": "efs-ap", "directoryPerms": "700",
-			"fileSystemIdConfigRef": ns.name + "/efs/fileSystemId"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = s.cluster.Client.StorageV1().StorageClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
-	})
-	pvc, err := ns.pvcs().Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "by-ref", Namespace: ns.name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: aws.String(class),
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(ctx, t, "the claim bound", func() (bool, error) {
-		p, err := ns.pvcs().Get(ctx, pvc.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		pvc = p
-		return p.Status.Phase == corev1.ClaimBound, nil
-	})
-	pv, err := s.cluster.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	newClass(ctx, t, s, class, map[string]string{"provisioningMode": "efs-ap", "directoryPerms": "700",
+		"fileSystemIdConfigRef": ns.name + "/efs/fileSystemId"}, nil)
+	pv := ns.boundClaim(ctx, t, "by-ref", class, nil)
 	if h := pv.Spec.CSI.VolumeHandle; !strings.Contains(h, fileSystemID+"::fsap-") {
 		t.Errorf("volume %s is not on the referenced file system %s", h, fileSystemID)
 	}
@@ -117,4 +82,55 @@ func grantReferenceReads(ctx context.Context, t *testing.T, s *suite) {
 			t.Errorf("restore the ClusterRole: %v", err)
 		}
 	})
+}
+
+// newClass creates StorageClass name of the driver (reclaim policy Delete) with params
+// and binding mode (nil: Immediate), deleted when the test ends.
+func newClass(ctx context.Context, t *testing.T, s *suite, name string, params map[string]string, mode *storagev1.VolumeBindingMode) {
+	t.Helper()
+	reclaim := corev1.PersistentVolumeReclaimDelete
+	if _, err := s.cluster.Client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: name},
+		Provisioner:       "efs.csi.aws.com",
+		ReclaimPolicy:     &reclaim,
+		VolumeBindingMode: mode,
+		Parameters:        params,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.cluster.Client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+// boundClaim creates a 1Gi ReadWriteMany claim name of class (with annotations) in the
+// namespace, waits until it is bound and returns its PV.
+func (ns *namespace) boundClaim(ctx context.Context, t *testing.T, name, class string, annotations map[string]string) *corev1.PersistentVolume {
+	t.Helper()
+	pvc, err := ns.pvcs().Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.name, Annotations: annotations},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: aws.String(class),
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "claim "+name+" bound", func() (bool, error) {
+		p, err := ns.pvcs().Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pvc = p
+		return p.Status.Phase == corev1.ClaimBound, nil
+	})
+	pv, err := ns.s.cluster.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pv
 }

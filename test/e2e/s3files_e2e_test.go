@@ -10,10 +10,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3files"
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // s3FileSystem is the emulator's S3 Files file system of the S3 Files scenario (S3
@@ -39,44 +35,9 @@ func TestS3FilesClaimIsProvisionedAndDeleted(t *testing.T) {
 		return len(out.AccessPoints), nil
 	}
 	class := "efs-sc-s3files"
-	reclaim := corev1.PersistentVolumeReclaimDelete
-	if _, err := s.cluster.Client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
-		ObjectMeta:    metav1.ObjectMeta{Name: class},
-		Provisioner:   "efs.csi.aws.com",
-		ReclaimPolicy: &reclaim,
-		Parameters:    map[string]string{"provisioningMode": "s3files-ap", "fileSystemId": s3FileSystem, "directoryPerms": "700"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = s.cluster.Client.StorageV1().StorageClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
-	})
+	newClass(ctx, t, s, class, map[string]string{"provisioningMode": "s3files-ap", "fileSystemId": s3FileSystem, "directoryPerms": "700"}, nil)
 	ns := newNamespace(ctx, t, s, "e2e-s3files")
-	pvc, err := ns.pvcs().Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "s3files", Namespace: ns.name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: aws.String(class),
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(ctx, t, "the S3 Files claim bound", func() (bool, error) {
-		p, err := ns.pvcs().Get(ctx, pvc.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		pvc = p
-		return p.Status.Phase == corev1.ClaimBound, nil
-	})
-	pv, err := s.cluster.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := ns.boundClaim(ctx, t, "s3files", class, nil)
 	if h := pv.Spec.CSI.VolumeHandle; !strings.HasPrefix(h, "s3files:"+s3FileSystem+"::fsap-") {
 		t.Errorf("volume handle %s, want s3files:%s::fsap-...", h, s3FileSystem)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/efs"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -48,54 +47,18 @@ func TestOneZoneClaimWithWaitForFirstConsumerGetsItsZonesNodeAffinity(t *testing
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	class := "efs-sc-one-zone"
-	reclaim := corev1.PersistentVolumeReclaimDelete
-	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	if _, err := kc.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
-		ObjectMeta:        metav1.ObjectMeta{Name: class},
-		Provisioner:       "efs.csi.aws.com",
-		ReclaimPolicy:     &reclaim,
-		VolumeBindingMode: &wffc,
-		Parameters: map[string]string{"provisioningMode": "efs-ap", "directoryPerms": "700",
-			"fileSystemId": fsID, "enforceZoneAffinity": "true"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		bg := context.Background()
-		_ = kc.StorageV1().StorageClasses().Delete(bg, class, metav1.DeleteOptions{})
 		_ = kc.StorageV1().CSINodes().Delete(bg, node, metav1.DeleteOptions{})
 		_ = kc.CoreV1().Nodes().Delete(bg, node, metav1.DeleteOptions{})
 	})
-
+	class := "efs-sc-one-zone"
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	newClass(ctx, t, s, class, map[string]string{"provisioningMode": "efs-ap", "directoryPerms": "700",
+		"fileSystemId": fsID, "enforceZoneAffinity": "true"}, &wffc)
 	ns := newNamespace(ctx, t, s, "e2e-one-zone")
-	pvc, err := ns.pvcs().Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "zonal", Namespace: ns.name,
-			// What the scheduler writes once it picked a node for the claim's pod.
-			Annotations: map[string]string{"volume.kubernetes.io/selected-node": node}},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: aws.String(class),
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(ctx, t, "the claim bound", func() (bool, error) {
-		p, err := ns.pvcs().Get(ctx, pvc.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		pvc = p
-		return p.Status.Phase == corev1.ClaimBound, nil
-	})
-	pv, err := kc.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// What the scheduler writes once it picked a node for the claim's pod.
+	pv := ns.boundClaim(ctx, t, "zonal", class, map[string]string{"volume.kubernetes.io/selected-node": node})
 	if !nodeAffinityIs(pv, zoneKey, zone) {
 		t.Errorf("PV %s nodeAffinity %+v, want %s In [%s]", pv.Name, pv.Spec.NodeAffinity, zoneKey, zone)
 	}

@@ -12,8 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/efs"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -55,46 +53,11 @@ func TestCrossAccountClaimIsProvisionedAsTheRole(t *testing.T) {
 		_ = s.cluster.Client.CoreV1().Secrets(releaseNamespace).Delete(context.Background(), "x-account", metav1.DeleteOptions{})
 	})
 	class := "efs-sc-cross-account"
-	reclaim := corev1.PersistentVolumeReclaimDelete
-	if _, err := s.cluster.Client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
-		ObjectMeta:    metav1.ObjectMeta{Name: class},
-		Provisioner:   "efs.csi.aws.com",
-		ReclaimPolicy: &reclaim,
-		Parameters: map[string]string{"provisioningMode": "efs-ap", "fileSystemId": otherFileSystem, "directoryPerms": "700",
-			"csi.storage.k8s.io/provisioner-secret-name":      "x-account",
-			"csi.storage.k8s.io/provisioner-secret-namespace": releaseNamespace},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = s.cluster.Client.StorageV1().StorageClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
-	})
+	newClass(ctx, t, s, class, map[string]string{"provisioningMode": "efs-ap", "fileSystemId": otherFileSystem, "directoryPerms": "700",
+		"csi.storage.k8s.io/provisioner-secret-name":      "x-account",
+		"csi.storage.k8s.io/provisioner-secret-namespace": releaseNamespace}, nil)
 	ns := newNamespace(ctx, t, s, "e2e-cross-account")
-	pvc, err := ns.pvcs().Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "other-account", Namespace: ns.name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: aws.String(class),
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(ctx, t, "the cross-account claim bound", func() (bool, error) {
-		p, err := ns.pvcs().Get(ctx, pvc.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		pvc = p
-		return p.Status.Phase == corev1.ClaimBound, nil
-	})
-	pv, err := s.cluster.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := ns.boundClaim(ctx, t, "other-account", class, nil)
 	if h := pv.Spec.CSI.VolumeHandle; !strings.Contains(h, otherFileSystem+"::fsap-") {
 		t.Errorf("volume %s is not on the other account's file system %s", h, otherFileSystem)
 	}
