@@ -50,16 +50,65 @@ const S3FilesEndpointEnv = "AWS_ENDPOINT_URL_S3FILES"
 //     naming it, as EFS's AccessPointAlreadyExists, so that the caller
 //     checks it instead of taking it for the one it asked for. So is a
 //     ConflictException of an API that refuses such a repeat.
-//   - ListAccessPoints: the API's listing has no client tokens or tags, so
-//     each access point of a page is read with GetAccessPoint (at most
-//     s3FilesGetConcurrency at once): a page costs 1 + its size requests.
-//     An access point deleted meanwhile is left out.
+//   - ListAccessPoints: the API's listing has no client tokens or tags. An
+//     access point's token never changes and its tags change only through
+//     TagResource, so the client keeps both per access point (identities)
+//     from what it created, read or tagged, and reads with GetAccessPoint
+//     (at most s3FilesGetConcurrency at once) only the access points of a
+//     page it does not know yet: a listing of access points it knows costs
+//     one request per page, as EFS's; one made by another process costs one
+//     more request per access point, once. An access point deleted
+//     meanwhile is left out; a complete listing of a file system forgets
+//     the identities of its access points that it no longer shows. Tags
+//     changed by another process after this client learned them are not
+//     seen in listings (Describe reads them fresh).
 //   - ResourceNotFoundException is ErrAccessPointNotFound for the calls that
 //     name an access point, ErrFileSystemNotFound for the others.
 //   - Mount targets carry no zone name (the API gives the zone ID only).
 type S3Files struct {
 	api    *s3sdk.Client
 	policy *retryPolicy
+
+	mu         sync.Mutex
+	identities map[string]s3Identity // access point ID -> what listings lack
+}
+
+// s3Identity is what S3 Files' listing does not show of an access point.
+type s3Identity struct {
+	fsID, token string
+	tags        map[string]string
+}
+
+// learn keeps ap's identity for listings.
+func (c *S3Files) learn(ap *AccessPoint) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.identities[ap.ID] = s3Identity{fsID: ap.FileSystemID, token: ap.ClientToken, tags: maps.Clone(ap.Tags)}
+}
+
+func (c *S3Files) forget(apID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.identities, apID)
+}
+
+func (c *S3Files) identity(apID string) (s3Identity, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.identities[apID]
+	return id, ok
+}
+
+// forgetUnlisted drops the identities of fsID's access points that a
+// complete listing (seen) did not show.
+func (c *S3Files) forgetUnlisted(fsID string, seen map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, ident := range c.identities {
+		if ident.fsID == fsID && !seen[id] {
+			delete(c.identities, id)
+		}
+	}
 }
 
 // s3FilesGetConcurrency bounds the GetAccessPoint calls of one listing page.
@@ -94,7 +143,8 @@ func NewS3Files(ctx context.Context, cfg Config) (*S3Files, error) {
 	if api.Options().Region == "" {
 		return nil, errNoRegion
 	}
-	return &S3Files{api: api, policy: newPolicy(cfg, S3FilesOps, log, classifyS3Files, s3FilesExistingID)}, nil
+	return &S3Files{api: api, policy: newPolicy(cfg, S3FilesOps, log, classifyS3Files, s3FilesExistingID),
+		identities: map[string]s3Identity{}}, nil
 }
 
 // classifyS3Files maps the S3 Files error codes onto the sentinels, and
@@ -158,6 +208,7 @@ func (c *S3Files) CreateAccessPoint(ctx context.Context, in CreateAccessPointInp
 		return nil, err
 	}
 	ap := fromS3AccessPoint(out.AccessPointId, out.FileSystemId, out.ClientToken, out.Status, out.RootDirectory, out.PosixUser, out.Tags)
+	c.learn(&ap)
 	if !isWhatWasAsked(in, ap) {
 		return nil, fmt.Errorf("%s token %s: %w (the API answered the token's existing access point, made with other parameters)",
 			OpS3CreateAccessPoint, in.ClientToken, &AlreadyExistsError{AccessPointID: ap.ID})
@@ -185,6 +236,9 @@ func (c *S3Files) DeleteAccessPoint(ctx context.Context, accessPointID string) e
 	_, err := call(ctx, c.policy, OpS3DeleteAccessPoint, accessPointID, func(ctx context.Context) (*s3sdk.DeleteAccessPointOutput, error) {
 		return c.api.DeleteAccessPoint(ctx, &s3sdk.DeleteAccessPointInput{AccessPointId: aws.String(accessPointID)})
 	})
+	if err == nil || errors.Is(err, ErrAccessPointNotFound) {
+		c.forget(accessPointID)
+	}
 	return err
 }
 
@@ -194,6 +248,9 @@ func (c *S3Files) DescribeAccessPoint(ctx context.Context, accessPointID string)
 	out, err := call(ctx, c.policy, OpS3GetAccessPoint, accessPointID, func(ctx context.Context) (*s3sdk.GetAccessPointOutput, error) {
 		return c.api.GetAccessPoint(ctx, &s3sdk.GetAccessPointInput{AccessPointId: aws.String(accessPointID)})
 	})
+	if errors.Is(err, ErrAccessPointNotFound) {
+		c.forget(accessPointID)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +258,7 @@ func (c *S3Files) DescribeAccessPoint(ctx context.Context, accessPointID string)
 		return nil, fmt.Errorf("%s %s: %w: the answer names %q", OpS3GetAccessPoint, accessPointID, ErrAccessPointNotFound, aws.ToString(out.AccessPointId))
 	}
 	ap := fromS3AccessPoint(out.AccessPointId, out.FileSystemId, out.ClientToken, out.Status, out.RootDirectory, out.PosixUser, out.Tags)
+	c.learn(&ap)
 	return &ap, nil
 }
 
@@ -209,7 +267,8 @@ func (c *S3Files) DescribeAccessPoint(ctx context.Context, accessPointID string)
 // complete (client token and tags read with GetAccessPoint). An error from
 // fn stops the walk and is returned as is.
 func (c *S3Files) ListAccessPoints(ctx context.Context, fsID string, fn func([]AccessPoint) error) error {
-	return walkPages(OpS3ListAccessPoints, fsID, func(token *string) (*string, error) {
+	seen := map[string]bool{}
+	err := walkPages(OpS3ListAccessPoints, fsID, func(token *string) (*string, error) {
 		in := &s3sdk.ListAccessPointsInput{FileSystemId: aws.String(fsID), MaxResults: aws.Int32(ListPageSize), NextToken: token}
 		out, err := call(ctx, c.policy, OpS3ListAccessPoints, fsID, func(ctx context.Context) (*s3sdk.ListAccessPointsOutput, error) {
 			return c.api.ListAccessPoints(ctx, in)
@@ -217,22 +276,37 @@ func (c *S3Files) ListAccessPoints(ctx context.Context, fsID string, fn func([]A
 		if err != nil {
 			return nil, err
 		}
+		for _, d := range out.AccessPoints {
+			seen[aws.ToString(d.AccessPointId)] = true
+		}
 		page, err := c.complete(ctx, out.AccessPoints)
 		if err != nil {
 			return nil, err
 		}
 		return out.NextToken, fn(page)
 	})
+	if err == nil {
+		c.forgetUnlisted(fsID, seen)
+	}
+	return err
 }
 
-// complete reads every access point of a listing page with GetAccessPoint,
-// keeping the page's order and leaving out those deleted since.
+// complete gives every access point of a listing page its client token and
+// tags: known ones from their identities, the others read with
+// GetAccessPoint; it keeps the page's order and leaves out those deleted
+// since.
 func (c *S3Files) complete(ctx context.Context, list []s3types.ListAccessPointsDescription) ([]AccessPoint, error) {
 	got := make([]*AccessPoint, len(list))
 	errs := make([]error, len(list))
 	sem := make(chan struct{}, s3FilesGetConcurrency)
 	var wg sync.WaitGroup
 	for i, d := range list {
+		if ident, ok := c.identity(aws.ToString(d.AccessPointId)); ok {
+			ap := fromS3AccessPoint(d.AccessPointId, d.FileSystemId, &ident.token, d.Status, d.RootDirectory, d.PosixUser, nil)
+			ap.Tags = maps.Clone(ident.tags)
+			got[i] = &ap
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -314,6 +388,9 @@ func (c *S3Files) TagResource(ctx context.Context, resourceID string, tags map[s
 	_, err := call(ctx, c.policy, OpS3TagResource, resourceID, func(ctx context.Context) (*s3sdk.TagResourceOutput, error) {
 		return c.api.TagResource(ctx, &s3sdk.TagResourceInput{ResourceId: aws.String(resourceID), Tags: toS3Tags(tags)})
 	})
+	// The identity's tags are not those now (whatever the outcome: it may
+	// have been applied): the next listing reads them again.
+	c.forget(resourceID)
 	return err
 }
 

@@ -52,7 +52,7 @@ func bothClients(t *testing.T, cfg emulator.Config, f func(t *testing.T, fl flav
 			listCalls: map[string]int{efs.OpDescribeAccessPoints: 2, efs.OpS3ListAccessPoints: 0}}
 		if s3 {
 			fl = flavour{name: "S3Files", emu: e, fsID: emuS3FS, create: emulator.OpS3CreateAccessPoint, del: emulator.OpS3DeleteAccessPoint,
-				listCalls: map[string]int{efs.OpS3ListAccessPoints: 1, efs.OpS3GetAccessPoint: 2, efs.OpDescribeAccessPoints: 0}}
+				listCalls: map[string]int{efs.OpS3ListAccessPoints: 1, efs.OpS3GetAccessPoint: 1, efs.OpDescribeAccessPoints: 0}}
 			fl.c, fl.obs = newS3FilesClient(t, url)
 		} else {
 			fl.c, fl.obs = newClient(t, url, nil)
@@ -93,8 +93,8 @@ func TestBothClientsAccessPointLifecycle(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(got, ap) {
 			t.Fatalf("DescribeAccessPoint: %+v, %v; want %+v", got, err, ap)
 		}
-		// The listing is complete: tokens and tags too (S3 Files reads them
-		// with GetAccessPoint).
+		// The listing is complete: tokens and tags too (S3 Files knows them
+		// from the create).
 		all, err := efs.Collect(ctx, fl.c.ListAccessPoints, fl.fsID)
 		if err != nil || len(all) != 1 || all[0].ClientToken != "pvc-1" || all[0].Tags["efs.csi.aws.com/cluster"] != "true" {
 			t.Fatalf("ListAccessPoints: %+v, %v", all, err)
@@ -286,4 +286,57 @@ func TestS3FilesRepeatedTokenWithOtherParametersIsAlreadyExists(t *testing.T) {
 			}
 		})
 	}
+}
+
+// S3 Files' listing shows no client tokens or tags: the client reads with
+// GetAccessPoint only the access points it does not know (made by another
+// process, or retagged), once; listings of the rest cost one request per
+// page, and every listing is as complete as a Describe of each.
+func TestS3FilesListingReadsOnlyAccessPointsItDoesNotKnow(t *testing.T) {
+	url, _ := emulatortest.Start(t, emulator.Config{S3FilesFileSystems: []string{emuS3FS}})
+	ctx := t.Context()
+	a, obs := newS3FilesClient(t, url)
+	b, _ := newS3FilesClient(t, url) // another process
+	fl := flavour{fsID: emuS3FS}
+	for i := range 5 {
+		if _, err := a.CreateAccessPoint(ctx, fl.input(fmt.Sprintf("pvc-a%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var theirs []string
+	for i := range 3 {
+		ap, err := b.CreateAccessPoint(ctx, fl.input(fmt.Sprintf("pvc-b%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs = append(theirs, ap.ID)
+	}
+	gets := func() int { return obs.Calls(efs.OpS3GetAccessPoint, efs.OutcomeOK) }
+	list := func(wantGets, wantAPs int) {
+		t.Helper()
+		before := gets()
+		all, err := efs.Collect(ctx, a.ListAccessPoints, emuS3FS)
+		if err != nil || len(all) != wantAPs {
+			t.Fatalf("listing: %d access points, %v; want %d", len(all), err, wantAPs)
+		}
+		if n := gets() - before; n != wantGets {
+			t.Errorf("the listing read %d access points with GetAccessPoint, want %d", n, wantGets)
+		}
+		for _, ap := range all {
+			fresh, err := b.DescribeAccessPoint(ctx, ap.ID)
+			if err != nil || !reflect.DeepEqual(*fresh, ap) {
+				t.Errorf("listed %+v, described %+v (%v)", ap, fresh, err)
+			}
+		}
+	}
+	list(3, 8) // the other process's, once
+	list(0, 8)
+	if err := b.DeleteAccessPoint(ctx, theirs[0]); err != nil {
+		t.Fatal(err)
+	}
+	list(0, 7)
+	if err := a.TagResource(ctx, theirs[1], map[string]string{"efs.csi.aws.com/bound": "true"}); err != nil {
+		t.Fatal(err)
+	}
+	list(1, 7) // its tags changed: read again
 }
