@@ -27,13 +27,17 @@ type fuzzWorld struct {
 
 const fuzzFS = "fs-0000000000000f022"
 
-func newFuzzWorld(t testing.TB) *fuzzWorld {
+func newFuzzWorld(t testing.TB, mut ...func(*Config)) *fuzzWorld {
 	t.Helper()
 	top := t.TempDir()
 	w := &fuzzWorld{fsID: fuzzFS, outside: filepath.Join(top, "outside")}
+	cfg := Config{DataDir: filepath.Join(top, "data"), FileSystems: []string{fuzzFS},
+		AccessPointLimit: 1 << 30, NoFsync: true, Seed: 1}
+	for _, m := range mut {
+		m(&cfg)
+	}
 	var err error
-	w.emu, err = New(Config{DataDir: filepath.Join(top, "data"), FileSystems: []string{fuzzFS},
-		AccessPointLimit: 1 << 30, NoFsync: true, Seed: 1})
+	w.emu, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

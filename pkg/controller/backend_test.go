@@ -260,3 +260,48 @@ func TestBackendsShareOneLockTable(t *testing.T) {
 		t.Errorf("%d locks held at rest", n)
 	}
 }
+
+// FuzzProvisionerSecrets: whatever the secrets hold, choosing a backend does
+// not panic, accepts only a role ARN and an external ID STS would take (the
+// ID only with a role), and never repeats the external ID or the
+// crossaccount value in its error.
+func FuzzProvisionerSecrets(f *testing.F) {
+	for _, s := range [][3]string{
+		{role[SecretRoleARN], role[SecretExternalID], "true"},
+		{"arn:aws-us-gov:iam::123456789012:role/a/b", "", "false"},
+		{"arn:aws:iam::12:role/x", "e", "yes"},
+		{"", "only-external", ""},
+		{"arn:aws:iam::123456789012:role/\x00", "a\nb", "TRUE"},
+	} {
+		f.Add(s[0], s[1], s[2], true, true, true)
+	}
+	f.Fuzz(func(t *testing.T, roleARN, ext, cross string, hasRole, hasExt, hasCross bool) {
+		secrets := map[string]string{}
+		if hasRole {
+			secrets[SecretRoleARN] = roleARN
+		}
+		if hasExt {
+			secrets[SecretExternalID] = ext
+		}
+		if hasCross {
+			secrets[SecretCrossAccount] = cross
+		}
+		b, err := secretsBackend(APIEFS, secrets)
+		if err == nil {
+			if hasRole && (!efs.ValidRoleARN(b.RoleARN) || b.RoleARN != roleARN) {
+				t.Fatalf("accepted role %q", roleARN)
+			}
+			if hasExt && (!hasRole || len(ext) < 2 || len(ext) > 1224 || strings.ContainsFunc(ext, func(r rune) bool { return r < ' ' || r > '~' })) {
+				t.Fatalf("accepted external ID %q (role %v)", ext, hasRole)
+			}
+		} else if !errors.Is(err, ErrInvalidRequest) {
+			t.Fatalf("error %v is not ErrInvalidRequest", err)
+		} else if hasExt && len(ext) > 3 && strings.Contains(err.Error(), ext) {
+			t.Fatalf("error %q repeats the external ID", err)
+		}
+		_, err = crossAccountMode(secrets)
+		if err != nil && len(cross) > 3 && strings.Contains(err.Error(), cross) {
+			t.Fatalf("error %q repeats the crossaccount value", err)
+		}
+	})
+}
