@@ -305,3 +305,29 @@ func FuzzProvisionerSecrets(f *testing.F) {
 		}
 	})
 }
+
+// ListVolumes of a controller that never served an S3 Files volume does not
+// open the S3 Files backend: an EFS-only cluster's listing must not depend
+// on an API its credentials may not call or its region may not serve.
+func TestListVolumesOpensNoBackend(t *testing.T) {
+	b := newBed(t)
+	other := newOtherAccount(t)
+	svc, err := New(Config{EFS: b.client, Backends: other, TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := svc.CreateVolume(b.ctx(), createReq("pvc-listed", 1<<30, params()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := c.GetVolume().GetVolumeId()
+	r, err := svc.ListVolumes(b.ctx(), &csi.ListVolumesRequest{})
+	if err != nil || len(r.GetEntries()) != 1 || r.GetEntries()[0].GetVolume().GetVolumeId() != id {
+		t.Fatalf("ListVolumes: %v, %v; want only %s", r, err, id)
+	}
+	other.mu.Lock()
+	defer other.mu.Unlock()
+	if len(other.opens) != 0 {
+		t.Errorf("ListVolumes opened backends %v", other.opens)
+	}
+}

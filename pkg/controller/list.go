@@ -22,8 +22,8 @@ var ErrInvalidStartingToken = fmt.Errorf("invalid starting token")
 
 // ListVolumes lists the volumes this cluster's driver provisioned: every
 // access point carrying the driver's tags and this cluster's ID, on every
-// file system the credentials can see (S3 Files' too, when a backend serves
-// that API), ordered by volume ID. Another
+// file system the credentials can see (S3 Files' too, once this process
+// used that API: listedBackends), ordered by volume ID. Another
 // cluster's access points in the same account are not listed. Without a
 // cluster ID (no --cluster-id and no Kubernetes API) the controller writes
 // none, and lists the access points that carry none: the ones such a
@@ -49,7 +49,7 @@ func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) 
 	if err != nil {
 		return nil, err
 	}
-	for _, svc := range s.listedBackends(ctx) {
+	for _, svc := range s.listedBackends() {
 		more, err := svc.ownVolumeIDs(ctx, svc.efs.(FileSystemLister))
 		if err != nil {
 			return nil, err
@@ -100,17 +100,17 @@ func (s *Service) ownVolumeIDs(ctx context.Context, fsl FileSystemLister) ([]str
 }
 
 // listedBackends are the backends ListVolumes lists besides s: the S3 Files
-// API with this controller's credentials (opened here if it was not yet:
-// its volumes exist whether or not this process served one), when a
-// backend serves it and its client lists file systems. Other accounts'
-// backends are not listed: which roles exist is only known per volume.
-func (s *Service) listedBackends(ctx context.Context) []*Service {
-	if s.backends == nil {
-		return nil
-	}
-	svc, err := s.backend(ctx, Backend{API: APIS3Files})
-	if err != nil {
-		s.log.Debug("S3 Files volumes not listed", "error", err)
+// API with this controller's credentials once this process has used it (a
+// create or delete of an S3 Files volume opened it). It is not opened for
+// a listing: a controller of an EFS-only cluster must not fail, or wait out
+// its deadline, on an API its credentials may not call or its region may
+// not serve. Other accounts' backends are not listed: which roles exist is
+// only known per volume.
+func (s *Service) listedBackends() []*Service {
+	s.bmu.Lock()
+	svc, ok := s.others[Backend{API: APIS3Files}]
+	s.bmu.Unlock()
+	if !ok {
 		return nil
 	}
 	if _, ok := svc.efs.(FileSystemLister); !ok {
