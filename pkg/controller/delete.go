@@ -116,9 +116,17 @@ func (s *Service) reachable(ctx context.Context, fsID string) error {
 		return nil
 	}
 	_, err := d.DescribeFileSystem(ctx, fsID)
-	if errors.Is(err, efs.ErrFileSystemNotFound) {
+	switch {
+	case errors.Is(err, efs.ErrFileSystemNotFound):
 		return fmt.Errorf("%w: file system %s is not visible with these credentials: a volume made in another account is deleted with its class's provisioner secret (%s); the access point was not deleted here",
 			ErrNotReachable, fsID, SecretRoleARN)
+	case errors.Is(err, efs.ErrAccessDenied):
+		// Credentials that may delete but not describe (a policy narrower
+		// than upstream's): the check cannot be made, and refusing would
+		// keep the PV for good. Answer as upstream does, and say so.
+		s.log.Warn("deleted volume's file system not checked: DescribeFileSystems denied",
+			slog.String("fileSystem", fsID), slog.String("error", err.Error()))
+		return nil
 	}
 	return err
 }
