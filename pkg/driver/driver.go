@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -265,7 +266,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			refs = kubeRefs{kc}
 		}
 		d.controller, err = controller.New(controller.Config{
-			EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: cfg.EFS, mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
+			EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
 			TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {
@@ -327,6 +328,18 @@ func (d *Driver) registerGauges() {
 	if d.orphans != nil {
 		d.metrics.Register(d.orphans)
 	}
+}
+
+// s3FilesConfig is the S3 Files client's: the EFS client's, with its
+// access point identities kept beside the controller's temporary mount
+// points, so that a restarted controller lists without reading every access
+// point again.
+func s3FilesConfig(cfg Config) efs.Config {
+	c := cfg.EFS
+	if c.S3FilesStateDir == "" {
+		c.S3FilesStateDir = filepath.Join(cmp.Or(cfg.TempDir, os.TempDir()), "efs-csi-s3files-identities")
+	}
+	return c
 }
 
 // LocksHeld counts the locks held by every service: zero at rest.

@@ -59,7 +59,9 @@ const S3FilesEndpointEnv = "AWS_ENDPOINT_URL_S3FILES"
 //     one request per page, as EFS's; one made by another process costs one
 //     more request per access point, once. An access point deleted
 //     meanwhile is left out; a complete listing of a file system forgets
-//     the identities of its access points that it no longer shows. Tags
+//     the identities of its access points that it no longer shows. With
+//     Config.S3FilesStateDir the identities outlive the process
+//     (s3identities.go). Tags
 //     changed by another process after this client learned them are not
 //     seen in listings (Describe reads them fresh).
 //   - ResourceNotFoundException is ErrAccessPointNotFound for the calls that
@@ -69,46 +71,7 @@ type S3Files struct {
 	api    *s3sdk.Client
 	policy *retryPolicy
 
-	mu         sync.Mutex
-	identities map[string]s3Identity // access point ID -> what listings lack
-}
-
-// s3Identity is what S3 Files' listing does not show of an access point.
-type s3Identity struct {
-	fsID, token string
-	tags        map[string]string
-}
-
-// learn keeps ap's identity for listings.
-func (c *S3Files) learn(ap *AccessPoint) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.identities[ap.ID] = s3Identity{fsID: ap.FileSystemID, token: ap.ClientToken, tags: maps.Clone(ap.Tags)}
-}
-
-func (c *S3Files) forget(apID string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.identities, apID)
-}
-
-func (c *S3Files) identity(apID string) (s3Identity, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	id, ok := c.identities[apID]
-	return id, ok
-}
-
-// forgetUnlisted drops the identities of fsID's access points that a
-// complete listing (seen) did not show.
-func (c *S3Files) forgetUnlisted(fsID string, seen map[string]bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for id, ident := range c.identities {
-		if ident.fsID == fsID && !seen[id] {
-			delete(c.identities, id)
-		}
-	}
+	identities *s3Identities // what listings lack, per access point
 }
 
 // s3FilesGetConcurrency bounds the GetAccessPoint calls of one listing page.
@@ -144,7 +107,7 @@ func NewS3Files(ctx context.Context, cfg Config) (*S3Files, error) {
 		return nil, errNoRegion
 	}
 	return &S3Files{api: api, policy: newPolicy(cfg, S3FilesOps, log, classifyS3Files, s3FilesExistingID),
-		identities: map[string]s3Identity{}}, nil
+		identities: newS3Identities(cfg.S3FilesStateDir, log)}, nil
 }
 
 // classifyS3Files maps the S3 Files error codes onto the sentinels, and
@@ -208,7 +171,7 @@ func (c *S3Files) CreateAccessPoint(ctx context.Context, in CreateAccessPointInp
 		return nil, err
 	}
 	ap := fromS3AccessPoint(out.AccessPointId, out.FileSystemId, out.ClientToken, out.Status, out.RootDirectory, out.PosixUser, out.Tags)
-	c.learn(&ap)
+	c.identities.put(ap.ID, cloneIdentity(&ap))
 	if !isWhatWasAsked(in, ap) {
 		return nil, fmt.Errorf("%s token %s: %w (the API answered the token's existing access point, made with other parameters)",
 			OpS3CreateAccessPoint, in.ClientToken, &AlreadyExistsError{AccessPointID: ap.ID})
@@ -237,7 +200,7 @@ func (c *S3Files) DeleteAccessPoint(ctx context.Context, accessPointID string) e
 		return c.api.DeleteAccessPoint(ctx, &s3sdk.DeleteAccessPointInput{AccessPointId: aws.String(accessPointID)})
 	})
 	if err == nil || errors.Is(err, ErrAccessPointNotFound) {
-		c.forget(accessPointID)
+		c.identities.forget(accessPointID)
 	}
 	return err
 }
@@ -249,7 +212,7 @@ func (c *S3Files) DescribeAccessPoint(ctx context.Context, accessPointID string)
 		return c.api.GetAccessPoint(ctx, &s3sdk.GetAccessPointInput{AccessPointId: aws.String(accessPointID)})
 	})
 	if errors.Is(err, ErrAccessPointNotFound) {
-		c.forget(accessPointID)
+		c.identities.forget(accessPointID)
 	}
 	if err != nil {
 		return nil, err
@@ -258,7 +221,7 @@ func (c *S3Files) DescribeAccessPoint(ctx context.Context, accessPointID string)
 		return nil, fmt.Errorf("%s %s: %w: the answer names %q", OpS3GetAccessPoint, accessPointID, ErrAccessPointNotFound, aws.ToString(out.AccessPointId))
 	}
 	ap := fromS3AccessPoint(out.AccessPointId, out.FileSystemId, out.ClientToken, out.Status, out.RootDirectory, out.PosixUser, out.Tags)
-	c.learn(&ap)
+	c.identities.put(ap.ID, cloneIdentity(&ap))
 	return &ap, nil
 }
 
@@ -286,7 +249,7 @@ func (c *S3Files) ListAccessPoints(ctx context.Context, fsID string, fn func([]A
 		return out.NextToken, fn(page)
 	})
 	if err == nil {
-		c.forgetUnlisted(fsID, seen)
+		c.identities.forgetUnlisted(fsID, seen)
 	}
 	return err
 }
@@ -301,11 +264,13 @@ func (c *S3Files) complete(ctx context.Context, list []s3types.ListAccessPointsD
 	sem := make(chan struct{}, s3FilesGetConcurrency)
 	var wg sync.WaitGroup
 	for i, d := range list {
-		if ident, ok := c.identity(aws.ToString(d.AccessPointId)); ok {
-			ap := fromS3AccessPoint(d.AccessPointId, d.FileSystemId, &ident.token, d.Status, d.RootDirectory, d.PosixUser, nil)
-			ap.Tags = maps.Clone(ident.tags)
-			got[i] = &ap
-			continue
+		if ident, ok := c.identities.get(aws.ToString(d.FileSystemId), aws.ToString(d.AccessPointId)); ok {
+			ap := fromS3AccessPoint(d.AccessPointId, d.FileSystemId, &ident.Token, d.Status, d.RootDirectory, d.PosixUser, nil)
+			if ident.matches(ap) {
+				ap.Tags = maps.Clone(ident.Tags)
+				got[i] = &ap
+				continue
+			}
 		}
 		wg.Add(1)
 		sem <- struct{}{}
@@ -390,7 +355,7 @@ func (c *S3Files) TagResource(ctx context.Context, resourceID string, tags map[s
 	})
 	// The identity's tags are not those now (whatever the outcome: it may
 	// have been applied): the next listing reads them again.
-	c.forget(resourceID)
+	c.identities.forget(resourceID)
 	return err
 }
 

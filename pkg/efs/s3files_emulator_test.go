@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -339,4 +342,70 @@ func TestS3FilesListingReadsOnlyAccessPointsItDoesNotKnow(t *testing.T) {
 		t.Fatal(err)
 	}
 	list(1, 7) // its tags changed: read again
+}
+
+// With a state directory, what the client learned outlives it: a new client
+// (a restarted controller) on the same directory lists without reading the
+// access points again; a complete listing removes the files of access
+// points gone; a file that is not an identity, or names another file
+// system, is not believed.
+func TestS3FilesIdentitiesOutliveTheProcess(t *testing.T) {
+	url, _ := emulatortest.Start(t, emulator.Config{S3FilesFileSystems: []string{emuS3FS}})
+	ctx := t.Context()
+	dir := t.TempDir()
+	open := func() (*efs.S3Files, *countingObserver) {
+		obs := newObserver()
+		c, err := efs.NewS3Files(ctx, efs.Config{Region: "us-east-1", Endpoint: url, Observer: obs, S3FilesStateDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, obs
+	}
+	first, _ := open()
+	fl := flavour{fsID: emuS3FS}
+	var ids []string
+	for i := range 4 {
+		ap, err := first.CreateAccessPoint(ctx, fl.input(fmt.Sprintf("pvc-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ap.ID)
+	}
+	// Lies planted: one under another file system's name, and one for an
+	// access point of the same ID elsewhere (another path): neither believed.
+	if err := os.WriteFile(filepath.Join(dir, "fs-00000000000000000000_"+ids[3]), []byte(`{"fs":"fs-00000000000000000000","token":"lie"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, emuS3FS+"_"+ids[2]), []byte(`{"fs":"`+emuS3FS+`","token":"lie","path":"/other","uid":1,"gid":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Deleted by another process: its file stays until a complete listing.
+	elsewhere, _ := newS3FilesClient(t, url)
+	if err := elsewhere.DeleteAccessPoint(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	second, obs := open()
+	all, err := efs.Collect(ctx, second.ListAccessPoints, emuS3FS)
+	if err != nil || len(all) != 3 {
+		t.Fatalf("listing: %d, %v; want 3", len(all), err)
+	}
+	for _, ap := range all {
+		if !strings.HasPrefix(ap.ClientToken, "pvc-") || ap.Tags["efs.csi.aws.com/cluster"] != "true" {
+			t.Errorf("listed %+v", ap)
+		}
+	}
+	// Only the access point whose stored identity is another one's is read.
+	if n := obs.Calls(efs.OpS3GetAccessPoint, efs.OutcomeOK); n != 1 {
+		t.Errorf("a restarted client read %d access points again, want 1 (the one with a foreign identity)", n)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	for _, n := range names {
+		if strings.HasSuffix(n, ids[0]) {
+			t.Errorf("the deleted access point's identity %s is still stored (%v)", n, names)
+		}
+	}
 }

@@ -81,6 +81,11 @@ type Config struct {
 	// RoleExpiryWindow is how long before they expire role credentials are
 	// refreshed (default DefaultRoleExpiryWindow).
 	RoleExpiryWindow time.Duration
+	// S3FilesStateDir is where the S3 Files client keeps the client tokens
+	// and tags its listings lack (one small file per access point), so that
+	// a restarted controller does not read every access point again; ""
+	// keeps them in memory only.
+	S3FilesStateDir string
 }
 
 // Client is the EFS API client of the driver. Safe for concurrent use.
