@@ -13,6 +13,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,6 +223,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.procStart != nil {
 		v.procStart = cfg.procStart
 	}
+	v.seen = openSightings(filepath.Join(cfg.TempDir, "efs-csi-sightings"))
 	if cfg.locks == nil {
 		cfg.locks = keylock.New()
 	}

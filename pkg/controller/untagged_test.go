@@ -483,3 +483,33 @@ func FuzzUntaggedTokenGivesTheCreatesLockBack(f *testing.F) {
 		}
 	})
 }
+
+// The settle clock of an untagged access point another process made starts
+// at this host's first sighting, whichever process saw it: a controller
+// restarted after that answers it at once instead of waiting settleAfter
+// again (a controller restarted more often would never answer it); one with
+// another temporary directory, which has no sighting, still waits.
+func TestFirstSightingOfAnUntaggedAccessPointOutlivesARestart(t *testing.T) {
+	clk := newClock()
+	cfg := func(c *Config) { c.GIDVerify, c.Now = VerifyAlways, clk.Now }
+	dir := t.TempDir()
+	inDir := func(c *Config) { c.TempDir = dir }
+	a := newBed(t, cfg)
+	name := upstreamtest.PVName()
+	r, err := a.svc.CreateVolume(a.ctx(), createReq(name, 1<<30, untagged()))
+	must(t, err)
+	b := newBedOn(t, a.url, a.emu, cfg, inDir)
+	if _, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, untagged())); !errors.Is(err, ErrGIDContention) {
+		t.Fatalf("b found a's untagged access point: %v, want ErrGIDContention (wait for its creator)", err)
+	}
+	clk.Advance(settleAfter + time.Second)
+	restarted := newBedOn(t, a.url, a.emu, cfg, inDir)
+	got, err := restarted.svc.CreateVolume(restarted.ctx(), createReq(name, 1<<30, untagged()))
+	if err != nil || got.GetVolume().GetVolumeId() != r.GetVolume().GetVolumeId() {
+		t.Fatalf("restarted b: %v, %v; want %s at once", got, err, r.GetVolume().GetVolumeId())
+	}
+	elsewhere := newBedOn(t, a.url, a.emu, cfg)
+	if _, err := elsewhere.svc.CreateVolume(elsewhere.ctx(), createReq(name, 1<<30, untagged())); !errors.Is(err, ErrGIDContention) {
+		t.Errorf("a process without the sighting: %v, want ErrGIDContention", err)
+	}
+}

@@ -95,6 +95,7 @@ type verifier struct {
 	fs           map[string]*fsVerify
 	known        map[string]time.Time // access point ID -> when this process learned it exists
 	createdHere  map[string]bool      // access points this process created (untagged ones carry no writer tag)
+	seen         *sightings           // first sightings of creator-less access points, across restarts
 	answered     map[string]bool      // access points this process answered
 	contested    map[string]bool      // access points a verification did not answer
 }
@@ -117,7 +118,8 @@ func newVerifier(mode string, list func(context.Context, string) ([]efs.AccessPo
 	}
 	v := &verifier{mode: mode, now: now, me: me, procStart: procStartTime,
 		startupUntil: now().Add(startupVerifyWindow), fs: map[string]*fsVerify{},
-		known: map[string]time.Time{}, createdHere: map[string]bool{}, answered: map[string]bool{}, contested: map[string]bool{}}
+		known: map[string]time.Time{}, createdHere: map[string]bool{}, answered: map[string]bool{}, contested: map[string]bool{},
+		seen: &sightings{}}
 	v.listings = newFreshFlight(verifyListTimeout, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
 		aps, err := list(ctx, fsID)
 		if err == nil {
@@ -175,6 +177,11 @@ func (v *verifier) learned(ap *efs.AccessPoint, created bool) {
 	f.mine[ap.ID] = true
 	if _, ok := v.known[ap.ID]; !ok {
 		v.known[ap.ID] = v.now()
+		if !created && live == writerUnknown {
+			// Its creator cannot be named: an earlier process's sighting
+			// starts the settle clock as well (sightings.go).
+			v.known[ap.ID] = v.seen.first(ap, v.known[ap.ID])
+		}
 	}
 	if foreign {
 		f.foreignUntil = v.now().Add(foreignVerifyWindow)
@@ -193,6 +200,7 @@ func (v *verifier) forget(apID string) {
 	v.mu.Lock()
 	delete(v.answered, apID)
 	delete(v.known, apID)
+	v.seen.forget(apID)
 	delete(v.createdHere, apID)
 	delete(v.contested, apID)
 	v.mu.Unlock()
