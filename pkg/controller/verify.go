@@ -178,8 +178,9 @@ func (v *verifier) learned(ap *efs.AccessPoint, created bool) {
 	if _, ok := v.known[ap.ID]; !ok {
 		v.known[ap.ID] = v.now()
 		if !created && live == writerUnknown {
-			// Its creator cannot be named: an earlier process's sighting
-			// starts the settle clock as well (sightings.go).
+			// Its creator's liveness cannot be known (no writer tag, or
+			// one of another host): an earlier process's sighting starts
+			// the settle clock as well (sightings.go).
 			v.known[ap.ID] = v.seen.first(ap, v.known[ap.ID])
 		}
 	}
