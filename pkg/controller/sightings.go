@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,7 +28,9 @@ import (
 // sighting older than sightingMaxAge is not believed either (the clock then
 // starts again: a longer wait, never a shorter one).
 type sightings struct {
-	root *os.Root // nil: none kept
+	dir  string // "": none kept
+	mu   sync.Mutex
+	root *os.Root // opened at the first sighting: nothing is made before one
 	seq  atomic.Uint64
 }
 
@@ -35,25 +38,36 @@ const sightingMaxAge = time.Hour
 
 var sightingIDRe = regexp.MustCompile(`^fsap-[0-9a-f]{8,40}$`)
 
-func openSightings(dir string) *sightings {
-	s := &sightings{}
-	if dir == "" || os.MkdirAll(dir, 0o700) != nil {
-		return s
+func openSightings(dir string) *sightings { return &sightings{dir: dir} }
+
+// open returns the directory's root, made if create; nil if none.
+func (s *sightings) open(create bool) *os.Root {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.root != nil || s.dir == "" {
+		return s.root
 	}
-	if root, err := os.OpenRoot(dir); err == nil {
+	if create && os.MkdirAll(s.dir, 0o700) != nil {
+		return nil
+	}
+	if root, err := os.OpenRoot(s.dir); err == nil {
 		s.root = root
 	}
-	return s
+	return s.root
 }
 
 // first returns when ap was first seen: a stored sighting of the same access
 // point no later than now and younger than sightingMaxAge, else now (stored).
 func (s *sightings) first(ap *efs.AccessPoint, now time.Time) time.Time {
-	if s.root == nil || !sightingIDRe.MatchString(ap.ID) {
+	if !sightingIDRe.MatchString(ap.ID) {
+		return now
+	}
+	root := s.open(true)
+	if root == nil {
 		return now
 	}
 	name := "seen-" + ap.ID
-	if data, err := s.root.ReadFile(name); err == nil {
+	if data, err := root.ReadFile(name); err == nil {
 		f := strings.SplitN(string(data), "\n", 3)
 		if len(f) == 3 && f[1] == ap.ClientToken && f[2] == ap.Path {
 			if ns, err := strconv.ParseInt(f[0], 10, 64); err == nil {
@@ -64,9 +78,9 @@ func (s *sightings) first(ap *efs.AccessPoint, now time.Time) time.Time {
 		}
 	}
 	tmp := fmt.Sprintf(".seen-%d-%d", os.Getpid(), s.seq.Add(1))
-	if s.root.WriteFile(tmp, fmt.Appendf(nil, "%d\n%s\n%s", now.UnixNano(), ap.ClientToken, ap.Path), 0o600) == nil {
-		if s.root.Rename(tmp, name) != nil {
-			_ = s.root.Remove(tmp)
+	if root.WriteFile(tmp, fmt.Appendf(nil, "%d\n%s\n%s", now.UnixNano(), ap.ClientToken, ap.Path), 0o600) == nil {
+		if root.Rename(tmp, name) != nil {
+			_ = root.Remove(tmp)
 		}
 	}
 	return now
@@ -74,7 +88,10 @@ func (s *sightings) first(ap *efs.AccessPoint, now time.Time) time.Time {
 
 // forget drops the sighting of a deleted access point.
 func (s *sightings) forget(apID string) {
-	if s.root != nil && sightingIDRe.MatchString(apID) {
-		_ = s.root.Remove("seen-" + apID)
+	if !sightingIDRe.MatchString(apID) {
+		return
+	}
+	if root := s.open(false); root != nil {
+		_ = root.Remove("seen-" + apID)
 	}
 }

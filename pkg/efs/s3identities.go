@@ -52,7 +52,8 @@ func (id s3Identity) matches(ap AccessPoint) bool {
 type s3Identities struct {
 	mu   sync.Mutex
 	mem  map[string]s3Identity
-	root *os.Root // nil: memory only
+	dir  string   // "": memory only
+	root *os.Root // opened (and made) at the first identity stored
 	seq  atomic.Uint64
 	log  *slog.Logger
 }
@@ -62,24 +63,31 @@ var (
 	s3FSIDRe = regexp.MustCompile(`^fs-[0-9a-f]{8,40}$`)
 )
 
-// newS3Identities opens dir ("" = memory only), creating it; a directory
-// that cannot be used is a warning and memory only.
+// newS3Identities keeps identities in dir ("" = memory only), which is
+// made when the first one is stored; a directory that cannot be used is a
+// warning and memory only.
 func newS3Identities(dir string, log *slog.Logger) *s3Identities {
-	ids := &s3Identities{mem: map[string]s3Identity{}, log: log}
-	if dir == "" {
-		return ids
+	return &s3Identities{mem: map[string]s3Identity{}, dir: dir, log: log}
+}
+
+// open returns the directory's root (made if create), nil if none.
+func (s *s3Identities) open(create bool) *os.Root {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.root != nil || s.dir == "" {
+		return s.root
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		log.Warn("S3 Files identities kept in memory only", slog.String("dir", dir), slog.String("error", err.Error()))
-		return ids
+	if create {
+		if err := os.MkdirAll(s.dir, 0o700); err != nil {
+			s.log.Warn("S3 Files identities kept in memory only", slog.String("dir", s.dir), slog.String("error", err.Error()))
+			s.dir = ""
+			return nil
+		}
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		log.Warn("S3 Files identities kept in memory only", slog.String("dir", dir), slog.String("error", err.Error()))
-		return ids
+	if root, err := os.OpenRoot(s.dir); err == nil {
+		s.root = root
 	}
-	ids.root = root
-	return ids
+	return s.root
 }
 
 func identityFile(fsID, apID string) (string, bool) {
@@ -91,15 +99,19 @@ func (s *s3Identities) put(apID string, id s3Identity) {
 	s.mem[apID] = id
 	s.mu.Unlock()
 	name, ok := identityFile(id.FS, apID)
-	if s.root == nil || !ok {
+	if !ok {
+		return
+	}
+	root := s.open(true)
+	if root == nil {
 		return
 	}
 	data, err := json.Marshal(id)
 	if err == nil {
 		tmp := ".tmp-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(s.seq.Add(1), 10)
-		if err = s.root.WriteFile(tmp, data, 0o600); err == nil {
-			if err = s.root.Rename(tmp, name); err != nil {
-				_ = s.root.Remove(tmp)
+		if err = root.WriteFile(tmp, data, 0o600); err == nil {
+			if err = root.Rename(tmp, name); err != nil {
+				_ = root.Remove(tmp)
 			}
 		}
 	}
@@ -113,14 +125,15 @@ func (s *s3Identities) get(fsID, apID string) (s3Identity, bool) {
 	s.mu.Lock()
 	id, ok := s.mem[apID]
 	s.mu.Unlock()
-	if ok || s.root == nil {
+	if ok {
 		return id, ok
 	}
 	name, valid := identityFile(fsID, apID)
-	if !valid {
+	root := s.open(false)
+	if !valid || root == nil {
 		return s3Identity{}, false
 	}
-	data, err := s.root.ReadFile(name)
+	data, err := root.ReadFile(name)
 	if err != nil || json.Unmarshal(data, &id) != nil || id.FS != fsID {
 		return s3Identity{}, false
 	}
@@ -136,12 +149,13 @@ func (s *s3Identities) forget(apID string) {
 	id, ok := s.mem[apID]
 	delete(s.mem, apID)
 	s.mu.Unlock()
-	if s.root == nil {
+	root := s.open(false)
+	if root == nil {
 		return
 	}
 	if ok {
 		if name, valid := identityFile(id.FS, apID); valid {
-			_ = s.root.Remove(name)
+			_ = root.Remove(name)
 		}
 		return
 	}
@@ -149,10 +163,10 @@ func (s *s3Identities) forget(apID string) {
 	if !s3APIDRe.MatchString(apID) {
 		return
 	}
-	entries, _ := fs.ReadDir(s.root.FS(), ".")
+	entries, _ := fs.ReadDir(root.FS(), ".")
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), "_"+apID) {
-			_ = s.root.Remove(e.Name())
+			_ = root.Remove(e.Name())
 		}
 	}
 }
@@ -167,16 +181,17 @@ func (s *s3Identities) forgetUnlisted(fsID string, seen map[string]bool) {
 		}
 	}
 	s.mu.Unlock()
-	if s.root == nil {
+	root := s.open(false)
+	if root == nil {
 		return
 	}
-	entries, err := fs.ReadDir(s.root.FS(), ".")
+	entries, err := fs.ReadDir(root.FS(), ".")
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return
 	}
 	for _, e := range entries {
 		if ap, ok := strings.CutPrefix(e.Name(), fsID+"_"); ok && !seen[ap] {
-			_ = s.root.Remove(e.Name())
+			_ = root.Remove(e.Name())
 		}
 	}
 }
