@@ -1,17 +1,15 @@
 package efs
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
-	"io/fs"
 	"log/slog"
 	"maps"
-	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/statedir"
 )
 
 // s3Identity is what S3 Files' listing does not show of an access point.
@@ -43,18 +41,17 @@ func (id s3Identity) matches(ap AccessPoint) bool {
 }
 
 // s3Identities keeps identities in memory and, with a directory, in one
-// file per access point (<fs>_<ap>), written atomically, so that a
-// restarted controller lists without reading every access point again.
-// Several processes may share the directory: every file's content is the
-// same whoever writes it, and a file left for a deleted access point is
-// removed by the next complete listing of its file system. Names are
-// checked as IDs before they are used as file names.
+// file per access point (<fs>_<ap>, pkg/statedir), so that a restarted
+// controller lists without reading every access point again. Several
+// processes may share the directory: every file's content is the same
+// whoever writes it, and a file left for a deleted access point is removed
+// by the next complete listing of its file system. Names are checked as IDs
+// before they are used as file names.
 type s3Identities struct {
 	mu   sync.Mutex
 	mem  map[string]s3Identity
-	dir  string   // "": memory only
-	root *os.Root // opened (and made) at the first identity stored
-	seq  atomic.Uint64
+	dir  *statedir.Dir
+	warn sync.Once // the first failed write, at Warn; later ones at Debug
 	log  *slog.Logger
 }
 
@@ -64,30 +61,9 @@ var (
 )
 
 // newS3Identities keeps identities in dir ("" = memory only), which is
-// made when the first one is stored; a directory that cannot be used is a
-// warning and memory only.
+// made when the first one is stored.
 func newS3Identities(dir string, log *slog.Logger) *s3Identities {
-	return &s3Identities{mem: map[string]s3Identity{}, dir: dir, log: log}
-}
-
-// open returns the directory's root (made if create), nil if none.
-func (s *s3Identities) open(create bool) *os.Root {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.root != nil || s.dir == "" {
-		return s.root
-	}
-	if create {
-		if err := os.MkdirAll(s.dir, 0o700); err != nil {
-			s.log.Warn("S3 Files identities kept in memory only", slog.String("dir", s.dir), slog.String("error", err.Error()))
-			s.dir = ""
-			return nil
-		}
-	}
-	if root, err := os.OpenRoot(s.dir); err == nil {
-		s.root = root
-	}
-	return s.root
+	return &s3Identities{mem: map[string]s3Identity{}, dir: statedir.New(dir), log: log}
 }
 
 func identityFile(fsID, apID string) (string, bool) {
@@ -102,21 +78,14 @@ func (s *s3Identities) put(apID string, id s3Identity) {
 	if !ok {
 		return
 	}
-	root := s.open(true)
-	if root == nil {
-		return
-	}
 	data, err := json.Marshal(id)
 	if err == nil {
-		tmp := ".tmp-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(s.seq.Add(1), 10)
-		if err = root.WriteFile(tmp, data, 0o600); err == nil {
-			if err = root.Rename(tmp, name); err != nil {
-				_ = root.Remove(tmp)
-			}
-		}
+		err = s.dir.Write(name, data)
 	}
 	if err != nil {
-		s.log.Debug("S3 Files identity not stored", slog.String("accessPoint", apID), slog.String("error", err.Error()))
+		level := slog.LevelDebug
+		s.warn.Do(func() { level = slog.LevelWarn })
+		s.log.Log(context.Background(), level, "S3 Files identity kept in memory only", slog.String("accessPoint", apID), slog.String("error", err.Error()))
 	}
 }
 
@@ -129,12 +98,11 @@ func (s *s3Identities) get(fsID, apID string) (s3Identity, bool) {
 		return id, ok
 	}
 	name, valid := identityFile(fsID, apID)
-	root := s.open(false)
-	if !valid || root == nil {
+	if !valid {
 		return s3Identity{}, false
 	}
-	data, err := root.ReadFile(name)
-	if err != nil || json.Unmarshal(data, &id) != nil || id.FS != fsID {
+	data, ok := s.dir.Read(name)
+	if !ok || json.Unmarshal(data, &id) != nil || id.FS != fsID {
 		return s3Identity{}, false
 	}
 	s.mu.Lock()
@@ -149,13 +117,9 @@ func (s *s3Identities) forget(apID string) {
 	id, ok := s.mem[apID]
 	delete(s.mem, apID)
 	s.mu.Unlock()
-	root := s.open(false)
-	if root == nil {
-		return
-	}
 	if ok {
 		if name, valid := identityFile(id.FS, apID); valid {
-			_ = root.Remove(name)
+			s.dir.Remove(name)
 		}
 		return
 	}
@@ -163,10 +127,9 @@ func (s *s3Identities) forget(apID string) {
 	if !s3APIDRe.MatchString(apID) {
 		return
 	}
-	entries, _ := fs.ReadDir(root.FS(), ".")
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), "_"+apID) {
-			_ = root.Remove(e.Name())
+	for _, name := range s.dir.Names() {
+		if strings.HasSuffix(name, "_"+apID) {
+			s.dir.Remove(name)
 		}
 	}
 }
@@ -181,17 +144,9 @@ func (s *s3Identities) forgetUnlisted(fsID string, seen map[string]bool) {
 		}
 	}
 	s.mu.Unlock()
-	root := s.open(false)
-	if root == nil {
-		return
-	}
-	entries, err := fs.ReadDir(root.FS(), ".")
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return
-	}
-	for _, e := range entries {
-		if ap, ok := strings.CutPrefix(e.Name(), fsID+"_"); ok && !seen[ap] {
-			_ = root.Remove(e.Name())
+	for _, name := range s.dir.Names() {
+		if ap, ok := strings.CutPrefix(name, fsID+"_"); ok && !seen[ap] {
+			s.dir.Remove(name)
 		}
 	}
 }
