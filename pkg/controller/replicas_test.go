@@ -29,43 +29,8 @@ func TestTwoActiveControllersNeitherLeakNorShareGIDs(t *testing.T) {
 	keepTokens(a, b) // yields must not count on EFS freeing a deleted access point's token
 	// A narrow range makes collisions between two blind allocators near certain.
 	p := params("gidRangeStart", "50000", "gidRangeEnd", "50300")
-	const n = 60
-	var wg sync.WaitGroup
-	vols := sync.Map{}
-	for i := range n {
-		for _, c := range []*bed{a, b} {
-			// Every name is created by both processes, half of them at once.
-			name := fmt.Sprintf("pvc-%d", i)
-			if c == b && i%2 == 0 {
-				name = fmt.Sprintf("pvc-b-%d", i)
-			}
-			wg.Go(func() {
-				for {
-					r, err := c.svc.CreateVolume(c.ctx(), createReq(name, 1<<30, p))
-					if err == nil {
-						if prev, loaded := vols.LoadOrStore(name, r.Volume.VolumeId); loaded && prev != r.Volume.VolumeId {
-							t.Errorf("%s: %s and %s", name, prev, r.Volume.VolumeId)
-						}
-						return
-					}
-					if !retryable(err) {
-						t.Errorf("create %s: %v", name, err)
-						return
-					}
-					if testing.Verbose() {
-						t.Logf("%s retry: %v", name, err)
-					}
-					// The provisioner's back-off: time passes between retries,
-					// so access points found by their token settle.
-					clk.Advance(time.Second)
-				}
-			})
-		}
-	}
-	wg.Wait()
+	names := createFromBoth(t, a, b, clk, 60, p, 0)
 	aps := a.accessPoints()
-	names := 0
-	vols.Range(func(any, any) bool { names++; return true })
 	if len(aps) != names {
 		t.Errorf("%d access points for %d volumes", len(aps), names)
 	}
@@ -76,4 +41,53 @@ func TestTwoActiveControllersNeitherLeakNorShareGIDs(t *testing.T) {
 		}
 		seen[ap.PosixUser.GID] = ap.ID
 	}
+}
+
+// createFromBoth has a and b create volumes pvc-0..pvc-<n-1> with params, at
+// once: every name by both, except that b makes the even ones under names of
+// its own (pvc-b-<i>). Each create retries what is retryable, as the
+// provisioner does, at most maxTries times when maxTries > 0, advancing clk a
+// second per retry (the provisioner's back-off, shared by every goroutine: in
+// aggregate, access points found by their token settle; no single call
+// outlives a yield deadline). Two answers for one name are an error. It
+// returns how many names were answered.
+func createFromBoth(t *testing.T, a, b *bed, clk *clock, n int, params map[string]string, maxTries int) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	var vols sync.Map
+	for i := range n {
+		for _, c := range []*bed{a, b} {
+			name := fmt.Sprintf("pvc-%d", i)
+			if c == b && i%2 == 0 {
+				name = fmt.Sprintf("pvc-b-%d", i)
+			}
+			wg.Go(func() {
+				for tries := 1; ; tries++ {
+					r, err := c.svc.CreateVolume(c.ctx(), createReq(name, 1<<30, params))
+					if err == nil {
+						if prev, loaded := vols.LoadOrStore(name, r.Volume.VolumeId); loaded && prev != r.Volume.VolumeId {
+							t.Errorf("%s: %s and %s", name, prev, r.Volume.VolumeId)
+						}
+						return
+					}
+					if !retryable(err) {
+						t.Errorf("create %s: %v", name, err)
+						return
+					}
+					if maxTries > 0 && tries > maxTries {
+						t.Errorf("create %s: still %v after %d retries", name, err, tries)
+						return
+					}
+					if testing.Verbose() {
+						t.Logf("%s retry: %v", name, err)
+					}
+					clk.Advance(time.Second)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	names := 0
+	vols.Range(func(any, any) bool { names++; return true })
+	return names
 }

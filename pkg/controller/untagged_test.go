@@ -381,45 +381,8 @@ func TestTwoWritersOfUntaggedVolumesNeverShareAGID(t *testing.T) {
 			b := newBedOn(t, a.url, a.emu, cfg)
 			keepTokens(a, b)
 			class := untagged("gidRangeStart", "50000", "gidRangeEnd", "50060")
-			const n = 20
-			var wg sync.WaitGroup
-			var vols sync.Map
-			for i := range n {
-				for _, c := range []*bed{a, b} {
-					name := fmt.Sprintf("pvc-%d", i)
-					if c == b && i%2 == 0 {
-						name = fmt.Sprintf("pvc-b-%d", i)
-					}
-					wg.Go(func() {
-						tries := 0
-						for {
-							r, err := c.svc.CreateVolume(c.ctx(), createReq(name, 1<<30, class))
-							if err == nil {
-								if prev, loaded := vols.LoadOrStore(name, r.Volume.VolumeId); loaded && prev != r.Volume.VolumeId {
-									t.Errorf("%s: %s and %s", name, prev, r.Volume.VolumeId)
-								}
-								return
-							}
-							if !retryable(err) {
-								t.Errorf("create %s: %v", name, err)
-								return
-							}
-							if tries++; tries > 2000 {
-								t.Errorf("create %s: still %v after %d retries", name, err, tries)
-								return
-							}
-							// The provisioner's back-off, shared by every
-							// goroutine: in aggregate, found access points
-							// settle; no single call outlives a yield deadline.
-							clk.Advance(time.Second)
-						}
-					})
-				}
-			}
-			wg.Wait()
+			names := createFromBoth(t, a, b, clk, 20, class, 2000)
 			aps := a.accessPoints()
-			names := 0
-			vols.Range(func(any, any) bool { names++; return true })
 			if len(aps) != names {
 				t.Errorf("%d access points for %d volumes", len(aps), names)
 			}
