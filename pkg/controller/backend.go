@@ -126,12 +126,18 @@ func apiOfMode(params map[string]string) API {
 	return APIEFS
 }
 
+// maxBackends bounds the backends kept at once: each holds a client (and
+// a role's cached credentials), and provisioner secrets are the tenants' to
+// choose. One that is dropped is opened again at its next call.
+const maxBackends = 64
+
 // backend returns the Service that serves b: s itself for the zero
-// backend, else one per backend, made at first use. A backend's Service is
-// a full controller over its client (its own GID allocator, verifier and
-// memory: file system IDs of two accounts or APIs never share a view) that
-// shares s's lock table, so that a create and a delete of one volume name
-// exclude each other whichever backend each names.
+// backend, else a copy of s over b's client, mounter and logger, made at
+// first use. Every copy shares s's state (shared: the lock table, the GID
+// allocator, the record, the answers, root-directory removal), so one file
+// system has one view whichever credentials or API reach it, and a create
+// and a delete of one volume exclude each other whichever backend each
+// names.
 func (s *Service) backend(ctx context.Context, b Backend) (*Service, error) {
 	if b == (Backend{}) {
 		return s, nil
@@ -148,23 +154,31 @@ func (s *Service) backend(ctx context.Context, b Backend) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: %w", b, err)
 	}
-	cfg := s.cfg
-	cfg.EFS, cfg.Backends, cfg.Zones = client, nil, nil
+	svc := &Service{efs: client, mounter: s.mounter, log: s.log.With(slog.String("backend", b.String())), api: b.API, shared: s.shared}
 	if d, ok := client.(FileSystemDescriber); ok {
-		cfg.Zones = d // the backend's file systems are described as its own
+		svc.zones = newZoneCache(d, s.now) // the backend's file systems are described as its own
 	}
 	if mounter != nil {
-		cfg.Mounter = mounter
+		svc.mounter = mounter
 	}
-	cfg.locks, cfg.identity = s.locks, &s.me
-	cfg.Logger = s.log.With(slog.String("backend", b.String()))
-	svc, err := New(cfg)
-	if err != nil {
-		return nil, err
+	if len(s.others) >= maxBackends {
+		for k := range s.others {
+			if k != (Backend{API: APIS3Files}) {
+				delete(s.others, k)
+				break
+			}
+		}
 	}
-	svc.api = b.API
 	s.others[b] = svc
 	return svc, nil
+}
+
+// dropBackend forgets b's Service after its credentials were refused: a
+// role that does not trust this controller keeps nothing.
+func (s *Service) dropBackend(b Backend) {
+	s.bmu.Lock()
+	delete(s.others, b)
+	s.bmu.Unlock()
 }
 
 // services is s and every backend's Service made so far.

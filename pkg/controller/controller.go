@@ -10,11 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"math/rand/v2"
+		"math/rand/v2"
 	"os"
-	"path/filepath"
-	"strconv"
+		"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
@@ -69,6 +68,8 @@ var (
 	// ErrNotReachable: the volume's file system is not visible with the
 	// credentials of the call (another account's, and no role named).
 	ErrNotReachable = errors.New("file system not reachable")
+	// ErrForeign: the access point is another cluster's.
+	ErrForeign = errors.New("access point of another cluster")
 	// ErrGIDContention: another writer took every GID this call tried; retry.
 	ErrGIDContention = errors.New("GID contention with another writer")
 )
@@ -108,6 +109,15 @@ type RefReader interface {
 	Value(ctx context.Context, ref volume.ObjectRef) (string, error)
 }
 
+// GID verification modes (--gid-verify). Since the record (pkg/journal)
+// makes GIDs unique by construction, no mode lists to verify any more; the
+// flag is accepted for the command lines that set it.
+const (
+	VerifyAuto   = "auto"
+	VerifyAlways = "always"
+	VerifyNever  = "never"
+)
+
 // Config wires the service. EFS is required; Mounter is required when
 // DeleteRootDir is set.
 type Config struct {
@@ -121,60 +131,68 @@ type Config struct {
 	DeleteRootDir bool                // --delete-access-point-root-dir
 	TempDir       string              // parent of per-call mount points; "" = os.TempDir()
 	GIDOptions    gid.Options         // how stale the allocator's listing may get
-	GIDVerify     string              // VerifyAuto (""), VerifyAlways or VerifyNever
-	Now           func() time.Time    // nil: time.Now
-	Logger        *slog.Logger
-
-	// Tests stand in for processes: who this Service is, and how another
-	// writer's process is looked up (nil: this process and /proc).
-	identity  *writer
-	procStart func(pid int) (uint64, bool)
-	// locks is shared by a backend's Service with the Service that made it.
-	locks *keylock.Set
+	GIDVerify     string              // accepted for compatibility: VerifyAuto (""), VerifyAlways or VerifyNever
+	// Journal is the record of this cluster's volumes and GIDs (required in
+	// production: the Kubernetes store, or a local file outside Kubernetes;
+	// nil: one in this process's memory, for tests of one controller).
+	Journal journal.Store
+	Now     func() time.Time // nil: time.Now
+	Logger  *slog.Logger
 }
 
-// Service is the CSI Controller service.
+// Service is the CSI Controller service. A backend's Service (backend.go)
+// is a copy of its parent with another client, mounter and logger: every
+// other field points at state shared by all backends, one per file system
+// whichever credentials reach it.
 type Service struct {
 	csi.UnimplementedControllerServer
 	efs     EFS
 	mounter FileSystemMounter
-	refs    RefReader
 	zones   *zoneCache // nil without Config.Zones
-	tags    map[string]string
-	cluster string // Config.ClusterID
-	now     func() time.Time
-	delRoot bool
-	tmpDir  string
-	locks   *keylock.Set
-	gids    *gid.Allocator
-	verify  *verifier
-	roots   *rootDirs // root-directory removal (rootdir.go)
 	log     *slog.Logger
+	api     API
 
-	// Backends (backend.go): cfg makes a backend's Service; api is this
-	// Service's; others are the backends' Services, made at first use.
+	*shared
+}
+
+// shared is the state of the controller, the same for every backend.
+type shared struct {
+	refs     RefReader
+	tags     map[string]string
+	cluster  string // Config.ClusterID
+	now      func() time.Time
+	delRoot  bool
+	tmpDir   string
+	locks    *keylock.Set
+	gids     *gid.Allocator
+	journal  *journal.Journal
+	roots    *rootDirs                                     // root-directory removal (rootdir.go)
+	listings *freshFlight[listKey, []efs.AccessPoint] // listings that start after their caller asked
 	cfg      Config
-	me       writer
-	api      API
+
+	// Backends (backend.go): the Services of other backends, made at
+	// first use, at most maxBackends of them.
 	backends Backends
 	bmu      sync.Mutex
 	others   map[Backend]*Service
 
-	// pending holds, per volume generation (pendingKey), the GID
-	// reservation of a create whose outcome is unknown, until a later
-	// attempt settles it. Only touched under the volume's name lock; mu
-	// guards the map itself.
-	mu      sync.Mutex
-	pending map[string]*pending
-	nextGen map[string]int // volume name -> generation to start at (see retire)
-	writer  string         // TagWriter value of this Service
 	// answers and answerOf: the volumes this process answered (name ->
 	// access point, and back), so a repeat costs no request (or one
 	// Describe), not a create. A delete drops its entry under the volume's
 	// locks.
+	mu       sync.Mutex
 	answers  map[string]answer
 	answerOf map[string]string
 }
+
+// listKey is a listing of a file system through one client.
+type listKey struct {
+	client EFS
+	fsID   string
+}
+
+// listTimeout bounds a shared listing.
+const listTimeout = time.Minute
 
 // New validates cfg and builds the service.
 func New(cfg Config) (*Service, error) {
@@ -192,6 +210,11 @@ func New(cfg Config) (*Service, error) {
 	if !validClusterID(cfg.ClusterID) {
 		return nil, fmt.Errorf("controller: cluster ID %q: want at most 256 letters, digits, spaces and _.:/=+-@", cfg.ClusterID)
 	}
+	switch cfg.GIDVerify {
+	case "", VerifyAuto, VerifyAlways, VerifyNever:
+	default:
+		return nil, fmt.Errorf("controller: GID verification mode %q: want auto, always or never", cfg.GIDVerify)
+	}
 	if cfg.TempDir == "" {
 		cfg.TempDir = os.TempDir()
 	}
@@ -201,44 +224,42 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Journal == nil {
+		cfg.Journal = journal.NewMemory()
+	}
 	if cfg.GIDOptions.Seed == "" {
-		// Two processes creating at once start their GID searches apart.
+		// Two processes creating at once start their GID searches apart,
+		// so that they rarely try to hold the same id in the record.
 		cfg.GIDOptions.Seed = strconv.FormatUint(rand.Uint64(), 36)
 	}
 	if cfg.GIDOptions.MaxAge == 0 {
-		// Short enough that another writer's access points are seen soon,
+		// Short enough that another cluster's access points are seen soon,
 		// long enough that listing stays a small share of the API calls.
 		cfg.GIDOptions.MaxAge = time.Minute
-	}
-	me := selfWriter(cfg.GIDOptions.Seed)
-	if cfg.identity != nil {
-		me = *cfg.identity
-	}
-	v, err := newVerifier(cfg.GIDVerify, func(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
-		return efs.Collect(ctx, cfg.EFS.ListAccessPoints, fsID)
-	}, cfg.Now, me)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.procStart != nil {
-		v.procStart = cfg.procStart
-	}
-	v.seen = openSightings(filepath.Join(cfg.TempDir, "efs-csi-sightings"))
-	if cfg.locks == nil {
-		cfg.locks = keylock.New()
 	}
 	var zones *zoneCache
 	if cfg.Zones != nil {
 		zones = newZoneCache(cfg.Zones, cfg.Now)
 	}
+	listings := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) ([]efs.AccessPoint, error) {
+		return efs.Collect(ctx, k.client.ListAccessPoints, k.fsID)
+	})
 	return &Service{
-		zones: zones, efs: cfg.EFS, mounter: cfg.Mounter, refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
-		locks: cfg.locks, gids: gid.New(observingSource{cfg.EFS, v}, cfg.GIDOptions), verify: v,
-		log: cfg.Logger, pending: map[string]*pending{}, nextGen: map[string]int{}, writer: me.String(),
-		answers: map[string]answer{}, answerOf: map[string]string{},
-		roots: newRootDirs(v.listings),
-		cfg:   cfg, me: me, backends: cfg.Backends, others: map[Backend]*Service{},
+		efs: cfg.EFS, mounter: cfg.Mounter, zones: zones, log: cfg.Logger,
+		shared: &shared{
+			refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
+			locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDOptions), journal: journal.New(cfg.Journal),
+			roots: newRootDirs(), listings: listings, cfg: cfg,
+			backends: cfg.Backends, others: map[Backend]*Service{},
+			answers: map[string]answer{}, answerOf: map[string]string{},
+		},
 	}, nil
+}
+
+// listAfterNow lists fsID through this Service's client in a listing that
+// starts after the call (shared with every caller waiting then).
+func (s *Service) listAfterNow(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
+	return s.listings.Do(ctx, listKey{s.efs, fsID})
 }
 
 // LocksHeld is the number of volume locks held now: 0 at rest.
@@ -247,11 +268,7 @@ func (s *Service) LocksHeld() int { return s.locks.Len() }
 // GIDStats reports the allocators' view per file system, for metrics: of
 // every backend (file system IDs are unique across accounts and APIs).
 func (s *Service) GIDStats() map[string]gid.Stats {
-	out := map[string]gid.Stats{}
-	for _, svc := range s.services() {
-		maps.Copy(out, svc.gids.Stats())
-	}
-	return out
+	return s.gids.Stats()
 }
 
 // ControllerGetCapabilities advertises create/delete and listing.

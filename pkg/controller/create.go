@@ -2,9 +2,7 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
+		"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -31,21 +30,15 @@ type plan struct {
 	crossAccount bool // provisioner secret crossaccount (see volumeContext)
 }
 
-// token is the client token of generation gen of the volume.
-func (p *plan) token(gen int) string {
-	if !p.params.EnableTagging {
-		return untaggedGenerationToken(p.input.ClientToken, gen)
-	}
-	return generationToken(p.input.ClientToken, gen)
-}
-
 // locks are the name locks a create of the volume holds: its name's, and
-// for an untagged class the one DeleteVolume recovers from its tokens.
+// its client token's when that is not the name (a long name's hash,
+// reuseAccessPoint's claim hash), which a DeleteVolume of an access point
+// without a record recovers from the token alone.
 func (p *plan) locks() []string {
-	if !p.params.EnableTagging {
-		return untaggedLockKeys(p.name, p.input.ClientToken)
+	if p.input.ClientToken == p.name {
+		return []string{nameKey(p.name)}
 	}
-	return []string{nameKey(p.name)}
+	return []string{nameKey(p.name), nameKey(p.input.ClientToken)}
 }
 
 // CreateVolume creates (or finds) the access point for req.Name.
@@ -149,7 +142,6 @@ func (s *Service) repeat(ctx context.Context, p *plan) *efs.AccessPoint {
 
 // remember records an answered volume (under its name lock).
 func (s *Service) remember(name string, ap *efs.AccessPoint) {
-	s.verify.markAnswered(ap.ID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.answers[name]; ok {
@@ -166,7 +158,6 @@ type answer struct {
 
 // forgetAnswer drops what this process remembers of a deleted access point.
 func (s *Service) forgetAnswer(apID string) {
-	s.verify.forget(apID)
 	s.dropAnswer(apID)
 }
 
@@ -251,7 +242,6 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 	}
 	tags[TagCluster] = "true"
 	tags[TagVolumeName] = name
-	tags[TagWriter] = s.writer
 	tags[TagCapacity] = capacityTag(capacity)
 	if s.cluster != "" {
 		tags[TagClusterID] = s.cluster
@@ -265,312 +255,230 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 	return tags, nil
 }
 
-// maxYields bounds how often one call gives its GID up to another writer;
-// maxGenerations bounds the client tokens a volume can ever use (see yield).
-const (
-	maxYields      = 3
-	maxGenerations = 16
-)
+// maxIDAttempts bounds how many ids one call tries to hold in the record
+// when other volumes hold the ones it picked (another controller's creates
+// at the same moment).
+const maxIDAttempts = 8
 
-// createOrAdopt runs steps 3-6 under the name lock.
-//
-// Generations: when verification finds that an access point created earlier
-// holds our GID, ours must go, and the volume needs another access point
-// with another GID. EFS documents nothing about reusing a deleted access
-// point's client token, so the replacement is created under the next
-// generation's token (generationToken) before the loser is deleted: every
-// moment, some generation's access point exists, and a retry that finds
-// generation 0 gone finds the latest one by its token in a listing.
+// createOrAdopt runs steps 3-6 under the name lock (docs/design.md,
+// "Create"). The record comes first: the volume's entry (token, path, ids)
+// and its id, held in the record, before any CreateAccessPoint, so that no
+// other create of this cluster can put the id on an access point, and every
+// later step (a retry, a restart, another controller, DeleteVolume, the
+// orphan collector) knows what this create may have made. Nothing is ever
+// deleted on this path.
 func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint, error) {
-	fsID := p.params.FileSystemID
-	var losers []efs.AccessPoint // earlier generations to delete once a later one stands
-	gen := s.firstGeneration(p.name)
-	for yields := 0; ; yields++ {
-		ap, created, err := s.createOnce(ctx, p, gen)
-		if errors.Is(err, ErrNotYetVisible) && gen == 0 {
-			// Generation 0's access point may be gone because it yielded:
-			// look for a later generation before asking for a retry.
-			if found, k, ferr := s.findGeneration(ctx, p); ferr == nil && found != nil {
-				ap, gen, err = found, k, p.check(found)
-			}
-		}
-		if err != nil {
-			if errors.Is(err, gid.ErrExhausted) && len(losers) > 0 {
-				// No GID left for a successor: the losers must not stay,
-				// they share their GIDs. The next attempt starts here.
-				err = errors.Join(err, s.retire(ctx, losers))
-				s.setFirstGeneration(p.name, gen)
-			}
-			return nil, err
-		}
-		if !p.params.NeedsGIDAllocation() || !s.verify.needed(ap) {
-			return ap, s.retire(ctx, losers)
-		}
-		id := allocatedID(p.params.GID, ap)
-		rivals, listing, err := s.verify.rivals(ctx, ap, id)
-		if err != nil {
-			// The access point exists unverified and unanswered: the
-			// retry finds it and verifies again.
-			return nil, err
-		}
-		// Generations converge on the latest: a later one exists only
-		// because this one yielded, and nobody answers an earlier one once
-		// a later one is listed (see verifier).
-		if later, k, older := generations(listing, p, ap.ID, gen); later != nil {
-			losers = append(append(losers, *ap), older...)
-			s.gids.Record(*later)
-			s.verify.learned(later, false)
-			ap, gen = later, k
+	rec, res, err := s.record(ctx, p)
+	if res != nil {
+		// The local reservation keeps this process's other creates off the
+		// id until the allocator has the access point (Record) or the
+		// create failed; the record holds it for every process.
+		defer res.Release()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rec.AccessPoint != "" {
+		ap, err := s.efs.DescribeAccessPoint(ctx, rec.AccessPoint)
+		switch {
+		case err == nil:
+			s.gids.Record(*ap)
 			if err := p.check(ap); err != nil {
 				return nil, err
 			}
-			continue
-		} else {
-			losers = append(losers, older...)
-		}
-		switch s.verify.verdict(ap, created, rivals) {
-		case answerIt:
-			return ap, s.retire(ctx, losers)
-		case waitForIt:
-			return nil, errors.Join(fmt.Errorf("%w: access point %s (GID %d) was made by another writer that may still be verifying it (%d other access points carry the GID)",
-				ErrGIDContention, ap.ID, id, len(rivals)), s.retire(ctx, losers))
-		}
-		// yieldIt: another access point carries the GID and ours gives way.
-		// Its GID stays used in the allocator: it stands for the other one.
-		s.log.Warn("GID taken by another writer; yielding", "accessPoint", ap.ID, "gid", id, "name", p.name, "generation", gen)
-		losers = append(losers, *ap)
-		if gen+1 >= maxGenerations {
-			return nil, fmt.Errorf("%w: GID %d on %s is also used by another writer, and volume %q has used all %d generations",
-				ErrGIDContention, id, fsID, p.name, maxGenerations)
-		}
-		if yields+1 >= maxYields {
-			// This call has yielded enough: the retry goes on with the next
-			// generation. What yielded goes now, or it would outlive its
-			// yield deadline and keep a GID it shares with another.
-			s.setFirstGeneration(p.name, gen+1)
-			return nil, errors.Join(fmt.Errorf("%w: GID %d on %s is also used by another writer", ErrGIDContention, id, fsID),
-				s.retire(ctx, losers))
-		}
-		gen++
-	}
-}
-
-// generations finds the other generations of p's volume in a listing: the
-// latest one if it is later than gen (with its generation), and every one
-// earlier than max(gen, latest) but ap.
-func generations(listing []efs.AccessPoint, p *plan, apID string, gen int) (later *efs.AccessPoint, k int, older []efs.AccessPoint) {
-	genOf := make(map[string]int, maxGenerations)
-	for g := range maxGenerations {
-		genOf[p.token(g)] = g
-	}
-	top := gen
-	for i := range listing {
-		if g, ok := genOf[listing[i].ClientToken]; ok && listing[i].ID != apID && g > top {
-			later, top = &listing[i], g
-		}
-	}
-	for _, other := range listing {
-		if g, ok := genOf[other.ClientToken]; ok && other.ID != apID && g < top && (later == nil || other.ID != later.ID) {
-			older = append(older, other)
-		}
-	}
-	return later, top, older
-}
-
-// retire deletes access points that yielded their GID or were superseded by
-// a later generation of their volume; never one this process answered.
-func (s *Service) retire(ctx context.Context, aps []efs.AccessPoint) error {
-	for _, ap := range aps {
-		if !s.verify.mayRetire(&ap) {
-			continue
-		}
-		if err := s.efs.DeleteAccessPoint(ctx, ap.ID); err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
-			return err
-		}
-		s.gids.Forget(ap.FileSystemID, ap.ID)
-		s.verify.forget(ap.ID)
-	}
-	return nil
-}
-
-func (s *Service) setFirstGeneration(name string, gen int) {
-	s.mu.Lock()
-	s.nextGen[name] = gen
-	s.mu.Unlock()
-}
-
-// firstGeneration is where a create of name starts: 0, unless this process
-// deleted an earlier generation that had no successor.
-func (s *Service) firstGeneration(name string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.nextGen[name]
-}
-
-// generationToken is the client token of generation gen of a volume whose
-// generation-0 token is base: base itself (what upstream sends, so its
-// access points are found), then a hash of base and gen.
-func generationToken(base string, gen int) string {
-	if gen == 0 {
-		return base
-	}
-	sum := sha256.Sum256([]byte(base + "\x00generation-" + strconv.Itoa(gen)))
-	return hex.EncodeToString(sum[:])
-}
-
-// findGeneration looks for the latest generation (> 0) of p's access point
-// in a fresh listing of its file system.
-func (s *Service) findGeneration(ctx context.Context, p *plan) (*efs.AccessPoint, int, error) {
-	aps, err := s.verify.listAfterNow(ctx, p.params.FileSystemID)
-	if err != nil {
-		return nil, 0, err
-	}
-	byToken := make(map[string]*efs.AccessPoint, len(aps))
-	for i := range aps {
-		byToken[aps[i].ClientToken] = &aps[i]
-	}
-	for gen := maxGenerations - 1; gen > 0; gen-- {
-		if ap := byToken[p.token(gen)]; ap != nil {
-			s.gids.Record(*ap)
-			s.verify.learned(ap, false)
-			return ap, gen, nil
-		}
-	}
-	return nil, 0, nil
-}
-
-// pending is the GID reservation of one generation of a volume between
-// attempts. Only touched under the volume's name lock.
-type pending struct {
-	res *gid.Reservation // nil for a class that fixes uid and gid
-	// inDoubt: an attempt with res had an unknown outcome, so an access
-	// point may carry its GID. Then only a definitive answer about the
-	// volume's access point (created, or found by its token) releases it;
-	// any other error of a later attempt keeps it.
-	inDoubt bool
-}
-
-// settle releases the reservation: its create's access point is known (and
-// recorded) or provably not made with it.
-func (pd *pending) settle() {
-	if pd.res != nil {
-		pd.res.Release()
-	}
-}
-
-// createOnce creates generation gen of the access point (created), or
-// adopts the one an earlier attempt made.
-func (s *Service) createOnce(ctx context.Context, p *plan, gen int) (ap *efs.AccessPoint, created bool, err error) {
-	key := pendingKey(p.name, gen)
-	pd, err := s.takePending(ctx, p, key)
-	if err != nil {
-		return nil, false, err
-	}
-	uid, g := p.params.UID, p.params.GID
-	if pd.res != nil {
-		uid, g = p.params.Identity(pd.res.GID())
-	}
-	in := p.input
-	in.ClientToken = p.token(gen)
-	in.PosixUser = &efs.PosixUser{UID: uid, GID: g}
-	in.CreationInfo = &efs.CreationInfo{OwnerUID: uid, OwnerGID: g, Permissions: p.params.DirectoryPerms}
-
-	ap, err = s.efs.CreateAccessPoint(ctx, in)
-	switch {
-	case err == nil:
-		s.gids.Record(*ap) // before the release: the GID is never free in between
-		pd.settle()
-		s.verify.learned(ap, true)
-		return ap, true, nil
-	case errors.Is(err, efs.ErrAlreadyExists):
-		// Our token is taken: by an earlier attempt of this very volume (the
-		// answer was lost, the caller timed out, or the process died), or on a
-		// lenient server by an access point with other parameters.
-		var ae *efs.AlreadyExistsError
-		if !errors.As(err, &ae) || ae.AccessPointID == "" {
-			s.keepPending(key, pd)
-			return nil, false, fmt.Errorf("client token %q is taken but EFS named no access point: %w", in.ClientToken, err)
-		}
-		found, err := s.efs.DescribeAccessPoint(ctx, ae.AccessPointID)
-		if err != nil {
-			// Until we see it we cannot know which GID it carries: if an
-			// attempt of ours is in doubt, it may be ours.
-			s.keepPending(key, pd)
-			if errors.Is(err, efs.ErrAccessPointNotFound) {
-				return nil, false, fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, in.ClientToken)
-			}
-			return nil, false, err
-		}
-		// The token is bound to this access point, so none of our attempts
-		// made another one: its GIDs are recorded, ours is free again.
-		s.gids.Record(*found)
-		pd.settle()
-		s.verify.learned(found, false)
-		if err := p.check(found); err != nil {
-			return nil, false, err
-		}
-		return found, false, nil
-	case errors.Is(err, efs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		// Outcome unknown: the access point may exist with this GID. Keep the
-		// reservation for the retry, which then sends identical parameters.
-		pd.inDoubt = true
-		s.keepPending(key, pd)
-		return nil, false, err
-	default:
-		s.keepPending(key, pd) // released unless an earlier attempt is in doubt
-		return nil, false, err
-	}
-}
-
-func pendingKey(name string, gen int) string { return name + "\x00" + strconv.Itoa(gen) }
-
-// takePending returns what an earlier attempt of this generation left (so a
-// retry sends the GID the first attempt sent), or a new reservation.
-func (s *Service) takePending(ctx context.Context, p *plan, key string) (*pending, error) {
-	s.mu.Lock()
-	pd := s.pending[key]
-	delete(s.pending, key)
-	s.mu.Unlock()
-	if pd != nil && (pd.res == nil) == p.params.NeedsGIDAllocation() {
-		// The class changed between attempts from or to a fixed identity;
-		// an in-doubt GID stays held for good, it may be on an access point.
-		if !pd.inDoubt {
-			pd.settle()
-		}
-		pd = nil
-	}
-	if pd != nil && pd.res != nil {
-		if g := pd.res.GID(); g < p.params.GIDRangeStart || g > p.params.GIDRangeEnd {
-			if !pd.inDoubt {
-				pd.settle()
-			}
-			pd = nil
-		}
-	}
-	if pd != nil {
-		return pd, nil
-	}
-	pd = &pending{}
-	if p.params.NeedsGIDAllocation() {
-		r, err := s.gids.Reserve(ctx, p.params.FileSystemID, p.params.GIDRangeStart, p.params.GIDRangeEnd, key)
-		if err != nil {
+			return ap, nil
+		case !errors.Is(err, efs.ErrAccessPointNotFound):
 			return nil, err
 		}
-		pd.res = r
+		// Not visible: deleted behind the record's back, or Describe lags.
+		// The create below tells which: the token finds it, or it is free.
 	}
-	return pd, nil
+	in := p.input
+	in.PosixUser = &efs.PosixUser{UID: rec.UID, GID: rec.GID}
+	in.CreationInfo = &efs.CreationInfo{OwnerUID: rec.UID, OwnerGID: rec.GID, Permissions: p.params.DirectoryPerms}
+	ap, err := s.efs.CreateAccessPoint(ctx, in)
+	switch {
+	case err == nil:
+		s.gids.Record(*ap) // before the local release: never free in between
+		if err := s.journal.SetAccessPoint(ctx, rec, ap.ID, ap.Path, rec.UID, rec.GID, rec.Allocated, true); err != nil {
+			return nil, err
+		}
+		return ap, nil
+	case errors.Is(err, efs.ErrAlreadyExists):
+		return s.adopt(ctx, p, rec, err)
+	}
+	// Unknown outcome (UNAVAILABLE, deadline) or refused: the record and
+	// its id stay, so the retry sends the identical request, and the id is
+	// on no other access point of this cluster meanwhile.
+	return nil, err
 }
 
-// keepPending hands pd to the next attempt if an attempt is in doubt, and
-// releases it otherwise.
-func (s *Service) keepPending(key string, pd *pending) {
-	if !pd.inDoubt {
-		pd.settle()
-		return
+// record returns the volume's record, made now (with an id reserved in the
+// allocator, whose reservation is returned) or by an earlier attempt, a
+// restarted process or another controller, and makes its id held in the
+// record.
+func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Reservation, error) {
+	fsID := p.params.FileSystemID
+	uid, g, alloc := p.params.UID, p.params.GID, int64(journal.NoID)
+	var res *gid.Reservation
+	if p.params.NeedsGIDAllocation() {
+		r, err := s.gids.ReserveFrom(ctx, s.efs, fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name)
+		if err != nil {
+			return nil, nil, err
+		}
+		res, alloc = r, r.GID()
+		uid, g = p.params.Identity(alloc)
 	}
-	s.mu.Lock()
-	s.pending[key] = pd
-	s.mu.Unlock()
+	rec, made, err := s.journal.Begin(ctx, journal.Volume{
+		FileSystem: fsID, Token: p.input.ClientToken, Name: p.name, API: string(s.api), Path: p.input.Path,
+		UID: uid, GID: g, Allocated: alloc, ClaimNamespace: p.params.PVCNamespace, ClaimName: p.params.PVCName,
+	})
+	if err != nil {
+		return nil, res, err
+	}
+	if !made && res != nil {
+		res.Release() // the record has its own
+		res = nil
+	}
+	if why := p.recordMismatch(rec); why != "" {
+		return nil, res, fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.name, why)
+	}
+	for attempt := 1; ; attempt++ {
+		err := s.journal.HoldID(ctx, rec)
+		if err == nil {
+			return rec, res, nil
+		}
+		if !errors.Is(err, journal.ErrIDTaken) {
+			return nil, res, err
+		}
+		if rec.AccessPoint != "" || !p.params.NeedsGIDAllocation() || attempt >= maxIDAttempts {
+			// An access point already carries the id (adopted from a
+			// release before the record, which shared it), or the class
+			// changed to fixed ids: nothing this call may change.
+			return nil, res, fmt.Errorf("%w: %w", ErrGIDContention, err)
+		}
+		// Another volume holds the id: this record's id was never sent
+		// (a create sends only a held id), so it may take another.
+		r, rerr := s.gids.ReserveFrom(ctx, s.efs, fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name+"#"+strconv.Itoa(attempt))
+		if rerr != nil {
+			return nil, res, rerr
+		}
+		nu, ng := p.params.Identity(r.GID())
+		if err := s.journal.SetIDs(ctx, rec, rec.Allocated, nu, ng, r.GID()); err != nil && !errors.Is(err, journal.ErrConflict) {
+			r.Release()
+			return nil, res, err
+		} else if err != nil {
+			r.Release() // another writer changed the record first: hold what it chose
+			continue
+		}
+		if res != nil {
+			res.Release()
+		}
+		res = r
+	}
+}
+
+// recordMismatch says why a record found for the plan's token serves
+// another volume, or "".
+func (p *plan) recordMismatch(rec *journal.Record) string {
+	if p.params.ReuseAccessPoint {
+		// The token is the claim name's hash: a claim of that name in
+		// another namespace has the same token, and must not get it.
+		if rec.ClaimNamespace != p.params.PVCNamespace {
+			return fmt.Sprintf("its access point token is recorded for a claim in namespace %q, not %q", rec.ClaimNamespace, p.params.PVCNamespace)
+		}
+		return ""
+	}
+	if rec.Name != p.name {
+		return fmt.Sprintf("its access point token is recorded for volume %q", rec.Name)
+	}
+	return ""
+}
+
+// adopt answers a create whose token EFS says is taken (err): by an
+// earlier attempt of this volume whose answer was lost, a killed process,
+// another controller of this cluster, an earlier release or the upstream
+// driver (whose tokens are ours), or with reuseAccessPoint a claim's
+// earlier volume. It is the volume's if it matches the plan, and the
+// record then names it and the ids it carries.
+func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, err error) (*efs.AccessPoint, error) {
+	var ae *efs.AlreadyExistsError
+	if !errors.As(err, &ae) || ae.AccessPointID == "" {
+		return nil, fmt.Errorf("client token %q is taken but EFS named no access point: %w", p.input.ClientToken, err)
+	}
+	found, err := s.efs.DescribeAccessPoint(ctx, ae.AccessPointID)
+	if err != nil {
+		if errors.Is(err, efs.ErrAccessPointNotFound) {
+			return nil, fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, p.input.ClientToken)
+		}
+		return nil, err
+	}
+	s.gids.Record(*found)
+	if err := p.check(found); err != nil {
+		return nil, err
+	}
+	if p.params.ReuseAccessPoint && rec.AccessPoint == "" && !p.claimProven(found) && !madeWith(rec, found) {
+		return nil, fmt.Errorf("%w: access point %s for volume %q: made for claim %q by an earlier driver, and nothing records its namespace (tag it %s=<namespace> to adopt it)",
+			ErrIncompatible, found.ID, p.name, p.params.PVCName, TagClaimNamespace)
+	}
+	uid, g := posixIDs(found)
+	alloc := int64(journal.NoID)
+	if p.params.NeedsGIDAllocation() {
+		alloc = allocatedID(p.params.GID, found)
+	}
+	if alloc != rec.Allocated {
+		// The token is bound to found, so no attempt of ours made another
+		// access point: the id the record planned is on none of ours.
+		planned := rec.Allocated
+		adopted := *rec
+		adopted.Allocated = alloc
+		if err := s.journal.HoldID(ctx, &adopted); err != nil {
+			if !errors.Is(err, journal.ErrIDTaken) {
+				return nil, err
+			}
+			// Two access points of this file system already carry it (an
+			// earlier release or the upstream driver shared it): answering
+			// changes nothing, refusing would not fix it.
+			s.log.Warn("adopted access point shares its GID with another recorded volume",
+				slog.String("accessPoint", found.ID), slog.Int64("gid", alloc), slog.String("error", err.Error()))
+			alloc = journal.NoID
+		}
+		if err := s.journal.SetAccessPoint(ctx, rec, found.ID, found.Path, uid, g, alloc, false); err != nil {
+			return nil, err
+		}
+		if err := s.journal.ReleaseUnsentID(ctx, rec.FileSystem, planned, rec.Token); err != nil {
+			return nil, err
+		}
+	} else if err := s.journal.SetAccessPoint(ctx, rec, found.ID, found.Path, uid, g, alloc, false); err != nil {
+		return nil, err
+	}
+	if p.params.ReuseAccessPoint {
+		if err := s.journal.SetClaim(ctx, rec, p.name, p.params.PVCNamespace); err != nil {
+			return nil, err
+		}
+	}
+	return found, nil
+}
+
+// madeWith reports whether found was made with rec's planned request: it
+// carries the id rec holds in the record, which no other volume of this
+// cluster can carry and which the allocator picked off every listed access
+// point, at rec's root directory.
+func madeWith(rec *journal.Record, found *efs.AccessPoint) bool {
+	uid, g := posixIDs(found)
+	return rec.Allocated != journal.NoID && (uid == rec.Allocated || g == rec.Allocated) &&
+		uid == rec.UID && g == rec.GID && found.Path == rec.Path
+}
+
+// claimProven: an access point found by a reuseAccessPoint token that the
+// record does not name serves this claim only if it proves the claim's
+// namespace: this driver's claim tags, or a root directory that this
+// class's subPathPattern derives from the namespace.
+func (p *plan) claimProven(ap *efs.AccessPoint) bool {
+	if ns, ok := ap.Tags[TagClaimNamespace]; ok {
+		return ns == p.params.PVCNamespace
+	}
+	return p.params.RootDirHasNamespace(ap.Path)
 }
 
 // check returns ErrIncompatible unless ap can serve as the volume p describes.

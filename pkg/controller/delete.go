@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/rmtree"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
@@ -24,15 +25,17 @@ import (
 //
 // Protocol (docs/design.md, "Delete"):
 //  1. Parse; an unparsable ID or a static volume (no access point) is done.
-//  2. Lock the access point ID, describe it, recover the volume name (our
-//     tag, or else every name the client token can be read as:
-//     provenanceOf) and lock the name too: a Create of the same volume in
-//     flight makes this call ABORTED instead of racing it.
+//  2. Lock the access point ID and describe it. It must be on the ID's file
+//     system and not another cluster's; its record (by file system and
+//     client token) says whose it is, and lock its name and token: a Create
+//     of the same volume in flight makes this call ABORTED instead of racing
+//     it.
 //  3. With --delete-access-point-root-dir, remove the root directory first,
-//     unless another access point reaches it or no CSI driver made the
-//     access point; if removal fails the access point stays, so a retry can
-//     finish the job.
+//     unless another access point (listed, or recorded) reaches it or no CSI
+//     driver made the access point; if removal fails the access point
+//     stays, so a retry can finish the job.
 //  4. Delete the access point; "not found" means an earlier attempt did.
+//     Then, and only then, the record and its GID are released.
 func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, fmt.Errorf("%w: volume ID is required", ErrInvalidRequest)
@@ -48,7 +51,11 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	if err != nil {
 		return nil, err
 	}
-	return svc.deleteVolume(ctx, rest)
+	resp, err := svc.deleteVolume(ctx, rest)
+	if errors.Is(err, efs.ErrAccessDenied) && b != (Backend{}) {
+		s.dropBackend(b)
+	}
+	return resp, err
 }
 
 func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.DeleteVolumeResponse, error) {
@@ -66,23 +73,46 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 
 	ap, err := s.efs.DescribeAccessPoint(ctx, id.AccessPointID)
 	if errors.Is(err, efs.ErrAccessPointNotFound) {
-		// Gone, or created so recently that Describe does not show it yet.
-		// DeleteAccessPoint is authoritative: call it rather than trust Describe.
-		if err := s.deleteAccessPoint(ctx, id.FileSystemID, id.AccessPointID); err != nil {
-			return nil, err
-		}
-		return &csi.DeleteVolumeResponse{}, s.reachable(ctx, id.FileSystemID)
+		return s.deleteUnseen(ctx, id)
 	}
 	if err != nil {
 		return nil, err
 	}
-	prov := provenanceOf(ap)
+	if ap.FileSystemID != id.FileSystemID {
+		// A crafted or mistyped ID: its file system has no such access
+		// point, and the one of that ID on another file system is not this
+		// volume's. Nothing is deleted.
+		s.log.Warn("volume not deleted: its access point is on another file system",
+			slog.String("volumeID", volumeID), slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID))
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	if other, ok := ap.Tags[TagClusterID]; ok && other != s.cluster {
+		return nil, fmt.Errorf("%w: access point %s was made by cluster %q, not this one (%q); it is not deleted here",
+			ErrForeign, ap.ID, other, s.cluster)
+	}
+	rec, err := s.journal.Volume(ctx, ap.FileSystemID, ap.ClientToken)
+	if err != nil && !errors.Is(err, journal.ErrNotFound) {
+		return nil, err
+	}
+	prov := provenanceOf(ap, rec)
 	unlockNames, err := s.locks.TryLock(prov.locks...)
 	if err != nil {
 		return nil, err
 	}
 	defer unlockNames()
 	s.dropAnswer(ap.ID)
+	if prov.recorded {
+		// Read again under the name lock: a create that held it may have
+		// changed the record meanwhile.
+		if rec, err = s.journal.Volume(ctx, ap.FileSystemID, ap.ClientToken); err != nil && !errors.Is(err, journal.ErrNotFound) {
+			return nil, err
+		}
+		if !agrees(rec, ap) {
+			rec = nil
+		}
+	} else {
+		rec = nil
+	}
 	switch {
 	case !s.delRoot:
 	case !prov.csi:
@@ -94,11 +124,58 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 			slog.String("accessPoint", ap.ID), slog.String("path", ap.Path))
 	default:
 		defer s.roots.deletingNow(ap.ID)() // through the DeleteAccessPoint below
-		if err := s.removeRootDir(ctx, ap); err != nil {
+		if err := s.removeRootDir(ctx, ap, prov); err != nil {
 			return nil, err
 		}
 	}
-	return &csi.DeleteVolumeResponse{}, s.deleteAccessPoint(ctx, ap.FileSystemID, ap.ID)
+	if err := s.deleteAccessPoint(ctx, ap.FileSystemID, ap.ID); err != nil {
+		return nil, err
+	}
+	s.log.Info("access point deleted", slog.String("accessPoint", ap.ID), slog.String("reason", "DeleteVolume"),
+		slog.Bool("recorded", rec != nil))
+	if rec != nil {
+		if err := s.journal.Finish(ctx, rec); err != nil {
+			return nil, err
+		}
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// deleteUnseen finishes a delete whose access point Describe does not
+// show: deleted by an earlier attempt whose answer was lost (its record
+// then may remain), or so fresh that Describe lags. Only the record can say
+// that the ID's access point is on the ID's file system, so only a
+// recorded one is deleted; an unrecorded one that is not visible is gone
+// as far as this controller can prove, as upstream answers.
+func (s *Service) deleteUnseen(ctx context.Context, id volume.ID) (*csi.DeleteVolumeResponse, error) {
+	rec, err := s.journal.ByAccessPoint(ctx, id.FileSystemID, id.AccessPointID)
+	if errors.Is(err, journal.ErrNotFound) {
+		return &csi.DeleteVolumeResponse{}, s.reachable(ctx, id.FileSystemID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Not found with these credentials proves nothing if they cannot see
+	// the file system (a volume of another account deleted without its
+	// class's secret): the record stays.
+	if err := s.reachable(ctx, id.FileSystemID); err != nil {
+		return nil, err
+	}
+	locks := []string{nameKey(rec.Token)}
+	if rec.Name != rec.Token {
+		locks = append(locks, nameKey(rec.Name))
+	}
+	unlock, err := s.locks.TryLock(locks...)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	s.dropAnswer(id.AccessPointID)
+	if err := s.deleteAccessPoint(ctx, id.FileSystemID, id.AccessPointID); err != nil {
+		return nil, err
+	}
+	s.log.Info("access point deleted", slog.String("accessPoint", id.AccessPointID), slog.String("reason", "DeleteVolume (not visible, recorded)"))
+	return &csi.DeleteVolumeResponse{}, s.journal.Finish(ctx, rec)
 }
 
 // reachable confirms that "not found" is about the access point: its file
@@ -153,8 +230,8 @@ const cleanupTimeout = 30 * time.Second
 // a mount point on the way is refused, nothing inside is followed. The
 // mount point is always released, whether removal succeeded, failed or was
 // cancelled; an unmount that fails is retried later (releaseMount).
-func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) error {
-	rel, err := removableRoot(ap)
+func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov provenance) error {
+	rel, err := removableRoot(ap, prov)
 	if err != nil {
 		return err
 	}
@@ -179,11 +256,10 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) error 
 	if err != nil {
 		return err
 	}
-	if other != nil {
+	if other != "" {
 		s.roots.kept.Add(1)
-		s.log.Warn("root directory kept: another access point reaches it",
-			slog.String("accessPoint", ap.ID), slog.String("path", ap.Path),
-			slog.String("otherAccessPoint", other.ID), slog.String("otherPath", other.Path))
+		s.log.Warn("root directory kept: another volume reaches it",
+			slog.String("accessPoint", ap.ID), slog.String("path", ap.Path), slog.String("other", other))
 		return nil
 	}
 	err = rmtree.RemoveAll(ctx, mnt, rel)
@@ -202,9 +278,9 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint) error 
 // removableRoot returns the root directory relative to the file system root,
 // refusing what removal could turn into data loss: the root itself, a path
 // that is not clean, a base path, and any access point no CSI driver made.
-func removableRoot(ap *efs.AccessPoint) (string, error) {
+func removableRoot(ap *efs.AccessPoint, prov provenance) (string, error) {
 	p := ap.Path
-	if !provenanceOf(ap).csi {
+	if !prov.csi {
 		return "", fmt.Errorf("%w: access point %s was not created by a CSI driver", ErrUnsafeRootDir, ap.ID)
 	}
 	if p == "" || !path.IsAbs(p) || path.Clean(p) != p || p == "/" {

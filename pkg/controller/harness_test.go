@@ -14,6 +14,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
 	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
@@ -157,12 +158,8 @@ var (
 	fakeProcs sync.Map // pid -> true while alive
 )
 
-func fakeProcStart(pid int) (uint64, bool) {
-	if _, ok := fakeProcs.Load(pid); ok {
-		return 1, true
-	}
-	return 0, false
-}
+// records is the record of each emulator's cluster.
+var records sync.Map // *emulator.Emulator -> *journal.Memory
 
 // kill marks the bed's process dead: other beds may now settle what it made.
 func (b *bed) kill() { fakeProcs.Delete(b.pid) }
@@ -184,8 +181,10 @@ func newBedOn(t *testing.T, url string, emu *emulator.Emulator, mut ...func(*Con
 	b := &bed{t: t, emu: emu, url: url, client: client, hook: &hookEFS{EFS: client}}
 	b.pid = int(fakePIDs.Add(1))
 	fakeProcs.Store(b.pid, true)
-	cfg := Config{EFS: b.hook, TempDir: t.TempDir(),
-		identity: &writer{host: "test-host", pid: b.pid, start: 1, nonce: "n"}, procStart: fakeProcStart}
+	// Controllers on one emulator are replicas of one cluster: they share
+	// its record, as replicas share the Kubernetes store.
+	store, _ := records.LoadOrStore(emu, journal.NewMemory())
+	cfg := Config{EFS: b.hook, TempDir: t.TempDir(), Journal: store.(*journal.Memory)}
 	for _, m := range mut {
 		m(&cfg)
 	}

@@ -4,11 +4,19 @@ import (
 	"regexp"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
-// provenance is who made an access point, told from what it carries.
+// provenance is who made an access point. The record (pkg/journal) is the
+// proof for this driver's volumes; for access points without one (an
+// earlier release's, the upstream driver's) what they carry is the best
+// that can be known, and is never enough for the orphan collector.
 type provenance struct {
+	// recorded: the record names this access point (same file system,
+	// token, and the access point's ID or, before the create's answer was
+	// recorded, the record's root directory).
+	recorded bool
 	// csi: made by a CSI driver's CreateVolume, this one's or upstream's
 	// (kubernetes-sigs/aws-efs-csi-driver), so its root directory is the
 	// volume's own and DeleteVolume may remove it.
@@ -18,9 +26,8 @@ type provenance struct {
 	// claim name).
 	volumeName string
 	// locks are the name locks DeleteVolume holds so that no create of the
-	// volume runs meanwhile: its name's, or for an access point without a
-	// volume-name tag every name its client token can be read as
-	// (tokenLockKeys).
+	// volume runs meanwhile: its token's, which every create of the token
+	// holds (plan.locks), and its name's when known.
 	locks []string
 }
 
@@ -34,33 +41,53 @@ var (
 	upstreamClaimHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
-// provenanceOf: this driver's tagged access points carry the volume-name
-// tag; the upstream driver's carry efs.csi.aws.com/cluster=true (and the
-// user's --tags) and, as client token, the volume name or the claim-name
-// hash. Untagged ones (enableTagging "false", this driver's or upstream's)
-// carry no tag at all: one is a CSI volume's only if its token names a
-// provisioner's volume name (generation 0, or the stem of an untagged later
-// generation) and its root directory is one this driver makes for that
-// name (volume.MadeForName). Anything else (made by hand, by Terraform, the
-// AWS CLI's UUID tokens, a cluster tag an operator added for IAM, a console
-// Name tag) is no CSI volume's: its directory may hold anyone's data.
-func provenanceOf(ap *efs.AccessPoint) provenance {
-	if name := ap.Tags[TagVolumeName]; name != "" && ap.Tags[TagCluster] == "true" {
-		return provenance{csi: true, volumeName: name, locks: []string{nameKey(name)}}
+// agrees reports whether rec is the record of ap.
+func agrees(rec *journal.Record, ap *efs.AccessPoint) bool {
+	if rec == nil || rec.FileSystem != ap.FileSystemID || rec.Token != ap.ClientToken {
+		return false
 	}
-	p := provenance{locks: tokenLockKeys(ap.ClientToken)}
-	if name := ap.Tags[TagVolumeName]; name != "" {
-		p.locks = append(p.locks, nameKey(name)) // not proof, but locking is harmless
+	if rec.AccessPoint != "" {
+		return rec.AccessPoint == ap.ID
 	}
+	return rec.Path == ap.Path
+}
+
+// provenanceOf: an access point its record names is this driver's. Without
+// a record: this driver's earlier releases' tagged access points carry the
+// volume-name tag; the upstream driver's carry efs.csi.aws.com/cluster=true
+// (and the user's --tags) and, as client token, the volume name or the
+// claim-name hash. Untagged ones (enableTagging "false") carry no tag at
+// all: one is a CSI volume's only if its token is a provisioner's volume
+// name and its root directory is one this driver makes for that name
+// (volume.MadeForName). Anything else (made by hand, by Terraform, the AWS
+// CLI's UUID tokens, a console Name tag) is no CSI volume's: its directory
+// may hold anyone's data.
+func provenanceOf(ap *efs.AccessPoint, rec *journal.Record) provenance {
+	p := provenance{}
+	if ap.ClientToken != "" {
+		p.locks = []string{nameKey(ap.ClientToken)}
+	}
+	lockName := func(name string) {
+		if name != "" && name != ap.ClientToken {
+			p.locks = append(p.locks, nameKey(name))
+		}
+	}
+	if agrees(rec, ap) {
+		p.recorded, p.csi, p.volumeName = true, true, rec.Name
+		lockName(rec.Name)
+		return p
+	}
+	name := ap.Tags[TagVolumeName]
+	lockName(name) // not proof, but locking is harmless
 	switch {
+	case name != "" && ap.Tags[TagCluster] == "true":
+		p.csi, p.volumeName = true, name
 	case ap.Tags[TagCluster] == "true" && upstreamVolumeName.MatchString(ap.ClientToken):
 		p.csi, p.volumeName = true, ap.ClientToken
 	case ap.Tags[TagCluster] == "true" && upstreamClaimHash.MatchString(ap.ClientToken):
 		p.csi = true
-	case len(ap.Tags) == 0:
-		if name := untaggedVolumeName(ap.ClientToken); volume.MadeForName(ap.Path, name) {
-			p.csi, p.volumeName = true, name
-		}
+	case len(ap.Tags) == 0 && upstreamVolumeName.MatchString(ap.ClientToken) && volume.MadeForName(ap.Path, ap.ClientToken):
+		p.csi, p.volumeName = true, ap.ClientToken
 	}
 	return p
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path"
@@ -12,13 +13,11 @@ import (
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 )
 
 // rootDirs is the state root-directory removal keeps between deletes.
 type rootDirs struct {
-	// listings of a file system's access points, fresh for each delete
-	// and shared by the deletes waiting at the same moment.
-	listings *freshFlight[string, []efs.AccessPoint]
 	// slots bounds the removals (each a mount and a tree walk) under way
 	// at once: 1,000 DeleteVolume calls at once make 1,000 mounts
 	// otherwise, and the walks' buffers took the driver past 100 MiB.
@@ -43,15 +42,12 @@ type rootDirs struct {
 	pending map[string]bool
 }
 
-// newRootDirs shares listings with GID verification: both need one that
-// starts after the caller asked.
 // maxRemovals is how many root-directory removals run at once; the others
 // wait for a slot within their call's deadline.
 const maxRemovals = 16
 
-func newRootDirs(listings *freshFlight[string, []efs.AccessPoint]) *rootDirs {
+func newRootDirs() *rootDirs {
 	return &rootDirs{
-		listings: listings,
 		slots:    make(chan struct{}, maxRemovals),
 		pending:  map[string]bool{},
 		deleting: map[string]int{},
@@ -105,53 +101,55 @@ func (r *rootDirs) beingDeleted(apID string) bool {
 // RootDirsKept counts the deletes that kept the root directory because
 // another live access point reaches it (for metrics: it only grows).
 func (s *Service) RootDirsKept() int64 {
-	return sumOver(s.services(), func(svc *Service) int64 { return svc.roots.kept.Load() })
+	return s.roots.kept.Load()
 }
 
 // RootDirsNotOwned counts the deletes, with root-directory removal on, of
 // access points that no CSI driver made: the access point went, its
 // directory was kept.
 func (s *Service) RootDirsNotOwned() int64 {
-	return sumOver(s.services(), func(svc *Service) int64 { return svc.roots.notOwned.Load() })
+	return s.roots.notOwned.Load()
 }
 
 // PendingUnmounts is the number of this process's temporary mount points
 // whose unmount failed and is to be retried: 0 at rest.
 func (s *Service) PendingUnmounts() int {
-	return int(sumOver(s.services(), func(svc *Service) int64 {
-		svc.roots.mu.Lock()
-		defer svc.roots.mu.Unlock()
-		return int64(len(svc.roots.pending))
-	}))
+	s.roots.mu.Lock()
+	defer s.roots.mu.Unlock()
+	return len(s.roots.pending)
 }
 
-// sumOver adds f over every backend's Service, for metrics.
-func sumOver(all []*Service, f func(*Service) int64) int64 {
-	var n int64
-	for _, svc := range all {
-		n += f(svc)
-	}
-	return n
-}
-
-// sharer returns a live access point other than ap on its file system
-// whose root directory is ap's, inside it or contains it, from a listing
-// that started after the call; nil if there is none. Every access point
-// counts, whoever created it (this driver, the upstream driver, an
-// operator): its users' data is in the directory too. One this process is
-// deleting right now does not: its volume is released already.
-func (s *Service) sharer(ctx context.Context, ap *efs.AccessPoint) (*efs.AccessPoint, error) {
-	aps, err := s.roots.listings.Do(ctx, ap.FileSystemID)
+// sharer names a live access point other than ap on its file system, or
+// a recorded create, whose root directory is ap's, inside it or contains
+// it; "" if there is none. The access points are from a listing that
+// started after the call: every one counts, whoever created it (this
+// driver, the upstream driver, an operator), since its users' data is in
+// the directory too. The record adds this cluster's creates that a listing
+// may not show yet (EFS lists with a lag; a record is written before its
+// CreateAccessPoint is sent). One this process is deleting right now does
+// not count: its volume is released already.
+func (s *Service) sharer(ctx context.Context, ap *efs.AccessPoint) (string, error) {
+	aps, err := s.listAfterNow(ctx, ap.FileSystemID)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	for i := range aps {
 		other := &aps[i]
 		if other.ID != ap.ID && live(other) && !s.roots.beingDeleted(other.ID) && nested(other.Path, ap.Path) {
-			return other, nil
+			return fmt.Sprintf("access point %s at %s", other.ID, other.Path), nil
 		}
 	}
-	return nil, nil
+	var found string
+	err = s.journal.Volumes(ctx, ap.FileSystemID, func(recs []*journal.Record) error {
+		for _, r := range recs {
+			if found == "" && r.Token != ap.ClientToken && r.AccessPoint != ap.ID &&
+				(r.AccessPoint == "" || !s.roots.beingDeleted(r.AccessPoint)) && nested(r.Path, ap.Path) {
+				found = fmt.Sprintf("the recorded volume %q at %s", r.Name, r.Path)
+			}
+		}
+		return nil
+	})
+	return found, err
 }
 
 // live: an access point being deleted gives its users no access any more.

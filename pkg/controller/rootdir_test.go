@@ -556,7 +556,7 @@ func TestConcurrentDeletesShareOneFreshListing(t *testing.T) {
 	g := newGate()
 	r.lists.before = g.hold
 	joined := make(chan string, len(vols))
-	r.svc.roots.listings.joined = func(fsID string) { joined <- fsID }
+	r.svc.listings.joined = func(k listKey) { joined <- k.fsID }
 	var errs []<-chan error
 	errs = append(errs, async(func() error { return r.delete(vols[0]) }))
 	<-g.arrived // the first listing is in flight
@@ -588,7 +588,7 @@ func TestConcurrentDeletesOfASharedDirectoryRemoveIt(t *testing.T) {
 	g := newGate()
 	r.lists.before = g.hold
 	joined := make(chan string, 2)
-	r.svc.roots.listings.joined = func(fsID string) { joined <- fsID }
+	r.svc.listings.joined = func(k listKey) { joined <- k.fsID }
 	first := async(func() error { return r.delete(a) })
 	<-g.arrived // a's listing is in flight and shows b
 	second := async(func() error { return r.delete(b) })

@@ -186,7 +186,7 @@ func TestProvenance(t *testing.T) {
 		{"an empty token", "", map[string]string{TagCluster: "true"}, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := provenanceOf(&efs.AccessPoint{ClientToken: tc.token, Tags: tc.tags})
+			p := provenanceOf(&efs.AccessPoint{ClientToken: tc.token, Tags: tc.tags}, nil)
 			if p.csi != tc.csi || tc.lock != "" && !slices.Contains(p.locks, nameKey(tc.lock)) {
 				t.Errorf("provenanceOf = %+v, want csi=%v and the name %q locked", p, tc.csi, tc.lock)
 			}

@@ -69,7 +69,12 @@ type Config struct {
 	ShutdownTimeout     time.Duration // how long calls in flight may run after SIGTERM
 	MaxInflightMounts   int
 	AbortInflightMounts bool          // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
-	GIDVerify           string        // controller.VerifyAuto, VerifyAlways or VerifyNever
+	GIDVerify           string        // controller.VerifyAuto, VerifyAlways or VerifyNever (no effect: the record makes GIDs unique)
+	// Journal is where the record of this cluster's volumes and GIDs is
+	// kept (--journal): "auto" or "" (Kubernetes ConfigMaps when the API
+	// is reachable, else a file in TempDir), "kubernetes", "file" or
+	// "file:DIR".
+	Journal string
 	OrphanInterval      time.Duration // 0: no orphan collection
 	OrphanGrace         time.Duration
 	ClusterID           string      // --cluster-id; "": the kube-system namespace's UID when Kubernetes is reachable
@@ -265,8 +270,12 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		if kc != nil {
 			refs = kubeRefs{kc}
 		}
+		store, err := journalStore(cfg, kc)
+		if err != nil {
+			return nil, err
+		}
 		d.controller, err = controller.New(controller.Config{
-			EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
+			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
 			TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {

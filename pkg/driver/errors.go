@@ -12,6 +12,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/controller"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/mount"
 	"github.com/efs-csi/efs-csi-driver/pkg/node"
@@ -48,6 +49,8 @@ var codeTable = []struct {
 	{controller.ErrVolumeNotFound, codes.NotFound},
 	{controller.ErrNotYetVisible, codes.Unavailable},
 	{controller.ErrGIDContention, codes.Unavailable},
+	{controller.ErrForeign, codes.FailedPrecondition},
+	{journal.ErrUnavailable, codes.Unavailable},
 	{controller.ErrUnresolvedRef, codes.FailedPrecondition},
 	{controller.ErrNotSupported, codes.FailedPrecondition},
 	{controller.ErrNotReachable, codes.FailedPrecondition},

@@ -160,6 +160,16 @@ func (r *Reservation) GID() int64 { return r.gid }
 // (wrapped), so errors.Is works with pkg/efs's sentinels. When no GID is
 // free the error wraps ErrExhausted and names the range and file system.
 func (a *Allocator) Reserve(ctx context.Context, fsID string, lo, hi int64, hint string) (*Reservation, error) {
+	return a.ReserveFrom(ctx, a.src, fsID, lo, hi, hint)
+}
+
+// ReserveFrom is Reserve listing through src: one Allocator serves every
+// client (the controller's own credentials, a role's, S3 Files), so that
+// one file system has one view whichever credentials reach it.
+func (a *Allocator) ReserveFrom(ctx context.Context, src Source, fsID string, lo, hi int64, hint string) (*Reservation, error) {
+	if src == nil {
+		src = a.src
+	}
 	if lo < 0 || hi < lo || hi > maxGID {
 		return nil, fmt.Errorf("gid: invalid range [%d, %d]", lo, hi)
 	}
@@ -172,7 +182,7 @@ func (a *Allocator) Reserve(ctx context.Context, fsID string, lo, hi int64, hint
 		// A listing completed during this call is fresh whatever the clock
 		// says, so a listing slower than MaxAge cannot loop forever.
 		if !v.listed || (v.gen == startGen && a.now().Sub(v.listedAt) > a.maxAge) {
-			if err := a.refresh(ctx, fsID, v); err != nil {
+			if err := a.refresh(ctx, src, fsID, v); err != nil {
 				return nil, err
 			}
 			continue
@@ -186,7 +196,7 @@ func (a *Allocator) Reserve(ctx context.Context, fsID string, lo, hi int64, hint
 			// Listed during this call and still full: really full.
 			return nil, fmt.Errorf("%w in [%d, %d] on %s (%d in use, %d reserved)", ErrExhausted, lo, hi, fsID, v.countUsed(lo, hi), len(v.reserved))
 		}
-		if err := a.refresh(ctx, fsID, v); err != nil {
+		if err := a.refresh(ctx, src, fsID, v); err != nil {
 			return nil, err
 		}
 	}
@@ -194,7 +204,7 @@ func (a *Allocator) Reserve(ctx context.Context, fsID string, lo, hi int64, hint
 
 // refresh lists fsID, or waits for the listing already running. Called and
 // returns with a.mu held; releases it while the listing runs.
-func (a *Allocator) refresh(ctx context.Context, fsID string, v *fsView) error {
+func (a *Allocator) refresh(ctx context.Context, src Source, fsID string, v *fsView) error {
 	for {
 		if f := v.flight; f != nil {
 			a.mu.Unlock()
@@ -215,19 +225,19 @@ func (a *Allocator) refresh(ctx context.Context, fsID string, v *fsView) error {
 			}
 			return f.err
 		}
-		return a.list(ctx, fsID, v)
+		return a.list(ctx, src, fsID, v)
 	}
 }
 
 // list runs one listing. Called and returns with a.mu held.
-func (a *Allocator) list(ctx context.Context, fsID string, v *fsView) error {
+func (a *Allocator) list(ctx context.Context, src Source, fsID string, v *fsView) error {
 	f := &listing{done: make(chan struct{})}
 	v.flight = f
 	began := a.now()
 	a.mu.Unlock()
 
 	got := map[string][2]int64{}
-	err := a.src.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
+	err := src.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
 		for _, ap := range page {
 			got[ap.ID] = idsOf(ap)
 		}

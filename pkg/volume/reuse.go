@@ -64,3 +64,19 @@ func commonPrefix(a, b string) string {
 	}
 	return a[:n]
 }
+
+// RootDirHasNamespace reports whether dir fits this class (RootDirFits)
+// and proves the claim's namespace: the class's directories depend on the
+// namespace (subPathPattern uses ${.PVC.namespace}), so a directory that
+// fits with this claim's namespace does not fit with another's.
+func (p Params) RootDirHasNamespace(dir string) bool {
+	if p.PVCNamespace == "" || !p.RootDirFits(dir) {
+		return false
+	}
+	other := p
+	other.PVCNamespace = "efs-csi-probe-namespace-a"
+	if other.PVCNamespace == p.PVCNamespace {
+		other.PVCNamespace = "efs-csi-probe-namespace-b"
+	}
+	return !other.RootDirFits(dir)
+}

@@ -1,0 +1,335 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// ErrIDTaken: the id is held by another volume of the record.
+var ErrIDTaken = errors.New("journal: id held by another volume")
+
+// NoID is Volume.Allocated of a volume whose class fixes both ids.
+const NoID = -1
+
+// Volume is what the record says of one volume: written before its access
+// point is created, so that every later step (a retry, a restart, another
+// controller, DeleteVolume, the orphan collector) acts on what is recorded,
+// never on what a listing, a tag or a client token suggests.
+type Volume struct {
+	FileSystem string `json:"fileSystem"`
+	Token      string `json:"token"` // the client token: at most one access point carries it
+	Name       string `json:"name"`  // the CO's volume name
+	API        string `json:"api,omitempty"`
+	Path       string `json:"path"`
+	UID        int64  `json:"uid"`
+	GID        int64  `json:"gid"`
+	// Allocated is the id this volume holds in the id table (its GID, or
+	// its UID when the class fixes the GID); NoID for fixed ids.
+	Allocated int64 `json:"allocated"`
+	// AccessPoint is set once an access point with Token is known to exist.
+	AccessPoint    string    `json:"accessPoint,omitempty"`
+	ClaimNamespace string    `json:"claimNamespace,omitempty"`
+	ClaimName      string    `json:"claimName,omitempty"`
+	Bound          bool      `json:"bound,omitempty"` // a PersistentVolume was seen naming it: never collected
+	Created        time.Time `json:"created"`
+}
+
+// Record is a Volume as stored, with the version its next write compares.
+type Record struct {
+	Volume
+	entry Entry
+}
+
+// Journal reads and writes Volumes and ids over a Store. Safe for
+// concurrent use; every mutator compares versions, so two controllers
+// writing one volume's record at once never lose a write.
+type Journal struct {
+	s   Store
+	now func() time.Time
+}
+
+// New returns a journal over s.
+func New(s Store) *Journal { return &Journal{s: s, now: time.Now} }
+
+func volumeKey(fs, token string) Key { return Key{Kind: KindVolume, FileSystem: fs, Name: token} }
+func idKey(fs string, id int64) Key {
+	return Key{Kind: KindID, FileSystem: fs, Name: strconv.FormatInt(id, 10)}
+}
+
+func decode(e Entry) (*Record, error) {
+	r := &Record{entry: e}
+	if err := json.Unmarshal(e.Value, &r.Volume); err != nil {
+		return nil, fmt.Errorf("journal: %s: %w", e.Key, err)
+	}
+	if r.FileSystem != e.Key.FileSystem || r.Token != e.Key.Name {
+		return nil, fmt.Errorf("journal: %s holds the record of %s/%q", e.Key, r.FileSystem, r.Token)
+	}
+	return r, nil
+}
+
+func encode(v *Volume) (Entry, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Entry{}, err
+	}
+	return Entry{Key: volumeKey(v.FileSystem, v.Token), Value: b, Index: v.AccessPoint}, nil
+}
+
+// Volume reads the record of the volume whose access point has token on
+// fs; ErrNotFound if there is none.
+func (j *Journal) Volume(ctx context.Context, fs, token string) (*Record, error) {
+	e, err := j.s.Get(ctx, volumeKey(fs, token))
+	if err != nil {
+		return nil, err
+	}
+	return decode(e)
+}
+
+// Begin records v unless a record of its token exists: it returns the
+// record stored, and whether this call made it. The caller compares an
+// existing record with what it wants.
+func (j *Journal) Begin(ctx context.Context, v Volume) (*Record, bool, error) {
+	if v.Created.IsZero() {
+		v.Created = j.now().UTC()
+	}
+	e, err := encode(&v)
+	if err != nil {
+		return nil, false, err
+	}
+	got, err := j.s.Create(ctx, e)
+	switch {
+	case err == nil:
+		return &Record{Volume: v, entry: got}, true, nil
+	case errors.Is(err, ErrExists):
+		r, derr := decode(got)
+		if derr != nil {
+			return nil, false, derr
+		}
+		return r, false, nil
+	}
+	return nil, false, err
+}
+
+// HoldID makes r's allocated id r's in the id table. Held by r already:
+// nil. Held by another volume: ErrIDTaken, naming its token. Until HoldID
+// returned nil, no access point may be created with the id.
+func (j *Journal) HoldID(ctx context.Context, r *Record) error {
+	if r.Allocated == NoID {
+		return nil
+	}
+	got, err := j.s.Create(ctx, Entry{Key: idKey(r.FileSystem, r.Allocated), Value: []byte(r.Token)})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrExists):
+		if string(got.Value) == r.Token {
+			return nil
+		}
+		return fmt.Errorf("%w: id %d on %s is held by the volume of token %q", ErrIDTaken, r.Allocated, r.FileSystem, got.Value)
+	}
+	return err
+}
+
+// IDHolder is the token of the volume holding id on fs, "" if none.
+func (j *Journal) IDHolder(ctx context.Context, fs string, id int64) (string, error) {
+	e, err := j.s.Get(ctx, idKey(fs, id))
+	if errors.Is(err, ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return string(e.Value), nil
+}
+
+// releaseID deletes the id entry of r if it names r's token.
+func (j *Journal) releaseID(ctx context.Context, fs string, id int64, token string) error {
+	if id == NoID {
+		return nil
+	}
+	for {
+		e, err := j.s.Get(ctx, idKey(fs, id))
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if string(e.Value) != token {
+			return nil // another volume's now: ours was released before
+		}
+		if err := j.s.Delete(ctx, e); !errors.Is(err, ErrConflict) {
+			return err
+		}
+	}
+}
+
+// maxConflicts bounds the re-reads of a mutator racing other writers.
+const maxConflicts = 16
+
+// mutate applies change to r and writes it, re-reading r on a conflict
+// and applying change again: change says whether it changed anything (no
+// change, no write) and may refuse with an error.
+func (j *Journal) mutate(ctx context.Context, r *Record, change func(*Volume) (bool, error)) error {
+	for range maxConflicts {
+		v := r.Volume
+		changed, err := change(&v)
+		if err != nil || !changed {
+			return err
+		}
+		e, err := encode(&v)
+		if err != nil {
+			return err
+		}
+		e.Version = r.entry.Version
+		got, err := j.s.Update(ctx, e)
+		if err == nil {
+			r.Volume, r.entry = v, got
+			return nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return err
+		}
+		fresh, err := j.Volume(ctx, r.FileSystem, r.Token)
+		if err != nil {
+			return err
+		}
+		*r = *fresh
+	}
+	return fmt.Errorf("%w: %s/%q kept changing", ErrUnavailable, r.FileSystem, r.Token)
+}
+
+// SetIDs gives r other ids, if it still holds from: only for a record
+// whose ids were never sent in a CreateAccessPoint (its id was never held).
+// ErrConflict, with r re-read, if another writer changed them first.
+func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64) error {
+	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
+		if v.Allocated != from {
+			return false, fmt.Errorf("%w: ids of %s/%q changed", ErrConflict, v.FileSystem, v.Token)
+		}
+		if v.UID == uid && v.GID == gid && v.Allocated == allocated {
+			return false, nil
+		}
+		v.UID, v.GID, v.Allocated = uid, gid, allocated
+		return true, nil
+	})
+}
+
+// ReleaseUnsentID releases id of r's token, which the caller proves no
+// access point carries for r (a CreateAccessPoint with it was never sent,
+// or r's token is bound to an access point with other ids).
+func (j *Journal) ReleaseUnsentID(ctx context.Context, fs string, id int64, token string) error {
+	return j.releaseID(ctx, fs, id, token)
+}
+
+// SetAccessPoint records that r's token is bound to access point apID
+// with the given ids (an access point found by the token may carry ids
+// other than those r planned: an earlier release's, or upstream's).
+// replace: apID was just created with the token, which proves the access
+// point the record named before is gone (EFS binds a token to one access
+// point); otherwise a record naming another access point is an error.
+func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, apID, path string, uid, gid, allocated int64, replace bool) error {
+	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
+		if v.AccessPoint == apID && v.Path == path && v.UID == uid && v.GID == gid && v.Allocated == allocated {
+			return false, nil
+		}
+		if v.AccessPoint != "" && v.AccessPoint != apID && !replace {
+			return false, fmt.Errorf("journal: token %q on %s is recorded for %s, not %s", v.Token, v.FileSystem, v.AccessPoint, apID)
+		}
+		v.AccessPoint, v.Path, v.UID, v.GID, v.Allocated = apID, path, uid, gid, allocated
+		return true, nil
+	})
+}
+
+// SetClaim records the claim r now serves (reuseAccessPoint: a re-created
+// claim of the same namespace and name).
+func (j *Journal) SetClaim(ctx context.Context, r *Record, name, namespace string) error {
+	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
+		if v.Name == name && v.ClaimNamespace == namespace {
+			return false, nil
+		}
+		v.Name, v.ClaimNamespace = name, namespace
+		return true, nil
+	})
+}
+
+// MarkBound records that a PersistentVolume named r's access point: the
+// orphan collector never collects it after that.
+func (j *Journal) MarkBound(ctx context.Context, r *Record) error {
+	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
+		if v.Bound {
+			return false, nil
+		}
+		v.Bound = true
+		return true, nil
+	})
+}
+
+// Finish removes r once its access point is proven gone (deleted, or
+// proven never created): its id first, so that a crash in between leaves
+// a volume record (retried) and never an id held for nobody... and never
+// an id free while a record still names it as sent.
+func (j *Journal) Finish(ctx context.Context, r *Record) error {
+	if err := j.releaseID(ctx, r.FileSystem, r.Allocated, r.Token); err != nil {
+		return err
+	}
+	for range maxConflicts {
+		err := j.s.Delete(ctx, r.entry)
+		if !errors.Is(err, ErrConflict) {
+			return err
+		}
+		fresh, err := j.Volume(ctx, r.FileSystem, r.Token)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fresh.Allocated != r.Allocated {
+			if err := j.releaseID(ctx, fresh.FileSystem, fresh.Allocated, fresh.Token); err != nil {
+				return err
+			}
+		}
+		*r = *fresh
+	}
+	return fmt.Errorf("%w: %s/%q kept changing", ErrUnavailable, r.FileSystem, r.Token)
+}
+
+// ByAccessPoint is the record naming access point apID on fs; ErrNotFound
+// if none does.
+func (j *Journal) ByAccessPoint(ctx context.Context, fs, apID string) (*Record, error) {
+	var found *Record
+	err := j.s.List(ctx, KindVolume, fs, apID, func(es []Entry) error {
+		for _, e := range es {
+			if r, err := decode(e); err == nil && r.AccessPoint == apID {
+				found = r
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, fmt.Errorf("%w: access point %s on %s", ErrNotFound, apID, fs)
+	}
+	return found, nil
+}
+
+// Volumes calls fn with every volume record of fs ("" = all), page by
+// page. A record that cannot be decoded is skipped (and never acted on).
+func (j *Journal) Volumes(ctx context.Context, fs string, fn func([]*Record) error) error {
+	return j.s.List(ctx, KindVolume, fs, "", func(es []Entry) error {
+		rs := make([]*Record, 0, len(es))
+		for _, e := range es {
+			if r, err := decode(e); err == nil {
+				rs = append(rs, r)
+			}
+		}
+		return fn(rs)
+	})
+}

@@ -1,0 +1,87 @@
+// Package journal is the record of this cluster's volumes and the ids
+// (GIDs) they hold: ownership written down before any access point is
+// created, in a store with compare-and-swap, so that no controller has to
+// infer from listings, tags or timing what another one made (as ceph-csi's
+// journal in RADOS). Two controllers of one cluster agree through it; a
+// forged tag or client token proves nothing, since only the record does.
+//
+// Two kinds of entry, both keyed by file system:
+//
+//	volume  <fs>/<client token> -> Volume (name, path, ids, access point, claim, bound)
+//	id      <fs>/<number>       -> the client token of the volume holding it
+//
+// The id entry is the uniqueness of a GID: created (atomically, Create) by
+// the one volume that may put it on an access point, deleted only once that
+// volume's access point is proven gone. The volume entry names the id it
+// holds, so each points at the other, and either alone proves nothing.
+package journal
+
+import (
+	"context"
+	"errors"
+)
+
+// Errors of a Store.
+var (
+	// ErrNotFound: no entry at the key.
+	ErrNotFound = errors.New("journal: no entry")
+	// ErrExists: Create found an entry at the key.
+	ErrExists = errors.New("journal: entry exists")
+	// ErrConflict: the entry changed since the version given.
+	ErrConflict = errors.New("journal: entry changed")
+	// ErrUnavailable: the store did not answer; the operation may or may
+	// not have been applied. Retry.
+	ErrUnavailable = errors.New("journal: store unavailable")
+)
+
+// Kind is the kind of an entry.
+type Kind string
+
+const (
+	KindVolume Kind = "volume"
+	KindID     Kind = "id"
+)
+
+// Key names an entry. FileSystem and Name are at most 64 bytes of
+// [A-Za-z0-9._~:-]... anything: stores must accept any bytes in Name
+// (client tokens are any ASCII) and never derive a path from them.
+type Key struct {
+	Kind       Kind
+	FileSystem string
+	Name       string
+}
+
+// Entry is one stored value and its version.
+type Entry struct {
+	Key   Key
+	Value []byte
+	// Index is a secondary key the store can List by (a volume entry's
+	// access point ID); "" for none.
+	Index string
+	// Version changes on every write; Update and Delete compare it.
+	Version string
+}
+
+// Store keeps entries with compare-and-swap. Implementations: Memory (one
+// process), File (processes of one host, a local file), and pkg/kube's
+// ConfigMaps (every replica of a cluster). Contract:
+//   - Create stores the entry if the key is free, else ErrExists with the
+//     entry found (its Value and Version); exactly one of any number of
+//     concurrent Creates of a key succeeds.
+//   - Update replaces e's value and index if e.Version is still current:
+//     ErrConflict if not, ErrNotFound if the entry is gone.
+//   - Delete removes the entry if e.Version is still current: ErrConflict if
+//     not, nil if it is gone already.
+//   - Get answers the latest write (linearizable, as etcd's reads are).
+//   - List calls fn with every entry of kind on fileSystem ("" = every file
+//     system) whose Index is index ("" = any), in pages, in no order. An
+//     entry written or deleted during a List may or may not be seen.
+//   - ErrUnavailable means the outcome is unknown; every other error is
+//     definitive. Errors wrap these sentinels.
+type Store interface {
+	Get(ctx context.Context, key Key) (Entry, error)
+	Create(ctx context.Context, e Entry) (Entry, error)
+	Update(ctx context.Context, e Entry) (Entry, error)
+	Delete(ctx context.Context, e Entry) error
+	List(ctx context.Context, kind Kind, fileSystem, index string, fn func([]Entry) error) error
+}
