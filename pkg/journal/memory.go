@@ -142,4 +142,6 @@ func (s *Memory) Len() int {
 	return len(s.m)
 }
 
-func (k Key) String() string { return string(k.Kind) + " " + k.FileSystem + "/" + strconv.Quote(k.Name) }
+func (k Key) String() string {
+	return string(k.Kind) + " " + k.FileSystem + "/" + strconv.Quote(k.Name)
+}

@@ -2,7 +2,8 @@
 // client-go: the few reads the orphan collector needs (PersistentVolumes,
 // claims, StorageClasses), the cluster's identity (the kube-system
 // namespace's UID), a Lease to elect the one replica that collects, and a
-// node's zone label.
+// node's zone label; and the journal's store, ConfigMaps of the release
+// namespace (journal.go).
 package kube
 
 import (
@@ -55,7 +56,20 @@ type Client struct {
 	core    corev1.CoreV1Interface
 	storage storagev1.StorageV1Interface
 	leases  coordinationv1.CoordinationV1Interface
+	// journal is CoreV1 with a rate limiter of its own and no timeout: the
+	// journal's calls come with every CreateVolume and DeleteVolume, a few
+	// each, and are bounded by their caller's context.
+	journal corev1.CoreV1Interface
 }
+
+// The journal's client-side rate: a burst of provisioning (a few calls a
+// volume) neither waits behind the collector's lists and the election's
+// renewals nor delays them; the API server's priority and fairness bounds
+// the rest.
+const (
+	journalQPS   = 50
+	journalBurst = 100
+)
 
 // New validates cfg, filling in-cluster defaults. It makes no call.
 func New(cfg Config) (*Client, error) {
@@ -97,6 +111,11 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
 	if c.leases, err = coordinationv1.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
+	jc := rest.CopyConfig(rc)
+	jc.Timeout, jc.QPS, jc.Burst = 0, journalQPS, journalBurst
+	if c.journal, err = corev1.NewForConfig(jc); err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
 	return c, nil

@@ -1,9 +1,12 @@
 // Package kubetest serves a small Kubernetes API over HTTPS for tests: the
 // objects the driver reads (PersistentVolumes, PersistentVolumeClaims,
-// StorageClasses, Namespaces), Leases with the API server's optimistic
-// concurrency (resourceVersion conflicts, AlreadyExists) and Nodes (labels,
-// taints) with JSON patches (applied by the API server's own library: a
-// failed test is 422), behind bearer tokens. It speaks the wire format of
+// StorageClasses, Namespaces, Secrets), Leases with the API server's optimistic
+// concurrency (resourceVersion conflicts, AlreadyExists), ConfigMaps with
+// all of it (create, get, update and delete with resourceVersion
+// preconditions, lists by label selector in pages, continue tokens that
+// expire: configmaps.go) and Nodes (labels, taints) with JSON patches
+// (applied by the API server's own library: a failed test is 422), behind
+// bearer tokens. It speaks the wire format of
 // the real API server, so the driver's
 // real client (client-go) runs against it unchanged; the e2e suite runs the
 // same code against a real kube-apiserver.
@@ -14,6 +17,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,8 +31,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -59,10 +65,16 @@ type Server struct {
 	changed  chan struct{} // closed and replaced on each PV change
 	requests []Request
 	hook     func(Request)
-	// ConfigMaps and Secrets ("configmaps"/"secrets", ns/name -> data), and
-	// the resources every caller is forbidden to read.
+	// Secrets ("secrets", ns/name -> data), and the verbs every caller is
+	// forbidden on a resource (resource -> verb, "*" for all).
 	keyed     map[string]map[string]map[string][]byte
-	forbidden map[string]bool
+	forbidden map[string]map[string]bool
+	// ConfigMaps (ns/name), the continue tokens issued (a sequence) and the
+	// first one still valid, and the failure injected (Fail).
+	configMaps map[string]*corev1.ConfigMap
+	continues  int
+	validFrom  int
+	fault      func(Request) int
 }
 
 type pvEvent struct {
@@ -74,7 +86,8 @@ type pvEvent struct {
 // Request is one request the server answered, by caller (token name).
 type Request struct {
 	Caller, Method, Path string
-	Watch                bool // ?watch=true
+	Query                string // the raw query: labelSelector, limit, continue...
+	Watch                bool   // ?watch=true
 }
 
 // Start serves until the test ends.
@@ -82,7 +95,8 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{t: t, dir: t.TempDir(), tokens: map[string]string{},
 		ns: map[string]string{"kube-system": KubeSystemUID}, claims: map[string]string{},
-		leases: map[string]*coordinationv1.Lease{}, nodes: map[string]*corev1.Node{}, changed: make(chan struct{})}
+		leases: map[string]*coordinationv1.Lease{}, nodes: map[string]*corev1.Node{}, changed: make(chan struct{}),
+		configMaps: map[string]*corev1.ConfigMap{}}
 	s.srv = httptest.NewTLSServer(http.HandlerFunc(s.serve))
 	t.Cleanup(func() {
 		s.srv.CloseClientConnections() // watches stream until their client goes
@@ -207,6 +221,14 @@ func (s *Server) SetNodeLabels(name string, labels map[string]string) {
 func (s *Server) SetObject(resource, ns, name string, data map[string]string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if resource == "configmaps" {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: maps.Clone(data)}
+		if old := s.configMaps[ns+"/"+name]; old != nil {
+			cm.UID, cm.CreationTimestamp = old.UID, old.CreationTimestamp
+		}
+		s.storeConfigMap(cm)
+		return
+	}
 	if s.keyed == nil {
 		s.keyed = map[string]map[string]map[string][]byte{}
 	}
@@ -220,15 +242,39 @@ func (s *Server) SetObject(resource, ns, name string, data map[string]string) {
 	s.keyed[resource][ns+"/"+name] = d
 }
 
-// Forbid answers every read of resource ("configmaps", "secrets") with 403,
-// as RBAC does without a grant.
-func (s *Server) Forbid(resource string) {
+// Forbid answers every request of resource ("configmaps", "secrets") with
+// 403, as RBAC does without a grant; with verbs ("get", "list", "create",
+// "update", "delete"), the requests of those verbs only.
+func (s *Server) Forbid(resource string, verbs ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.forbidden == nil {
-		s.forbidden = map[string]bool{}
+		s.forbidden = map[string]map[string]bool{}
 	}
-	s.forbidden[resource] = true
+	if s.forbidden[resource] == nil {
+		s.forbidden[resource] = map[string]bool{}
+	}
+	if len(verbs) == 0 {
+		verbs = []string{"*"}
+	}
+	for _, v := range verbs {
+		s.forbidden[resource][v] = true
+	}
+}
+
+// isForbidden reports whether verb on resource is forbidden; s.mu is held.
+func (s *Server) isForbidden(resource, verb string) bool {
+	return s.forbidden[resource]["*"] || s.forbidden[resource][verb]
+}
+
+// Fail sets a function called with each authenticated request (nil: none):
+// a non-zero answer is the HTTP status the request gets instead of being
+// served (500, 503, 429...), with the body the API server sends for it.
+// Nothing is applied.
+func (s *Server) Fail(f func(Request) int) {
+	s.mu.Lock()
+	s.fault = f
+	s.mu.Unlock()
 }
 
 // LeaseHolder returns the holder identity of the Lease ns/name, or "".
@@ -273,9 +319,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		status(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
 		return
 	}
-	req := Request{Caller: caller, Method: r.Method, Path: r.URL.Path, Watch: r.URL.Query().Get("watch") == "true"}
+	req := Request{Caller: caller, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Watch: r.URL.Query().Get("watch") == "true"}
 	if hook != nil {
 		hook(req) // without the lock: the hook may change objects
+	}
+	s.mu.Lock()
+	fault := s.fault
+	s.mu.Unlock()
+	if fault != nil {
+		if code := fault(req); code != 0 {
+			s.mu.Lock()
+			s.requests = append(s.requests, req)
+			s.mu.Unlock()
+			fail(w, apierrors.NewGenericServerResponse(code, r.Method, schema.GroupResource{}, "", "injected by kubetest", 0, false))
+			return
+		}
 	}
 	if r.URL.Path == "/api/v1/persistentvolumes" && req.Watch {
 		s.mu.Lock()
@@ -315,7 +373,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		reply(w, http.StatusOK, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: p[5], Namespace: p[3], UID: types.UID(uid)}})
-	case get && len(p) == 6 && p[0] == "api" && (p[4] == "configmaps" || p[4] == "secrets"):
+	case len(p) >= 5 && len(p) <= 6 && p[0] == "api" && p[1] == "v1" && p[2] == "namespaces" && p[4] == "configmaps":
+		s.configMap(w, r, caller, p[3], p[5:])
+	case get && len(p) == 6 && p[0] == "api" && p[4] == "secrets":
 		s.keyedObject(w, p[4], p[3], p[5])
 	case len(p) == 4 && p[0] == "api" && p[2] == "nodes":
 		s.node(w, r, p[3])
@@ -468,7 +528,7 @@ func status(w http.ResponseWriter, code int, reason metav1.StatusReason, msg str
 }
 
 func (s *Server) keyedObject(w http.ResponseWriter, resource, ns, name string) {
-	if s.forbidden[resource] {
+	if s.isForbidden(resource, "get") {
 		status(w, http.StatusForbidden, metav1.StatusReasonForbidden, resource+" is forbidden")
 		return
 	}
@@ -477,14 +537,5 @@ func (s *Server) keyedObject(w http.ResponseWriter, resource, ns, name string) {
 		status(w, http.StatusNotFound, metav1.StatusReasonNotFound, resource+" not found")
 		return
 	}
-	meta := metav1.ObjectMeta{Name: name, Namespace: ns}
-	if resource == "secrets" {
-		reply(w, http.StatusOK, &corev1.Secret{ObjectMeta: meta, Data: d})
-		return
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{}}
-	for k, v := range d {
-		cm.Data[k] = string(v)
-	}
-	reply(w, http.StatusOK, cm)
+	reply(w, http.StatusOK, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: d})
 }

@@ -2,9 +2,13 @@ package manifests
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 func TestDecodeSkipsEmptyDocumentsAndKeepsOrder(t *testing.T) {
@@ -66,6 +70,50 @@ func TestRepositoryBaseLoads(t *testing.T) {
 		if kinds[k] == 0 {
 			t.Errorf("deploy/kubernetes/base has no %s (kinds: %v)", k, kinds)
 		}
+	}
+}
+
+// The driver's journal lives in ConfigMaps of the release namespace: the controller's
+// service account gets exactly the verbs it uses on them there, by a Role (namespaced), and
+// no ClusterRole lets it write ConfigMaps anywhere else.
+func TestRepositoryBaseGrantsTheJournalInItsNamespaceOnly(t *testing.T) {
+	objs, err := Kustomization(filepath.Join("..", "..", "..", "deploy", "kubernetes", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role, binding bool
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "Role" && o.GetName() == "efs-csi-controller-journal":
+			role = true
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			if o.GetNamespace() != "kube-system" || len(rules) != 1 {
+				t.Fatalf("Role %s/%s rules %v", o.GetNamespace(), o.GetName(), rules)
+			}
+			r := rules[0].(map[string]any)
+			if fmt.Sprint(r["apiGroups"], r["resources"], r["verbs"]) != "[] [configmaps] [get list create update delete]" {
+				t.Errorf("journal rule %v", r)
+			}
+		case o.GetKind() == "RoleBinding" && o.GetName() == "efs-csi-controller-journal":
+			binding = true
+			ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
+			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			if o.GetNamespace() != "kube-system" || ref != "efs-csi-controller-journal" || len(subjects) != 1 ||
+				subjects[0].(map[string]any)["name"] != "efs-csi-controller-sa" {
+				t.Errorf("RoleBinding %s/%s: role %q, subjects %v", o.GetNamespace(), o.GetName(), ref, subjects)
+			}
+		case o.GetKind() == "ClusterRole":
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				r := r.(map[string]any)
+				if strings.Contains(fmt.Sprint(r["resources"]), "configmaps") && fmt.Sprint(r["verbs"]) != "[get]" {
+					t.Errorf("ClusterRole %s grants %v on configmaps cluster-wide", o.GetName(), r["verbs"])
+				}
+			}
+		}
+	}
+	if !role || !binding {
+		t.Errorf("journal Role %v, RoleBinding %v", role, binding)
 	}
 }
 
