@@ -10,9 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-		"math/rand/v2"
+	"math/rand/v2"
 	"os"
-		"strconv"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -166,7 +166,7 @@ type shared struct {
 	locks    *keylock.Set
 	gids     *gid.Allocator
 	journal  *journal.Journal
-	roots    *rootDirs                                     // root-directory removal (rootdir.go)
+	roots    *rootDirs                                // root-directory removal (rootdir.go)
 	listings *freshFlight[listKey, []efs.AccessPoint] // listings that start after their caller asked
 	cfg      Config
 

@@ -2,7 +2,7 @@ package controller
 
 import (
 	"context"
-		"errors"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -14,6 +14,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -301,6 +302,18 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 	case err == nil:
 		s.gids.Record(*ap) // before the local release: never free in between
 		if err := s.journal.SetAccessPoint(ctx, rec, ap.ID, ap.Path, rec.UID, rec.GID, rec.Allocated, true); err != nil {
+			if errors.Is(err, journal.ErrDeleting) {
+				// The volume's delete began after this create read the
+				// record and deleted the access point before this one
+				// was made: nobody can answer this one (every create
+				// refuses a record being deleted), so it goes.
+				s.log.Info("access point deleted", slog.String("accessPoint", ap.ID),
+					slog.String("reason", "created while its volume was being deleted; never answered"))
+				if derr := s.deleteAccessPoint(ctx, ap.FileSystemID, ap.ID); derr != nil {
+					err = errors.Join(err, derr)
+				}
+				return nil, fmt.Errorf("%w: %w", keylock.ErrBusy, err)
+			}
 			return nil, err
 		}
 		return ap, nil
@@ -339,6 +352,16 @@ func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Re
 	if !made && res != nil {
 		res.Release() // the record has its own
 		res = nil
+	}
+	if !made {
+		// Move the record's version before anything is sent: a delete that
+		// read it earlier must re-read it to mark it deleting.
+		if err := s.journal.Touch(ctx, rec); err != nil {
+			if errors.Is(err, journal.ErrDeleting) {
+				err = fmt.Errorf("%w: %w", keylock.ErrBusy, err)
+			}
+			return nil, res, err
+		}
 	}
 	if why := p.recordMismatch(rec); why != "" {
 		return nil, res, fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.name, why)

@@ -113,6 +113,12 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 	} else {
 		rec = nil
 	}
+	if rec != nil {
+		// Before anything is deleted: from here on no create answers it.
+		if err := s.journal.MarkDeleting(ctx, rec); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case !s.delRoot:
 	case !prov.csi:
@@ -171,6 +177,9 @@ func (s *Service) deleteUnseen(ctx context.Context, id volume.ID) (*csi.DeleteVo
 	}
 	defer unlock()
 	s.dropAnswer(id.AccessPointID)
+	if err := s.journal.MarkDeleting(ctx, rec); err != nil {
+		return nil, err
+	}
 	if err := s.deleteAccessPoint(ctx, id.FileSystemID, id.AccessPointID); err != nil {
 		return nil, err
 	}

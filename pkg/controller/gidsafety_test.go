@@ -157,4 +157,3 @@ func fixedGIDClassGetsUniqueUIDsAcrossRestart(t *testing.T, p map[string]string)
 	}
 	b.wantUniqueIDs(true)
 }
-

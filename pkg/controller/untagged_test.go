@@ -244,4 +244,3 @@ func TestListVolumesNeverListsUntaggedAccessPoints(t *testing.T) {
 		})
 	}
 }
-

@@ -68,19 +68,19 @@ type Config struct {
 	UnmountTimeout      time.Duration
 	ShutdownTimeout     time.Duration // how long calls in flight may run after SIGTERM
 	MaxInflightMounts   int
-	AbortInflightMounts bool          // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
-	GIDVerify           string        // controller.VerifyAuto, VerifyAlways or VerifyNever (no effect: the record makes GIDs unique)
+	AbortInflightMounts bool   // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
+	GIDVerify           string // controller.VerifyAuto, VerifyAlways or VerifyNever (no effect: the record makes GIDs unique)
 	// Journal is where the record of this cluster's volumes and GIDs is
 	// kept (--journal): "auto" or "" (Kubernetes ConfigMaps when the API
 	// is reachable, else a file in TempDir), "kubernetes", "file" or
 	// "file:DIR".
-	Journal string
-	OrphanInterval      time.Duration // 0: no orphan collection
-	OrphanGrace         time.Duration
-	ClusterID           string      // --cluster-id; "": the kube-system namespace's UID when Kubernetes is reachable
-	LeaseNamespace      string      // the orphan collector's Lease; "": the pod's namespace
-	Kube                kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
-	EFS                 efs.Config
+	Journal        string
+	OrphanInterval time.Duration // 0: no orphan collection
+	OrphanGrace    time.Duration
+	ClusterID      string      // --cluster-id; "": the kube-system namespace's UID when Kubernetes is reachable
+	LeaseNamespace string      // the orphan collector's Lease; "": the pod's namespace
+	Kube           kube.Config // where the cluster ID, PVs, claims, StorageClasses and the Lease are read
+	EFS            efs.Config
 	// EFSUtils is the efs-utils runtime of a node plugin that mounts with
 	// mount -t efs: efs-utils.conf and the watchdog.
 	EFSUtils EFSUtilsConfig

@@ -51,6 +51,7 @@ var codeTable = []struct {
 	{controller.ErrGIDContention, codes.Unavailable},
 	{controller.ErrForeign, codes.FailedPrecondition},
 	{journal.ErrUnavailable, codes.Unavailable},
+	{journal.ErrDeleting, codes.Aborted},
 	{controller.ErrUnresolvedRef, codes.FailedPrecondition},
 	{controller.ErrNotSupported, codes.FailedPrecondition},
 	{controller.ErrNotReachable, codes.FailedPrecondition},

@@ -20,10 +20,11 @@ func journalStore(cfg Config, kc *kube.Client) (journal.Store, error) {
 	mode, dir, _ := strings.Cut(cmp.Or(cfg.Journal, "auto"), ":")
 	switch mode {
 	case "auto":
-		if kc != nil {
+		mode = "file"
+		if kc != nil && cmp.Or(cfg.LeaseNamespace, kube.PodNamespace()) != "" {
 			mode = "kubernetes"
-		} else {
-			mode = "file"
+		} else if kc != nil {
+			cfg.Logger.Warn("the record is not kept in Kubernetes: the controller's namespace is unknown outside a pod (set --leader-election-namespace)")
 		}
 	case "kubernetes", "file":
 	default:

@@ -12,6 +12,10 @@ import (
 // ErrIDTaken: the id is held by another volume of the record.
 var ErrIDTaken = errors.New("journal: id held by another volume")
 
+// ErrDeleting: the volume's DeleteVolume has begun (MarkDeleting): no
+// create may answer it or change its record any more.
+var ErrDeleting = errors.New("journal: volume is being deleted")
+
 // NoID is Volume.Allocated of a volume whose class fixes both ids.
 const NoID = -1
 
@@ -31,11 +35,15 @@ type Volume struct {
 	// its UID when the class fixes the GID); NoID for fixed ids.
 	Allocated int64 `json:"allocated"`
 	// AccessPoint is set once an access point with Token is known to exist.
-	AccessPoint    string    `json:"accessPoint,omitempty"`
-	ClaimNamespace string    `json:"claimNamespace,omitempty"`
-	ClaimName      string    `json:"claimName,omitempty"`
-	Bound          bool      `json:"bound,omitempty"` // a PersistentVolume was seen naming it: never collected
-	Created        time.Time `json:"created"`
+	AccessPoint    string `json:"accessPoint,omitempty"`
+	ClaimNamespace string `json:"claimNamespace,omitempty"`
+	ClaimName      string `json:"claimName,omitempty"`
+	Bound          bool   `json:"bound,omitempty"` // a PersistentVolume was seen naming it: never collected
+	// Deleting: a DeleteVolume (or the collector) is deleting its access
+	// point; set before DeleteAccessPoint, so that a create that read the
+	// record before cannot answer it after.
+	Deleting bool      `json:"deleting,omitempty"`
+	Created  time.Time `json:"created"`
 }
 
 // Record is a Volume as stored, with the version its next write compares.
@@ -175,8 +183,16 @@ const maxConflicts = 16
 // and applying change again: change says whether it changed anything (no
 // change, no write) and may refuse with an error.
 func (j *Journal) mutate(ctx context.Context, r *Record, change func(*Volume) (bool, error)) error {
+	return j.write(ctx, r, false, change)
+}
+
+// write is mutate; deleting allows a change of a record being deleted.
+func (j *Journal) write(ctx context.Context, r *Record, deleting bool, change func(*Volume) (bool, error)) error {
 	for range maxConflicts {
 		v := r.Volume
+		if v.Deleting && !deleting {
+			return fmt.Errorf("%w: %s/%q", ErrDeleting, v.FileSystem, v.Token)
+		}
 		changed, err := change(&v)
 		if err != nil || !changed {
 			return err
@@ -191,16 +207,42 @@ func (j *Journal) mutate(ctx context.Context, r *Record, change func(*Volume) (b
 			r.Volume, r.entry = v, got
 			return nil
 		}
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%w: %s/%q is gone", ErrDeleting, r.FileSystem, r.Token)
+		}
 		if !errors.Is(err, ErrConflict) {
 			return err
 		}
 		fresh, err := j.Volume(ctx, r.FileSystem, r.Token)
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%w: %s/%q is gone", ErrDeleting, r.FileSystem, r.Token)
+		}
 		if err != nil {
 			return err
 		}
 		*r = *fresh
 	}
 	return fmt.Errorf("%w: %s/%q kept changing", ErrUnavailable, r.FileSystem, r.Token)
+}
+
+// Touch writes r unchanged, so that its version moves: a create that
+// found an existing record touches it before sending CreateAccessPoint,
+// and a DeleteVolume that read the record before cannot mark it deleting
+// without reading this create's write first. ErrDeleting if it is marked.
+func (j *Journal) Touch(ctx context.Context, r *Record) error {
+	return j.mutate(ctx, r, func(*Volume) (bool, error) { return true, nil })
+}
+
+// MarkDeleting records that r's access point is being deleted: from now
+// on no create answers it (ErrDeleting), and only Finish removes it.
+func (j *Journal) MarkDeleting(ctx context.Context, r *Record) error {
+	return j.write(ctx, r, true, func(v *Volume) (bool, error) {
+		if v.Deleting {
+			return false, nil
+		}
+		v.Deleting = true
+		return true, nil
+	})
 }
 
 // SetIDs gives r other ids, if it still holds from: only for a record
