@@ -67,7 +67,11 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	if err != nil {
 		return nil, err
 	}
-	return svc.createVolume(ctx, req, b)
+	resp, err := svc.createVolume(ctx, req, b)
+	if errors.Is(err, efs.ErrAccessDenied) && b != (Backend{}) {
+		s.dropBackend(b) // a role that refuses this controller keeps nothing
+	}
+	return resp, err
 }
 
 func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest, b Backend) (*csi.CreateVolumeResponse, error) {
