@@ -109,7 +109,7 @@ func BenchmarkAPICallsPerCreateVolume(b *testing.B) {
 			clk := newClock()
 			svc, emu, client := newBenchBed(b, steadyState(clk))
 			if tc.phase == "steady" {
-				clk.Advance(60e9)
+				clk.Advance(2 * unrecordedWindow)
 			}
 			fill(b, client, tc.existing)
 			before := total(emu.Counts())

@@ -168,6 +168,7 @@ type shared struct {
 	journal  *journal.Journal
 	roots    *rootDirs                                // root-directory removal (rootdir.go)
 	listings *freshFlight[listKey, []efs.AccessPoint] // listings that start after their caller asked
+	started  time.Time                                // when New ran (unrecordedWindow)
 	cfg      Config
 
 	// Backends (backend.go): the Services of other backends, made at
@@ -249,7 +250,7 @@ func New(cfg Config) (*Service, error) {
 		shared: &shared{
 			refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 			locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDOptions), journal: journal.New(cfg.Journal),
-			roots: newRootDirs(), listings: listings, cfg: cfg,
+			roots: newRootDirs(), listings: listings, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
 			answers: map[string]answer{}, answerOf: map[string]string{},
 		},

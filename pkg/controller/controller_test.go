@@ -178,7 +178,7 @@ func TestRestartedControllerAdoptsAccessPointOfKilledOne(t *testing.T) {
 func TestConcurrentCreatesGetDistinctGIDs(t *testing.T) {
 	clk := newClock()
 	b := newBed(t, steadyState(clk))
-	clk.Advance(60e9)
+	clk.Advance(2 * unrecordedWindow)
 	const n = 150
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

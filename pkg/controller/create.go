@@ -320,6 +320,9 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 			}
 			return nil, err
 		}
+		if err := s.unrecordedRival(ctx, p, rec, ap); err != nil {
+			return nil, err
+		}
 		return ap, nil
 	case errors.Is(err, efs.ErrAlreadyExists):
 		return s.adopt(ctx, p, rec, err)
@@ -328,6 +331,56 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 	// its id stay, so the retry sends the identical request, and the id is
 	// on no other access point of this cluster meanwhile.
 	return nil, err
+}
+
+// unrecordedWindow is how long after its start a controller checks its new
+// access points against writers outside the record: a release before the
+// record running beside it in a rolling update (which verified its own
+// creates by listing, and yields to ours) picks GIDs the record cannot
+// exclude.
+const unrecordedWindow = 10 * time.Minute
+
+// unrecordedRival checks, during unrecordedWindow, a just-created access
+// point with an allocated id against a listing that starts after it
+// exists: another access point carrying the id that the record does not
+// name was made by a writer outside this cluster's record. Ours then gives
+// way, if no other create of this cluster wrote its record since (Withdraw
+// is a strict compare-and-swap: one that adopted it would have touched the
+// record first, and then ours is answered); the retry holds another id.
+func (s *Service) unrecordedRival(ctx context.Context, p *plan, rec *journal.Record, ap *efs.AccessPoint) error {
+	if !p.params.NeedsGIDAllocation() || s.now().Sub(s.started) > unrecordedWindow || s.cfg.GIDVerify == VerifyNever {
+		return nil
+	}
+	aps, err := s.listAfterNow(ctx, ap.FileSystemID)
+	if err != nil {
+		return nil // the check is for writers outside the record; answering is safe within it
+	}
+	id := rec.Allocated
+	for i := range aps {
+		other := &aps[i]
+		uid, g := posixIDs(other)
+		if other.ID == ap.ID || (uid != id && g != id) {
+			continue
+		}
+		if r, err := s.journal.Volume(ctx, other.FileSystemID, other.ClientToken); err == nil && agrees(r, other) {
+			continue // recorded: cannot carry our id (I3); a stale listing
+		}
+		if err := s.journal.Withdraw(ctx, rec); err != nil {
+			return nil // another create of this cluster may have answered it
+		}
+		s.gids.Record(*other)
+		s.log.Warn("GID also carried by an access point outside the record; withdrawing ours",
+			slog.String("accessPoint", ap.ID), slog.Int64("gid", id), slog.String("other", other.ID))
+		if err := s.deleteAccessPoint(ctx, ap.FileSystemID, ap.ID); err != nil {
+			return err
+		}
+		s.log.Info("access point deleted", slog.String("accessPoint", ap.ID), slog.String("reason", "withdrawn before any answer: its GID is carried by an unrecorded access point"))
+		if err := s.journal.Finish(ctx, rec); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: GID %d on %s is also carried by access point %s, which this cluster's record does not name", ErrGIDContention, id, ap.FileSystemID, other.ID)
+	}
+	return nil
 }
 
 // record returns the volume's record, made now (with an id reserved in the

@@ -30,10 +30,11 @@ const clusterIDTimeout = 30 * time.Second
 
 // clusterID is --cluster-id, or else the UID of the kube-system namespace
 // when a Kubernetes API is configured, or else "" (none is known: the
-// controller writes no cluster ID tag and nothing is collected). The
-// returned client is nil without a Kubernetes API. Failing to read the UID
-// is fatal only when the orphan collector needs it; otherwise the controller
-// runs without a cluster ID, which keeps every volume out of any collector.
+// controller writes no cluster ID tag). The returned client is nil without a
+// Kubernetes API; failing to build one is fatal only when the orphan
+// collector needs it. Failing to read the UID is never fatal: the orphan
+// collector acts on the record (pkg/journal), which is this cluster's
+// already, and needs no cluster ID.
 func clusterID(ctx context.Context, cfg Config) (string, *kube.Client, error) {
 	if !cfg.Kube.Configured() {
 		return cfg.ClusterID, nil, nil
@@ -58,10 +59,7 @@ func clusterID(ctx context.Context, cfg Config) (string, *kube.Client, error) {
 		}
 		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || ctx.Err() != nil {
 			err = fmt.Errorf("cluster ID: %w (set --cluster-id, or allow get on namespaces/kube-system)", err)
-			if cfg.OrphanInterval > 0 {
-				return "", nil, err
-			}
-			cfg.Logger.Warn("no cluster ID: access points get no cluster ID tag and are never collected", slog.String("error", err.Error()))
+			cfg.Logger.Warn("no cluster ID: access points get no cluster ID tag", slog.String("error", err.Error()))
 			return "", kc, nil
 		}
 		cfg.Logger.Info("reading the cluster ID", slog.String("error", err.Error()))
@@ -82,7 +80,9 @@ type orphanCollector struct {
 	leading  atomic.Bool
 }
 
-func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, client *efs.Client, ctl *controller.Service) (*orphanCollector, error) {
+// newOrphanCollector collects from ctl's record through ctl (the EFS client
+// is not used: candidates come from the record, never from EFS listings).
+func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, _ *efs.Client, ctl *controller.Service) (*orphanCollector, error) {
 	if kc == nil {
 		return nil, errors.New("orphan collection needs the Kubernetes API: run in a pod or set --kube-api-url")
 	}
@@ -95,9 +95,7 @@ func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, client *e
 	}
 	c, err := orphans.New(orphans.Config{
 		Driver: cfg.DriverName, ClusterID: clusterID, Interval: cfg.OrphanInterval, Grace: cfg.OrphanGrace,
-		Tags: orphans.Tags{Cluster: controller.TagCluster, ClusterID: controller.TagClusterID, Bound: controller.TagBound,
-			VolumeName: controller.TagVolumeName, ClaimName: controller.TagClaimName, ClaimNamespace: controller.TagClaimNamespace},
-		Cluster: kc, AccessPoints: client, Deleter: ctl, Logger: cfg.Logger,
+		Cluster: kc, Journal: ctl.Journal(), Collector: ctl, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -130,13 +128,15 @@ func (oc *orphanCollector) run(ctx context.Context) {
 
 var (
 	orphanAPDesc = prometheus.NewDesc("efs_csi_orphan_collector_access_points",
-		"Access points on this cluster's file systems at the last round, by owner: this_cluster, this_cluster_bound (a PV referred to it), "+
-			"legacy (no cluster ID: never collected), other (another cluster's or not the driver's).", []string{"owner"}, nil)
+		"Volumes in this cluster's record at the last round, by owner: this_cluster (no PV named it yet), "+
+			"this_cluster_bound (a PV named it: never collected). Access points without a record are never collected and not counted.",
+		[]string{"owner"}, nil)
 	orphanCandDesc  = prometheus.NewDesc("efs_csi_orphan_collector_candidates", "Orphans waiting out their grace period.", nil, nil)
-	orphanDelDesc   = prometheus.NewDesc("efs_csi_orphan_collector_deleted_total", "Orphaned access points deleted.", nil, nil)
+	orphanKeptDesc  = prometheus.NewDesc("efs_csi_orphan_collector_kept", "Orphans past their grace period that are not collected: their access point cannot be proven theirs with the controller's own credentials (a class with an awsRoleArn secret), or carries their token at another root directory.", nil, nil)
+	orphanDelDesc   = prometheus.NewDesc("efs_csi_orphan_collector_deleted_total", "Orphaned volumes collected: their access point deleted, or the record of a create that made none released.", nil, nil)
 	orphanRndDesc   = prometheus.NewDesc("efs_csi_orphan_collector_rounds_total", "Collection rounds by result.", []string{"result"}, nil)
 	orphanLeadDesc  = prometheus.NewDesc("efs_csi_orphan_collector_leader", "1 while this replica holds the collector's Lease.", nil, nil)
-	orphanCollected = []*prometheus.Desc{orphanAPDesc, orphanCandDesc, orphanDelDesc, orphanRndDesc, orphanLeadDesc}
+	orphanCollected = []*prometheus.Desc{orphanAPDesc, orphanCandDesc, orphanKeptDesc, orphanDelDesc, orphanRndDesc, orphanLeadDesc}
 )
 
 // Describe and Collect read the collector at scrape time.
@@ -153,9 +153,8 @@ func (oc *orphanCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(orphanAPDesc, st.Own-st.OwnBound, "this_cluster")
 	gauge(orphanAPDesc, st.OwnBound, "this_cluster_bound")
-	gauge(orphanAPDesc, st.Legacy, "legacy")
-	gauge(orphanAPDesc, st.Foreign, "other")
 	gauge(orphanCandDesc, st.Candidates)
+	gauge(orphanKeptDesc, st.Kept)
 	ch <- prometheus.MustNewConstMetric(orphanDelDesc, prometheus.CounterValue, float64(st.Deleted))
 	ch <- prometheus.MustNewConstMetric(orphanRndDesc, prometheus.CounterValue, float64(st.Rounds-st.FailedRounds), "ok")
 	ch <- prometheus.MustNewConstMetric(orphanRndDesc, prometheus.CounterValue, float64(st.FailedRounds), "error")

@@ -19,14 +19,17 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube/kubetest"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // runController runs a controller replica with orphan collection, reading
-// the fake API with a token of its own, until the test ends or stop is called.
-func runController(t *testing.T, name, efsURL string, k *kubetest.Server, mut ...func(*Config)) (stop func()) {
+// the fake API with a token of its own, until the test ends or stop is
+// called. socket is its CSI endpoint.
+func runController(t *testing.T, name, efsURL string, k *kubetest.Server, mut ...func(*Config)) (socket string, stop func()) {
 	t.Helper()
+	socket = filepath.Join(t.TempDir(), "csi.sock")
 	cfg := Config{
-		Endpoint: "unix://" + filepath.Join(t.TempDir(), "csi.sock"), Mode: ModeController, TempDir: t.TempDir(),
+		Endpoint: "unix://" + socket, Mode: ModeController, TempDir: t.TempDir(),
 		OrphanInterval: 20 * time.Millisecond, OrphanGrace: 0, LeaseNamespace: "kube-system",
 		Kube: kube.Config{URL: k.URL, TokenFile: k.TokenFile(name), CAFile: k.CAFile},
 		EFS:  efs.Config{Region: "us-east-1", Endpoint: efsURL, RateLimits: unlimited},
@@ -41,7 +44,9 @@ func runController(t *testing.T, name, efsURL string, k *kubetest.Server, mut ..
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- d.run(ctx, nil) }()
+	ready := make(chan struct{})
+	go func() { done <- d.run(ctx, ready) }()
+	<-ready
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -54,12 +59,33 @@ func runController(t *testing.T, name, efsURL string, k *kubetest.Server, mut ..
 		}
 	}
 	t.Cleanup(stop)
-	return stop
+	return socket, stop
 }
 
-// orphan creates an access point of this cluster whose claim is gone and
-// that no PV refers to: what the collector is for.
-func orphan(t *testing.T, c *efs.Client, name string) string {
+// orphan provisions a volume through the replica at socket for a claim
+// that does not exist and that no PV names: what the collector is for (a
+// claim deleted while its CreateVolume was in flight). It returns the
+// access point ID.
+func orphan(t *testing.T, socket, name string) string {
+	t.Helper()
+	req := createReq(name)
+	req.Parameters["csi.storage.k8s.io/pvc/name"] = "gone-" + name
+	req.Parameters["csi.storage.k8s.io/pvc/namespace"] = "ns"
+	r, err := csi.NewControllerClient(dial(t, socket)).CreateVolume(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := volume.ParseID(r.GetVolume().GetVolumeId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.AccessPointID
+}
+
+// forged creates an access point directly through EFS that carries all
+// the tags and the token of an orphan of this cluster, but that the record
+// does not have.
+func forged(t *testing.T, c *efs.Client, name string) string {
 	t.Helper()
 	ap, err := c.CreateAccessPoint(context.Background(), efs.CreateAccessPointInput{
 		FileSystemID: sanityFS, ClientToken: name, Path: "/" + name,
@@ -102,7 +128,9 @@ func collectors(k *kubetest.Server) []string {
 }
 
 // Two controller replicas, both with the collector on: only the one holding
-// the Lease collects. When it stops, the other takes over.
+// the Lease collects, from the record both keep (ConfigMaps), whichever
+// replica provisioned the orphan. When it stops, the other takes over. An
+// access point forged to look like an orphan is never collected.
 func TestOnlyTheLeaderCollects(t *testing.T) {
 	saved := orphanElection
 	orphanElection = kube.Election{LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 50 * time.Millisecond}
@@ -114,21 +142,25 @@ func TestOnlyTheLeaderCollects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := orphan(t, c, "pvc-1")
-	stopA := runController(t, "a", url, k)
-	stopB := runController(t, "b", url, k)
-	waitGone(t, c, first)
+	fake := forged(t, c, "pvc-forged")
+	sockA, stopA := runController(t, "a", url, k)
+	sockB, stopB := runController(t, "b", url, k)
+	waitGone(t, c, orphan(t, sockA, "pvc-1"))
 	leader := collectors(k)
 	if len(leader) != 1 {
 		t.Fatalf("replicas that collected: %v, want one", leader)
 	}
-	// The leader goes; the other replica collects the next orphan.
+	// The leader goes; the other replica collects the next orphan, made
+	// by itself.
 	stop := map[string]func(){"a": stopA, "b": stopB}
+	other := map[string]string{"a": sockB, "b": sockA}
 	stop[leader[0]]()
-	second := orphan(t, c, "pvc-2")
-	waitGone(t, c, second)
+	waitGone(t, c, orphan(t, other[leader[0]], "pvc-2"))
 	if got := collectors(k); len(got) != 2 {
 		t.Fatalf("replicas that collected: %v, want both, one after the other", got)
+	}
+	if _, err := c.DescribeAccessPoint(context.Background(), fake); err != nil {
+		t.Errorf("the forged access point: %v", err)
 	}
 }
 

@@ -245,6 +245,26 @@ func (j *Journal) MarkDeleting(ctx context.Context, r *Record) error {
 	})
 }
 
+// Withdraw marks r deleting only if nobody wrote it since r was read (no
+// re-read): a create withdrawing the access point it just made, which no
+// other create can have answered unless it wrote the record meanwhile
+// (Touch). ErrConflict if one did: the caller must then answer it.
+func (j *Journal) Withdraw(ctx context.Context, r *Record) error {
+	v := r.Volume
+	v.Deleting = true
+	e, err := encode(&v)
+	if err != nil {
+		return err
+	}
+	e.Version = r.entry.Version
+	got, err := j.s.Update(ctx, e)
+	if err != nil {
+		return err
+	}
+	r.Volume, r.entry = v, got
+	return nil
+}
+
 // SetIDs gives r other ids, if it still holds from: only for a record
 // whose ids were never sent in a CreateAccessPoint (its id was never held).
 // ErrConflict, with r re-read, if another writer changed them first.

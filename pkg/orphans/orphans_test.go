@@ -3,6 +3,8 @@ package orphans
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,29 +16,29 @@ import (
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
 	"github.com/efs-csi/efs-csi-driver/pkg/controller"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube/kubetest"
+	"github.com/efs-csi/efs-csi-driver/pkg/mount"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 const (
-	fsID     = "fs-0123456789abcdef0"
-	driver   = "efs.csi.aws.com"
-	grace    = 5 * time.Minute
-	otherFS  = "fs-0fedcba9876543210" // in the account, named by no StorageClass
-	tagClsID = controller.TagClusterID
+	fsID   = "fs-0123456789abcdef0"
+	driver = "efs.csi.aws.com"
+	grace  = 5 * time.Minute
 )
-
-var tags = Tags{Cluster: controller.TagCluster, ClusterID: controller.TagClusterID, Bound: controller.TagBound,
-	VolumeName: controller.TagVolumeName, ClaimName: controller.TagClaimName, ClaimNamespace: controller.TagClaimNamespace}
 
 type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
 // bed is one cluster: the EFS emulator through the real SDK, this cluster's
-// controller, and a fake Kubernetes API read through the real client.
+// controller with its record, and a fake Kubernetes API read through the
+// real client.
 type bed struct {
+	emu  *emulator.Emulator
+	data string // the emulator's data: DATA/<fs-id>/<path>
 	efs  *efs.Client
 	ctl  *controller.Service
 	kube *kubetest.Server
@@ -44,74 +46,148 @@ type bed struct {
 	clk  *clock
 }
 
-func newBed(t *testing.T) *bed {
+// newBed starts a cluster; rootDirs: the controller runs with
+// --delete-access-point-root-dir (bind mounts of the emulator's data: root).
+func newBed(t *testing.T, rootDirs bool) *bed {
 	t.Helper()
-	url, _ := emulatortest.Start(t, emulator.Config{FileSystems: []string{fsID, otherFS}})
-	client, err := efs.New(context.Background(), efs.Config{Endpoint: url, RateLimits: map[string]efs.RateLimit{"*": {}}})
+	if rootDirs && os.Geteuid() != 0 {
+		t.Skip("root-directory removal needs bind mounts (root)")
+	}
+	data := t.TempDir()
+	url, emu := emulatortest.Start(t, emulator.Config{DataDir: data, FileSystems: []string{fsID}})
+	client, err := efs.New(context.Background(), efs.Config{Endpoint: url, RateLimits: map[string]efs.RateLimit{"*": {}},
+		MaxBackoff: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl, err := controller.New(controller.Config{EFS: client, ClusterID: kubetest.KubeSystemUID})
+	cfg := controller.Config{EFS: client, ClusterID: kubetest.KubeSystemUID, Journal: journal.NewMemory(), TempDir: t.TempDir()}
+	if rootDirs {
+		m, err := mount.NewLocal(data, client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DeleteRootDir, cfg.Mounter = true, m
+	}
+	ctl, err := controller.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := kubetest.Start(t)
-	k.AddStorageClass("efs-sc", driver, map[string]string{"provisioningMode": "efs-ap", "fileSystemId": fsID})
-	k.AddStorageClass("other-driver", "ebs.csi.aws.com", map[string]string{"fileSystemId": otherFS})
 	kc, err := kube.New(kube.Config{URL: k.URL, TokenFile: k.TokenFile("collector"), CAFile: k.CAFile})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bed{efs: client, ctl: ctl, kube: k, kc: kc, clk: &clock{t: time.Now()}}
+	t.Cleanup(func() {
+		if n := ctl.LocksHeld(); n != 0 {
+			t.Errorf("%d locks held at rest", n)
+		}
+	})
+	return &bed{emu: emu, data: data, efs: client, ctl: ctl, kube: k, kc: kc, clk: &clock{t: time.Now()}}
 }
 
 // collector is a fresh collector, as after a restart or a change of leader:
 // it remembers nothing of earlier rounds.
 func (b *bed) collector(t *testing.T) *Collector {
 	t.Helper()
-	c, err := New(Config{Driver: driver, ClusterID: kubetest.KubeSystemUID, Interval: time.Minute, Grace: grace,
-		TagsPerSecond: 1000, Tags: tags, Cluster: b.kc, AccessPoints: b.efs, Deleter: b.ctl, Now: b.clk.now})
+	c, err := New(Config{Driver: driver, Interval: time.Minute, Grace: grace,
+		Cluster: b.kc, Journal: b.ctl.Journal(), Collector: b.ctl, Now: b.clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// create provisions pvc-<uid> for claim ns/name through the controller, as
-// csi-provisioner does, and creates the claim.
-func (b *bed) create(t *testing.T, uid, ns, claim string) string {
-	t.Helper()
-	r, err := b.ctl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: "pvc-" + uid,
-		Parameters: map[string]string{
-			"provisioningMode": "efs-ap", "fileSystemId": fsID, "directoryPerms": "700",
-			"csi.storage.k8s.io/pvc/name": claim, "csi.storage.k8s.io/pvc/namespace": ns,
-			"csi.storage.k8s.io/pv/name": "pvc-" + uid,
-		},
+func createRequest(uid, ns, claim string, extra ...string) *csi.CreateVolumeRequest {
+	p := map[string]string{
+		"provisioningMode": "efs-ap", "fileSystemId": fsID, "directoryPerms": "700",
+		"csi.storage.k8s.io/pvc/name": claim, "csi.storage.k8s.io/pvc/namespace": ns,
+		"csi.storage.k8s.io/pv/name": "pvc-" + uid,
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		p[extra[i]] = extra[i+1]
+	}
+	return &csi.CreateVolumeRequest{
+		Name:       "pvc-" + uid,
+		Parameters: p,
 		VolumeCapabilities: []*csi.VolumeCapability{{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
 		}},
-	})
+	}
+}
+
+// create provisions pvc-<uid> for claim ns/name through the controller, as
+// csi-provisioner does, and creates the claim. extra are class parameters.
+func (b *bed) create(t *testing.T, uid, ns, claim string, extra ...string) string {
+	t.Helper()
+	b.kube.SetClaim(ns, claim, uid)
+	r, err := b.ctl.CreateVolume(context.Background(), createRequest(uid, ns, claim, extra...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.kube.SetClaim(ns, claim, uid)
 	return r.Volume.VolumeId
 }
 
-// rawAccessPoint creates an access point directly through the EFS API, as
-// another cluster's driver or a person with the console would.
-func (b *bed) rawAccessPoint(t *testing.T, fs, token string, tags map[string]string) string {
+// failedCreate is a CreateVolume of pvc-<uid> for claim ns/name that EFS
+// never applied (every attempt 500, until the call's deadline): the record
+// it wrote stays, naming no access point, as after a create whose claim was
+// deleted before it succeeded. The claim does not exist.
+func (b *bed) failedCreate(t *testing.T, uid, ns, claim string) *journal.Record {
+	t.Helper()
+	b.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{ErrorRate: 1})
+	defer b.emu.ResetFaults()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := b.ctl.CreateVolume(ctx, createRequest(uid, ns, claim)); err == nil {
+		t.Fatal("CreateVolume succeeded through a failing EFS")
+	}
+	rec := b.record(t, "pvc-"+uid)
+	if rec == nil || rec.AccessPoint != "" {
+		t.Fatalf("record of a failed create: %+v", rec)
+	}
+	return rec
+}
+
+// record is the record of volume name, nil if there is none.
+func (b *bed) record(t *testing.T, name string) *journal.Record {
+	t.Helper()
+	var found *journal.Record
+	if err := b.ctl.Journal().Volumes(context.Background(), "", func(rs []*journal.Record) error {
+		for _, r := range rs {
+			if r.Name == name {
+				found = r
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// idHolder is the token holding id on the file system, "" if none.
+func (b *bed) idHolder(t *testing.T, id int64) string {
+	t.Helper()
+	h, err := b.ctl.Journal().IDHolder(context.Background(), fsID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// rawAccessPoint creates an access point directly through the EFS API, as a
+// person with the console or another tool would: nothing is recorded.
+func (b *bed) rawAccessPoint(t *testing.T, token, path string, tags map[string]string) string {
 	t.Helper()
 	ap, err := b.efs.CreateAccessPoint(context.Background(), efs.CreateAccessPointInput{
-		FileSystemID: fs, ClientToken: token, Path: "/" + token, Tags: tags,
-		PosixUser: &efs.PosixUser{UID: 1000, GID: 1000},
+		FileSystemID: fsID, ClientToken: token, Path: path, Tags: tags,
+		PosixUser:    &efs.PosixUser{UID: 1000, GID: 1000},
+		CreationInfo: &efs.CreationInfo{OwnerUID: 1000, OwnerGID: 1000, Permissions: "755"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return volume.ProvisionedID(fs, ap.ID)
+	return volume.ProvisionedID(fsID, ap.ID)
 }
 
 // rounds runs n rounds, each a grace period after the previous one.
@@ -151,48 +227,94 @@ func (b *bed) describe(t *testing.T, volID string) *efs.AccessPoint {
 	return ap
 }
 
-// Only the access point whose claim is gone and that no PV refers to is
-// deleted, and only after it stayed so for the grace period.
-func TestOnlyForgottenAccessPointsAreDeletedAfterGrace(t *testing.T) {
-	b := newBed(t)
-	bound := b.create(t, "1", "ns", "bound")          // claim and PV exist
-	provisioning := b.create(t, "2", "ns", "pending") // claim exists, no PV yet
-	forgotten := b.create(t, "3", "ns", "deleted")    // claim gone, no PV
-	b.kube.SetClaim("ns", "deleted", "")
-	b.kube.AddPV("pvc-1", driver, bound)
-	c := b.collector(t)
-	for _, step := range []struct {
-		advance time.Duration
-		want    int
-	}{{0, 0}, {4 * time.Minute, 0}, {2 * time.Minute, 1}, {10 * time.Minute, 0}} {
-		b.clk.t = b.clk.t.Add(step.advance)
-		n, err := c.Round(context.Background())
-		if err != nil || n != step.want {
-			t.Fatalf("after %v: deleted %d (%v), want %d", step.advance, n, err, step.want)
-		}
+// accessPoints lists the file system's access points, bypassing the controller.
+func (b *bed) accessPoints(t *testing.T) []efs.AccessPoint {
+	t.Helper()
+	aps, err := efs.Collect(context.Background(), b.efs.ListAccessPoints, fsID)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for id, want := range map[string]bool{bound: true, provisioning: true, forgotten: false} {
-		if got := b.exists(t, id); got != want {
-			t.Errorf("%s exists: %v, want %v", id, got, want)
-		}
-	}
-	if ap := b.describe(t, bound); ap.Tags[controller.TagBound] != "true" {
-		t.Errorf("the access point of a PV is not marked bound: %v", ap.Tags)
-	}
-	if st := c.Stats(); st.Own != 2 || st.OwnBound != 1 || st.Candidates != 0 || st.Deleted != 1 || st.Rounds != 4 {
-		t.Errorf("stats %+v", st)
+	return aps
+}
+
+// dir is the path of a root directory in the emulator's data.
+func (b *bed) dir(path string) string { return filepath.Join(b.data, fsID, filepath.FromSlash(path)) }
+
+// A recorded volume whose claim is gone and that no PV ever named is
+// collected once it stayed so for the grace period, through the controller's
+// DeleteVolume: access point, root directory, record and id. Its
+// neighbours (a PV's, one still provisioning) are kept.
+func TestRecordedOrphansAreCollectedAfterGrace(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		extra []string // the forgotten volume's class parameters
+	}{
+		{"tagged", nil},
+		{"untagged", []string{"enableTagging", "false"}},
+		{"reuseAccessPoint", []string{"reuseAccessPoint", "true"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBed(t, os.Geteuid() == 0)
+			bound := b.create(t, "1", "ns", "bound")          // claim and PV exist
+			provisioning := b.create(t, "2", "ns", "pending") // claim exists, no PV yet
+			forgotten := b.create(t, "3", "ns", "deleted", tt.extra...)
+			b.kube.SetClaim("ns", "deleted", "") // claim gone, no PV
+			b.kube.AddPV("pvc-1", driver, bound)
+			rec := b.record(t, "pvc-3")
+			if rec == nil || rec.Allocated < 0 || b.idHolder(t, rec.Allocated) != rec.Token {
+				t.Fatalf("record of the forgotten volume: %+v", rec)
+			}
+			root := b.describe(t, forgotten).Path
+			if _, err := os.Stat(b.dir(root)); err != nil {
+				t.Fatal(err)
+			}
+			c := b.collector(t)
+			for _, step := range []struct {
+				advance time.Duration
+				want    int
+			}{{0, 0}, {4 * time.Minute, 0}, {2 * time.Minute, 1}, {10 * time.Minute, 0}} {
+				b.clk.t = b.clk.t.Add(step.advance)
+				n, err := c.Round(context.Background())
+				if err != nil || n != step.want {
+					t.Fatalf("after %v: collected %d (%v), want %d", step.advance, n, err, step.want)
+				}
+			}
+			for id, want := range map[string]bool{bound: true, provisioning: true, forgotten: false} {
+				if got := b.exists(t, id); got != want {
+					t.Errorf("%s exists: %v, want %v", id, got, want)
+				}
+			}
+			if r := b.record(t, "pvc-3"); r != nil {
+				t.Errorf("the collected volume's record stays: %+v", r)
+			}
+			if h := b.idHolder(t, rec.Allocated); h != "" {
+				t.Errorf("id %d of the collected volume still held by %q", rec.Allocated, h)
+			}
+			if _, err := os.Stat(b.dir(root)); os.Geteuid() == 0 && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("root directory %s of the collected volume: %v", root, err)
+			}
+			if r := b.record(t, "pvc-1"); r == nil || !r.Bound {
+				t.Errorf("the PV's volume is not marked bound: %+v", r)
+			}
+			if r := b.record(t, "pvc-2"); r == nil || r.Bound {
+				t.Errorf("the provisioning volume: %+v", r)
+			}
+			if st := c.Stats(); st.Own != 2 || st.OwnBound != 1 || st.Candidates != 0 || st.Deleted != 1 || st.Rounds != 4 {
+				t.Errorf("stats %+v", st)
+			}
+		})
 	}
 }
 
 // Access points that only look like an orphan of this cluster are never
-// collected: another cluster's (same account, same file system), and ones a
-// person made and tagged by hand, with or without this cluster's ID.
-func TestAccessPointsNotCreatedByThisClusterAreNeverCollected(t *testing.T) {
-	claimTags := func(extra map[string]string) map[string]string {
+// collected, whatever they carry: nothing recorded them. Their directories
+// stay, with --delete-access-point-root-dir too.
+func TestAccessPointsNotRecordedAreNeverCollected(t *testing.T) {
+	forged := func(cluster string) map[string]string {
 		tags := map[string]string{controller.TagCluster: "true", controller.TagVolumeName: "pvc-9",
 			controller.TagClaimName: "gone", controller.TagClaimNamespace: "ns", controller.TagCapacity: "5368709120"}
-		for k, v := range extra {
-			tags[k] = v
+		if cluster != "" {
+			tags[controller.TagClusterID] = cluster
 		}
 		return tags
 	}
@@ -200,45 +322,98 @@ func TestAccessPointsNotCreatedByThisClusterAreNeverCollected(t *testing.T) {
 		name, token string
 		tags        map[string]string
 	}{
-		{"another cluster's, same file system", "pvc-9", claimTags(map[string]string{tagClsID: "other-cluster-uid"})},
-		{"tagged by hand like the current release's", "console-4f1e", claimTags(nil)},
-		{"tagged by hand with this cluster's ID", "console-77aa", claimTags(map[string]string{tagClsID: kubetest.KubeSystemUID})},
-		{"this cluster's, on a file system no StorageClass names", "pvc-9", claimTags(map[string]string{tagClsID: kubetest.KubeSystemUID})},
+		// The forgery the record is for: this cluster's ID copied, the
+		// token CreateVolume derives from the volume-name tag, the claim
+		// tags of a claim that does not exist, over a directory of data.
+		{"forged: this cluster's ID and the derived token", (volume.Params{}).ClientToken("pvc-9"), forged(kubetest.KubeSystemUID)},
+		{"another cluster's, same file system", "pvc-9", forged("other-cluster-uid")},
+		{"an earlier release's, before cluster IDs", "pvc-9", forged("")},
+		{"tagged by hand with this cluster's ID", "console-77aa", forged(kubetest.KubeSystemUID)},
+		{"upstream's, untagged", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := newBed(t)
-			fs := fsID
-			if strings.Contains(tt.name, "no StorageClass") {
-				fs = otherFS
+			b := newBed(t, true)
+			id := b.rawAccessPoint(t, tt.token, "/static-volume", tt.tags)
+			data := filepath.Join(b.dir("/static-volume"), "keep.txt")
+			if err := os.WriteFile(data, []byte("not the collector's"), 0o600); err != nil {
+				t.Fatal(err)
 			}
-			id := b.rawAccessPoint(t, fs, tt.token, tt.tags)
-			if n := b.rounds(t, b.collector(t), 3); n != 0 || !b.exists(t, id) {
-				t.Fatalf("deleted %d; %s exists: %v", n, id, b.exists(t, id))
+			c := b.collector(t)
+			if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, id) {
+				t.Fatalf("collected %d; %s exists: %v", n, id, b.exists(t, id))
+			}
+			if got, err := os.ReadFile(data); err != nil || string(got) != "not the collector's" {
+				t.Errorf("the directory's data: %q, %v", got, err)
+			}
+			if st := c.Stats(); st.Own != 0 || st.Candidates != 0 {
+				t.Errorf("stats %+v: an unrecorded access point counted", st)
 			}
 		})
 	}
 }
 
 // A Retain PV whose claim was deleted and which an administrator then deleted
-// by hand, to keep the data, keeps its access point: once a PV referred to
-// it, no collector ever deletes it, not even a new one that never saw the PV.
-func TestRetainPVDeletedByHandKeepsItsAccessPoint(t *testing.T) {
-	b := newBed(t)
-	id := b.create(t, "5", "ns", "data")
-	b.kube.AddPV("pvc-5", driver, id)
-	b.rounds(t, b.collector(t), 1) // the collector sees the PV
-	b.kube.SetClaim("ns", "data", "")
-	b.kube.DeletePV("pvc-5") // Released, Retain: the administrator deletes it by hand
-	if n := b.rounds(t, b.collector(t), 3); n != 0 || !b.exists(t, id) {
-		t.Fatalf("deleted %d; %s exists: %v", n, id, b.exists(t, id))
+// by hand, to keep the data, keeps its volume: once a PV named it, its
+// record is bound and no collector ever collects it, not even a new one that
+// never saw the PV.
+func TestBoundVolumesAreNeverCollected(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		seen func(t *testing.T, b *bed, c *Collector, id string) // the collector sees the PV
+	}{
+		{"seen by a round", func(t *testing.T, b *bed, c *Collector, id string) {
+			b.kube.AddPV("pvc-5", driver, id)
+			b.rounds(t, c, 1)
+		}},
+		{"seen by the watch only", func(t *testing.T, b *bed, c *Collector, id string) {
+			watching := make(chan struct{})
+			var once sync.Once
+			b.kube.OnRequest(func(r kubetest.Request) {
+				if r.Watch {
+					once.Do(func() { close(watching) })
+				}
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			seen := make(chan string, 1)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				b.kc.WatchVolumeHandles(ctx, driver, func(h string) { c.Observe(h); seen <- h })
+			}()
+			defer func() { cancel(); <-done }()
+			<-watching
+			b.kube.AddPV("pvc-5", driver, id) // the whole PV's life between two rounds
+			b.kube.DeletePV("pvc-5")
+			if h := <-seen; h != id {
+				t.Fatalf("watch saw %s, want %s", h, id)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBed(t, false)
+			id := b.create(t, "5", "ns", "data")
+			c := b.collector(t)
+			tt.seen(t, b, c, id)
+			b.kube.SetClaim("ns", "data", "")
+			b.kube.DeletePV("pvc-5") // Released, Retain: the administrator deletes it by hand
+			if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, id) {
+				t.Fatalf("collected %d; %s exists: %v", n, id, b.exists(t, id))
+			}
+			if r := b.record(t, "pvc-5"); r == nil || !r.Bound {
+				t.Fatalf("record not marked bound: %+v", r)
+			}
+			if n := b.rounds(t, b.collector(t), 3); n != 0 || !b.exists(t, id) {
+				t.Fatalf("a fresh collector collected %d; %s exists: %v", n, id, b.exists(t, id))
+			}
+		})
 	}
 }
 
 // A PV created for an orphan after the round read the PVs, but before the
-// deletion (its provisioner saved it late), saves the access point: the PVs
-// are read again right before deleting.
-func TestPVCreatedDuringTheRoundSavesTheAccessPoint(t *testing.T) {
-	b := newBed(t)
+// deletion (its provisioner saved it late), saves the volume: the PVs are
+// read again right before collecting.
+func TestPVCreatedDuringTheRoundSavesTheOrphan(t *testing.T) {
+	b := newBed(t, false)
 	id := b.create(t, "6", "ns", "late")
 	b.kube.SetClaim("ns", "late", "")
 	c := b.collector(t)
@@ -250,102 +425,148 @@ func TestPVCreatedDuringTheRoundSavesTheAccessPoint(t *testing.T) {
 		}
 	})
 	if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, id) {
-		t.Fatalf("deleted %d; %s exists: %v", n, id, b.exists(t, id))
+		t.Fatalf("collected %d; %s exists: %v", n, id, b.exists(t, id))
 	}
-	if ap := b.describe(t, id); ap.Tags[controller.TagBound] != "true" {
-		t.Errorf("not marked bound: %v", ap.Tags)
-	}
-}
-
-// Access points of the release before cluster IDs keep working: one that a
-// PV of this cluster refers to is adopted (this cluster's ID, bound); one
-// that never had a PV here is never collected, as nothing proves it ours.
-func TestAccessPointsOfTheReleaseBeforeClusterIDs(t *testing.T) {
-	b := newBed(t)
-	old, err := controller.New(controller.Config{EFS: b.efs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev := b.ctl
-	b.ctl = old
-	inUse := b.create(t, "7", "ns", "in-use")
-	orphaned := b.create(t, "8", "ns", "gone")
-	b.ctl = prev
-	b.kube.AddPV("pvc-7", driver, inUse)
-	b.kube.SetClaim("ns", "gone", "")
-	c := b.collector(t)
-	if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, orphaned) {
-		t.Fatalf("deleted %d; %s exists: %v", n, orphaned, b.exists(t, orphaned))
-	}
-	ap := b.describe(t, inUse)
-	if ap.Tags[controller.TagClusterID] != kubetest.KubeSystemUID || ap.Tags[controller.TagBound] != "true" {
-		t.Errorf("in-use access point not adopted: %v", ap.Tags)
-	}
-	if _, ok := b.describe(t, orphaned).Tags[controller.TagClusterID]; ok {
-		t.Error("an access point no PV referred to was adopted")
-	}
-	if st := c.Stats(); st.Own != 1 || st.Legacy != 1 {
-		t.Errorf("stats %+v", st)
-	}
-	// This cluster's controller lists the adopted one, and deletes it.
-	r, err := b.ctl.ListVolumes(context.Background(), &csi.ListVolumesRequest{})
-	if err != nil || len(r.Entries) != 1 || r.Entries[0].Volume.VolumeId != inUse {
-		t.Fatalf("ListVolumes: %v, %v", r, err)
-	}
-	if _, err := b.ctl.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: inUse}); err != nil || b.exists(t, inUse) {
-		t.Fatalf("DeleteVolume: %v", err)
+	if r := b.record(t, "pvc-6"); r == nil || !r.Bound {
+		t.Errorf("not marked bound: %+v", r)
 	}
 }
 
-// A Retain PV whose whole life fell between two rounds (provisioned, bound,
-// released and deleted by hand with its claim) is seen by the PV watch, so
-// its access point is kept and marked bound.
-func TestPVThatLivedBetweenRoundsKeepsItsAccessPoint(t *testing.T) {
-	b := newBed(t)
+// A create whose outcome was never recorded (it failed, or its answer was
+// lost) leaves a record naming no access point. Once its claim is gone for
+// the grace period: an access point with its token at its root directory is
+// the create's, and is deleted; none with its token means the create made
+// none, and the record and its id are released; one with its token at
+// another directory is not the record's, and is left alone.
+func TestOrphanRecordsWithoutAccessPoint(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// after makes EFS's side: the access point that carries the token,
+		// if any ("" for none).
+		after       func(t *testing.T, b *bed, rec *journal.Record) string
+		wantDeleted bool // the access point after made
+		wantRecord  bool
+	}{
+		{"no access point carries the token", func(*testing.T, *bed, *journal.Record) string { return "" }, false, false},
+		{"the create's access point, answer lost", func(t *testing.T, b *bed, rec *journal.Record) string {
+			// The request as the controller sent it, applied by EFS after
+			// the call gave up.
+			ap, err := b.efs.CreateAccessPoint(context.Background(), efs.CreateAccessPointInput{
+				FileSystemID: rec.FileSystem, ClientToken: rec.Token, Path: rec.Path,
+				PosixUser:    &efs.PosixUser{UID: rec.UID, GID: rec.GID},
+				CreationInfo: &efs.CreationInfo{OwnerUID: rec.UID, OwnerGID: rec.GID, Permissions: "700"},
+				Tags: map[string]string{controller.TagCluster: "true", controller.TagVolumeName: rec.Name,
+					controller.TagClusterID: kubetest.KubeSystemUID, controller.TagCapacity: "5368709120"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return volume.ProvisionedID(rec.FileSystem, ap.ID)
+		}, true, false},
+		{"the token on an access point at another directory", func(t *testing.T, b *bed, rec *journal.Record) string {
+			id := b.rawAccessPoint(t, rec.Token, "/static-volume", map[string]string{controller.TagCluster: "true",
+				controller.TagVolumeName: rec.Name, controller.TagClusterID: kubetest.KubeSystemUID,
+				controller.TagClaimName: rec.ClaimName, controller.TagClaimNamespace: rec.ClaimNamespace})
+			if err := os.WriteFile(filepath.Join(b.dir("/static-volume"), "keep.txt"), []byte("data"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBed(t, os.Geteuid() == 0)
+			rec := b.failedCreate(t, "7", "ns", "gone")
+			if b.idHolder(t, rec.Allocated) != rec.Token {
+				t.Fatalf("id %d of the failed create not held", rec.Allocated)
+			}
+			id := tt.after(t, b, rec)
+			c := b.collector(t)
+			want := 0
+			if !tt.wantRecord {
+				want = 1
+			}
+			if n := b.rounds(t, c, 3); n != want {
+				t.Fatalf("collected %d, want %d", n, want)
+			}
+			if id != "" && b.exists(t, id) == tt.wantDeleted {
+				t.Errorf("%s exists: %v", id, b.exists(t, id))
+			}
+			if r := b.record(t, rec.Name); (r != nil) != tt.wantRecord {
+				t.Errorf("record: %+v, want kept %v", r, tt.wantRecord)
+			}
+			if h := b.idHolder(t, rec.Allocated); (h != "") != tt.wantRecord {
+				t.Errorf("id %d held by %q, want held %v", rec.Allocated, h, tt.wantRecord)
+			}
+			if tt.wantRecord {
+				if _, err := os.Stat(filepath.Join(b.dir("/static-volume"), "keep.txt")); err != nil {
+					t.Errorf("the other directory's data: %v", err)
+				}
+				if st := c.Stats(); st.Kept != 1 || st.Candidates != 0 {
+					t.Errorf("stats %+v, want the orphan kept", st)
+				}
+			}
+		})
+	}
+}
+
+// A create of the orphan's name being retried holds its name locks: the
+// collector leaves the volume alone while it runs (keylock.ErrBusy), and the
+// retry's volume, once its PV is saved, is never collected.
+func TestOrphanWithACreateInFlightIsSkipped(t *testing.T) {
+	b := newBed(t, false)
+	rec := b.failedCreate(t, "8", "ns", "gone")
 	c := b.collector(t)
-	watching := make(chan struct{})
+	b.rounds(t, c, 1) // orphan from now on, due at the next round
+	arrived, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	b.kube.OnRequest(func(r kubetest.Request) {
-		if r.Watch {
-			once.Do(func() { close(watching) })
+	b.emu.SetHook(func(op emulator.Op, phase emulator.Phase, _ any) {
+		if op == emulator.OpCreateAccessPoint && phase == emulator.BeforeApply {
+			once.Do(func() { close(arrived); <-release })
 		}
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	seen := make(chan string, 1)
-	done := make(chan struct{})
+	retry := make(chan error, 1)
+	var volID string
 	go func() {
-		defer close(done)
-		b.kc.WatchVolumeHandles(ctx, driver, func(h string) { c.Observe(h); seen <- h })
+		r, err := b.ctl.CreateVolume(context.Background(), createRequest("8", "ns", "gone"))
+		if err == nil {
+			volID = r.Volume.VolumeId
+		}
+		retry <- err
 	}()
-	defer func() { cancel(); <-done }()
-	<-watching
-	b.rounds(t, c, 1)
-	id := b.create(t, "10", "ns", "brief")
-	b.kube.AddPV("pvc-10", driver, id)
-	b.kube.SetClaim("ns", "brief", "")
-	b.kube.DeletePV("pvc-10")
-	if h := <-seen; h != id {
-		t.Fatalf("watch saw %s, want %s", h, id)
+	<-arrived
+	n, err := c.Round(context.Background())
+	if err != nil || n != 0 {
+		t.Fatalf("round during the create: collected %d, %v", n, err)
 	}
-	if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, id) {
-		t.Fatalf("deleted %d; %s exists: %v", n, id, b.exists(t, id))
+	if st := c.Stats(); st.Candidates != 1 {
+		t.Errorf("stats %+v: the busy orphan is not a candidate any more", st)
 	}
-	if ap := b.describe(t, id); ap.Tags[controller.TagBound] != "true" {
-		t.Errorf("not marked bound: %v", ap.Tags)
+	if r := b.record(t, rec.Name); r == nil {
+		t.Fatal("the record of a create in flight was released")
+	}
+	close(release)
+	if err := <-retry; err != nil {
+		t.Fatalf("the retried create: %v", err)
+	}
+	b.kube.AddPV("pvc-8", driver, volID) // its provisioner saves the PV
+	if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, volID) {
+		t.Fatalf("collected %d; %s exists: %v", n, volID, b.exists(t, volID))
+	}
+	if r := b.record(t, rec.Name); r == nil || !r.Bound || r.AccessPoint == "" {
+		t.Errorf("record after the retry: %+v", r)
+	}
+	if aps := b.accessPoints(t); len(aps) != 1 {
+		t.Errorf("access points: %+v", aps)
 	}
 }
 
-// An untagged volume (enableTagging "false") carries no cluster ID and no
-// claim tags: nothing proves this cluster made it, so no round ever
-// collects it, though its claim is gone and no PV refers to it.
-func TestUntaggedAccessPointsAreNeverCollected(t *testing.T) {
-	b := newBed(t)
+// A volume whose record names no claim (a provisioner without
+// --extra-create-metadata) is never collected: nothing can be asked about it.
+func TestVolumesWithoutClaimAreNeverCollected(t *testing.T) {
+	b := newBed(t, false)
 	r, err := b.ctl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f",
-		Parameters: map[string]string{
-			"provisioningMode": "efs-ap", "fileSystemId": fsID, "directoryPerms": "700", "enableTagging": "false",
-			"csi.storage.k8s.io/pvc/name": "gone", "csi.storage.k8s.io/pvc/namespace": "ns",
-		},
+		Name:       "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f",
+		Parameters: map[string]string{"provisioningMode": "efs-ap", "fileSystemId": fsID, "directoryPerms": "700"},
 		VolumeCapabilities: []*csi.VolumeCapability{{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
@@ -354,14 +575,37 @@ func TestUntaggedAccessPointsAreNeverCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ap := b.describe(t, r.Volume.VolumeId); ap == nil || len(ap.Tags) != 0 {
-		t.Fatalf("untagged volume's access point: %+v", ap)
-	}
 	c := b.collector(t)
 	if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, r.Volume.VolumeId) {
-		t.Fatalf("deleted %d; %s exists: %v", n, r.Volume.VolumeId, b.exists(t, r.Volume.VolumeId))
+		t.Fatalf("collected %d; %s exists: %v", n, r.Volume.VolumeId, b.exists(t, r.Volume.VolumeId))
 	}
-	if st := c.Stats(); st.Own != 0 || st.Candidates != 0 {
-		t.Errorf("stats %+v: an untagged access point counted as this cluster's", st)
+	if st := c.Stats(); st.Own != 1 || st.Candidates != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// A round that cannot read a claim collects nothing and starts that
+// volume's grace period over: only rounds that saw the claim gone count.
+func TestUnreadClaimRestartsTheOrphanGracePeriod(t *testing.T) {
+	b := newBed(t, false)
+	id := b.create(t, "4", "ns", "flaky")
+	b.kube.SetClaim("ns", "flaky", "")
+	c := b.collector(t)
+	b.rounds(t, c, 1)
+	b.kube.Fail(func(r kubetest.Request) int {
+		if strings.Contains(r.Path, "/persistentvolumeclaims/") {
+			return 500
+		}
+		return 0
+	})
+	if _, err := c.Round(context.Background()); err == nil {
+		t.Fatal("a round that could not read the claim reported no error")
+	}
+	b.kube.Fail(nil)
+	if n := b.rounds(t, c, 1); n != 0 || !b.exists(t, id) {
+		t.Fatalf("collected %d right after a failed claim read", n)
+	}
+	if n := b.rounds(t, c, 1); n != 1 || b.exists(t, id) {
+		t.Fatalf("collected %d after a whole grace period", n)
 	}
 }

@@ -1,0 +1,203 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// Errors of CollectOrphan besides keylock.ErrBusy (a create or delete of
+// the volume holds its locks: try again next round) and transient ones.
+var (
+	// ErrNotOrphan: the record changed since the collector read it (bound,
+	// another claim or name, an access point recorded meanwhile) or is
+	// gone. Nothing was deleted; the collector starts over with it.
+	ErrNotOrphan = errors.New("volume is no longer an orphan")
+	// ErrNotCollectable: nothing proves what the record's access point is
+	// with the controller's own credentials (its file system is not visible
+	// with them: a volume of a class with an awsRoleArn secret, whose
+	// credentials only the provisioner has), or an access point carries the
+	// record's token at another root directory than the record's. Nothing
+	// was deleted and the record stays.
+	ErrNotCollectable = errors.New("orphan not collectable")
+)
+
+// Journal is the record this controller keeps its volumes in: the orphan
+// collector reads its candidates from it and marks bound volumes in it.
+func (s *Service) Journal() *journal.Journal { return s.journal }
+
+// CollectOrphan deletes the volume rec records, for the orphan collector
+// (pkg/orphans), which proved from the record and Kubernetes that no
+// PersistentVolume ever named it and that its claim is gone. The controller
+// proves the rest, under the volume's name locks (those a create of it
+// holds: a create being retried makes this ErrBusy):
+//   - the record read again is still unbound, for the same claim and name,
+//     naming the same access point (or still none): else ErrNotOrphan;
+//   - a recorded access point is deleted through DeleteVolume (its root
+//     directory too, with --delete-access-point-root-dir), and its record
+//     and id released;
+//   - without a recorded access point (the create's outcome never came
+//     back, or it failed), the file system is listed: the access point
+//     with the record's token at the record's root directory is deleted
+//     the same way; if none carries the token, the create never made one
+//     (the grace period outlasts any attempt), and the record and its id
+//     are released; one with the token at another directory is left alone
+//     (ErrNotCollectable).
+//
+// Only the controller's own credentials are used (the EFS client, or the
+// S3 Files one for a record of S3 Files): a volume of a class whose
+// provisioner secret names a role (awsRoleArn) is in another account,
+// which they do not see, and is never collected (ErrNotCollectable).
+func (s *Service) CollectOrphan(ctx context.Context, rec *journal.Record) error {
+	var b Backend
+	switch API(rec.API) {
+	case APIEFS, "efs":
+	case APIS3Files:
+		b = Backend{API: APIS3Files}
+	default:
+		return fmt.Errorf("%w: %s/%q: API %q", ErrNotCollectable, rec.FileSystem, rec.Token, rec.API)
+	}
+	svc, err := s.backend(ctx, b)
+	if err != nil {
+		if errors.Is(err, ErrNotSupported) {
+			return fmt.Errorf("%w: %s/%q: %w", ErrNotCollectable, rec.FileSystem, rec.Token, err)
+		}
+		return err
+	}
+	return svc.collectOrphan(ctx, rec)
+}
+
+// orphanLocks are the name locks of rec's volume: the keys its create
+// holds (plan.locks: the name's, and the token's) and DeleteVolume too.
+func orphanLocks(rec *journal.Record) []string {
+	if rec.Name == "" || rec.Name == rec.Token {
+		return []string{nameKey(rec.Token)}
+	}
+	return []string{nameKey(rec.Name), nameKey(rec.Token)}
+}
+
+// orphanChange says how cur, the record read under the locks, differs from
+// seen, the one the collector judged, in what makes it an orphan; "" if not.
+func orphanChange(seen, cur *journal.Record) string {
+	switch {
+	case cur.Bound:
+		return "a PersistentVolume named it"
+	case cur.ClaimNamespace != seen.ClaimNamespace || cur.ClaimName != seen.ClaimName:
+		return fmt.Sprintf("its claim is now %s/%s", cur.ClaimNamespace, cur.ClaimName)
+	case cur.Name != seen.Name:
+		return fmt.Sprintf("its volume name is now %q", cur.Name)
+	case cur.AccessPoint != seen.AccessPoint:
+		return fmt.Sprintf("its access point is now %q", cur.AccessPoint)
+	}
+	return ""
+}
+
+func (s *Service) collectOrphan(ctx context.Context, seen *journal.Record) error {
+	unlock, err := s.locks.TryLock(orphanLocks(seen)...)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := s.journal.Volume(ctx, seen.FileSystem, seen.Token)
+	if errors.Is(err, journal.ErrNotFound) {
+		return fmt.Errorf("%w: the record of %s/%q is gone", ErrNotOrphan, seen.FileSystem, seen.Token)
+	}
+	if err != nil {
+		return err
+	}
+	if why := orphanChange(seen, rec); why != "" {
+		return fmt.Errorf("%w: volume %q (%s/%q): %s", ErrNotOrphan, rec.Name, rec.FileSystem, rec.Token, why)
+	}
+	log := s.log.With(slog.String("name", rec.Name), slog.String("fileSystem", rec.FileSystem),
+		slog.String("claim", rec.ClaimNamespace+"/"+rec.ClaimName))
+	target, err := s.orphanTarget(ctx, rec)
+	if err != nil {
+		return err
+	}
+	if target == "" {
+		// No access point carries the token: the create never made one.
+		if err := s.journal.Finish(ctx, rec); err != nil {
+			return err
+		}
+		log.Info("orphan's record released: its create made no access point",
+			slog.String("reason", "orphan: claim gone, no PersistentVolume ever named it"), slog.Int64("id", rec.Allocated))
+		return nil
+	}
+	// DeleteVolume takes the volume's locks itself (a TryLock of a key this
+	// call holds fails): released here, a create of the volume starting in
+	// between makes DeleteVolume ErrBusy, and DeleteVolume reads the
+	// record again under them.
+	unlock()
+	if _, err := s.deleteVolume(ctx, volume.ProvisionedID(rec.FileSystem, target)); err != nil {
+		return fmt.Errorf("delete orphan %s: %w", target, err)
+	}
+	log.Info("orphaned access point deleted", slog.String("accessPoint", target),
+		slog.String("reason", "orphan: claim gone, no PersistentVolume ever named it"))
+	return nil
+}
+
+// orphanTarget is the access point rec's volume has, proven rec's: "" when
+// none was ever made. It errs when that cannot be proven with this
+// Service's credentials (ErrNotCollectable) or not now.
+func (s *Service) orphanTarget(ctx context.Context, rec *journal.Record) (string, error) {
+	if rec.AccessPoint != "" {
+		ap, err := s.efs.DescribeAccessPoint(ctx, rec.AccessPoint)
+		switch {
+		case err == nil:
+			if !agrees(rec, ap) {
+				return "", fmt.Errorf("%w: volume %q: access point %s on %s with token %q and root %q is not the one recorded",
+					ErrNotCollectable, rec.Name, ap.ID, ap.FileSystemID, ap.ClientToken, ap.Path)
+			}
+			return ap.ID, nil
+		case errors.Is(err, efs.ErrAccessPointNotFound):
+			// Deleted (DeleteVolume's record release failed after), or in
+			// a file system these credentials do not see: only the first
+			// may be released (DeleteVolume does, deleteUnseen).
+			if err := s.reachable(ctx, rec.FileSystem); err != nil {
+				return "", s.unreachable(rec, err)
+			}
+			return rec.AccessPoint, nil
+		}
+		return "", err
+	}
+	// A listing of a file system these credentials do not see would show
+	// no access point: the record would be released with one existing.
+	if err := s.reachable(ctx, rec.FileSystem); err != nil {
+		return "", s.unreachable(rec, err)
+	}
+	aps, err := s.listAfterNow(ctx, rec.FileSystem)
+	if err != nil {
+		if errors.Is(err, efs.ErrFileSystemNotFound) || errors.Is(err, efs.ErrAccessDenied) {
+			return "", s.unreachable(rec, err)
+		}
+		return "", err
+	}
+	for _, ap := range aps {
+		if ap.ClientToken != rec.Token || ap.FileSystemID != rec.FileSystem {
+			continue
+		}
+		if ap.Path != rec.Path {
+			// EFS binds a token to one access point: this one is not the
+			// one the record planned. Whose directory it holds is unknown
+			// (the collector logs this, once).
+			return "", fmt.Errorf("%w: volume %q: access point %s carries its token %q at %q, not the recorded %q",
+				ErrNotCollectable, rec.Name, ap.ID, rec.Token, ap.Path, rec.Path)
+		}
+		return ap.ID, nil
+	}
+	return "", nil
+}
+
+// unreachable is the error of an orphan whose file system these
+// credentials do not see (ErrNotReachable, or a listing refused).
+func (s *Service) unreachable(rec *journal.Record, err error) error {
+	if errors.Is(err, ErrNotReachable) || errors.Is(err, efs.ErrFileSystemNotFound) || errors.Is(err, efs.ErrAccessDenied) {
+		return fmt.Errorf("%w: volume %q: %w", ErrNotCollectable, rec.Name, err)
+	}
+	return err
+}
