@@ -73,7 +73,7 @@ func main() {
 	fs.IntVar(&cfg.EFS.MaxInFlight, "api-max-inflight", efs.DefaultMaxInFlight, "bound on EFS API requests in flight per operation (-1: none)")
 	fs.StringVar(&cfg.GIDVerify, "gid-verify", "auto", "deprecated, no effect: GIDs are unique by the record (--journal); auto, always or never are accepted")
 	fs.StringVar(&cfg.Journal, "journal", "auto", "where the record of this cluster's volumes and GIDs is kept: kubernetes (ConfigMaps in the controller's namespace), file[:DIR] (one host's controllers; default DIR: --tmp-dir/efs-csi-journal), auto (kubernetes when the API is reachable, else file)")
-	fs.DurationVar(&cfg.OrphanInterval, "orphan-gc-interval", 0, "delete this cluster's access points that never had a PersistentVolume and whose claim is gone, checking this often, in the replica holding the collector's Lease (0: off; needs the Kubernetes API and a cluster ID)")
+	fs.DurationVar(&cfg.OrphanInterval, "orphan-gc-interval", 0, "delete the volumes this cluster's record holds that never had a PersistentVolume and whose claim is gone, checking this often, in the replica holding the collector's Lease (0: off; needs the Kubernetes API)")
 	fs.DurationVar(&cfg.OrphanGrace, "orphan-gc-grace", 10*time.Minute, "how long an access point must stay orphaned before it is deleted")
 	fs.StringVar(&cfg.ClusterID, "cluster-id", "", "this cluster's identity, written as the efs.csi.aws.com/cluster-id tag on every access point (default: the UID of the kube-system namespace when the Kubernetes API is reachable; without either no tag is written and nothing is collected)")
 	fs.StringVar(&cfg.LeaseNamespace, "leader-election-namespace", "", "namespace of the orphan collector's Lease (default: the pod's namespace)")

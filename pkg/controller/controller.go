@@ -36,8 +36,9 @@ const (
 	// the access point (Config.ClusterID). Only access points carrying this
 	// cluster's ID are listed or ever collected by it.
 	TagClusterID = "efs.csi.aws.com/cluster-id"
-	// TagBound ("true") is set by the orphan collector once it saw a
-	// PersistentVolume refer to the access point: never collected after that.
+	// TagBound ("true") was set by releases before the record on access
+	// points a PersistentVolume referred to; the record's Bound replaces it
+	// and nothing writes it any more.
 	TagBound = "efs.csi.aws.com/bound"
 	// The claim the volume was provisioned for (--extra-create-metadata):
 	// the orphan collector asks Kubernetes whether it still exists.
