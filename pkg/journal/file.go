@@ -261,6 +261,11 @@ func (s *File) maybeCompact() error {
 	return nil
 }
 
+// put appends e's value and index under its key.
+func (s *File) put(e Entry) (Entry, error) {
+	return s.write(logRecord{Op: "put", Kind: e.Key.Kind, FS: e.Key.FileSystem, Name: e.Key.Name, Value: e.Value, Index: e.Index})
+}
+
 func (s *File) Get(_ context.Context, k Key) (Entry, error) {
 	var e Entry
 	err := s.locked(func() error {
@@ -281,7 +286,7 @@ func (s *File) Create(_ context.Context, e Entry) (Entry, error) {
 			return fmt.Errorf("%w: %s", ErrExists, e.Key)
 		}
 		var err error
-		out, err = s.write(logRecord{Op: "put", Kind: e.Key.Kind, FS: e.Key.FileSystem, Name: e.Key.Name, Value: e.Value, Index: e.Index})
+		out, err = s.put(e)
 		return err
 	})
 	return out, err
@@ -299,7 +304,7 @@ func (s *File) Update(_ context.Context, e Entry) (Entry, error) {
 			return fmt.Errorf("%w: %s", ErrConflict, e.Key)
 		}
 		var err error
-		out, err = s.write(logRecord{Op: "put", Kind: e.Key.Kind, FS: e.Key.FileSystem, Name: e.Key.Name, Value: e.Value, Index: e.Index})
+		out, err = s.put(e)
 		return err
 	})
 	return out, err
