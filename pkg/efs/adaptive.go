@@ -6,133 +6,222 @@ import (
 	"time"
 )
 
-// cubic is the adaptive part of one operation's pacing: no limit while EFS
-// answers, and once it throttles a rate that is cut at once and grows back
-// along a CUBIC curve, as the AWS SDK's adaptive retry mode does
-// (aws/retry/adaptive_ratelimit.go). The SDK's limiter is not used itself:
-// it is internal to its Retryer, cannot tell a caller how long a token is
-// away (deadline-aware shedding needs that), and cuts the rate again for every
-// throttled answer, so a burst of 100 requests in flight that all come back
-// 429 collapses it to its floor. Here a throttle cuts the rate once per
-// window: answers to requests sent before the last cut do not cut again.
+// delivery is the adaptive part of one operation's pacing: no limit while
+// EFS answers, and once EFS throttles because of this driver's own rate, a
+// rate of gain times what EFS has been delivering (the answers that were not
+// throttled over the last second) plus a small probe. It never paces below
+// what EFS delivered, so throttling that does not come from this rate (EFS's
+// own noise, another client spending the account's budget at random) cannot
+// drive it down, as random loss collapses a loss-based TCP sender and does
+// not collapse BBR, which paces at the delivery rate it measures.
+//
+// Rate-caused throttling is told from the rest in two ways:
+//   - it engages only when the throttled share of the last second is high
+//     (engageShare above the learned noise, and at least engageThrottles
+//     throttles), which a burst overrunning a token bucket gives at once
+//     and a few percent of random 429s never do;
+//   - engaged, each time the rate sent has fallen by a fifth (a second
+//     apart at least), it checks whether slowing down helped: throttling
+//     that this driver's rate causes falls to the share its own pace
+//     causes (paceShare: it sends gain x what gets through), while random
+//     throttling keeps its share and delivers less as less is sent. If
+//     slowing down did not help, the limit is released and the share is
+//     remembered as noise for noiseMemory.
+//
+// A share close to the noise for calmFor, with no request waiting for its
+// token, also releases it: demand fell under the budget.
+//
+// Two drivers sharing one bucket use it together, without a storm of
+// throttles, but not fairly: a pace proportional to each one's deliveries
+// keeps whatever split they start with, and one paced evenly above the
+// bucket's rate keeps it empty at the instants the other's requests
+// arrive, so a driver that came later can starve at a low rate. The
+// constant probe only slowly counters that (docs/design.md, "Pacing").
+//
+// The AWS SDK's adaptive limiter (aws/retry/adaptive_ratelimit.go) is not
+// used: it is internal to its Retryer, cannot say how far a token is (the
+// gate needs that), and cuts its rate on every throttle, which is the
+// collapse above.
 //
 // Rates are requests per second. Safe for concurrent use.
-type cubic struct {
-	mu sync.Mutex
-	// engaged: EFS has throttled within quiet; otherwise no limit.
-	engaged      bool
-	lastMax      float64   // W_max: the rate EFS sustained when it throttled
-	lastThrottle time.Time // the last cut
-	k            float64   // seconds for the curve to climb back to lastMax
-	// ok counts successful answers, and all counts every answer, in two
-	// half-second buckets (the current one starts at bucket), for the rate
-	// EFS sustained; first is the first answer ever seen.
-	bucket        time.Time
-	first         time.Time
-	okCur, okPr   int
-	allCur, allPr int
+type delivery struct {
+	mu    sync.Mutex
+	win   window
+	first time.Time // the first answer
+	// engaged: the limit is on. testAt, sent0 and deliv0 are the moment,
+	// and the rates sent and delivered over the second before it, that the
+	// next test of whether slowing down helps compares with (sent0 0: to
+	// be taken a second after testAt).
+	engaged bool
+	testAt  time.Time
+	sent0   float64
+	deliv0  float64
+	// calmSince starts the run of answers with a share close to the noise,
+	// and no request waiting for its token, that releases the limit after
+	// calmFor.
+	calmSince time.Time
+	// noise is a throttled share that slowing down did not reduce, learned
+	// at noiseAt.
+	noise   float64
+	noiseAt time.Time
 }
 
-// CUBIC constants, the SDK's: the rate after a cut is beta times the
-// sustained rate, and the curve's scale is in requests/s per second cubed.
 const (
-	cubicBeta  = 0.7
-	cubicScale = 0.4
-	// cubicMinRate is the floor, so that one call every two seconds still
-	// probes a throttling API.
-	cubicMinRate = 0.5
-	// cubicQuiet disengages the limit after this long without a throttle:
-	// by then the curve is far above anything EFS accepted, so the limit only
-	// costs bookkeeping, and an API that stopped throttling is not paced.
-	cubicQuiet = time.Minute
-	halfSecond = 500 * time.Millisecond
-	minWindow  = 50 * time.Millisecond
+	// deliveryGain and deliveryProbe: the pace is gain x delivered + probe.
+	deliveryGain  = 1.1
+	deliveryProbe = 1.0
+	// engageShare and engageThrottles: the throttled share of the last
+	// second (above the learned noise) and the throttles in it that engage
+	// the limit.
+	engageShare     = 0.2
+	engageThrottles = 5
+	// releaseShare and calmFor: a share less than this above the noise for
+	// this long, with no request waiting for its token, releases the limit.
+	releaseShare = 0.08
+	calmFor      = 3 * time.Second
+	// slowedTo, keptDelivery and foreignMargin: the test of whether slowing
+	// down helped runs when the rate sent has fallen to slowedTo of the
+	// reference; it did not if less than keptDelivery of the reference's
+	// deliveries got through and the share stayed more than foreignMargin
+	// above paceShare.
+	slowedTo      = 0.8
+	keptDelivery  = 0.9
+	foreignMargin = 0.1
+	// noiseMemory is how long a learned noise share is kept.
+	noiseMemory = 2 * time.Minute
+	// minRate is the floor, so that a request every two seconds still
+	// probes an API that throttles everything.
+	minRate = 0.5
 )
 
-// rate is the limit at now: +Inf when not engaged.
-func (c *cubic) rate(now time.Time) float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rateLocked(now)
-}
-
-func (c *cubic) rateLocked(now time.Time) float64 {
-	if !c.engaged {
+// rate is the limit at now: +Inf when not engaged. In the process's first
+// second the deliveries are counted over the whole second: a burst's first
+// answers then read as a low rate, the cautious side.
+func (d *delivery) rate(now time.Time) float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.engaged {
 		return math.Inf(1)
 	}
-	since := now.Sub(c.lastThrottle)
-	if since >= cubicQuiet {
-		c.engaged = false
-		return math.Inf(1)
+	d.win.roll(now)
+	ok, _ := d.win.sums()
+	span := windowLen
+	if now.Sub(d.first) >= windowLen {
+		span = d.win.span(now)
 	}
-	t := since.Seconds() - c.k
-	return max(cubicScale*t*t*t+c.lastMax, cubicMinRate)
+	return max(deliveryGain*float64(ok)/span.Seconds()+deliveryProbe, minRate)
 }
 
-// answered records the answer to an attempt whose token was granted at
-// granted; it reports whether the rate was cut.
-//
-// A throttle cuts only if its token was granted after the last cut: tokens
-// granted before it were handed out at the old rate, and their throttles
-// are that cut's news, not a new one (counting them cuts the rate to its
-// floor within a few round trips). Successes of such requests that arrive
-// after the cut still count toward the rate EFS sustained: the first cut of
-// a burst comes with the burst's first answers, before the successes, and
-// is revised upwards as they arrive.
-func (c *cubic) answered(granted, now time.Time, throttled bool) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.roll(now)
-	c.allCur++
-	if !throttled {
-		c.okCur++
-		if c.engaged && granted.Before(c.lastThrottle) {
-			if s := c.sustained(now); s > c.lastMax {
-				c.setMax(s)
-			}
+// answered records one answer at now; throttled: EFS answered that it
+// throttled the request; waited: the request waited for its rate token.
+func (d *delivery) answered(now time.Time, throttled, waited bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.first.IsZero() {
+		d.first = now
+	}
+	d.win.roll(now)
+	d.win.add(throttled)
+	ok, thr := d.win.sums()
+	share := float64(thr) / float64(ok+thr)
+	if !d.noiseAt.IsZero() && now.Sub(d.noiseAt) > noiseMemory {
+		d.noise, d.noiseAt = 0, time.Time{}
+	}
+	// The rates of the test are over the history there is.
+	span := min(max(now.Sub(d.first), bucketLen), d.win.span(now)).Seconds()
+	sent, deliv := float64(ok+thr)/span, float64(ok)/span
+	if !d.engaged {
+		if throttled && thr >= engageThrottles && share >= d.noise+engageShare {
+			// The test's reference is taken a second later: what was
+			// sent and delivered before held a burst, and a token
+			// bucket's burst delivers more than its rate.
+			d.engaged, d.testAt, d.sent0, d.deliv0 = true, now, 0, 0
+			d.calmSince = time.Time{}
 		}
-		return false
+		return
 	}
-	if c.engaged && granted.Before(c.lastThrottle) {
-		return false
+	switch {
+	case share >= d.noise+releaseShare || waited:
+		d.calmSince = time.Time{}
+	case d.calmSince.IsZero():
+		d.calmSince = now
+	case now.Sub(d.calmSince) >= calmFor:
+		d.engaged = false
+		return
 	}
-	s := c.sustained(now)
-	if c.engaged {
-		s = min(s, c.rateLocked(now))
+	if now.Sub(d.testAt) < windowLen {
+		return
 	}
-	c.lastThrottle, c.engaged = now, true
-	c.setMax(s)
-	return true
+	if d.sent0 == 0 {
+		d.testAt, d.sent0, d.deliv0 = now, sent, deliv
+		return
+	}
+	if sent > slowedTo*d.sent0 {
+		return
+	}
+	paceShare := 1 - deliv/(deliveryGain*deliv+deliveryProbe)
+	if share > paceShare+foreignMargin && deliv < keptDelivery*d.deliv0 {
+		d.noise, d.noiseAt = share, now
+		d.engaged = false
+		return
+	}
+	d.testAt, d.sent0, d.deliv0 = now, sent, deliv
 }
 
-// setMax sets the rate EFS sustained and the curve's time to climb back.
-func (c *cubic) setMax(s float64) {
-	c.lastMax = max(s, cubicMinRate)
-	c.k = math.Cbrt(c.lastMax * (1 - cubicBeta) / cubicScale)
+// window counts answers over the last windowLen in windowBuckets buckets.
+type window struct {
+	start    time.Time // start of the current bucket
+	cur      int
+	ok, thr  [windowBuckets]int
+	okSum    int
+	thrSum   int
+	hasStart bool
 }
 
-// sustained is the rate of successes over the window (at most the
-// process's history, at least minWindow, so that the first answers of a
-// burst do not read as a rate of zero). With no success in the window (a
-// burst's 429s come back before its successes, which take longer) the rate
-// of all answers stands in.
-func (c *cubic) sustained(now time.Time) float64 {
-	window := min(halfSecond+now.Sub(c.bucket), max(now.Sub(c.first), minWindow)).Seconds()
-	if c.okCur+c.okPr == 0 {
-		return float64(c.allCur+c.allPr) / window
+const (
+	windowLen     = time.Second
+	windowBuckets = 10
+	bucketLen     = windowLen / windowBuckets
+)
+
+// roll moves the window forward to now, emptying the buckets it passes.
+func (w *window) roll(now time.Time) {
+	if !w.hasStart {
+		w.start, w.hasStart = now, true
+		return
 	}
-	return float64(c.okCur+c.okPr) / window
+	steps := int(now.Sub(w.start) / bucketLen)
+	if steps <= 0 {
+		return
+	}
+	if steps >= windowBuckets {
+		*w = window{start: now, hasStart: true}
+		return
+	}
+	for range steps {
+		w.cur = (w.cur + 1) % windowBuckets
+		w.okSum -= w.ok[w.cur]
+		w.thrSum -= w.thr[w.cur]
+		w.ok[w.cur], w.thr[w.cur] = 0, 0
+	}
+	w.start = w.start.Add(time.Duration(steps) * bucketLen)
 }
 
-// roll moves the success buckets forward to now.
-func (c *cubic) roll(now time.Time) {
-	if c.first.IsZero() {
-		c.first = now
+func (w *window) add(throttled bool) {
+	if throttled {
+		w.thr[w.cur]++
+		w.thrSum++
+		return
 	}
-	switch d := now.Sub(c.bucket); {
-	case d >= 2*halfSecond:
-		c.bucket, c.okCur, c.okPr, c.allCur, c.allPr = now, 0, 0, 0, 0
-	case d >= halfSecond:
-		c.bucket, c.okPr, c.okCur, c.allPr, c.allCur = c.bucket.Add(halfSecond), c.okCur, 0, c.allCur, 0
-	}
+	w.ok[w.cur]++
+	w.okSum++
+}
+
+func (w *window) sums() (ok, thr int) { return w.okSum, w.thrSum }
+
+// span is the time the window's buckets cover at now: the full buckets and
+// the current one's part (dividing by windowLen instead would read a steady
+// rate as up to a tenth lower, and pacing at that would slowly collapse).
+func (w *window) span(now time.Time) time.Duration {
+	return (windowBuckets-1)*bucketLen + max(now.Sub(w.start), 0)
 }

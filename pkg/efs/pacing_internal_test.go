@@ -1,130 +1,422 @@
 package efs
 
 import (
+	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// The reservation rule: a token that is there is always taken; one that is
-// not is waited for only if the time left afterwards covers an attempt
-// (need); a refused reservation gives its token back in full; calls without
-// a deadline of their own wait up to the default timeout.
-func TestPacerReserve(t *testing.T) {
-	p := newPacer(RateLimit{PerSecond: 1, Burst: 1}, false, 0)
-	now := t0
-	step := func(name string, deadline time.Duration, bounded bool, wantOK bool, wantDelay time.Duration) {
-		t.Helper()
-		r, delay, ok := p.reserve(now, now.Add(deadline), bounded, 100*time.Millisecond)
-		if ok != wantOK || delay != wantDelay || (r != nil) != (ok && delay > 0) {
-			t.Fatalf("%s: got ok=%v delay=%v reservation=%v, want ok=%v delay=%v", name, ok, delay, r != nil, wantOK, wantDelay)
+// The shapes of throttling the adaptive rate is judged on, in a simulation
+// on a virtual clock (1 ms steps, deterministic seeds): clients whose
+// workers each send one request at a time, paced by a delivery controller or
+// not at all, against a server that throttles at random, with a token
+// bucket, or both. A throttled request is retried after a short backoff; a
+// success is one unit of work done.
+
+// server decides whether a request arriving at now is throttled.
+type server struct {
+	rng    *rand.Rand
+	random float64 // share of requests throttled at random (not applied, no token taken)
+	rate   float64 // token bucket: tokens per second; 0: none
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func (s *server) throttles(now time.Time) bool {
+	if s.random > 0 && s.rng.Float64() < s.random {
+		return true
+	}
+	if s.rate == 0 {
+		return false
+	}
+	if s.last.IsZero() {
+		s.tokens, s.last = s.burst, now
+	}
+	s.tokens = min(s.tokens+now.Sub(s.last).Seconds()*s.rate, s.burst)
+	s.last = now
+	if s.tokens < 1 {
+		return true
+	}
+	s.tokens--
+	return false
+}
+
+type simWorker struct {
+	busyUntil time.Time // in flight (or backing off) until then
+	inFlight  bool
+	throttled bool
+	waited    bool // waited for its token
+	jobs      int  // work left (-1: endless)
+}
+
+// simClient is one driver: its workers, its pacing (nil: unpaced) and the
+// token bucket that paces it at the controller's rate.
+type simClient struct {
+	d        *delivery
+	workers  []*simWorker
+	start    time.Time // the client begins sending then
+	tokens   float64
+	lastRate float64
+	last     time.Time
+	requests int
+	done     int
+	doneAt   []time.Time
+}
+
+type sim struct {
+	srv     *server
+	clients []*simClient
+	rtt     time.Duration
+	rng     *rand.Rand
+}
+
+// newSim builds clients of workers each; paced gives them delivery
+// controllers; jobs is each worker's work (-1: endless).
+func newSim(srv *server, paced bool, clients, workers, jobs int) *sim {
+	s := &sim{srv: srv, rtt: 20 * time.Millisecond, rng: rand.New(rand.NewPCG(7, 11))}
+	for range clients {
+		c := &simClient{start: t0, lastRate: math.Inf(1)}
+		if paced {
+			c.d = &delivery{}
+		}
+		for range workers {
+			c.workers = append(c.workers, &simWorker{jobs: jobs})
+		}
+		s.clients = append(s.clients, c)
+	}
+	return s
+}
+
+// run advances the simulation to until.
+func (s *sim) run(from, until time.Time) {
+	for now := from; now.Before(until); now = now.Add(time.Millisecond) {
+		// In a random order: the one served first in a step gets the
+		// bucket's token, and a fixed order would always favour one.
+		for _, i := range s.rng.Perm(len(s.clients)) {
+			if c := s.clients[i]; !now.Before(c.start) {
+				s.step(c, now)
+			}
 		}
 	}
-	step("first token, short deadline", 50*time.Millisecond, true, true, 0)
-	for range 10 {
-		step("short deadline, token 1s away", 300*time.Millisecond, true, false, time.Second)
-	}
-	step("token 1s away, 1.05s left: no time for the attempt", 1050*time.Millisecond, true, false, time.Second)
-	// Had the refused reservations not been given back, the token would
-	// now be 12 s away.
-	step("token 1s away, 1.2s left", 1200*time.Millisecond, true, true, time.Second)
-	step("token 2s away, 5s left", 5*time.Second, true, true, 2*time.Second)
-	step("no deadline, token 3s away", 2*time.Minute, false, true, 3*time.Second)
-	step("no deadline, token beyond the default timeout", 3*time.Second, false, false, 4*time.Second)
 }
 
-// Without a ceiling and before any throttle, nothing is paced: an idle,
-// fast API is never made to look throttled, however short the deadline.
-func TestPacerWithoutThrottleNeverWaits(t *testing.T) {
-	p := newPacer(RateLimit{}, true, 0)
-	for i := range 10000 {
-		if r, delay, ok := p.reserve(t0, t0.Add(time.Millisecond), true, time.Second); !ok || r != nil || delay != 0 {
-			t.Fatalf("call %d: ok=%v delay=%v: paced without any throttle", i, ok, delay)
+func (s *sim) step(c *simClient, now time.Time) {
+	// Answers first: they feed the controller before it paces.
+	for _, w := range c.workers {
+		if w.inFlight && !now.Before(w.busyUntil) {
+			w.inFlight = false
+			if c.d != nil {
+				c.d.answered(now, w.throttled, w.waited)
+			}
+			w.waited = false
+			if w.throttled {
+				// full-jitter backoff, 10-40 ms
+				w.busyUntil = now.Add(time.Duration(10+s.rng.IntN(30)) * time.Millisecond)
+				continue
+			}
+			c.done++
+			c.doneAt = append(c.doneAt, now)
+			if w.jobs > 0 {
+				w.jobs--
+			}
 		}
 	}
-}
-
-// The adaptive rate: unlimited until a throttle; then beta times the rate
-// EFS sustained, climbing back to it after k seconds and beyond it later;
-// answers to requests sent before the cut do not cut again; a minute
-// without a throttle disengages it.
-func TestCubicCutsOnceAndGrowsBack(t *testing.T) {
-	var c cubic
-	if r := c.rate(t0); !math.IsInf(r, 1) {
-		t.Fatalf("rate before any throttle = %v, want +Inf", r)
+	r := math.Inf(1)
+	if c.d != nil {
+		r = c.d.rate(now)
 	}
-	// 20 successes/s for two seconds: the sustained rate.
-	now := t0
-	for i := range 40 {
-		now = t0.Add(time.Duration(i) * 50 * time.Millisecond)
-		c.answered(now, now, false)
-	}
-	sent := now
-	now = now.Add(10 * time.Millisecond)
-	if !c.answered(sent, now, true) {
-		t.Fatal("the first throttle did not cut")
-	}
-	got := c.rate(now)
-	if got < 0.7*18 || got > 0.7*22 {
-		t.Fatalf("rate after the cut = %.1f, want about 0.7 x 20", got)
-	}
-	for range 50 { // the burst in flight comes back throttled too
-		if c.answered(sent, now.Add(time.Millisecond), true) {
-			t.Fatal("an answer to a request sent before the cut cut again")
+	if !math.IsInf(r, 1) {
+		if math.IsInf(c.lastRate, 1) {
+			c.tokens = 1
+		} else {
+			c.tokens = min(c.tokens+now.Sub(c.last).Seconds()*r, 1)
 		}
 	}
-	k := time.Duration(c.k * float64(time.Second))
-	if r := c.rate(now.Add(k)); math.Abs(r-c.lastMax) > 0.01 {
-		t.Errorf("rate after k = %.2f, want lastMax %.2f", r, c.lastMax)
-	}
-	if r := c.rate(now.Add(k / 2)); r <= got || r >= c.lastMax {
-		t.Errorf("rate half way = %.2f, want between %.2f and %.2f", r, got, c.lastMax)
-	}
-	if r := c.rate(now.Add(k + 5*time.Second)); r <= c.lastMax {
-		t.Errorf("rate 5 s after k = %.2f, want above lastMax %.2f (probing)", r, c.lastMax)
-	}
-	if !c.answered(now.Add(time.Second), now.Add(time.Second+time.Millisecond), true) {
-		t.Error("a throttle of a request sent after the cut did not cut")
-	}
-	later := now.Add(2*time.Second + cubicQuiet)
-	if r := c.rate(later); !math.IsInf(r, 1) {
-		t.Errorf("rate a minute after the last throttle = %v, want +Inf", r)
+	c.lastRate, c.last = r, now
+	for _, w := range c.workers {
+		if w.inFlight || w.jobs == 0 || now.Before(w.busyUntil) {
+			continue
+		}
+		if !math.IsInf(r, 1) {
+			if c.tokens < 1 {
+				w.waited = true
+				continue
+			}
+			c.tokens--
+		}
+		c.requests++
+		w.inFlight, w.throttled, w.busyUntil = true, s.srv.throttles(now), now.Add(s.rtt)
 	}
 }
 
-// A throttle among the first answers (a burst's 429s come back before its
-// successes) engages a finite, positive rate, and the successes of requests
-// granted before the cut that arrive after it revise the estimate upwards.
-func TestCubicFirstCutIsRevisedByTheBurstsSuccesses(t *testing.T) {
-	var c cubic
-	c.answered(t0, t0, true)
-	first := c.rate(t0)
-	if math.IsInf(first, 1) || first <= 0 {
-		t.Fatalf("rate after the first throttle = %v, want finite and positive", first)
+// rate is the client's successes per second between from and to.
+func (c *simClient) rate(from, to time.Time) float64 {
+	n := 0
+	for _, t := range c.doneAt {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
 	}
-	for i := range 20 {
-		c.answered(t0, t0.Add(time.Duration(i)*time.Millisecond), false)
-	}
-	if got := c.rate(t0.Add(20 * time.Millisecond)); got <= first {
-		t.Errorf("rate after the burst's 20 successes = %.1f, want above the first estimate %.1f", got, first)
+	return float64(n) / to.Sub(from).Seconds()
+}
+
+func (c *simClient) perSuccess() float64 { return float64(c.requests) / float64(max(c.done, 1)) }
+
+func randomServer(p float64, seed uint64) *server {
+	return &server{rng: rand.New(rand.NewPCG(seed, 1)), random: p}
+}
+
+func bucketServer(rate float64, burst int, p float64, seed uint64) *server {
+	s := randomServer(p, seed)
+	s.rate, s.burst = rate, float64(burst)
+	return s
+}
+
+// Random throttles that no rate causes never slow the driver down much:
+// paced, it does at least 0.9 as much work as unpaced, at 5% and at 30%
+// (where a loss-based limiter cuts at every throttle and collapses).
+func TestDeliveryRandomThrottlesDoNotCollapseTheRate(t *testing.T) {
+	for _, p := range []float64{0.05, 0.15, 0.3} {
+		t.Run(fmt.Sprintf("%.0f%%", p*100), func(t *testing.T) {
+			end := t0.Add(20 * time.Second)
+			var got [2]float64
+			for i, paced := range []bool{false, true} {
+				s := newSim(randomServer(p, 3), paced, 1, 50, -1)
+				s.run(t0, end)
+				got[i] = s.clients[0].rate(t0, end)
+			}
+			if got[1] < 0.9*got[0] {
+				t.Errorf("paced %.0f/s, unpaced %.0f/s: below 0.9x", got[1], got[0])
+			}
+			t.Logf("paced %.0f/s, unpaced %.0f/s", got[1], got[0])
+		})
 	}
 }
 
-// The ceiling an operator sets binds even when the adaptive rate is higher,
-// and the adaptive rate binds when it is lower.
-func TestPacerTakesTheLowerOfCeilingAndAdaptiveRate(t *testing.T) {
-	p := newPacer(RateLimit{PerSecond: 100, Burst: 1}, true, 0)
-	if _, d, _ := p.reserve(t0, t0.Add(time.Minute), true, 0); d != 0 {
-		t.Fatalf("first token delay %v", d)
+// A token bucket the driver overruns: the paced driver gets the bucket's
+// whole rate, wasting few requests on throttles; with random throttles on
+// top, likewise.
+func TestDeliveryFollowsATokenBucket(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		random float64
+	}{{"bucket", 0}, {"bucket and 5% random", 0.05}} {
+		t.Run(tc.name, func(t *testing.T) {
+			end := t0.Add(30 * time.Second)
+			var got [2]*simClient
+			for i, paced := range []bool{false, true} {
+				s := newSim(bucketServer(20, 20, tc.random, 5), paced, 1, 100, -1)
+				s.run(t0, end)
+				got[i] = s.clients[0]
+			}
+			paced, unpaced := got[1], got[0]
+			const want = 20.0 // random throttles take no token: the bucket still passes 20/s
+			if paced.rate(t0, end) < 0.9*want {
+				t.Errorf("paced %.1f/s, want at least 0.9 x %.0f/s", paced.rate(t0, end), want)
+			}
+			if ps := paced.perSuccess(); ps > 1.3 {
+				t.Errorf("paced: %.2f requests per success, want at most 1.3", ps)
+			}
+			if paced.rate(t0, end) < 0.9*unpaced.rate(t0, end) {
+				t.Errorf("paced %.1f/s below 0.9x unpaced %.1f/s", paced.rate(t0, end), unpaced.rate(t0, end))
+			}
+			t.Logf("paced %.1f/s, %.2f requests per success; unpaced %.1f/s, %.2f", paced.rate(t0, end), paced.perSuccess(), unpaced.rate(t0, end), unpaced.perSuccess())
+		})
 	}
-	if _, d, _ := p.reserve(t0, t0.Add(time.Minute), true, 0); d != 10*time.Millisecond {
-		t.Fatalf("ceiling 100/s: second token in %v, want 10ms", d)
+}
+
+// Bursts of work against a bucket: every burst is done, about as fast as
+// unpaced, with fewer requests.
+func TestDeliveryBursts(t *testing.T) {
+	var got [2]*simClient
+	for i, paced := range []bool{false, true} {
+		s := newSim(bucketServer(20, 20, 0.05, 9), paced, 1, 100, 2)
+		at := t0
+		for range 4 { // four bursts of 200 jobs, 20 s apart
+			s.run(at, at.Add(20*time.Second))
+			at = at.Add(20 * time.Second)
+			for _, w := range s.clients[0].workers {
+				w.jobs = 2
+			}
+		}
+		got[i] = s.clients[0]
 	}
-	p.adaptive.answered(t0, t0, true) // one answer: about 20/s sustained
-	_, d, _ := p.reserve(t0, t0.Add(time.Minute), true, 0)
-	if d <= 10*time.Millisecond {
-		t.Fatalf("after a throttle: next token in %v, want the adaptive rate (below the ceiling of 100/s)", d)
+	paced, unpaced := got[1], got[0]
+	if paced.done < 800 {
+		t.Fatalf("paced: %d of 800 jobs done", paced.done)
+	}
+	if paced.perSuccess() > unpaced.perSuccess() || paced.perSuccess() > 1.6 {
+		t.Errorf("paced %.2f requests per success, unpaced %.2f", paced.perSuccess(), unpaced.perSuccess())
+	}
+	t.Logf("paced %.2f requests per job, unpaced %.2f", paced.perSuccess(), unpaced.perSuccess())
+}
+
+// Two drivers sharing one bucket, the second starting 10 s after the first
+// took it all: together they use the bucket, and neither storms it (the one
+// that holds it wastes few requests; the other's are few). Fair shares are
+// NOT promised: a pace proportional to each one's deliveries keeps the split
+// it finds (see delivery), which the log line shows.
+func TestDeliveryTwoDriversShareABucket(t *testing.T) {
+	for _, random := range []float64{0, 0.05} {
+		t.Run(fmt.Sprintf("random %.0f%%", random*100), func(t *testing.T) {
+			s := newSim(bucketServer(20, 20, random, 13), true, 2, 50, -1)
+			s.clients[1].start = t0.Add(10 * time.Second)
+			end := t0.Add(70 * time.Second)
+			s.run(t0, end)
+			from := end.Add(-20 * time.Second)
+			a, b := s.clients[0].rate(from, end), s.clients[1].rate(from, end)
+			if a+b < 0.9*20 {
+				t.Errorf("together %.1f/s of a 20/s bucket", a+b)
+			}
+			total := s.clients[0].requests + s.clients[1].requests
+			if per := float64(total) / float64(s.clients[0].done+s.clients[1].done); per > 1.5 {
+				t.Errorf("%.2f requests per success together: a storm of throttles", per)
+			}
+			t.Logf("%.1f/s and %.1f/s; %.2f and %.2f requests per success", a, b, s.clients[0].perSuccess(), s.clients[1].perSuccess())
+		})
+	}
+}
+
+// The rules one by one: no limit before a throttle, nor for a few random
+// ones; a high share engages a limit at what EFS delivered; a share that
+// does not fall when the driver slows down releases it and is learned as
+// noise; a calm second releases it.
+func TestDeliveryRules(t *testing.T) {
+	t.Run("a few throttles do not engage", func(t *testing.T) {
+		var d delivery
+		for i := range 200 { // 5%: one in twenty, 100/s
+			d.answered(t0.Add(time.Duration(i)*10*time.Millisecond), i%20 == 0, false)
+		}
+		if r := d.rate(t0.Add(2 * time.Second)); !math.IsInf(r, 1) {
+			t.Fatalf("rate %v after 5%% throttles, want no limit", r)
+		}
+	})
+	t.Run("a burst overrunning a bucket engages at the delivered rate", func(t *testing.T) {
+		var d delivery
+		for i := range 100 { // 20 answered, 80 throttled
+			d.answered(t0.Add(time.Duration(i)*time.Millisecond), i >= 20, false)
+		}
+		r := d.rate(t0.Add(100 * time.Millisecond))
+		if want := deliveryGain*20 + deliveryProbe; math.Abs(r-want) > 0.01 {
+			t.Fatalf("rate %v, want %v", r, want)
+		}
+	})
+	t.Run("a share that slowing down does not reduce is noise", func(t *testing.T) {
+		var d delivery
+		now := t0
+		// 100/s with 30% throttled, then paced: 60/s, still 30%.
+		for i := range 100 {
+			now = t0.Add(time.Duration(i) * 10 * time.Millisecond)
+			d.answered(now, i%10 < 3, true)
+		}
+		if math.IsInf(d.rate(now), 1) {
+			t.Fatal("30% did not engage")
+		}
+		for i := range 120 {
+			now = now.Add(1000 * time.Millisecond / 60)
+			d.answered(now, i%10 < 3, true)
+		}
+		if r := d.rate(now); !math.IsInf(r, 1) {
+			t.Fatalf("rate %v: still limited though slowing down did not help", r)
+		}
+		if d.noise < 0.25 {
+			t.Errorf("noise %.2f, want the share, 0.3", d.noise)
+		}
+	})
+	t.Run("calm releases", func(t *testing.T) {
+		var d delivery
+		for i := range 100 {
+			d.answered(t0.Add(time.Duration(i)*time.Millisecond), i >= 20, false)
+		}
+		now := t0.Add(time.Second)
+		for i := range 400 {
+			now = now.Add(10 * time.Millisecond)
+			d.answered(now, false, false)
+			_ = i
+		}
+		if r := d.rate(now); !math.IsInf(r, 1) {
+			t.Fatalf("rate %v after 4 calm seconds, want no limit", r)
+		}
+	})
+}
+
+// The gate: without a limit a permit is there at once, however short the
+// deadline; with one, a new request that cannot get its token in time is
+// refused at once with the wait it would have needed, and a follow-up waits.
+func TestGateShedsOnlyWhatCannotFinish(t *testing.T) {
+	g := newGate(func(time.Time) (float64, int, bool) { return math.Inf(1), 1, false }, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	for i := range 1000 {
+		if ok, _ := g.acquire(ctx, PriorityNew, true, time.Second); !ok {
+			t.Fatalf("permit %d refused without a limit", i)
+		}
+		g.release()
+	}
+
+	slow := newGate(func(time.Time) (float64, int, bool) { return 1, 1, true }, 0)
+	if ok, _ := slow.acquire(context.Background(), PriorityNew, false, 0); !ok {
+		t.Fatal("first token refused")
+	}
+	slow.release()
+	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	ok, wait := slow.acquire(short, PriorityNew, true, 10*time.Millisecond)
+	if ok || wait < 900*time.Millisecond {
+		t.Fatalf("token 1 s away, 300 ms left: ok=%v wait=%v, want refused with about 1 s", ok, wait)
+	}
+	if short.Err() != nil {
+		t.Fatal("refused only after the deadline")
+	}
+}
+
+// Follow-ups go before new work: with one token a second and new requests
+// queued, a follow-up that arrives after them is granted first.
+func TestGateServesFollowUpsFirst(t *testing.T) {
+	g := newGate(func(time.Time) (float64, int, bool) { return 20, 1, false }, 0)
+	ctx := context.Background()
+	if ok, _ := g.acquire(ctx, PriorityNew, false, 0); !ok { // takes the one token
+		t.Fatal("first token refused")
+	}
+	g.release()
+	order := make(chan string, 4)
+	queued := func(n int) {
+		for {
+			g.mu.Lock()
+			q := g.ahead(PriorityNew)
+			g.mu.Unlock()
+			if q >= n {
+				return
+			}
+			time.Sleep(time.Millisecond) // polling the queue's length, not ordering by sleep
+		}
+	}
+	for i := range 3 {
+		go func() {
+			if ok, _ := g.acquire(ctx, PriorityNew, false, 0); ok {
+				g.release()
+				order <- fmt.Sprint("new", i)
+			}
+		}()
+		queued(i + 1)
+	}
+	go func() {
+		if ok, _ := g.acquire(ctx, PriorityFollowUp, false, 0); ok {
+			g.release()
+			order <- "follow-up"
+		}
+	}()
+	queued(4)
+	if first := <-order; first != "follow-up" {
+		t.Fatalf("first granted: %s, want the follow-up", first)
+	}
+	for range 3 {
+		<-order
 	}
 }

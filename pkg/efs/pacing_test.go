@@ -131,27 +131,29 @@ func TestPacingBurstShedsInsteadOfMissingDeadlines(t *testing.T) {
 	t.Logf("%d succeeded, %d shed", ok, shed)
 }
 
-// The token for a retry follows the same rule. The shed error keeps the last
-// attempt's error; after a 503 (outcome unknown) followed by a 429, it also
-// wraps ErrUnavailable, so a mutation stays in doubt for the caller.
+// The token for a retry of a call that changed nothing follows the same
+// rule, and the shed error keeps the last attempt's error. The retry of a
+// mutation whose outcome is unknown (after a 503) is a follow-up: it is
+// never shed, waits until its deadline, and the error wraps both
+// ErrUnavailable (the mutation stays in doubt for the caller) and the
+// deadline.
 func TestPacingRetryToken(t *testing.T) {
 	unavailable := apiError(http.StatusServiceUnavailable, "ServiceUnavailable", nil)
 	throttled := apiError(http.StatusTooManyRequests, "ThrottlingException", nil)
 	tests := []struct {
-		name            string
-		script          []responder
-		burst           int
-		deadline        time.Duration
-		wantErr         bool
-		wantUnavailable bool
-		wantRequests    int
+		name         string
+		script       []responder
+		burst        int
+		deadline     time.Duration
+		want         string // "ok", "shed" or "deadline, in doubt"
+		wantRequests int
 	}{
-		// 1/s: the retry's token is ~1 s away, after the 800 ms deadline: shed.
-		{"after 503, shed", []responder{unavailable}, 1, 800 * time.Millisecond, true, true, 1},
-		{"after 429, shed", []responder{throttled}, 1, 800 * time.Millisecond, true, false, 1},
-		{"after 503 then 429, shed, in doubt", []responder{unavailable, throttled}, 2, 800 * time.Millisecond, true, true, 2},
+		// 1/s: the retry's token is ~1 s away, after the 800 ms deadline.
+		{"after 429, shed", []responder{throttled}, 1, 800 * time.Millisecond, "shed", 1},
+		{"after 503, waits to the deadline", []responder{unavailable}, 1, 800 * time.Millisecond, "deadline, in doubt", 1},
+		{"after 503 then 429, waits to the deadline", []responder{unavailable, throttled}, 2, 800 * time.Millisecond, "deadline, in doubt", 2},
 		// With 5 s left, the retry waits ~1 s for its token and succeeds.
-		{"after 503, waits", []responder{unavailable}, 1, 5 * time.Second, false, false, 2},
+		{"after 503, waits", []responder{unavailable}, 1, 5 * time.Second, "ok", 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,13 +164,19 @@ func TestPacingRetryToken(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), tt.deadline)
 			defer cancel()
 			err := deleteAP(c, ctx)
-			switch {
-			case !tt.wantErr && err != nil:
-				t.Fatalf("got %v, want success", err)
-			case tt.wantErr:
+			switch tt.want {
+			case "ok":
+				if err != nil {
+					t.Fatalf("got %v, want success", err)
+				}
+			case "shed":
 				wantShed(t, ctx, err)
-				if got := errors.Is(err, efs.ErrUnavailable); got != tt.wantUnavailable {
-					t.Errorf("errors.Is(%v, ErrUnavailable) = %v, want %v", err, got, tt.wantUnavailable)
+				if errors.Is(err, efs.ErrUnavailable) {
+					t.Errorf("got %v: nothing in doubt", err)
+				}
+			default:
+				if !errors.Is(err, efs.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, efs.ErrPaced) {
+					t.Errorf("got %v, want ErrUnavailable and the deadline, not a shed", err)
 				}
 			}
 			if got := fake.Requests(); got != tt.wantRequests {

@@ -8,11 +8,8 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // Operation names: the keys of Config.RateLimits and the op passed to the Observer.
@@ -72,34 +69,42 @@ type retryPolicy struct {
 }
 
 // pacer is one operation's client-side pacing (docs/design.md, "Pacing"):
-// a bound on requests in flight, and a token bucket whose rate is the
-// lower of the operator's ceiling and the adaptive rate (none until EFS
-// throttles). With neither, a call only takes an in-flight slot.
+// a gate of request slots and rate tokens, whose rate is the lower of the
+// operator's ceiling and the adaptive rate (none until EFS throttles
+// because of this driver's rate). With neither, a call only takes a slot.
 type pacer struct {
-	slots    chan struct{} // nil: unbounded
-	ceiling  RateLimit     // PerSecond <= 0: none
-	adaptive *cubic        // nil: adaptation off
+	ceiling  RateLimit // PerSecond <= 0: none
+	adaptive *delivery // nil: adaptation off
+	gate     *gate
 	// rtt is a moving average of successful attempts' durations, in
 	// nanoseconds: what one more attempt is expected to take.
 	rtt atomic.Int64
-
-	mu  sync.Mutex // serializes "set the rate, reserve, judge, maybe cancel"
-	lim *rate.Limiter
 }
 
 func newPacer(ceiling RateLimit, adaptive bool, inFlight int) *pacer {
-	limit := rate.Inf
-	if ceiling.PerSecond > 0 {
-		limit = rate.Limit(ceiling.PerSecond)
-	}
-	p := &pacer{ceiling: ceiling, lim: rate.NewLimiter(limit, max(ceiling.Burst, 1))}
-	if inFlight > 0 {
-		p.slots = make(chan struct{}, inFlight)
-	}
+	p := &pacer{ceiling: ceiling}
 	if adaptive {
-		p.adaptive = &cubic{}
+		p.adaptive = &delivery{}
 	}
+	p.gate = newGate(p.limit, max(inFlight, 0))
 	return p
+}
+
+// limit is the rate in force at now and its burst: the operator's ceiling
+// with its burst (fixed), or the adaptive rate when lower, with a burst of 1
+// (the adaptive rate spaces requests evenly: a burst would find the
+// server's bucket empty).
+func (p *pacer) limit(now time.Time) (limit float64, burst int, fixed bool) {
+	limit, burst = math.Inf(1), 1
+	if p.ceiling.PerSecond > 0 {
+		limit, burst, fixed = p.ceiling.PerSecond, max(p.ceiling.Burst, 1), true
+	}
+	if p.adaptive != nil {
+		if a := p.adaptive.rate(now); a < limit {
+			limit, burst, fixed = a, 1, false
+		}
+	}
+	return limit, burst, fixed
 }
 
 // newPacers builds one pacer per operation of ops. An operation's ceiling
@@ -141,86 +146,15 @@ func (p *pacer) took(d time.Duration) {
 	}
 }
 
-// answered tells the adaptive rate how an attempt whose token was granted
-// at granted ended.
-func (p *pacer) answered(granted time.Time, throttled bool) {
-	if p.adaptive != nil {
-		p.adaptive.answered(granted, time.Now(), throttled)
+// done ends an attempt that had a permit: the adaptive rate learns how it
+// was answered (answered: EFS answered it, throttled: with a throttle,
+// waited: it waited for its token), then
+// its slot goes to the next waiter.
+func (p *pacer) done(answered, throttled, waited bool) {
+	if p.adaptive != nil && answered {
+		p.adaptive.answered(time.Now(), throttled, waited)
 	}
-}
-
-// acquire takes an in-flight slot, waiting as long as ctx allows (a slot
-// frees when an attempt ends, which the attempt timeout bounds).
-func (p *pacer) acquire(ctx context.Context) bool {
-	if p.slots == nil {
-		return true
-	}
-	select {
-	case p.slots <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func (p *pacer) release() {
-	if p.slots != nil {
-		<-p.slots
-	}
-}
-
-// reserve takes a token, or refuses. It returns the reservation to wait for
-// (nil: go ahead now) and, when it refused, the delay the token would have
-// needed. A token that is there now is always taken. Otherwise, with a
-// deadline of the caller's (bounded), the token is waited for only if the
-// time left after it still covers an attempt (need); without one (the
-// default timeout), as long as the deadline allows, like rate.Limiter.Wait.
-// Refusing early instead of waiting until just before the deadline matters:
-// a request sent too late is answered after the caller gave up, the caller
-// retries and the work is done twice.
-func (p *pacer) reserve(now, deadline time.Time, bounded bool, need time.Duration) (r *rate.Reservation, delay time.Duration, ok bool) {
-	limit := math.Inf(1)
-	if p.ceiling.PerSecond > 0 {
-		limit = p.ceiling.PerSecond
-	}
-	adaptiveBinds := false
-	if p.adaptive != nil {
-		if a := p.adaptive.rate(now); a < limit {
-			limit, adaptiveBinds = a, true
-		}
-	}
-	remaining := deadline.Sub(now)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if math.IsInf(limit, 1) {
-		if p.lim.Limit() != rate.Inf {
-			p.lim.SetLimitAt(now, rate.Inf)
-		}
-		return nil, 0, true
-	}
-	if rate.Limit(limit) != p.lim.Limit() {
-		p.lim.SetLimitAt(now, rate.Limit(limit))
-		// The adaptive rate spaces requests evenly (a burst would find
-		// the server's bucket empty); the operator's ceiling keeps its burst.
-		burst := max(p.ceiling.Burst, 1)
-		if adaptiveBinds {
-			burst = 1
-		}
-		p.lim.SetBurstAt(now, burst)
-	}
-	r = p.lim.ReserveN(now, 1)
-	if !r.OK() { // cannot happen with burst >= 1; refuse rather than wait forever
-		return nil, rate.InfDuration, false
-	}
-	delay = r.DelayFrom(now)
-	if delay == 0 {
-		return nil, 0, true
-	}
-	if bounded && remaining-delay >= need || !bounded && delay <= remaining {
-		return r, delay, true
-	}
-	r.CancelAt(now)
-	return nil, delay, false
+	p.gate.release()
 }
 
 // backoff is "full jitter": uniform in [0, min(maxBackoff, base*2^retry)].
@@ -264,25 +198,18 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 	var last error
 	inDoubt := false // some attempt's outcome is unknown
 	for n := 0; ; n++ {
-		if !pc.acquire(ctx) {
-			p.observer.APICall(op, OutcomePaced, 0)
-			return zero, p.giveUp(ctx, op, subject, last, n, start, "no request slot free")
+		prio := priorityOf(ctx)
+		if inDoubt {
+			prio = PriorityFollowUp // completing a mutation that may have been applied
 		}
 		now := time.Now()
-		r, delay, ok := pc.reserve(now, deadline, bounded, pc.need(p.attemptTimeout))
+		ok, wait := pc.gate.acquire(ctx, prio, bounded, pc.need(p.attemptTimeout))
 		if !ok {
-			pc.release()
 			p.observer.APICall(op, OutcomePaced, 0)
-			if !bounded {
-				return zero, p.giveUp(ctx, op, subject, last, n, start, "no rate token before the deadline")
+			if ctx.Err() != nil || !bounded {
+				return zero, p.giveUp(ctx, op, subject, last, n, start, "no request slot or rate token before the deadline", inDoubt)
 			}
-			return zero, p.shed(op, subject, last, n, start, delay, deadline.Sub(now), inDoubt)
-		}
-		if r != nil && !sleepCtx(ctx, delay) {
-			r.CancelAt(time.Now()) // give the token to the calls queued behind
-			pc.release()
-			p.observer.APICall(op, OutcomePaced, 0)
-			return zero, p.giveUp(ctx, op, subject, last, n, start, "no rate token before the deadline")
+			return zero, p.shed(op, subject, last, n, start, wait, deadline.Sub(now), inDoubt)
 		}
 		actx, cancel := context.WithTimeout(ctx, p.attemptTimeout)
 		if n, ok := ctx.Value(requestCounterKey{}).(*atomic.Int64); ok {
@@ -292,19 +219,19 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 		out, err := attempt(actx)
 		cancel()
 		took := time.Since(t0)
-		pc.release()
 		if err == nil {
 			pc.took(took)
-			pc.answered(now, false)
+			pc.done(true, false, wait > 0)
 			p.observer.APICall(op, OutcomeOK, took)
 			return out, nil
 		}
 		cl := p.classify(op, err)
-		if cl.sentinel == ErrThrottled {
-			pc.answered(now, true)
-		} else if cl.outcome == OutcomeClientError {
+		if cl.outcome == OutcomeClientError {
 			pc.took(took) // answered, if not with success
 		}
+		// Every answer of EFS's, errors included, is delivery: only lost
+		// connections and timeouts say nothing about the rate.
+		pc.done(cl.outcome == OutcomeThrottled || cl.outcome == OutcomeServerError || cl.outcome == OutcomeClientError, cl.sentinel == ErrThrottled, wait > 0)
 		p.observer.APICall(op, cl.outcome, took)
 		if eo, ok := p.observer.(ErrorObserver); ok {
 			eo.APIError(op, errorCode(err, cl))
@@ -315,16 +242,16 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 			return zero, last // a definitive answer, or an error no retry can heal
 		}
 		if ctx.Err() != nil {
-			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "")
+			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "", inDoubt)
 		}
 		sleep := p.backoff(n)
 		if time.Until(deadline) <= sleep {
-			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "")
+			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "", inDoubt)
 		}
 		p.observer.Retry(op)
 		p.log.Debug("retrying EFS call", "op", op, "subject", subject, "attempt", n+1, "backoff", sleep, "error", last)
 		if !sleepCtx(ctx, sleep) {
-			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "")
+			return zero, p.giveUp(ctx, op, subject, last, n+1, start, "", inDoubt)
 		}
 	}
 }
@@ -352,9 +279,11 @@ func (p *retryPolicy) shed(op, subject string, last error, attempts int, start t
 
 // giveUp builds the error for a call that ran out of time: the last
 // classified error plus the context's error, so that errors.Is matches both
-// the sentinel and context.DeadlineExceeded / context.Canceled. With no
-// attempt made, client-side pacing used the time up: ErrPaced, with why.
-func (p *retryPolicy) giveUp(ctx context.Context, op, subject string, last error, attempts int, start time.Time, why string) error {
+// the sentinel and context.DeadlineExceeded / context.Canceled; and, if an
+// earlier attempt's outcome is unknown, ErrUnavailable (a mutation stays in
+// doubt for the caller). With no attempt made, client-side pacing used the
+// time up: ErrPaced, with why.
+func (p *retryPolicy) giveUp(ctx context.Context, op, subject string, last error, attempts int, start time.Time, why string, inDoubt bool) error {
 	ctxErr := ctx.Err()
 	if last == nil {
 		return fmt.Errorf("%s %s: %w: %s: %w", op, subject, ErrPaced, why, cmp.Or(ctxErr, context.DeadlineExceeded))
@@ -365,6 +294,9 @@ func (p *retryPolicy) giveUp(ctx context.Context, op, subject string, last error
 	}
 	elapsed := time.Since(start).Round(time.Millisecond)
 	p.log.Debug("giving up EFS call", "op", op, "subject", subject, "attempts", attempts, "elapsed", elapsed, "error", last)
+	if inDoubt && !errors.Is(last, ErrUnavailable) {
+		return fmt.Errorf("%w (gave up after %d attempts in %v: %w; %w: an earlier attempt's outcome is unknown)", last, attempts, elapsed, ctxErr, ErrUnavailable)
+	}
 	return fmt.Errorf("%w (gave up after %d attempts in %v: %w)", last, attempts, elapsed, ctxErr)
 }
 
