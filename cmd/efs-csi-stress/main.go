@@ -33,6 +33,10 @@ func main() {
 		cfg.DriverArgs = append(cfg.DriverArgs, s)
 		return nil
 	})
+	flag.Func("compare-driver-arg", "embedded: run the workload twice (same seed, fresh emulator and driver each), the second time with this driver flag added (repeatable), and compare, e.g. --compare-driver-arg=--adaptive-retry-mode=false", func(s string) error {
+		cfg.CompareDriverArgs = append(cfg.CompareDriverArgs, s)
+		return nil
+	})
 	flag.StringVar(&cfg.DriverCmd, "driver-cmd", "", "shell command that runs the driver serving --endpoint; the tool starts, kills and restarts it")
 	flag.StringVar(&cfg.EFSEndpoint, "efs-endpoint", "", "EFS API URL for the audit and, for an emulator, its fault control (default: the AWS SDK's resolution)")
 	flag.StringVar(&cfg.Region, "region", cfg.Region, "AWS region of the EFS API")
@@ -52,11 +56,11 @@ func main() {
 	flag.Float64Var(&cfg.DeleteDuringCreateRate, "delete-during-create-rate", cfg.DeleteDuringCreateRate, "fraction of claims deleted while being provisioned")
 	flag.DurationVar(&cfg.CancelWindow, "cancel-window", cfg.CancelWindow, "a claim deleted during provisioning cancels its first call within this time")
 	flag.StringVar(&params, "parameters", "", "extra StorageClass parameters, k=v,k=v (fileSystemId is set by the tool)")
-	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed for the workload's choices (0: random); names are always random")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed for the workload's choices and, embedded, the emulator's fault draws (0: random); names are always random")
 	flag.DurationVar(&cfg.MaxDuration, "max-duration", cfg.MaxDuration, "give up after this long")
 
-	flag.StringVar(&cfg.FaultProfile, "fault-profile", "", "emulator faults: none, latency, throttle, errors, lost-answers (default: lost-answers embedded, none otherwise)")
-	flag.Float64Var(&cfg.FaultRate, "fault-rate", cfg.FaultRate, "probability used by the errors and lost-answers profiles")
+	flag.StringVar(&cfg.FaultProfile, "fault-profile", "", "emulator faults: "+stress.ProfileUsage()+" (default: lost-answers embedded, none otherwise)")
+	flag.Float64Var(&cfg.FaultRate, "fault-rate", cfg.FaultRate, "probability used by the errors, lost-answers, random-throttle and throttle-mix profiles")
 	flag.Var(&cfg.Chaos, "chaos", "kill the driver (SIGKILL) at random moments and restart it (default: on when embedded)")
 	flag.DurationVar(&cfg.ChaosInterval, "chaos-interval", cfg.ChaosInterval, "mean time between driver kills")
 

@@ -65,17 +65,34 @@ func TestThrottleAnswersThrottlingExceptionPastTheBucket(t *testing.T) {
 	}
 }
 
-func TestErrorRateAnswersInternalServerErrorWithoutApplying(t *testing.T) {
-	v, fsID := faultEnv(t, emulator.Config{})
-	v.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{ErrorRate: 1})
-	tok := token()
-	_, err := v.createAP(apInput(fsID, withToken(tok)))
-	asError[*types.InternalServerError](t, err)
-	if n := len(v.listAll(fsID, 0)); n != 0 {
-		t.Fatalf("%d access points exist after a failed create, want 0", n)
+// An error and a random throttle answer before applying: nothing is
+// created, the request is counted, and its client token stays free.
+func TestErrorsAndRandomThrottlesAnswerWithoutApplying(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fault  emulator.Fault
+		answer func(*testing.T, error)
+	}{
+		{"error rate", emulator.Fault{ErrorRate: 1}, func(t *testing.T, err error) { asError[*types.InternalServerError](t, err) }},
+		{"random throttle", emulator.Fault{RandomThrottleRate: 1}, func(t *testing.T, err error) { asError[*types.ThrottlingException](t, err) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, fsID := faultEnv(t, emulator.Config{})
+			v.emu.SetFault(emulator.OpCreateAccessPoint, tc.fault)
+			v.emu.ResetCounts()
+			tok := token()
+			_, err := v.createAP(apInput(fsID, withToken(tok)))
+			tc.answer(t, err)
+			if n := len(v.listAll(fsID, 0)); n != 0 {
+				t.Fatalf("%d access points exist after a failed create, want 0", n)
+			}
+			if n := v.emu.Counts()[emulator.OpCreateAccessPoint]; n != 1 {
+				t.Errorf("CreateAccessPoint counted %d requests, want 1 (faulted ones count)", n)
+			}
+			v.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{})
+			v.mustCreateAP(fsID, withToken(tok)) // the token was never used
+		})
 	}
-	v.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{})
-	v.mustCreateAP(fsID, withToken(tok)) // the token was never used
 }
 
 func TestLostAnswerCommitsAndThenFails(t *testing.T) {
@@ -247,14 +264,7 @@ func TestControlEndpointSetsFaultsAndReportsCounts(t *testing.T) {
 	v, fsID := faultEnv(t, emulator.Config{})
 	call := func(method, path, body string) (int, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest(method, v.url+path, strings.NewReader(body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		return controlCall(t, v.url, method, path, body)
 	}
 	status, body := call("PUT", "/_emulator/faults", `{"CreateAccessPoint":{"errorRate":1,"latency":"5ms"}}`)
 	if status != 200 {
@@ -271,7 +281,7 @@ func TestControlEndpointSetsFaultsAndReportsCounts(t *testing.T) {
 	if err := json.Unmarshal(body, &faults); err != nil || faults[emulator.OpCreateAccessPoint].Latency != 5*time.Millisecond {
 		t.Fatalf("GET faults: %s (%v)", body, err)
 	}
-	for _, bad := range []string{`{"NoSuchOp":{"errorRate":1}}`, `{"*":{"errorRate":2}}`, `{"*":{"latency":"soon"}}`, `[`} {
+	for _, bad := range []string{`{"NoSuchOp":{"errorRate":1}}`, `{"*":{"errorRate":2}}`, `{"*":{"randomThrottleRate":2}}`, `{"*":{"latency":"soon"}}`, `[`} {
 		if status, body := call("PUT", "/_emulator/faults", bad); status != 400 {
 			t.Errorf("PUT faults %s: %d %s, want 400", bad, status, body)
 		}
@@ -293,4 +303,17 @@ func TestControlEndpointSetsFaultsAndReportsCounts(t *testing.T) {
 	if status, body := call("GET", "/_emulator/healthz", ""); status != 200 || strings.TrimSpace(string(body)) != "ok" {
 		t.Fatalf("healthz: %d %q", status, body)
 	}
+}
+
+// controlCall sends one request to the control endpoint at url.
+func controlCall(t *testing.T, url, method, path, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }

@@ -25,9 +25,12 @@ import (
 // "fileSystems": {"fs-0123456789abcdef0": "111122223333"}}.
 //
 // Faults in JSON use Go duration strings: {"CreateAccessPoint":
-// {"latency": "50ms", "jitter": "20ms", "throttleRate": 5, "throttleBurst": 1,
-// "errorRate": 0.1, "lostAnswerRate": 0.1, "lostAnswerMode": "drop",
-// "visibilityDelay": "2s"}}.
+// {"latency": "50ms", "jitter": "20ms", "randomThrottleRate": 0.05,
+// "throttleRate": 5, "throttleBurst": 1, "errorRate": 0.1,
+// "lostAnswerRate": 0.1, "lostAnswerMode": "drop", "visibilityDelay": "2s"}}.
+// A PUT replaces the fault of each operation it names, "*" first: a fault
+// named for one operation does not add to "*"'s there (Fault.Refine
+// builds one that does).
 
 const controlPrefix = "/_emulator"
 
@@ -110,14 +113,15 @@ func (e *Emulator) clock() clockJSON {
 
 // faultJSON is Fault with durations as strings such as "50ms".
 type faultJSON struct {
-	Latency         string   `json:"latency,omitempty"`
-	Jitter          string   `json:"jitter,omitempty"`
-	ThrottleRate    float64  `json:"throttleRate,omitempty"`
-	ThrottleBurst   int      `json:"throttleBurst,omitempty"`
-	ErrorRate       float64  `json:"errorRate,omitempty"`
-	LostAnswerRate  float64  `json:"lostAnswerRate,omitempty"`
-	LostAnswerMode  LostMode `json:"lostAnswerMode,omitempty"`
-	VisibilityDelay string   `json:"visibilityDelay,omitempty"`
+	Latency            string   `json:"latency,omitempty"`
+	Jitter             string   `json:"jitter,omitempty"`
+	RandomThrottleRate float64  `json:"randomThrottleRate,omitempty"`
+	ThrottleRate       float64  `json:"throttleRate,omitempty"`
+	ThrottleBurst      int      `json:"throttleBurst,omitempty"`
+	ErrorRate          float64  `json:"errorRate,omitempty"`
+	LostAnswerRate     float64  `json:"lostAnswerRate,omitempty"`
+	LostAnswerMode     LostMode `json:"lostAnswerMode,omitempty"`
+	VisibilityDelay    string   `json:"visibilityDelay,omitempty"`
 }
 
 func durString(d time.Duration) string {
@@ -130,7 +134,7 @@ func durString(d time.Duration) string {
 // MarshalJSON writes durations as strings such as "50ms".
 func (f Fault) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultJSON{
-		Latency: durString(f.Latency), Jitter: durString(f.Jitter),
+		Latency: durString(f.Latency), Jitter: durString(f.Jitter), RandomThrottleRate: f.RandomThrottleRate,
 		ThrottleRate: f.ThrottleRate, ThrottleBurst: f.ThrottleBurst,
 		ErrorRate: f.ErrorRate, LostAnswerRate: f.LostAnswerRate, LostAnswerMode: f.LostAnswerMode,
 		VisibilityDelay: durString(f.VisibilityDelay),
@@ -143,7 +147,7 @@ func (f *Fault) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	out := Fault{ThrottleRate: j.ThrottleRate, ThrottleBurst: j.ThrottleBurst, ErrorRate: j.ErrorRate,
+	out := Fault{RandomThrottleRate: j.RandomThrottleRate, ThrottleRate: j.ThrottleRate, ThrottleBurst: j.ThrottleBurst, ErrorRate: j.ErrorRate,
 		LostAnswerRate: j.LostAnswerRate, LostAnswerMode: j.LostAnswerMode}
 	for _, d := range []struct {
 		name, s string

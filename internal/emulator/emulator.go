@@ -5,10 +5,10 @@
 // error codes, ClientToken semantics, limits and pagination. Each file system
 // is a directory on the local disk; state survives restarts and crashes.
 //
-// It can also misbehave on purpose, per operation: latency, throttling,
-// internal errors, lost answers and delayed visibility (see Fault), set at
-// start through Config or at run time through SetFault or the control
-// endpoint under /_emulator/ (docs/emulator.md).
+// It can also misbehave on purpose, per operation: latency, throttling (a
+// token bucket, or at random), internal errors, lost answers and delayed
+// visibility (see Fault), set at start through Config or at run time through
+// SetFault or the control endpoint under /_emulator/ (docs/emulator.md).
 package emulator
 
 import (

@@ -66,12 +66,20 @@ const (
 )
 
 // Fault is the misbehaviour of one operation. The zero Fault is none.
-// Faults apply in this order: latency, throttle, error, (the operation),
-// lost answer.
+// Faults apply in this order, the first that strikes answering: latency,
+// random throttle, throttle (token bucket), error, (the operation), lost
+// answer. Each probability is drawn on its own, so a rate is the share of
+// the requests that reach its step: with RandomThrottleRate 0.05 and
+// ErrorRate 0.03, 5% of all requests are throttled and 3% of the other 95%
+// fail.
 type Fault struct {
 	// Latency, plus a uniform random 0..Jitter, delays every answer.
 	Latency time.Duration
 	Jitter  time.Duration
+	// RandomThrottleRate is the probability of ThrottlingException 429
+	// (the token bucket's very answer) without applying the request,
+	// whatever the request rate; such a request takes no token.
+	RandomThrottleRate float64
 	// ThrottleRate requests per second pass a token bucket of ThrottleBurst
 	// (0 means max(1, ceil(rate))); the rest get ThrottlingException 429.
 	// 0 means no throttle.
@@ -98,12 +106,41 @@ func (f Fault) Validate() error {
 		return fmt.Errorf("durations must not be negative")
 	case f.ThrottleRate < 0 || f.ThrottleBurst < 0:
 		return fmt.Errorf("throttle rate and burst must not be negative")
-	case f.ErrorRate < 0 || f.ErrorRate > 1 || f.LostAnswerRate < 0 || f.LostAnswerRate > 1:
+	case !probability(f.RandomThrottleRate) || !probability(f.ErrorRate) || !probability(f.LostAnswerRate):
 		return fmt.Errorf("rates must be between 0 and 1")
 	case f.LostAnswerMode != LostMixed && f.LostAnswerMode != Lost500 && f.LostAnswerMode != LostDrop:
 		return fmt.Errorf("lost answer mode %q: want %q, %q or empty", f.LostAnswerMode, Lost500, LostDrop)
 	}
 	return nil
+}
+
+func probability(p float64) bool { return p >= 0 && p <= 1 }
+
+// Refine returns f with the aspects g sets (a latency with its jitter, a
+// random throttle, a token bucket with its burst, an error rate, a lost
+// answer rate with its mode, a visibility delay) in place of f's: a fault
+// named for one operation added to the fault of every operation ("*"),
+// much as a later flag for one operation refines "*" on the command line.
+func (f Fault) Refine(g Fault) Fault {
+	if g.Latency != 0 || g.Jitter != 0 {
+		f.Latency, f.Jitter = g.Latency, g.Jitter
+	}
+	if g.RandomThrottleRate != 0 {
+		f.RandomThrottleRate = g.RandomThrottleRate
+	}
+	if g.ThrottleRate != 0 {
+		f.ThrottleRate, f.ThrottleBurst = g.ThrottleRate, g.ThrottleBurst
+	}
+	if g.ErrorRate != 0 {
+		f.ErrorRate = g.ErrorRate
+	}
+	if g.LostAnswerRate != 0 {
+		f.LostAnswerRate, f.LostAnswerMode = g.LostAnswerRate, g.LostAnswerMode
+	}
+	if g.VisibilityDelay != 0 {
+		f.VisibilityDelay = g.VisibilityDelay
+	}
+	return f
 }
 
 // opFault is a fault with its throttle bucket.

@@ -14,6 +14,7 @@ import (
 //
 //	--latency OP=DUR[~JITTER]          e.g. CreateAccessPoint=50ms~20ms
 //	--throttle OP=RATE[:BURST]         requests/second, e.g. '*=10:5'
+//	--throttle-random OP=P             e.g. '*=0.05', whatever the rate
 //	--error-rate OP=P                  e.g. DeleteAccessPoint=0.1
 //	--lost-answer-rate OP=P[:500|:drop]
 //	--visibility-delay [CreateAccessPoint=]DUR
@@ -53,11 +54,8 @@ var faultKinds = []faultKind{
 		}
 		return err
 	}},
-	{"error-rate", "answer InternalServerError, not applied, with probability `OP=P`; repeatable", func(f *Fault, v string) error {
-		var err error
-		f.ErrorRate, err = strconv.ParseFloat(v, 64)
-		return err
-	}},
+	{"throttle-random", "answer ThrottlingException, not applied, with probability `OP=P` whatever the request rate; repeatable", probabilityOf(func(f *Fault) *float64 { return &f.RandomThrottleRate })},
+	{"error-rate", "answer InternalServerError, not applied, with probability `OP=P`; repeatable", probabilityOf(func(f *Fault) *float64 { return &f.ErrorRate })},
 	{"lost-answer-rate", "apply, then lose the answer (500 or dropped connection) with probability `OP=P[:500|:drop]`; repeatable", func(f *Fault, v string) error {
 		p, mode, _ := strings.Cut(v, ":")
 		var err error
@@ -70,6 +68,15 @@ var faultKinds = []faultKind{
 		f.VisibilityDelay, err = time.ParseDuration(v)
 		return err
 	}},
+}
+
+// probabilityOf parses a flag's P into the field of a fault.
+func probabilityOf(field func(*Fault) *float64) func(*Fault, string) error {
+	return func(f *Fault, v string) error {
+		p, err := strconv.ParseFloat(v, 64)
+		*field(f) = p
+		return err
+	}
 }
 
 type faultFlag struct {

@@ -30,6 +30,11 @@ func TestFaultFlagsBuildFaults(t *testing.T) {
 		{"lost answer dropping", []string{"--lost-answer-rate", "CreateAccessPoint=1:drop"},
 			map[Op]Fault{OpCreateAccessPoint: {LostAnswerRate: 1, LostAnswerMode: LostDrop}}},
 		{"visibility delay without op", []string{"--visibility-delay", "2s"}, map[Op]Fault{OpCreateAccessPoint: {VisibilityDelay: 2 * time.Second}}},
+		{"random throttle on every op", []string{"--throttle-random", "*=0.05"}, all(Fault{RandomThrottleRate: 0.05})},
+		{"the fault proxy storm: random throttles and errors everywhere, mutations' answers lost as 500",
+			[]string{"--throttle-random", "*=0.05", "--error-rate", "*=0.03", "--lost-answer-rate", "CreateAccessPoint=0.15:500"},
+			withCreate(all(Fault{RandomThrottleRate: 0.05, ErrorRate: 0.03}),
+				Fault{RandomThrottleRate: 0.05, ErrorRate: 0.03, LostAnswerRate: 0.15, LostAnswerMode: Lost500})},
 		{"star expands, a later flag refines one op", []string{"--latency", "*=10ms", "--error-rate", "CreateAccessPoint=0.5"},
 			withCreate(all(Fault{Latency: 10 * time.Millisecond}), Fault{Latency: 10 * time.Millisecond, ErrorRate: 0.5})},
 	}
@@ -57,6 +62,9 @@ func TestFaultFlagsRejectNonsense(t *testing.T) {
 		{"--throttle", "CreateAccessPoint=x"},
 		{"--throttle", "CreateAccessPoint=1:-2"},
 		{"--error-rate", "CreateAccessPoint=1.5"},
+		{"--throttle-random", "CreateAccessPoint=1.5"},
+		{"--throttle-random", "*=-0.1"},
+		{"--throttle-random", "CreateAccessPoint=often"},
 		{"--lost-answer-rate", "CreateAccessPoint=0.5:sometimes"},
 		{"--visibility-delay", "CreateAccessPoint=later"},
 	} {
@@ -66,6 +74,34 @@ func TestFaultFlagsRejectNonsense(t *testing.T) {
 		if err := fs.Parse(args); err == nil {
 			t.Errorf("%v accepted", args)
 		}
+	}
+}
+
+// Refine is what the flags do one aspect at a time: each aspect the finer
+// fault sets replaces the coarser one's, the others stay.
+func TestRefineReplacesTheAspectsTheFinerFaultSets(t *testing.T) {
+	every := Fault{Latency: time.Millisecond, Jitter: time.Millisecond, RandomThrottleRate: 0.05, ErrorRate: 0.03,
+		ThrottleRate: 10, ThrottleBurst: 5, LostAnswerRate: 0.1, LostAnswerMode: LostDrop}
+	for _, tc := range []struct {
+		name        string
+		finer, want Fault
+	}{
+		{"nothing set keeps everything", Fault{}, every},
+		{"a lost answer brings its mode", Fault{LostAnswerRate: 0.15},
+			Fault{Latency: time.Millisecond, Jitter: time.Millisecond, RandomThrottleRate: 0.05, ErrorRate: 0.03,
+				ThrottleRate: 10, ThrottleBurst: 5, LostAnswerRate: 0.15}},
+		{"a bucket brings its burst", Fault{ThrottleRate: 20},
+			Fault{Latency: time.Millisecond, Jitter: time.Millisecond, RandomThrottleRate: 0.05, ErrorRate: 0.03,
+				ThrottleRate: 20, LostAnswerRate: 0.1, LostAnswerMode: LostDrop}},
+		{"rates replace rates", Fault{RandomThrottleRate: 0.5, ErrorRate: 0.5, VisibilityDelay: time.Second},
+			Fault{Latency: time.Millisecond, Jitter: time.Millisecond, RandomThrottleRate: 0.5, ErrorRate: 0.5,
+				ThrottleRate: 10, ThrottleBurst: 5, LostAnswerRate: 0.1, LostAnswerMode: LostDrop, VisibilityDelay: time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := every.Refine(tc.finer); got != tc.want {
+				t.Errorf("Refine(%+v) = %+v, want %+v", tc.finer, got, tc.want)
+			}
+		})
 	}
 }
 

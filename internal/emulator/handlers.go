@@ -145,8 +145,13 @@ func (e *Emulator) serve(ctx context.Context, op Op, p protocol, decode decoder,
 				return "latency (client gone)"
 			}
 		}
+		// A random throttle strikes first, so that it takes no token.
+		if e.rand.chance(f.RandomThrottleRate) {
+			writeError(w, throttled())
+			return "random throttle"
+		}
 		if f.bucket != nil && !f.bucket.Allow() {
-			writeError(w, errorf(http.StatusTooManyRequests, codeThrottling, "Rate exceeded"))
+			writeError(w, throttled())
 			return "throttle"
 		}
 		if e.rand.chance(f.ErrorRate) {
@@ -180,6 +185,11 @@ func (e *Emulator) serve(ctx context.Context, op Op, p protocol, decode decoder,
 	}
 	p.writeOK(w, status, body)
 	return ""
+}
+
+// throttled is the answer of every throttle, token bucket or random.
+func throttled() *apiError {
+	return errorf(http.StatusTooManyRequests, codeThrottling, "Rate exceeded")
 }
 
 // loseAnswer fails a request that was applied: a 500, or a connection closed

@@ -68,18 +68,22 @@ type Config struct {
 	// Target. Embedded starts the emulator and the driver; otherwise
 	// Endpoint names a running driver's socket.
 	Embedded     bool     `json:"embedded"`
-	Endpoint     string   `json:"endpoint,omitempty"`      // unix:///path/csi.sock
-	DriverBinary string   `json:"driverBinary,omitempty"`  // embedded: efs-csi-driver to run ("" = next to this binary, or PATH)
-	DriverArgs   []string `json:"driverArgs,omitempty"`    // embedded: extra driver flags
-	DriverCmd    string   `json:"driverCommand,omitempty"` // remote: shell command that runs the driver (for chaos)
-	EFSEndpoint  string   `json:"efsEndpoint,omitempty"`   // remote: EFS API for the audit ("" = SDK defaults) and emulator control
-	Region       string   `json:"region,omitempty"`
-	FileSystemID string   `json:"fileSystemId,omitempty"`
-	MetricsURL   string   `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
-	TmpDir       string   `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
-	DataDir      string   `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
-	Exclusive    bool     `json:"exclusive"`            // every access point on the file system belongs to the run
-	KeepWorkDir  bool     `json:"keepWorkDir,omitempty"`
+	Endpoint     string   `json:"endpoint,omitempty"`     // unix:///path/csi.sock
+	DriverBinary string   `json:"driverBinary,omitempty"` // embedded: efs-csi-driver to run ("" = next to this binary, or PATH)
+	DriverArgs   []string `json:"driverArgs,omitempty"`   // embedded: extra driver flags
+	// CompareDriverArgs (embedded): run the workload twice, on a fresh
+	// emulator and driver each, with DriverArgs and then with these added,
+	// and compare.
+	CompareDriverArgs []string `json:"compareDriverArgs,omitempty"`
+	DriverCmd         string   `json:"driverCommand,omitempty"` // remote: shell command that runs the driver (for chaos)
+	EFSEndpoint       string   `json:"efsEndpoint,omitempty"`   // remote: EFS API for the audit ("" = SDK defaults) and emulator control
+	Region            string   `json:"region,omitempty"`
+	FileSystemID      string   `json:"fileSystemId,omitempty"`
+	MetricsURL        string   `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
+	TmpDir            string   `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
+	DataDir           string   `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
+	Exclusive         bool     `json:"exclusive"`            // every access point on the file system belongs to the run
+	KeepWorkDir       bool     `json:"keepWorkDir,omitempty"`
 
 	// Workload.
 	Volumes                int               `json:"volumes"`
@@ -95,7 +99,7 @@ type Config struct {
 	MaxDuration            time.Duration     `json:"maxDuration"`
 
 	// Faults and chaos.
-	FaultProfile  string        `json:"faultProfile"` // none, latency, throttle, errors, lost-answers ("" = by mode)
+	FaultProfile  string        `json:"faultProfile"` // one of Profiles() ("" = by mode)
 	FaultRate     float64       `json:"faultRate"`
 	Chaos         Toggle        `json:"chaos"`
 	ChaosInterval time.Duration `json:"chaosInterval"`
@@ -151,14 +155,49 @@ func Default() Config {
 	}
 }
 
-// Fault profiles.
+// Fault profiles (faults.go says what each puts in force).
 const (
-	ProfileNone        = "none"
-	ProfileLatency     = "latency"
-	ProfileThrottle    = "throttle"
-	ProfileErrors      = "errors"
-	ProfileLostAnswers = "lost-answers"
+	ProfileNone           = "none"
+	ProfileLatency        = "latency"
+	ProfileThrottle       = "throttle"
+	ProfileErrors         = "errors"
+	ProfileLostAnswers    = "lost-answers"
+	ProfileRandomThrottle = "random-throttle"
+	ProfileTokenBucket    = "token-bucket"
+	ProfileThrottleMix    = "throttle-mix"
+	ProfileFaultMix       = "fault-mix"
 )
+
+// profiles names and describes each fault profile, for --help.
+var profiles = []struct{ name, about string }{
+	{ProfileNone, "no fault"},
+	{ProfileLatency, "10-30 ms on every call"},
+	{ProfileThrottle, "token buckets: creates and deletes 100/s burst 20, describes 200/s burst 50"},
+	{ProfileErrors, "unapplied 500s on every call at --fault-rate"},
+	{ProfileLostAnswers, "creates and deletes applied, then their answer lost, at --fault-rate"},
+	{ProfileRandomThrottle, "429s at random on every call at --fault-rate, whatever the request rate"},
+	{ProfileTokenBucket, "slower buckets: creates and deletes 20/s burst 20, describes 50/s"},
+	{ProfileThrottleMix, "token-bucket and random-throttle together"},
+	{ProfileFaultMix, "a fault proxy's storm: creates, deletes and tags applied then answered 500 (15%), random 429s (5%) and unapplied 500s (3%) on every call"},
+}
+
+// Profiles lists the fault profile names.
+func Profiles() []string {
+	names := make([]string, len(profiles))
+	for i, p := range profiles {
+		names[i] = p.name
+	}
+	return names
+}
+
+// ProfileUsage describes the fault profiles in one line.
+func ProfileUsage() string {
+	parts := make([]string, len(profiles))
+	for i, p := range profiles {
+		parts[i] = p.name + " (" + p.about + ")"
+	}
+	return strings.Join(parts, "; ")
+}
 
 // ErrFindings: the run completed and the audit found something wrong. The
 // report says what.
@@ -194,6 +233,8 @@ func (c *Config) resolve() error {
 		return fmt.Errorf("--chaos needs a driver this tool runs: --embedded or --driver-cmd")
 	case c.Embedded && (c.Endpoint != "" || c.DriverCmd != "" || c.EFSEndpoint != "" || c.FileSystemID != ""):
 		return fmt.Errorf("--embedded runs its own driver and emulator: drop --endpoint, --driver-cmd, --efs-endpoint and --file-system")
+	case len(c.CompareDriverArgs) > 0 && !c.Embedded:
+		return fmt.Errorf("--compare-driver-arg needs --embedded: each run of the comparison starts its own emulator and driver")
 	case !c.Embedded && c.Endpoint == "":
 		return fmt.Errorf("--endpoint is required unless --embedded")
 	case !c.Embedded && c.FileSystemID == "":

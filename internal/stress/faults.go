@@ -13,47 +13,110 @@ import (
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 )
 
+// faultSet is the faults of some operations (emulator.AllOps: of every one).
+type faultSet = map[emulator.Op]emulator.Fault
+
 // profile is the emulator fault set a profile name stands for. rate scales
-// the probabilistic profiles (errors, lost answers).
-func profile(name string, rate float64) (map[emulator.Op]emulator.Fault, error) {
+// the probabilistic profiles (errors, lost answers, random throttles); the
+// fault-mix storm has its own rates.
+func profile(name string, rate float64) (faultSet, error) {
 	switch name {
 	case ProfileNone:
 		return nil, nil
 	case ProfileLatency:
 		// Every API call takes 10-30 ms: a slow region, calls overlap longer.
-		return map[emulator.Op]emulator.Fault{emulator.AllOps: {Latency: 10 * time.Millisecond, Jitter: 20 * time.Millisecond}}, nil
+		return faultSet{emulator.AllOps: {Latency: 10 * time.Millisecond, Jitter: 20 * time.Millisecond}}, nil
 	case ProfileThrottle:
 		// EFS throttles fast creation: the driver must back off, not fail.
-		return map[emulator.Op]emulator.Fault{
-			emulator.OpCreateAccessPoint:    {ThrottleRate: 100, ThrottleBurst: 20},
-			emulator.OpDeleteAccessPoint:    {ThrottleRate: 100, ThrottleBurst: 20},
-			emulator.OpDescribeAccessPoints: {ThrottleRate: 200, ThrottleBurst: 50},
-			// An s3files-ap run's operations, throttled alike.
-			emulator.OpS3CreateAccessPoint: {ThrottleRate: 100, ThrottleBurst: 20},
-			emulator.OpS3DeleteAccessPoint: {ThrottleRate: 100, ThrottleBurst: 20},
-			emulator.OpS3ListAccessPoints:  {ThrottleRate: 200, ThrottleBurst: 50},
-			emulator.OpS3GetAccessPoint:    {ThrottleRate: 200, ThrottleBurst: 50},
-		}, nil
+		return buckets(100, 20, 200, 50), nil
+	case ProfileTokenBucket:
+		// Issue 21's token buckets: 20 mutations/s of each kind, burst 20.
+		return buckets(20, 20, 50, 50), nil
+	case ProfileRandomThrottle:
+		// Throttles that no pacing avoids: the driver must retry, and not
+		// slow down more than the throttles make it.
+		return randomThrottles(rate), nil
+	case ProfileThrottleMix:
+		return combine(buckets(20, 20, 50, 50), randomThrottles(rate)), nil
+	case ProfileFaultMix:
+		// Issue 21's "fault proxy" storm: mutations applied and answered
+		// 500 (15%), random throttles (5%) and unapplied 500s (3%) on
+		// every operation.
+		return combine(
+			each(emulator.Fault{LostAnswerRate: 0.15, LostAnswerMode: emulator.Lost500}, append(mutations, tagging...)...),
+			faultSet{emulator.AllOps: {RandomThrottleRate: 0.05, ErrorRate: 0.03}},
+		), nil
 	case ProfileErrors:
 		// InternalServerError before applying, on every operation.
-		return map[emulator.Op]emulator.Fault{emulator.AllOps: {ErrorRate: rate}}, nil
+		return faultSet{emulator.AllOps: {ErrorRate: rate}}, nil
 	case ProfileLostAnswers:
 		// The change is committed, then the answer is lost: the case that
 		// makes retries dangerous.
-		return map[emulator.Op]emulator.Fault{
-			emulator.OpCreateAccessPoint:   {LostAnswerRate: rate},
-			emulator.OpDeleteAccessPoint:   {LostAnswerRate: rate},
-			emulator.OpS3CreateAccessPoint: {LostAnswerRate: rate},
-			emulator.OpS3DeleteAccessPoint: {LostAnswerRate: rate},
-		}, nil
+		return each(emulator.Fault{LostAnswerRate: rate}, mutations...), nil
 	}
-	return nil, fmt.Errorf("--fault-profile %q: want none, latency, throttle, errors or lost-answers", name)
+	return nil, fmt.Errorf("--fault-profile %q: want one of %s", name, strings.Join(Profiles(), ", "))
+}
+
+// The operations that change access points (EFS's, and an s3files-ap
+// run's), and those that tag them.
+var (
+	mutations = []emulator.Op{emulator.OpCreateAccessPoint, emulator.OpDeleteAccessPoint,
+		emulator.OpS3CreateAccessPoint, emulator.OpS3DeleteAccessPoint}
+	tagging = []emulator.Op{emulator.OpTagResource, emulator.OpS3TagResource}
+)
+
+// each is f on each of ops.
+func each(f emulator.Fault, ops ...emulator.Op) faultSet {
+	set := faultSet{}
+	for _, op := range ops {
+		set[op] = f
+	}
+	return set
+}
+
+// buckets throttles the access point operations, EFS's and an s3files-ap
+// run's alike: creates and deletes each at mutate requests/s of burst
+// mutateBurst, reads at read/s of burst readBurst.
+func buckets(mutate float64, mutateBurst int, read float64, readBurst int) faultSet {
+	return combine(
+		each(emulator.Fault{ThrottleRate: mutate, ThrottleBurst: mutateBurst}, mutations...),
+		each(emulator.Fault{ThrottleRate: read, ThrottleBurst: readBurst}, emulator.OpDescribeAccessPoints,
+			emulator.OpS3ListAccessPoints, emulator.OpS3GetAccessPoint),
+	)
+}
+
+// randomThrottles answers every operation ThrottlingException with
+// probability rate, whatever the request rate.
+func randomThrottles(rate float64) faultSet {
+	return faultSet{emulator.AllOps: {RandomThrottleRate: rate}}
+}
+
+// combine puts several fault sets in force together: each operation gets
+// every aspect (latency, random throttle, bucket, error, lost answer) any
+// set gives it. Where two give it the same aspect, a fault named for the
+// operation wins over one for every operation ("*"), and a later set over
+// an earlier one. The emulator replaces an operation's fault with the one
+// named for it (its "*" first), so a named fault here carries the "*"
+// aspects too.
+func combine(sets ...faultSet) faultSet {
+	out := faultSet{}
+	for _, set := range sets {
+		for op, f := range set {
+			out[op] = out[op].Refine(f)
+		}
+	}
+	if all, ok := out[emulator.AllOps]; ok {
+		for op, f := range out {
+			out[op] = all.Refine(f)
+		}
+	}
+	return out
 }
 
 // faultControl sets and clears the emulator's faults and reads its counters,
 // in-process or through its control endpoint.
 type faultControl interface {
-	set(ctx context.Context, faults map[emulator.Op]emulator.Fault) error
+	set(ctx context.Context, faults faultSet) error
 	reset(ctx context.Context) error
 	counts(ctx context.Context) (map[string]int64, error)
 }
@@ -61,7 +124,7 @@ type faultControl interface {
 // local drives an in-process emulator.
 type local struct{ e *emulator.Emulator }
 
-func (l local) set(_ context.Context, f map[emulator.Op]emulator.Fault) error {
+func (l local) set(_ context.Context, f faultSet) error {
 	if f[emulator.AllOps] != (emulator.Fault{}) {
 		l.e.SetFault(emulator.AllOps, f[emulator.AllOps])
 	}
@@ -116,7 +179,7 @@ func (r remote) do(ctx context.Context, method, path string, body, out any) erro
 	return nil
 }
 
-func (r remote) set(ctx context.Context, f map[emulator.Op]emulator.Fault) error {
+func (r remote) set(ctx context.Context, f faultSet) error {
 	return r.do(ctx, http.MethodPut, "/faults", f, nil)
 }
 

@@ -1,13 +1,17 @@
 package stress
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +19,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 	"github.com/efs-csi/efs-csi-driver/internal/stress/audit"
 	"github.com/efs-csi/efs-csi-driver/internal/stress/report"
 	"github.com/efs-csi/efs-csi-driver/internal/stress/workload"
@@ -29,18 +32,82 @@ const MarkerFile = ".efs-csi-stress-marker"
 
 // Run runs the workload, audits and reports. It returns the report (also
 // when the run failed part way) and ErrFindings when an audit found
-// something wrong.
+// something wrong. With CompareDriverArgs it runs twice and the report is
+// the default run's, with the comparison.
 func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	if err := cfg.resolve(); err != nil {
 		return nil, err
 	}
+	if len(cfg.CompareDriverArgs) > 0 {
+		return compare(ctx, cfg)
+	}
+	rep, err := runOnce(ctx, cfg, "")
+	summarize(cfg.Stdout, rep)
+	return rep, err
+}
+
+// runOnce runs the workload once and writes its report files; label names
+// the run in a comparison.
+func runOnce(ctx context.Context, cfg Config, label string) (*report.Report, error) {
 	r := &run{cfg: cfg, rec: workload.NewRecorder(), markers: map[string]string{}}
-	r.rep = &report.Report{Started: r.rec.Started(), Mode: "remote", Config: cfg}
+	r.rep = &report.Report{Started: r.rec.Started(), Mode: "remote", Label: label, Config: cfg}
 	if cfg.Embedded {
 		r.rep.Mode = "embedded"
 	}
 	err := r.run(ctx)
 	return r.rep, err
+}
+
+// summarize writes the summary of a run that got as far as a report
+// (one that could not start has none).
+func summarize(w io.Writer, rep *report.Report) {
+	if rep.Outcome != "" {
+		rep.Summary(w)
+	}
+}
+
+// compare runs the workload twice, each time on a fresh emulator and
+// driver, with one seed: first with the driver flags of cfg, then with
+// CompareDriverArgs added. The first run's report (in OutDir) holds the
+// comparison; the second's is in OutDir/compared.
+func compare(ctx context.Context, cfg Config) (*report.Report, error) {
+	dir, err := outDir(cfg.OutDir)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = mrand.Uint64() | 1
+	}
+	def := cfg
+	def.OutDir = dir
+	other := cfg
+	other.OutDir, other.ReportJSON, other.ReportHTML = filepath.Join(dir, "compared"), "", ""
+	other.DriverArgs = append(slices.Clone(cfg.DriverArgs), cfg.CompareDriverArgs...)
+	other.CompareDriverArgs = nil
+
+	rep, defErr := runOnce(ctx, def, "default")
+	summarize(cfg.Stdout, rep)
+	if rep.Outcome == "" || ctx.Err() != nil {
+		return rep, defErr
+	}
+	fmt.Fprintln(cfg.Stdout)
+	otherRep, otherErr := runOnce(ctx, other, "compared: "+strings.Join(cfg.CompareDriverArgs, " ")+" added")
+	summarize(cfg.Stdout, otherRep)
+	if otherRep.Outcome != "" {
+		rep.Comparison = report.Compare(rep, otherRep, cfg.CompareDriverArgs)
+		writeReport(rep, cfg.Logger)
+		fmt.Fprintln(cfg.Stdout)
+		rep.Comparison.Summary(cfg.Stdout)
+	}
+	if otherErr != nil {
+		otherErr = fmt.Errorf("compared run: %w", otherErr)
+	}
+	for _, err := range []error{defErr, otherErr} {
+		if err != nil && !errors.Is(err, ErrFindings) {
+			return rep, err
+		}
+	}
+	return rep, cmp.Or(defErr, otherErr)
 }
 
 type run struct {
@@ -161,10 +228,8 @@ func (r *run) run(ctx context.Context) (err error) {
 	return nil
 }
 
-// outputs creates the report directory and names the report files.
-func (r *run) outputs() (string, error) {
-	cfg := &r.cfg
-	dir := cfg.OutDir
+// outDir creates the report directory: dir, or a new temporary one.
+func outDir(dir string) (string, error) {
 	var err error
 	if dir == "" {
 		dir, err = os.MkdirTemp("", "efs-csi-stress-"+time.Now().Format("20060102-150405")+"-")
@@ -173,6 +238,16 @@ func (r *run) outputs() (string, error) {
 	}
 	if err != nil {
 		return "", fmt.Errorf("report directory: %w", err)
+	}
+	return dir, nil
+}
+
+// outputs creates the report directory and names the report files.
+func (r *run) outputs() (string, error) {
+	cfg := &r.cfg
+	dir, err := outDir(cfg.OutDir)
+	if err != nil {
+		return "", err
 	}
 	r.rep.Files.JSON, r.rep.Files.HTML = cfg.ReportJSON, cfg.ReportHTML
 	if r.rep.Files.JSON == "" {
@@ -186,7 +261,7 @@ func (r *run) outputs() (string, error) {
 
 // setFaults puts the profile's faults in force (nil: clears them). With the
 // "none" profile the EFS endpoint is left alone: it may not be an emulator.
-func (r *run) setFaults(ctx context.Context, f map[emulator.Op]emulator.Fault) error {
+func (r *run) setFaults(ctx context.Context, f faultSet) error {
 	if r.t.faults == nil || r.cfg.FaultProfile == ProfileNone {
 		return nil
 	}
@@ -240,13 +315,17 @@ func (r *run) finish(runErr error) {
 		r.rep.Outcome = "error"
 		r.rep.Error = runErr.Error()
 	}
-	if err := r.rep.WriteJSON(r.rep.Files.JSON); err != nil {
-		cfg.Logger.Error("write JSON report", slog.Any("error", err))
+	writeReport(r.rep, cfg.Logger)
+}
+
+// writeReport writes the JSON and HTML files of rep.
+func writeReport(rep *report.Report, log *slog.Logger) {
+	if err := rep.WriteJSON(rep.Files.JSON); err != nil {
+		log.Error("write JSON report", slog.Any("error", err))
 	}
-	if err := r.rep.WriteHTML(r.rep.Files.HTML); err != nil {
-		cfg.Logger.Error("write HTML report", slog.Any("error", err))
+	if err := rep.WriteHTML(rep.Files.HTML); err != nil {
+		log.Error("write HTML report", slog.Any("error", err))
 	}
-	r.rep.Summary(cfg.Stdout)
 }
 
 var (

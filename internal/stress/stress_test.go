@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -242,6 +243,9 @@ func TestConfigRejectsContradictions(t *testing.T) {
 		{"unknown profile", func(c *Config) { c.Embedded, c.FaultProfile = true, "gremlins" }, "--fault-profile"},
 		{"embedded with an endpoint", func(c *Config) { c.Embedded, c.Endpoint = true, "unix:///x" }, "--embedded"},
 		{"zero concurrency", func(c *Config) { c.Embedded, c.Concurrency = true, 0 }, "--concurrency"},
+		{"comparison of a driver this tool does not start", func(c *Config) {
+			c.Endpoint, c.FileSystemID, c.CompareDriverArgs = "unix:///x", "fs-1", []string{"--adaptive-retry-mode=false"}
+		}, "--compare-driver-arg needs --embedded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Default()
@@ -325,5 +329,71 @@ func TestUnverifiedStormInANarrowGIDRangeHasNoDuplicateGIDs(t *testing.T) {
 	}
 	if rep.Volumes.Failed != 0 {
 		t.Errorf("%d volumes failed\n%s", rep.Volumes.Failed, summary.String())
+	}
+}
+
+// --compare-driver-arg: the workload runs twice with one seed, each time on
+// a fresh emulator and driver, the second time with the flag added; the
+// first run's report sets both side by side (JSON, summary) and the second
+// run's own report is in compared/. The fault-mix storm leaves a correct
+// driver clean either way.
+func TestComparisonRunsTheWorkloadTwiceAndReportsBothSideBySide(t *testing.T) {
+	cfg := embedded(t, buildDriver(t))
+	cfg.Chaos = Off
+	cfg.Volumes, cfg.DeleteDuringCreateRate = 30, 0
+	cfg.FaultProfile = ProfileFaultMix
+	cfg.CompareDriverArgs = []string{"--adaptive-retry-mode=false"}
+	var summary strings.Builder
+	cfg.Stdout = &summary
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, summary.String())
+	}
+	c := rep.Comparison
+	if c == nil || c.Outcomes != [2]string{"clean", "clean"} || rep.Label != "default" {
+		t.Fatalf("comparison %+v of the %q run\n%s", c, rep.Label, summary.String())
+	}
+	figures := map[string]report.Figure{}
+	for _, f := range c.Figures {
+		figures[f.Name] = f
+	}
+	for _, name := range []string{"CreateAccessPoint requests/volume", "create+delete vol/s"} {
+		if f := figures[name]; f.Default <= 0 || f.Compared <= 0 || f.Ratio == nil {
+			t.Errorf("%s: %+v, want both runs measured", name, f)
+		}
+	}
+	if c.Files[1].JSON != filepath.Join(cfg.OutDir, "compared", "report.json") {
+		t.Errorf("compared run's report at %s, want under %s/compared", c.Files[1].JSON, cfg.OutDir)
+	}
+	configOf := func(path string) Config {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Label  string `json:"label"`
+			Config struct {
+				DriverArgs []string `json:"driverArgs"`
+				Seed       uint64   `json:"seed"`
+			} `json:"config"`
+			Comparison *report.Comparison `json:"comparison"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if (r.Comparison != nil) != (r.Label == "default") {
+			t.Errorf("%s: the %q run's report has comparison %v", path, r.Label, r.Comparison != nil)
+		}
+		return Config{DriverArgs: r.Config.DriverArgs, Seed: r.Config.Seed}
+	}
+	def, compared := configOf(c.Files[0].JSON), configOf(c.Files[1].JSON)
+	if def.Seed == 0 || def.Seed != compared.Seed || len(def.DriverArgs) != 0 ||
+		!slices.Equal(compared.DriverArgs, cfg.CompareDriverArgs) {
+		t.Errorf("default run: seed %d, driver args %q; compared: seed %d, driver args %q", def.Seed, def.DriverArgs, compared.Seed, compared.DriverArgs)
+	}
+	if !strings.Contains(summary.String(), "(compared: --adaptive-retry-mode=false added)") ||
+		!strings.Contains(summary.String(), "result: default CLEAN, 0 findings; compared CLEAN, 0 findings") {
+		t.Errorf("summary:\n%s", summary.String())
 	}
 }

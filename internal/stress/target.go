@@ -132,7 +132,8 @@ func setupEmbedded(ctx context.Context, cfg *Config, outDir string, onEvent func
 	}
 	t.cleanups = append(t.cleanups, func() { emuLog.Close() })
 	t.fsID = randomFileSystemID()
-	ecfg := emulator.Config{DataDir: t.dataDir, FileSystems: []string{t.fsID}, Logger: slog.New(slog.NewTextHandler(emuLog, nil))}
+	ecfg := emulator.Config{DataDir: t.dataDir, FileSystems: []string{t.fsID}, Seed: int64(cfg.Seed),
+		Logger: slog.New(slog.NewTextHandler(emuLog, nil))}
 	if cfg.S3Files() { // the ID has 17 hex digits: an S3 Files ID too
 		ecfg.FileSystems, ecfg.S3FilesFileSystems = nil, []string{t.fsID}
 	}

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -25,10 +26,11 @@ func (r *Report) WriteHTML(path string) error {
 
 type view struct {
 	*Report
-	Summary    string
-	Timeline   template.HTML
-	Histograms []template.HTML
-	ConfigJSON string
+	Summary      string
+	ComparedHTML string // the compared run's page, relative to this one
+	Timeline     template.HTML
+	Histograms   []template.HTML
+	ConfigJSON   string
 }
 
 func (r *Report) view() view {
@@ -37,6 +39,11 @@ func (r *Report) view() view {
 	cfg, _ := json.MarshalIndent(r.Config, "", "  ")
 	v := view{Report: r, Summary: sb.String(), ConfigJSON: string(cfg),
 		Timeline: template.HTML(timelineSVG(r.Timeline, r.Events))}
+	if c := r.Comparison; c != nil && c.Files[1].HTML != "" {
+		if rel, err := filepath.Rel(filepath.Dir(r.Files.HTML), c.Files[1].HTML); err == nil {
+			v.ComparedHTML = filepath.ToSlash(rel)
+		}
+	}
 	for i, l := range r.RPCs {
 		v.Histograms = append(v.Histograms, template.HTML(histogramSVG(l.Name+" calls", l, palette[i%len(palette)])))
 	}
@@ -189,6 +196,8 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"secs":     secs,
 	"codeList": codeList,
 	"upper":    strings.ToUpper,
+	"join":     strings.Join,
+	"ratio":    ratio,
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>efs-csi-stress report {{.Started.Format "2006-01-02 15:04:05"}}</title>
@@ -203,10 +212,19 @@ th{background:#f0f3f7} td:first-child,th:first-child{text-align:left}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
 </style></head><body>
 <h1>efs-csi-stress report</h1>
-<p>{{.Started.Format "2006-01-02 15:04:05 MST"}} · {{.Mode}} run · {{printf "%.1f" .Seconds}} s ·
+<p>{{.Started.Format "2006-01-02 15:04:05 MST"}} · {{.Mode}} run{{with .Label}} ({{.}}){{end}} · {{printf "%.1f" .Seconds}} s ·
 <span class="badge {{.Outcome}}">{{upper .Outcome}}: {{.Findings}} findings</span></p>
 {{if .Error}}<p class="bad">error: {{.Error}}</p>{{end}}
 {{range .Incidents}}<p class="bad">incident: {{.}}</p>{{end}}
+
+{{with .Comparison}}<h2>Comparison</h2>
+<p>Default driver flags vs <code>{{join .DriverArgs " "}}</code> added: the same workload and seed, a fresh emulator and driver each.
+{{if $.ComparedHTML}}The compared run's report: <a href="{{$.ComparedHTML}}">{{$.ComparedHTML}}</a>.{{end}}</p>
+<table><tr><th>figure</th><th>default</th><th>compared</th><th>default/compared</th></tr>
+<tr><td>outcome</td><td>{{index .Outcomes 0}}</td><td>{{index .Outcomes 1}}</td><td></td></tr>
+<tr><td>audit findings</td><td {{if index .Findings 0}}class="bad"{{end}}>{{index .Findings 0}}</td><td {{if index .Findings 1}}class="bad"{{end}}>{{index .Findings 1}}</td><td></td></tr>
+{{range .Figures}}<tr><td>{{.Name}}</td><td>{{.Show .Default}}</td><td>{{.Show .Compared}}</td><td>{{ratio .Ratio}}</td></tr>{{end}}
+</table>{{end}}
 
 <h2>Volumes</h2>
 <table><tr><th>requested</th><th>created</th><th>failed</th><th>duplicated</th><th>deleted during provisioning</th><th>deleted</th><th>undeleted</th></tr>

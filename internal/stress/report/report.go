@@ -23,7 +23,8 @@ import (
 type Report struct {
 	Started   time.Time `json:"started"`
 	Seconds   float64   `json:"seconds"`
-	Mode      string    `json:"mode"` // embedded or remote
+	Mode      string    `json:"mode"`            // embedded or remote
+	Label     string    `json:"label,omitempty"` // which run of a comparison: "default" or the driver flags added
 	Config    any       `json:"config"`
 	Outcome   string    `json:"outcome"` // clean, findings, error, interrupted
 	Error     string    `json:"error,omitempty"`
@@ -39,6 +40,9 @@ type Report struct {
 	Events    []Event   `json:"events"`
 	Files     Files     `json:"files"`
 	Incidents []string  `json:"incidents,omitempty"` // things that went wrong outside the audit (driver crashes)
+	// Comparison sets this run beside the same workload run again with
+	// more driver flags (--compare-driver-arg).
+	Comparison *Comparison `json:"comparison,omitempty"`
 }
 
 // Volumes counts the claims by outcome.

@@ -20,7 +20,11 @@ func (r *Report) Summary(w io.Writer) {
 	defer tw.Flush()
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
 
-	p("efs-csi-stress: %s run, %.1fs, outcome %s\n", r.Mode, r.Seconds, strings.ToUpper(r.Outcome))
+	label := ""
+	if r.Label != "" {
+		label = " (" + r.Label + ")"
+	}
+	p("efs-csi-stress: %s run%s, %.1fs, outcome %s\n", r.Mode, label, r.Seconds, strings.ToUpper(r.Outcome))
 	if r.Error != "" {
 		p("error: %s\n", r.Error)
 	}
@@ -53,7 +57,7 @@ func (r *Report) Summary(w io.Writer) {
 		p("driver: %.0f EFS API calls, EFS API retries %s\n", r.Driver.APICalls, floatList(r.Driver.APIRetries))
 		if n := r.Volumes.Created; n > 0 && r.Driver.RequestsByRPC != nil {
 			p("EFS requests per volume: CreateVolume %.2f, DeleteVolume %.2f (%s)\n",
-				r.Driver.RequestsByRPC["CreateVolume"]/float64(n), r.Driver.RequestsByRPC["DeleteVolume"]/float64(n), floatList(r.Driver.RequestsByRPC))
+				r.RequestsPerVolume("CreateVolume"), r.RequestsPerVolume("DeleteVolume"), floatList(r.Driver.RequestsByRPC))
 		}
 	}
 	if len(r.Emulator.Counts) > 0 {
@@ -101,6 +105,33 @@ func (r *Report) Summary(w io.Writer) {
 	for _, f := range []struct{ what, path string }{{"JSON report", r.Files.JSON}, {"HTML report", r.Files.HTML}, {"driver log", r.Files.DriverLog}} {
 		if f.path != "" {
 			p("%s: %s\n", f.what, f.path)
+		}
+	}
+	if r.Comparison != nil {
+		tw.Flush()
+		fmt.Fprintln(w)
+		r.Comparison.Summary(w)
+	}
+}
+
+// Summary writes the comparison as a table, both runs side by side, and
+// both results.
+func (c *Comparison) Summary(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	defer tw.Flush()
+	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
+	p("comparison: default driver flags vs %s added (same workload and seed, a fresh emulator and driver each)\n", strings.Join(c.DriverArgs, " "))
+	p("figure\tdefault\tcompared\tdefault/compared\n")
+	p("outcome\t%s\t%s\t\n", c.Outcomes[0], c.Outcomes[1])
+	p("audit findings\t%d\t%d\t\n", c.Findings[0], c.Findings[1])
+	for _, f := range c.Figures {
+		p("%s\t%s\t%s\t%s\n", f.Name, f.Show(f.Default), f.Show(f.Compared), ratio(f.Ratio))
+	}
+	p("\nresult: default %s, %d findings; compared %s, %d findings\n",
+		strings.ToUpper(c.Outcomes[0]), c.Findings[0], strings.ToUpper(c.Outcomes[1]), c.Findings[1])
+	for i, run := range []string{"default", "compared"} {
+		if c.Files[i].JSON != "" {
+			p("%s run's JSON report: %s\n", run, c.Files[i].JSON)
 		}
 	}
 }
