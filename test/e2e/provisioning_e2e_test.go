@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -330,6 +331,48 @@ func waitNoLeaks(ctx context.Context, t *testing.T, s *suite, c *efs.Client) {
 	}
 	for _, ap := range leaked {
 		t.Errorf("access point leaked: %s root %s tags %v", aws.ToString(ap.AccessPointId), rootPath(ap), tagMap(ap.Tags))
+		noteLeak(t, aws.ToString(ap.AccessPointId), aws.ToString(ap.ClientToken))
+	}
+}
+
+// leakNotes holds, per test, the IDs and client tokens of the access points it found
+// leaked: the stack's cleanup prints every log line that names them, last, where CI's
+// excerpt of a failed run shows them.
+var leakNotes sync.Map // test name -> *[]string
+
+func noteLeak(t *testing.T, ids ...string) {
+	v, _ := leakNotes.LoadOrStore(t.Name(), new([]string))
+	p := v.(*[]string)
+	for _, id := range ids {
+		if id != "" {
+			*p = append(*p, id)
+		}
+	}
+}
+
+// explainLeaks writes, for each leaked access point of t, the lines of paths that name
+// it (at most 8 per file and name).
+func explainLeaks(t *testing.T, paths []string) {
+	v, ok := leakNotes.Load(t.Name())
+	if !ok {
+		return
+	}
+	for _, id := range *v.(*[]string) {
+		for _, path := range paths {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				continue
+			}
+			var hits []string
+			for line := range strings.SplitSeq(string(b), "\n") {
+				if strings.Contains(line, id) && len(hits) < 8 {
+					hits = append(hits, line[:min(len(line), 600)])
+				}
+			}
+			if len(hits) > 0 {
+				t.Logf("---- lines of %s naming leaked %s\n%s", path, id, strings.Join(hits, "\n"))
+			}
+		}
 	}
 }
 

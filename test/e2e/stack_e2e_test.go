@@ -160,6 +160,13 @@ func newControllerStack(ctx context.Context, t *testing.T, s *suite, emulatorArg
 					p.Tail(testWriter{t}, 30)
 				}
 			}
+			paths := []string{st.emulator.LogPath}
+			for _, r := range st.replicas {
+				for _, p := range r.processes() {
+					paths = append(paths, p.LogPath)
+				}
+			}
+			explainLeaks(t, paths)
 		}
 	})
 	return st
