@@ -138,7 +138,7 @@ func TestTwoActiveControllersNeitherLeakNorDuplicate(t *testing.T) {
 // checkAccessPoints compares the file system's access points with the PVs: as many as
 // want, one per PV, every GID distinct (and, over the whole run, an access point never
 // changes its GID). seen accumulates access point -> GID.
-func checkAccessPoints(ctx context.Context, t *testing.T, s *suite, c *efs.Client, seen map[string]int32, want int) {
+func checkAccessPoints(ctx context.Context, t *testing.T, s *suite, c *efs.Client, seen map[string]int32, want int, ignore ...func(efstypes.AccessPointDescription) bool) {
 	t.Helper()
 	// An access point whose claim was deleted while a provisioner that was then
 	// killed had its CreateVolume in flight is left to the driver's orphan
@@ -147,6 +147,7 @@ func checkAccessPoints(ctx context.Context, t *testing.T, s *suite, c *efs.Clien
 	var err error
 	waitForOrTimeout(ctx, 60*time.Second, func() (bool, error) {
 		aps, err = accessPoints(ctx, c)
+		aps = withoutIgnored(aps, ignore)
 		return len(aps) == want, err
 	})
 	if err != nil {
@@ -314,7 +315,7 @@ func (ns *namespace) waitLive(ctx context.Context, t *testing.T, live int) {
 // returned before each PV went, but a CreateVolume that a provisioner abandoned (killed,
 // or its PVC deleted) may still finish, so the access point count gets time to settle
 // before what is left is called a leak.
-func waitNoLeaks(ctx context.Context, t *testing.T, s *suite, c *efs.Client) {
+func waitNoLeaks(ctx context.Context, t *testing.T, s *suite, c *efs.Client, ignore ...func(efstypes.AccessPointDescription) bool) {
 	t.Helper()
 	waitFor(ctx, t, "every PV gone", func() (bool, error) {
 		n, err := countPVs(ctx, s)
@@ -324,6 +325,7 @@ func waitNoLeaks(ctx context.Context, t *testing.T, s *suite, c *efs.Client) {
 	var err error
 	waitForOrTimeout(ctx, 90*time.Second, func() (bool, error) {
 		leaked, err = accessPoints(ctx, c)
+		leaked = withoutIgnored(leaked, ignore)
 		return len(leaked) == 0, err
 	})
 	if err != nil {
@@ -333,6 +335,13 @@ func waitNoLeaks(ctx context.Context, t *testing.T, s *suite, c *efs.Client) {
 		t.Errorf("access point leaked: %s root %s tags %v", aws.ToString(ap.AccessPointId), rootPath(ap), tagMap(ap.Tags))
 		noteLeak(t, aws.ToString(ap.AccessPointId), aws.ToString(ap.ClientToken))
 	}
+}
+
+// withoutIgnored is aps without those any of ignore matches.
+func withoutIgnored(aps []efstypes.AccessPointDescription, ignore []func(efstypes.AccessPointDescription) bool) []efstypes.AccessPointDescription {
+	return slices.DeleteFunc(aps, func(ap efstypes.AccessPointDescription) bool {
+		return slices.ContainsFunc(ignore, func(f func(efstypes.AccessPointDescription) bool) bool { return f(ap) })
+	})
 }
 
 // leakNotes holds, per test, the IDs and client tokens of the access points it found

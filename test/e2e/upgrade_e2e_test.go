@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/efs"
 	efstypes "github.com/aws/aws-sdk-go-v2/service/efs/types"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -79,13 +80,51 @@ func TestUpgradeFromThePreviousReleaseMidStorm(t *testing.T) {
 
 	live := upgradeFirst - upgradeDelete + upgradeSecond
 	ns.waitLive(ctx, t, live)
-	checkAccessPoints(ctx, t, s, efsc, map[string]int32{}, live)
+	leftByPrevious := previousReleaseLeak(ctx, t, s)
+	checkAccessPoints(ctx, t, s, efsc, map[string]int32{}, live, leftByPrevious)
 	t1 := time.Now()
 	ns.deleteAll(ctx, t)
-	waitNoLeaks(ctx, t, s, efsc)
+	waitNoLeaks(ctx, t, s, efsc, leftByPrevious)
 	t.Logf("every volume, the previous release's included, deleted by the new one in %v; whole scenario %v",
 		time.Since(t1).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	st.checkAlive()
+}
+
+// previousReleaseLeak matches an access point that the previous release made and
+// left: it carries that release's writer tag (this one writes none) and no PV names it
+// (its claim is gone, or bound to another volume). The previous release, stopped with
+// a CreateVolume in flight for a claim deleted meanwhile or racing this release on
+// one claim, leaves one for its own orphan collector, which no longer runs; this
+// release collects only what its record names (issue 20: tags are forgeable), so it
+// is left, logged, for `efs-csi-driver audit` to report. Anything else left fails.
+func previousReleaseLeak(ctx context.Context, t *testing.T, s *suite) func(efstypes.AccessPointDescription) bool {
+	logged := map[string]bool{}
+	core := s.cluster.Client.CoreV1()
+	named := func(id, ns, claim string) bool {
+		pvc, err := core.PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil || pvc.Spec.VolumeName == "" {
+			return err != nil && !apierrors.IsNotFound(err) // unsure: not a leak
+		}
+		pv, err := core.PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil || pv.Spec.CSI == nil {
+			return true // unsure: not a leak
+		}
+		return strings.HasSuffix(pv.Spec.CSI.VolumeHandle, "::"+id)
+	}
+	return func(ap efstypes.AccessPointDescription) bool {
+		tags := tagMap(ap.Tags)
+		id := aws.ToString(ap.AccessPointId)
+		if tags["efs.csi.aws.com/writer"] == "" || tags["efs.csi.aws.com/pvc-name"] == "" ||
+			named(id, tags["efs.csi.aws.com/pvc-namespace"], tags["efs.csi.aws.com/pvc-name"]) {
+			return false
+		}
+		if !logged[id] {
+			logged[id] = true
+			t.Logf("access point %s left by the previous release for claim %s/%s; no PV names it",
+				id, tags["efs.csi.aws.com/pvc-namespace"], tags["efs.csi.aws.com/pvc-name"])
+		}
+		return true
+	}
 }
 
 const (
