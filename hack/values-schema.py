@@ -37,7 +37,9 @@ UPSTREAM = {
     "node": ["logLevel", "volMetricsRefreshPeriod", "volMetricsFsRateLimit", "hostAliases", "dnsPolicy",
              "dnsConfig", "additionalLabels", "revisionHistoryLimit", "livenessProbe", "readinessProbe",
              "startupProbe", "securityContext", "volumes", "volumeMounts", "kubeletPath", "rollingUpdate",
-             "efsUtilsConfOverrides", "s3filesUtilsConfOverrides"],
+             "efsUtilsConfOverrides", "s3filesUtilsConfOverrides",
+             # Read by upstream's template (hasKey) though its values.yaml does not declare them.
+             "efsCloudWatchLogEnabled", "s3filesCloudWatchLogEnabled", "s3filesCloudWatchMetricsEnabled"],
     "node.serviceAccount": ["disableMutation"],
     "sidecars.csiProvisioner": ["securityContext", "additionalArgs"],
     "sidecars.nodeDriverRegistrar": ["securityContext"],

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,8 +37,8 @@ func main() {
 		inflightOptIn, attachOptIn bool
 		inflightLimit, attachLimit int
 		forceUnmount, adaptive     bool
-		upstreamOnly               = map[string]bool{}
 		efsUtilsOverrides          string
+		s3filesUtilsOverrides      string
 		portUpper                  int
 	)
 	fs := flag.CommandLine
@@ -87,25 +88,21 @@ func main() {
 
 	// efs-utils (node plugin): upstream's flags, and the chart's useFIPS and
 	// portRangeUpperBound, which upstream's chart passes as environment.
+	// Both efs-utils.conf and s3files-utils.conf are written from them.
 	eu := &cfg.EFSUtils
 	fs.StringVar(&eu.Dirs.ConfigDir, "efs-utils-config-dir-path", "/var/amazon/efs", "efs-utils configuration directory (a host directory)")
 	fs.StringVar(&eu.Dirs.LegacyDir, "efs-utils-config-legacy-dir-path", "/etc/amazon/efs-legacy", "the host's old /etc/amazon/efs: used instead when it holds an efs-utils.conf")
-	fs.StringVar(&eu.Dirs.StaticFilesDir, "efs-utils-static-files-path", "/etc/amazon/efs-static-files/", "efs-utils static files of the image, copied into the configuration directory when missing")
+	fs.StringVar(&eu.Dirs.StaticFilesDir, "efs-utils-static-files-path", "/etc/amazon/efs-static-files/", "efs-utils static files of the image, copied into the configuration directory at start (efs-utils.crt replaced, others when missing)")
 	fs.StringVar(&eu.Dirs.EtcDir, "efs-utils-etc-dir", "/etc/amazon/efs", "where efs-utils reads its configuration: linked to the configuration directory")
 	fs.BoolVar(&eu.Settings.CloudWatchLog, "efs-cloudwatch-log-enabled", false, "efs-utils.conf [cloudwatch-log] enabled")
-	fs.StringVar(&efsUtilsOverrides, "efs-utils-conf-overrides", "", "comma-separated section:key=value settings of efs-utils.conf (each must name a key the file has)")
-	fs.BoolVar(&eu.Settings.FIPS, "efs-utils-fips", envBool("FIPS_ENABLED"), "efs-utils.conf fips_mode_enabled (default: $FIPS_ENABLED, the chart's useFIPS)")
-	fs.IntVar(&portUpper, "efs-utils-port-range-upper-bound", envInt("PORT_RANGE_UPPER_BOUND"), "upper bound of efs-utils' TLS tunnel ports (default: $PORT_RANGE_UPPER_BOUND, the chart's portRangeUpperBound, else 20449)")
+	fs.StringVar(&efsUtilsOverrides, "efs-utils-conf-overrides", "", "comma-separated section:key=value settings of efs-utils.conf (each must name a key the file has, with a value efs-utils can read)")
+	fs.BoolVar(&eu.Settings.S3FilesCloudWatchLog, "s3files-cloudwatch-log-enabled", true, "s3files-utils.conf [cloudwatch-log] enabled")
+	fs.BoolVar(&eu.Settings.S3FilesCloudWatchMetrics, "s3files-cloudwatch-metrics-enabled", true, "s3files-utils.conf [proxy] metrics_enabled")
+	fs.StringVar(&s3filesUtilsOverrides, "s3files-utils-conf-overrides", "", "comma-separated section:key=value settings of s3files-utils.conf (each must name a key the file has, with a value efs-utils can read)")
+	fs.BoolVar(&eu.Settings.FIPS, "efs-utils-fips", envBool("FIPS_ENABLED"), "efs-utils fips_mode_enabled (default: $FIPS_ENABLED, the chart's useFIPS); the stunnel mount option is then refused")
+	fs.IntVar(&portUpper, "efs-utils-port-range-upper-bound", envInt("PORT_RANGE_UPPER_BOUND"), "upper bound of efs-utils' TLS tunnel ports (default: $PORT_RANGE_UPPER_BOUND, the chart's portRangeUpperBound; below 21049, efs-utils' own, it is raised to 21049 as upstream does)")
 	fs.StringVar(&eu.Watchdog.Path, "efs-utils-watchdog-path", "amazon-efs-mount-watchdog", "efs-utils' watchdog, supervised by the node plugin (not installed: a log line)")
 
-	// Upstream flags for what this driver does not have (S3 Files is not
-	// served): accepted, and named in one warning line when set.
-	for _, name := range []string{"s3files-cloudwatch-log-enabled", "s3files-cloudwatch-metrics-enabled"} {
-		fs.Bool(name, true, "accepted for upstream compatibility; not used")
-		upstreamOnly[name] = true
-	}
-	fs.String("s3files-utils-conf-overrides", "", "accepted for upstream compatibility; not used")
-	upstreamOnly["s3files-utils-conf-overrides"] = true
 	fs.Parse(os.Args[1:])
 
 	if version {
@@ -140,29 +137,29 @@ func main() {
 	if attachOptIn {
 		cfg.VolumeAttachLimit = attachLimit
 	}
-	// Upstream's chart gives the node plugin its memory limit through the
-	// downward API as CSI_NODE_MEMORY_LIMIT (bytes).
+	// Upstream's chart, and this one, give the node plugin its memory
+	// limit through the downward API as CSI_NODE_MEMORY_LIMIT (bytes).
 	if v := os.Getenv("CSI_NODE_MEMORY_LIMIT"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
 			fail(fmt.Errorf("CSI_NODE_MEMORY_LIMIT %q is not a number of bytes", v))
 		}
 		cfg.MemoryLimit = n
+	} else if cfg.Mode != driver.ModeController {
+		log.Info("CSI_NODE_MEMORY_LIMIT is not set: S3 Files volumes are mounted without efs-proxy's read cache (nos3readcache), as upstream")
 	}
+	// Upstream's switch (the chart's node.serviceAccount.disableMutation):
+	// any value.
+	cfg.DisableTaintWatcher = os.Getenv("DISABLE_TAINT_WATCHER") != ""
+	// efs-utils reads this one itself, as a second switch to FIPS mode.
+	eu.Settings.FIPSEndpoint = strings.EqualFold(os.Getenv("AWS_USE_FIPS_ENDPOINT"), "true")
 	cfg.VolMetricsRefresh, cfg.VolMetricsFSRateLimit = time.Duration(volMetricsRefresh), volMetricsFSRateLimit
-	var unused []string
-	fs.Visit(func(f *flag.Flag) {
-		if upstreamOnly[f.Name] {
-			unused = append(unused, "--"+f.Name)
-		}
-	})
-	if len(unused) > 0 {
-		log.Warn("flags accepted for compatibility with the upstream driver have no effect here", "flags", unused)
-	}
 	eu.Settings.Debug, eu.Settings.PortRangeUpper = debugLogs, portUpper
-	eu.Watchdog.Output = os.Stderr
 	if eu.Settings.Overrides, err = efsutils.ParseOverrides(efsUtilsOverrides); err != nil {
 		fail(fmt.Errorf("--efs-utils-conf-overrides: %w", err))
+	}
+	if eu.Settings.S3FilesOverrides, err = efsutils.ParseOverrides(s3filesUtilsOverrides); err != nil {
+		fail(fmt.Errorf("--s3files-utils-conf-overrides: %w", err))
 	}
 	if cfg.Tags, err = driver.ParseTags(tags); err != nil {
 		fail(err)

@@ -39,6 +39,12 @@ func TestMain(m *testing.M) {
 // directory it was given (a temporary one: the host's is left alone).
 func start(t *testing.T, args func(sock string) []string) (*grpc.ClientConn, *testutil.Buffer, string) {
 	t.Helper()
+	return startEnv(t, nil, args)
+}
+
+// startEnv is start with more environment.
+func startEnv(t *testing.T, env []string, args func(sock string) []string) (*grpc.ClientConn, *testutil.Buffer, string) {
+	t.Helper()
 	url, _ := emulatortest.Start(t, emulator.Config{DataDir: t.TempDir(), FileSystems: []string{"fs-0123456789abcdef0"}})
 	sock := filepath.Join(t.TempDir(), "csi.sock")
 	eu := t.TempDir()
@@ -50,6 +56,7 @@ func start(t *testing.T, args func(sock string) []string) (*grpc.ClientConn, *te
 	cmd.Env = append(os.Environ(), beMainEnv+"=1",
 		"AWS_ENDPOINT_URL_EFS="+url, "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=x", "AWS_SECRET_ACCESS_KEY=x",
 		"AWS_EC2_METADATA_DISABLED=true", "CSI_NODE_NAME=node-from-env", "NODE_NAME=")
+	cmd.Env = append(cmd.Env, env...)
 	out := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -150,18 +157,71 @@ func TestUpstreamChartArgumentsStartAndServe(t *testing.T) {
 			if tt.name == "node" && !strings.Contains(string(conf), "\nstunnel_debug_enabled = true\n") {
 				t.Errorf("--efs-utils-conf-overrides not applied:\n%s", conf)
 			}
+			// mount.s3files' file, beside it, from upstream's S3 Files flags.
+			s3, err := os.ReadFile(filepath.Join(euDir, "s3files-utils.conf"))
+			if err != nil {
+				t.Fatalf("s3files-utils.conf: %v\n%s", err, out)
+			}
+			if tt.name == "node" && !strings.Contains(string(s3), "\nmetrics_enabled = true\n") {
+				t.Errorf("--s3files-cloudwatch-metrics-enabled not applied:\n%s", s3)
+			}
 		})
 	}
 }
 
-// TestBadEFSUtilsOverrideIsAStartupError: an override naming a key
-// efs-utils.conf does not have stops the driver, naming it.
+// TestNodeStartsWithUpstreamsOverrideKeys: the overrides upstream accepts,
+// its chart's examples among them, start the node plugin and land in the
+// file their helper reads; a port range upper bound under efs-utils' 21049
+// is raised, as upstream does.
+func TestNodeStartsWithUpstreamsOverrideKeys(t *testing.T) {
+	_, out, euDir := startEnv(t, []string{"PORT_RANGE_UPPER_BOUND=20449"}, func(sock string) []string {
+		return []string{"--endpoint=unix:" + sock, "--mode=node",
+			"--efs-utils-conf-overrides=mount:retry_nfs_mount_command_count=5,mount-watchdog:stunnel_health_check_enabled=false," +
+				"mount-watchdog:stunnel_health_check_interval_min=1,mount-watchdog:tls_cert_renewal_interval_min=30," +
+				"mount-watchdog:unmount_count_for_consistency=3,mount.eusc-de-east-1:dns_name_suffix=amazonaws.eu," +
+				"mount.eusc-de-east-1:stunnel_cafile=/etc/ssl/certs/ca-certificates.crt",
+			"--s3files-utils-conf-overrides=proxy:read_bypass_denylist_size=20000"}
+	})
+	for file, lines := range map[string][]string{
+		"efs-utils.conf": {"retry_nfs_mount_command_count = 5", "stunnel_health_check_enabled = false",
+			"stunnel_health_check_interval_min = 1", "tls_cert_renewal_interval_min = 30", "unmount_count_for_consistency = 3",
+			"dns_name_suffix = amazonaws.eu", "stunnel_cafile = /etc/ssl/certs/ca-certificates.crt", "port_range_upper_bound = 21049"},
+		"s3files-utils.conf": {"read_bypass_denylist_size = 20000", "port_range_upper_bound = 21049"},
+	} {
+		b, err := os.ReadFile(filepath.Join(euDir, file))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", file, err, out)
+		}
+		for _, l := range lines {
+			if !strings.Contains(string(b), "\n"+l+"\n") {
+				t.Errorf("%s lacks %q:\n%s", file, l, b)
+			}
+		}
+	}
+	if !strings.Contains(out.String(), "20449 raised to efs-utils' 21049") {
+		t.Errorf("the raised port bound is not said:\n%s", out)
+	}
+}
+
+// TestBadEFSUtilsOverrideIsAStartupError: an override naming a key its file
+// does not have, or a value efs-utils cannot read (the watchdog would
+// crash-loop, every mount fail), stops the driver, naming it.
 func TestBadEFSUtilsOverrideIsAStartupError(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "--endpoint=/tmp/x.sock", "--efs-utils-conf-overrides=mount:no_such_key=1")
-	cmd.Env = append(os.Environ(), beMainEnv+"=1", "AWS_REGION=us-east-1")
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "mount:no_such_key=1") {
-		t.Fatalf("err %v, output:\n%s", err, out)
+	for _, arg := range []string{
+		"--efs-utils-conf-overrides=mount:no_such_key=1",
+		"--efs-utils-conf-overrides=mount-watchdog:poll_interval_sec=0.02",
+		"--efs-utils-conf-overrides=mount:stunnel_logs_file=/var/log/100%.log",
+		"--s3files-utils-conf-overrides=proxy:read_bypass_denylist_size=lots",
+	} {
+		t.Run(arg, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "--endpoint=/tmp/x.sock", arg)
+			cmd.Env = append(os.Environ(), beMainEnv+"=1", "AWS_REGION=us-east-1")
+			out, err := cmd.CombinedOutput()
+			_, entry, _ := strings.Cut(arg, "=")
+			if err == nil || !strings.Contains(string(out), entry) {
+				t.Fatalf("err %v, output:\n%s", err, out)
+			}
+		})
 	}
 }
 

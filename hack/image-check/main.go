@@ -1,8 +1,9 @@
 // Command image-check checks the Dockerfile where no container engine runs: BuildKit's own
 // parser and lint rules (the checks `docker build --check` runs, without a daemon or a
-// registry), every base image pinned, the versions equal to hack/versions, and the list
-// of files the node plugin needs (hack/image-files.txt) checked by the build and agreeing
-// with the driver's flag defaults.
+// registry), every base image pinned, the versions equal to hack/versions, efs-utils
+// installed by hack/install-efs-utils.sh (which verifies the pin) from the tarball of the
+// pinned tag, and the list of files the node plugin needs (hack/image-files.txt) checked by
+// the build and agreeing with the driver's flag defaults.
 //
 //	go run . -repo ../.. -driver ../../bin/efs-csi-driver
 package main
@@ -16,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/moby/buildkit/client/llb"
@@ -49,6 +51,7 @@ func main() {
 // input is what the checks read. stages and pinned are filled in by check.
 type input struct {
 	dockerfile []byte
+	install    []byte            // hack/install-efs-utils.sh
 	versions   map[string]string // hack/versions
 	files      []imageFile       // hack/image-files.txt
 	defaults   map[string]string // the driver's flag defaults; nil: not checked
@@ -62,6 +65,9 @@ func load(repo, driver string) (*input, error) {
 	in := &input{}
 	var err error
 	if in.dockerfile, err = os.ReadFile(filepath.Join(repo, "Dockerfile")); err != nil {
+		return nil, err
+	}
+	if in.install, err = os.ReadFile(filepath.Join(repo, installScript)); err != nil {
 		return nil, err
 	}
 	v, err := os.ReadFile(filepath.Join(repo, "hack", "versions"))
@@ -152,6 +158,12 @@ func flagDefaults(usage string) map[string]string {
 // pinnedRef: a tag with a dotted version (golang:1.26.8-trixie), optionally a digest.
 var pinnedRef = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]*(:[0-9a-z._-]*[0-9]+\.[0-9]+[0-9a-z._-]*)(@sha256:[0-9a-f]{64})?$`)
 
+// installScript is efs-utils' one install step, which the Dockerfile and the tests run.
+const installScript = "hack/install-efs-utils.sh"
+
+// tarballPath is where the Dockerfile downloads the efs-utils release tarball.
+const tarballPath = "/tmp/efs-utils.tar.gz"
+
 // nodeFlagDirs are the driver flags whose default directories the node plugin reads in
 // the image.
 var nodeFlagDirs = []string{"efs-utils-config-dir-path", "efs-utils-static-files-path"}
@@ -238,16 +250,33 @@ func check(in *input) []string {
 		}
 	}
 
-	// 4. The source tarball is fetched by the pinned tag and checked against the pinned sum,
-	// and the driver is static.
+	// 4. The source tarball is fetched by the pinned tag and installed by the install
+	// script, which checks it against the pinned sum and version, and the driver is static.
 	text := string(in.dockerfile)
 	for _, want := range []string{
 		`/archive/refs/tags/v${EFS_UTILS_VERSION}.tar.gz`,
-		`echo "${EFS_UTILS_SHA256}  /tmp/efs-utils.tar.gz" | sha256sum -c -`,
+		`-o ` + tarballPath,
 		`CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build`,
 	} {
 		if !strings.Contains(text, want) {
 			add("the Dockerfile no longer has %q", want)
+		}
+	}
+	if !installsWithScript(stages) {
+		add("no stage of the Dockerfile COPYs %s and hack/versions and RUNs it on %s: efs-utils must be installed by that script", installScript, tarballPath)
+	}
+	script := string(in.install)
+	for _, want := range []string{
+		`sed -n "s/^${name}=//p" "${here}/versions"`, // the pins are hack/versions'
+		`version=${EFS_UTILS_VERSION:-$(pin EFS_UTILS_VERSION)}`,
+		`sha256=${EFS_UTILS_SHA256:-$(pin EFS_UTILS_SHA256)}`,
+		`echo "${sha256}  ${tarball}" | sha256sum -c -`,
+		`grep -qx "version=${version}" "${src}/config.ini"`,
+		`--version`,
+		`sbin/mount.efs sbin/mount.s3files usr/bin/amazon-efs-mount-watchdog`,
+	} {
+		if !strings.Contains(script, want) {
+			add("%s no longer has %q", installScript, want)
 		}
 	}
 
@@ -255,17 +284,23 @@ func check(in *input) []string {
 	// directories.
 	if len(stages) > 0 {
 		last := stages[len(stages)-1]
-		var copied, ran bool
+		var copied, ran, versioned bool
 		for _, c := range last.Commands {
 			switch c := c.(type) {
 			case *instructions.CopyCommand:
 				copied = copied || (len(c.SourcePaths) == 1 && c.SourcePaths[0] == "hack/image-files.txt" && c.From == "")
 			case *instructions.RunCommand:
-				ran = ran || strings.Contains(strings.Join(c.CmdLine, " "), "/usr/share/efs-csi-driver/image-files.txt")
+				line := strings.Join(c.CmdLine, " ")
+				ran = ran || strings.Contains(line, "/usr/share/efs-csi-driver/image-files.txt")
+				versioned = versioned || strings.Contains(line, "/sbin/mount.efs /sbin/mount.s3files") &&
+					strings.Contains(line, "--version") && strings.Contains(line, "${EFS_UTILS_VERSION}")
 			}
 		}
 		if !copied || !ran {
 			add("the final stage must COPY hack/image-files.txt and RUN its check (copied %v, ran %v)", copied, ran)
+		}
+		if !versioned {
+			add("the final stage must RUN /sbin/mount.efs and /sbin/mount.s3files --version against ${EFS_UTILS_VERSION}")
 		}
 	}
 	listed := map[string]string{}
@@ -285,6 +320,30 @@ func check(in *input) []string {
 		}
 	}
 	return problems
+}
+
+// installsWithScript: one stage COPYs the install script and hack/versions (from the
+// build context) and RUNs the script on the downloaded tarball.
+func installsWithScript(stages []instructions.Stage) bool {
+	for _, st := range stages {
+		var script, versions, ran bool
+		for _, c := range st.Commands {
+			switch c := c.(type) {
+			case *instructions.CopyCommand:
+				if c.From == "" {
+					script = script || slices.Contains(c.SourcePaths, installScript)
+					versions = versions || slices.Contains(c.SourcePaths, "hack/versions")
+				}
+			case *instructions.RunCommand:
+				line := strings.Join(c.CmdLine, " ")
+				ran = ran || script && regexp.MustCompile(`install-efs-utils\.sh +\S+ +`+regexp.QuoteMeta(tarballPath)+`\b`).MatchString(line)
+			}
+		}
+		if script && versions && ran {
+			return true
+		}
+	}
+	return false
 }
 
 // offlineResolver answers every base image with an empty linux configuration of the

@@ -31,16 +31,31 @@ func TestImageCheckCatchesEachDrift(t *testing.T) {
 			in.versions["GO_IMAGE"] = d
 		}, ""},
 		{"a checksum changed in the Dockerfile only", func(in *input) {
-			replaceIn(t, in, "ARG EFS_UTILS_SHA256=ced12f82", "ARG EFS_UTILS_SHA256=0ed12f82")
+			replaceIn(t, in, "ARG EFS_UTILS_SHA256=cef35d2e", "ARG EFS_UTILS_SHA256=0ef35d2e")
 		}, "ARG EFS_UTILS_SHA256="},
 		{"a version changed in hack/versions only", func(in *input) { in.versions["EFS_UTILS_VERSION"] = "3.3.2" }, "EFS_UTILS_VERSION"},
+		{"a version changed in the Dockerfile only", func(in *input) {
+			replaceIn(t, in, "ARG EFS_UTILS_VERSION=3.2.0", "ARG EFS_UTILS_VERSION=2.3.1")
+		}, "ARG EFS_UTILS_VERSION=2.3.1 in the Dockerfile, 3.2.0 in hack/versions"},
 		{"a checksum that is not one", func(in *input) {
-			replaceIn(t, in, "ARG EFS_UTILS_SHA256=ced12f82e76f9740476b63f30c49bd76cc00b6375e12a9f5f7ba852635c49e15", "ARG EFS_UTILS_SHA256=TODO")
+			replaceIn(t, in, "ARG EFS_UTILS_SHA256=cef35d2e5051262c45ef0288ee51be164c35c87a2ea722c00ac02824e570a79c", "ARG EFS_UTILS_SHA256=TODO")
 			in.versions["EFS_UTILS_SHA256"] = "TODO"
 		}, "is not a sha256"},
-		{"the tarball no longer verified", func(in *input) {
-			replaceIn(t, in, " | sha256sum -c -", "")
+		{"the tarball no longer verified by the install script", func(in *input) {
+			replaceInScript(t, in, " | sha256sum -c -", "")
 		}, "sha256sum -c"},
+		{"the install script no longer checks --version", func(in *input) {
+			replaceInScript(t, in, "sbin/mount.efs sbin/mount.s3files usr/bin/amazon-efs-mount-watchdog", "sbin/mount.efs")
+		}, "mount.s3files"},
+		{"efs-utils installed without the install script", func(in *input) {
+			replaceIn(t, in, " && /hack/install-efs-utils.sh /out /tmp/efs-utils.tar.gz \\\n", " && mkdir /out \\\n")
+		}, "RUNs it on /tmp/efs-utils.tar.gz"},
+		{"the install script not copied into its stage", func(in *input) {
+			replaceIn(t, in, "COPY hack/versions hack/install-efs-utils.sh /hack/", "COPY hack/versions /hack/")
+		}, "COPYs hack/install-efs-utils.sh"},
+		{"the image no longer checks mount.s3files' version", func(in *input) {
+			replaceIn(t, in, "for helper in /sbin/mount.efs /sbin/mount.s3files; do", "for helper in /sbin/mount.efs; do")
+		}, "mount.s3files --version"},
 		{"a cgo driver binary", func(in *input) { replaceIn(t, in, "CGO_ENABLED=0 ", "") }, "CGO_ENABLED=0"},
 		{"a BuildKit lint rule (FROM ... as casing)", func(in *input) {
 			replaceIn(t, in, "AS efs-proxy", "as efs-proxy")
@@ -90,6 +105,15 @@ func replaceIn(t *testing.T, in *input, old, new string) {
 		t.Fatalf("the Dockerfile has no %q", old)
 	}
 	in.dockerfile = []byte(strings.Replace(s, old, new, 1))
+}
+
+func replaceInScript(t *testing.T, in *input, old, new string) {
+	t.Helper()
+	s := string(in.install)
+	if !strings.Contains(s, old) {
+		t.Fatalf("%s has no %q", installScript, old)
+	}
+	in.install = []byte(strings.Replace(s, old, new, 1))
 }
 
 func TestFlagDefaultsParsesGoUsage(t *testing.T) {

@@ -169,6 +169,7 @@ type shared struct {
 	journal  *journal.Journal
 	roots    *rootDirs                                // root-directory removal (rootdir.go)
 	listings *freshFlight[listKey, []efs.AccessPoint] // listings that start after their caller asked
+	views    *freshFlight[listKey, *rootView]         // the same, with the record, for root removal (rootindex.go)
 	started  time.Time                                // when New ran (unrecordedWindow)
 	cfg      Config
 
@@ -185,6 +186,11 @@ type shared struct {
 	mu       sync.Mutex
 	answers  map[string]answer
 	answerOf map[string]string
+
+	// finished: the deletes this process finished, so that a repeat costs
+	// no request either (finished.go). A create drops its name's entries
+	// under its locks.
+	finished *finishedDeletes
 }
 
 // listKey is a listing of a file system through one client.
@@ -246,14 +252,18 @@ func New(cfg Config) (*Service, error) {
 	listings := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) ([]efs.AccessPoint, error) {
 		return efs.Collect(ctx, k.client.ListAccessPoints, k.fsID)
 	})
+	j := journal.New(cfg.Journal)
+	views := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) (*rootView, error) {
+		return newView(ctx, k.client, j, k.fsID)
+	})
 	return &Service{
 		efs: cfg.EFS, mounter: cfg.Mounter, zones: zones, log: cfg.Logger,
 		shared: &shared{
 			refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
-			locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDOptions), journal: journal.New(cfg.Journal),
-			roots: newRootDirs(), listings: listings, cfg: cfg, started: cfg.Now(),
+			locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDOptions), journal: j,
+			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
-			answers: map[string]answer{}, answerOf: map[string]string{},
+			answers: map[string]answer{}, answerOf: map[string]string{}, finished: newFinishedDeletes(),
 		},
 	}, nil
 }
@@ -262,6 +272,12 @@ func New(cfg Config) (*Service, error) {
 // starts after the call (shared with every caller waiting then).
 func (s *Service) listAfterNow(ctx context.Context, fsID string) ([]efs.AccessPoint, error) {
 	return s.listings.Do(ctx, listKey{s.efs, fsID})
+}
+
+// viewAfterNow is listAfterNow with the record read after the listing,
+// indexed for root removal (shared with every delete waiting then).
+func (s *Service) viewAfterNow(ctx context.Context, fsID string) (*rootView, error) {
+	return s.views.Do(ctx, listKey{s.efs, fsID})
 }
 
 // LocksHeld is the number of volume locks held now: 0 at rest.

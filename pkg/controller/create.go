@@ -85,10 +85,12 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 		return nil, err
 	}
 	defer unlock()
+	// Whatever this create answers, a delete of it must go the whole way.
+	s.finished.dropNames(p.locks())
 
 	ap := s.repeat(ctx, p)
 	if ap == nil {
-		if ap, err = s.createOrAdopt(ctx, p); err != nil {
+		if ap, err = s.createSeen(ctx, p); err != nil {
 			return nil, err
 		}
 		s.remember(p.name, ap)
@@ -105,6 +107,20 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 		VolumeContext:      volCtx,
 		AccessibleTopology: p.topology,
 	}}, nil
+}
+
+// createSeen is createOrAdopt, and with root removal on it is seen by
+// the deletes of this process from before its record is written until
+// goneMemory after it ends (rootDirs.creating): a delete whose listing and
+// record read came earlier still sees it before it removes a directory.
+func (s *Service) createSeen(ctx context.Context, p *plan) (*efs.AccessPoint, error) {
+	if !s.delRoot {
+		return s.createOrAdopt(ctx, p)
+	}
+	done := s.roots.creating(p.params.FileSystemID, p.input.ClientToken, p.name, p.input.Path, s.now)
+	ap, err := s.createOrAdopt(ctx, p)
+	done(ap)
+	return ap, err
 }
 
 // repeatFresh is how long this process answers a repeated CreateVolume from
@@ -153,6 +169,7 @@ func (s *Service) remember(name string, ap *efs.AccessPoint) {
 		delete(s.answerOf, old.ap.ID)
 	}
 	s.answers[name], s.answerOf[ap.ID] = answer{ap, s.now()}, name
+	s.finished.drop(s.finishedKey(ap.FileSystemID, ap.ID))
 }
 
 // answer is what this process answered for a volume, and when.
@@ -284,7 +301,9 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 		return nil, err
 	}
 	if rec.AccessPoint != "" {
-		ap, err := s.efs.DescribeAccessPoint(ctx, rec.AccessPoint)
+		// A create of this volume was applied: its read goes before new
+		// work (efs.PriorityFollowUp), never shed.
+		ap, err := s.efs.DescribeAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), rec.AccessPoint)
 		switch {
 		case err == nil:
 			s.gids.Record(*ap)
@@ -313,14 +332,14 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 				// refuses a record being deleted), so it goes.
 				s.log.Info("access point deleted", slog.String("accessPoint", ap.ID),
 					slog.String("reason", "created while its volume was being deleted; never answered"))
-				if derr := s.deleteAccessPoint(ctx, ap.FileSystemID, ap.ID); derr != nil {
+				if derr := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ap.FileSystemID, ap.ID); derr != nil {
 					err = errors.Join(err, derr)
 				}
 				return nil, fmt.Errorf("%w: %w", keylock.ErrBusy, err)
 			}
 			return nil, err
 		}
-		if err := s.unrecordedRival(ctx, p, rec, ap); err != nil {
+		if err := s.unrecordedRival(efs.WithPriority(ctx, efs.PriorityFollowUp), p, rec, ap); err != nil {
 			return nil, err
 		}
 		return ap, nil
@@ -486,7 +505,8 @@ func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, err e
 	if !errors.As(err, &ae) || ae.AccessPointID == "" {
 		return nil, fmt.Errorf("client token %q is taken but EFS named no access point: %w", p.input.ClientToken, err)
 	}
-	found, err := s.efs.DescribeAccessPoint(ctx, ae.AccessPointID)
+	// The token's create was applied: its read is a follow-up.
+	found, err := s.efs.DescribeAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ae.AccessPointID)
 	if err != nil {
 		if errors.Is(err, efs.ErrAccessPointNotFound) {
 			return nil, fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, p.input.ClientToken)

@@ -65,13 +65,16 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 		// owns no access point (the upstream driver answers OK for both).
 		return &csi.DeleteVolumeResponse{}, nil
 	}
+	if s.finished.done(s.finishedKey(id.FileSystemID, id.AccessPointID), s.now()) {
+		return &csi.DeleteVolumeResponse{}, nil // a repeat: no request, no record write
+	}
 	unlock, err := s.locks.TryLock(apKey(id.AccessPointID))
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 
-	ap, err := s.efs.DescribeAccessPoint(ctx, id.AccessPointID)
+	ap, view, err := s.lookUp(ctx, id)
 	if errors.Is(err, efs.ErrAccessPointNotFound) {
 		return s.deleteUnseen(ctx, id)
 	}
@@ -130,11 +133,13 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 			slog.String("accessPoint", ap.ID), slog.String("path", ap.Path))
 	default:
 		defer s.roots.deletingNow(ap.ID)() // through the DeleteAccessPoint below
-		if err := s.removeRootDir(ctx, ap, prov); err != nil {
+		if err := s.removeRootDir(ctx, ap, prov, view); err != nil {
 			return nil, err
 		}
 	}
-	if err := s.deleteAccessPoint(ctx, ap.FileSystemID, ap.ID); err != nil {
+	// After the record is marked deleting and the directory removed: the
+	// rest of an irreversible step, before new work and never shed.
+	if err := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ap.FileSystemID, ap.ID); err != nil {
 		return nil, err
 	}
 	s.log.Info("access point deleted", slog.String("accessPoint", ap.ID), slog.String("reason", "DeleteVolume"),
@@ -144,7 +149,36 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 			return nil, err
 		}
 	}
+	s.finished.add(s.finishedKey(id.FileSystemID, id.AccessPointID), prov.locks, s.now()) // under the name locks
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// lookUp is the access point the volume ID names, as DescribeAccessPoint
+// answers it. With root removal on, the listing that removal needs anyway
+// (its view, which started after this call and is shared by every delete
+// waiting then) shows it with everything Describe would: no request of its
+// own, so a delete costs its DeleteAccessPoint and a share of one listing
+// per batch of deletes, however many access points the file system has.
+// One the listing does not show (EFS lists with a lag; gone; another file
+// system's ID) or a listing that failed (a file system these credentials
+// cannot see) is described, as without root removal; the view, if any,
+// still serves the removal.
+func (s *Service) lookUp(ctx context.Context, id volume.ID) (*efs.AccessPoint, *rootView, error) {
+	var view *rootView
+	if s.delRoot {
+		v, err := s.viewAfterNow(ctx, id.FileSystemID)
+		if err != nil && ctx.Err() != nil {
+			return nil, nil, err
+		}
+		if err == nil {
+			if ap := v.accessPoint(id.AccessPointID); ap != nil {
+				return ap, v, nil
+			}
+			view = v
+		}
+	}
+	ap, err := s.efs.DescribeAccessPoint(ctx, id.AccessPointID)
+	return ap, view, err
 }
 
 // deleteUnseen finishes a delete whose access point Describe does not
@@ -152,7 +186,9 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 // then may remain), or so fresh that Describe lags. Only the record can say
 // that the ID's access point is on the ID's file system, so only a
 // recorded one is deleted; an unrecorded one that is not visible is gone
-// as far as this controller can prove, as upstream answers.
+// as far as this controller can prove, as upstream answers. That answer is
+// not remembered (finishedDeletes): without a record, no name is known
+// whose create could make the ID answer again, so none could drop it.
 func (s *Service) deleteUnseen(ctx context.Context, id volume.ID) (*csi.DeleteVolumeResponse, error) {
 	rec, err := s.journal.ByAccessPoint(ctx, id.FileSystemID, id.AccessPointID)
 	if errors.Is(err, journal.ErrNotFound) {
@@ -180,11 +216,15 @@ func (s *Service) deleteUnseen(ctx context.Context, id volume.ID) (*csi.DeleteVo
 	if err := s.journal.MarkDeleting(ctx, rec); err != nil {
 		return nil, err
 	}
-	if err := s.deleteAccessPoint(ctx, id.FileSystemID, id.AccessPointID); err != nil {
+	if err := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), id.FileSystemID, id.AccessPointID); err != nil {
 		return nil, err
 	}
 	s.log.Info("access point deleted", slog.String("accessPoint", id.AccessPointID), slog.String("reason", "DeleteVolume (not visible, recorded)"))
-	return &csi.DeleteVolumeResponse{}, s.journal.Finish(ctx, rec)
+	if err := s.journal.Finish(ctx, rec); err != nil {
+		return nil, err
+	}
+	s.finished.add(s.finishedKey(id.FileSystemID, id.AccessPointID), locks, s.now()) // under the name locks
+	return &csi.DeleteVolumeResponse{}, nil
 }
 
 // reachable confirms that "not found" is about the access point: its file
@@ -239,10 +279,29 @@ const cleanupTimeout = 30 * time.Second
 // a mount point on the way is refused, nothing inside is followed. The
 // mount point is always released, whether removal succeeded, failed or was
 // cancelled; an unmount that fails is retried later (releaseMount).
-func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov provenance) error {
+//
+// view is the listing and record of the file system that lookUp got (nil:
+// one is fetched now); both began after this call did. It is checked
+// before waiting for a removal slot, so that one listing serves every
+// delete waiting for it rather than the 16 that hold a slot (a listing of
+// 10,000 access points is 10 pages; within the slots, that was 0.6
+// requests per delete and a wait of a listing per 16 deletes), and a
+// shared directory is never mounted. What reaches the directory since the
+// view was read is this process's creates (createSharer), checked again
+// once mounted, right before the removal; another writer's access point
+// made meanwhile is not seen (docs/design.md, "Known limits").
+func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov provenance, view *rootView) error {
 	rel, err := removableRoot(ap, prov)
 	if err != nil {
 		return err
+	}
+	if view == nil {
+		if view, err = s.viewAfterNow(ctx, ap.FileSystemID); err != nil {
+			return err
+		}
+	}
+	if s.keptFor(ap, s.sharer(ap, view)) {
+		return nil
 	}
 	select {
 	case s.roots.slots <- struct{}{}:
@@ -259,16 +318,7 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov p
 		return fmt.Errorf("%w: mount %s: %w", ErrRootDirRemoval, ap.FileSystemID, err)
 	}
 	defer s.releaseMount(ctx, mnt)
-	// Listed after mounting, right before the removal: the window in
-	// which a new access point on the directory goes unseen is the removal.
-	other, err := s.sharer(ctx, ap)
-	if err != nil {
-		return err
-	}
-	if other != "" {
-		s.roots.kept.Add(1)
-		s.log.Warn("root directory kept: another volume reaches it",
-			slog.String("accessPoint", ap.ID), slog.String("path", ap.Path), slog.String("other", other))
+	if s.keptFor(ap, s.createSharer(ap)) {
 		return nil
 	}
 	err = rmtree.RemoveAll(ctx, mnt, rel)
@@ -282,6 +332,18 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov p
 		return fmt.Errorf("%w: %s: %w", ErrRootDirRemoval, ap.Path, ctx.Err())
 	}
 	return fmt.Errorf("%w: %s: %w", ErrRootDirRemoval, ap.Path, err)
+}
+
+// keptFor reports whether ap's directory is kept because other (a
+// sharer's description, "" for none) reaches it, and counts and logs it.
+func (s *Service) keptFor(ap *efs.AccessPoint, other string) bool {
+	if other == "" {
+		return false
+	}
+	s.roots.kept.Add(1)
+	s.log.Warn("root directory kept: another volume reaches it",
+		slog.String("accessPoint", ap.ID), slog.String("path", ap.Path), slog.String("other", other))
+	return true
 }
 
 // removableRoot returns the root directory relative to the file system root,

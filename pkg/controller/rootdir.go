@@ -3,17 +3,13 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"path"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
-	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 )
 
 // rootDirs is the state root-directory removal keeps between deletes.
@@ -36,6 +32,15 @@ type rootDirs struct {
 	deleted  map[string]time.Time
 	pruneAt  int // len(deleted) at which old records are dropped next
 
+	// creates are this process's creates, under way or ended within
+	// goneMemory, indexed per file system by root directory: what reaches
+	// a directory since a listing began, at no cost (createSharer). Only
+	// kept with root removal on.
+	cmu           sync.Mutex
+	creates       map[string]*pathIndex
+	createOf      map[string]createEntry
+	createPruneAt int
+
 	// pending are the mount points whose unmount failed, retried until
 	// it succeeds; the value is false while a retry of it is under way.
 	mu      sync.Mutex
@@ -52,6 +57,8 @@ func newRootDirs() *rootDirs {
 		pending:  map[string]bool{},
 		deleting: map[string]int{},
 		deleted:  map[string]time.Time{},
+		creates:  map[string]*pathIndex{},
+		createOf: map[string]createEntry{},
 	}
 }
 
@@ -119,37 +126,43 @@ func (s *Service) PendingUnmounts() int {
 	return len(s.roots.pending)
 }
 
-// sharer names a live access point other than ap on its file system, or
-// a recorded create, whose root directory is ap's, inside it or contains
-// it; "" if there is none. The access points are from a listing that
-// started after the call: every one counts, whoever created it (this
-// driver, the upstream driver, an operator), since its users' data is in
-// the directory too. The record adds this cluster's creates that a listing
-// may not show yet (EFS lists with a lag; a record is written before its
-// CreateAccessPoint is sent). One this process is deleting right now does
-// not count: its volume is released already.
-func (s *Service) sharer(ctx context.Context, ap *efs.AccessPoint) (string, error) {
-	aps, err := s.listAfterNow(ctx, ap.FileSystemID)
-	if err != nil {
-		return "", err
+// sharer names what reaches ap's root directory besides ap itself (its
+// own directory, one inside it or one containing it), "" if nothing does.
+// The view's listing started after the delete asked: every listed access
+// point counts, whoever created it (this driver, the upstream driver, an
+// operator), since its users' data is in the directory too. The view's
+// record adds this cluster's creates that a listing may not show yet (EFS
+// lists with a lag; a record is written before its CreateAccessPoint), and
+// this process's creates since (createSharer) what neither shows. One this
+// process is deleting right now does not count: its volume is released
+// already.
+func (s *Service) sharer(ap *efs.AccessPoint, v *rootView) string {
+	if h, ok := v.index.find(ap.Path, func(h holder) bool { return s.reaches(h, ap) }); ok {
+		return h.String()
 	}
-	for i := range aps {
-		other := &aps[i]
-		if other.ID != ap.ID && live(other) && !s.roots.beingDeleted(other.ID) && nested(other.Path, ap.Path) {
-			return fmt.Sprintf("access point %s at %s", other.ID, other.Path), nil
-		}
+	return s.createSharer(ap)
+}
+
+// createSharer names a create of this process, under way or finished
+// within goneMemory, whose root directory is nested with ap's; "" if none.
+// It costs no request, so it is asked again right before the removal: the
+// listing, shared by a batch of deletes, started before this delete waited
+// for its removal slot and mounted.
+func (s *Service) createSharer(ap *efs.AccessPoint) string {
+	if h, ok := s.roots.findCreate(ap.FileSystemID, ap.Path, func(h holder) bool { return s.reaches(h, ap) }); ok {
+		return h.String()
 	}
-	var found string
-	err = s.journal.Volumes(ctx, ap.FileSystemID, func(recs []*journal.Record) error {
-		for _, r := range recs {
-			if found == "" && r.Token != ap.ClientToken && r.AccessPoint != ap.ID &&
-				(r.AccessPoint == "" || !s.roots.beingDeleted(r.AccessPoint)) && nested(r.Path, ap.Path) {
-				found = fmt.Sprintf("the recorded volume %q at %s", r.Name, r.Path)
-			}
-		}
-		return nil
-	})
-	return found, err
+	return ""
+}
+
+// reaches reports whether h reaches its directory for the users of another
+// volume than ap's.
+func (s *Service) reaches(h holder, ap *efs.AccessPoint) bool {
+	switch {
+	case !h.live, h.apID == ap.ID, h.token != "" && h.token == ap.ClientToken:
+		return false // ap itself, its own record or create, or gone
+	}
+	return h.apID == "" || !s.roots.beingDeleted(h.apID)
 }
 
 // live: an access point being deleted gives its users no access any more.
@@ -157,15 +170,87 @@ func live(ap *efs.AccessPoint) bool {
 	return ap.LifeCycleState != "deleting" && ap.LifeCycleState != "deleted"
 }
 
-// nested reports whether one of two root directories is the other or lies
-// inside it, comparing whole components: /a/b and /a/bc are unrelated, and
-// "/" (or no root set) contains every directory.
-func nested(a, b string) bool {
-	a, b = path.Clean("/"+a), path.Clean("/"+b)
-	if len(a) > len(b) {
-		a, b = b, a
+// creating records that this process creates token's volume at root on
+// fsID, until done is called with what the create answered (nil: nothing
+// known); the entry then stays for goneMemory, longer than any listing
+// that started before the create ended is used.
+func (r *rootDirs) creating(fsID, token, name, root string, now func() time.Time) (done func(ap *efs.AccessPoint)) {
+	key := fsID + "\x00" + token
+	h := holder{token: token, name: name, path: root, kind: creatingHolder, live: true}
+	r.cmu.Lock()
+	r.forgetCreateLocked(key)
+	r.putCreateLocked(key, fsID, h, time.Time{})
+	r.cmu.Unlock()
+	return func(ap *efs.AccessPoint) {
+		if ap != nil {
+			h.apID = ap.ID
+			h.path = ap.Path // adopted access points may differ from the plan
+		}
+		at := now()
+		r.cmu.Lock()
+		defer r.cmu.Unlock()
+		r.forgetCreateLocked(key)
+		r.putCreateLocked(key, fsID, h, at)
+		r.pruneCreatesLocked(at)
 	}
-	return a == "/" || a == b || strings.HasPrefix(b, a+"/")
+}
+
+// createEntry is a create of this process in the index; ended is zero while
+// it is under way.
+type createEntry struct {
+	fsID  string
+	root  string
+	ended time.Time
+}
+
+func (r *rootDirs) putCreateLocked(key, fsID string, h holder, ended time.Time) {
+	x := r.creates[fsID]
+	if x == nil {
+		x = newPathIndex()
+		r.creates[fsID] = x
+	}
+	x.add(key, h)
+	r.createOf[key] = createEntry{fsID: fsID, root: h.path, ended: ended}
+}
+
+func (r *rootDirs) forgetCreateLocked(key string) {
+	e, ok := r.createOf[key]
+	if !ok {
+		return
+	}
+	delete(r.createOf, key)
+	if x := r.creates[e.fsID]; x != nil {
+		x.remove(key, e.root)
+		if len(x.at) == 0 {
+			delete(r.creates, e.fsID)
+		}
+	}
+}
+
+// pruneCreatesLocked drops creates that ended over goneMemory ago whenever
+// their number has doubled since the last sweep (amortized constant time
+// per create, as gone).
+func (r *rootDirs) pruneCreatesLocked(now time.Time) {
+	if len(r.createOf) < r.createPruneAt {
+		return
+	}
+	for key, e := range r.createOf {
+		if !e.ended.IsZero() && now.Sub(e.ended) > goneMemory {
+			r.forgetCreateLocked(key)
+		}
+	}
+	r.createPruneAt = max(1024, 2*len(r.createOf))
+}
+
+// findCreate is pathIndex.find over this process's creates on fsID.
+func (r *rootDirs) findCreate(fsID, root string, counts func(holder) bool) (holder, bool) {
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	x := r.creates[fsID]
+	if x == nil {
+		return holder{}, false
+	}
+	return x.find(root, counts)
 }
 
 // releaseMount unmounts and removes a temporary mount point, on a context

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -548,7 +549,10 @@ func TestFailedUnmountIsRetried(t *testing.T) {
 }
 
 // Concurrent deletes share listings: the deletes that arrive while a
-// listing is in flight wait for the next one, which serves them all.
+// listing is in flight wait for the next one, which serves them all, and
+// shows each its access point, so that none describes it: the deletes'
+// requests are their DeleteAccessPoints and the two listings (one page
+// each here; however many pages, two listings).
 func TestConcurrentDeletesShareOneFreshListing(t *testing.T) {
 	r := newRootBed(t)
 	vols := []string{r.mustCreate("pvc-0"), r.mustCreate("pvc-1"), r.mustCreate("pvc-2"), r.mustCreate("pvc-3")}
@@ -556,12 +560,17 @@ func TestConcurrentDeletesShareOneFreshListing(t *testing.T) {
 	g := newGate()
 	r.lists.before = g.hold
 	joined := make(chan string, len(vols))
-	r.svc.listings.joined = func(k listKey) { joined <- k.fsID }
+	r.svc.views.joined = func(k listKey) { joined <- k.fsID }
+	var requests atomic.Int64
+	del := func(vol string) error {
+		_, err := r.svc.DeleteVolume(efs.WithRequestCounter(r.ctx(), &requests), deleteReq(vol))
+		return err
+	}
 	var errs []<-chan error
-	errs = append(errs, async(func() error { return r.delete(vols[0]) }))
+	errs = append(errs, async(func() error { return del(vols[0]) }))
 	<-g.arrived // the first listing is in flight
 	for _, v := range vols[1:] {
-		errs = append(errs, async(func() error { return r.delete(v) }))
+		errs = append(errs, async(func() error { return del(v) }))
 	}
 	for range vols {
 		<-joined
@@ -575,11 +584,64 @@ func TestConcurrentDeletesShareOneFreshListing(t *testing.T) {
 	if n := r.lists.calls.Load(); n != 2 {
 		t.Fatalf("%d listings for %d deletes, want 2: the one in flight and one for those that came during it", n, len(vols))
 	}
+	if n, want := requests.Load(), int64(2+len(vols)); n != want {
+		t.Errorf("%d EFS requests for %d deletes, want %d: two listings and a DeleteAccessPoint each", n, len(vols), want)
+	}
 	r.wantAccessPoints(0)
 }
 
-// Two deletes of volumes sharing a directory at once: neither keeps it for
-// the other, which is going away too, so the directory does not leak.
+// A create of a volume on the same directory that runs after a delete's
+// listing and record were read, while the delete waits for its mount, is
+// seen before the removal: the directory is kept.
+func TestDeleteKeepsADirectoryACreateReachesSinceItsListing(t *testing.T) {
+	r := newRootBed(t)
+	a := r.createWith("pvc-a", sharedData("a")...)
+	root := r.rootOf(a)
+	write(t, filepath.Join(root, "data"), "shared")
+	var b string
+	r.mounter.afterMount = func(string) error {
+		b = r.createWith("pvc-b", sharedData("b")...)
+		return nil
+	}
+	if err := r.delete(a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "data")); err != nil {
+		t.Fatalf("the directory of volume %s, created during the delete, was removed: %v", b, err)
+	}
+	if n := r.svc.RootDirsKept(); n != 1 {
+		t.Errorf("RootDirsKept() = %d, want 1", n)
+	}
+	r.wantAccessPoints(1)
+}
+
+// An access point that the delete's listing does not show yet (EFS lists
+// with a lag) is described, and deleted with its root directory.
+func TestDeleteOfAnAccessPointTheListingDoesNotShow(t *testing.T) {
+	r := newRootBed(t)
+	vol := r.mustCreate("pvc-1")
+	root := r.rootOf(vol)
+	hidden := apOf(t, vol)
+	r.hook.setListFilter(func(aps []efs.AccessPoint) []efs.AccessPoint {
+		return slices.DeleteFunc(aps, func(ap efs.AccessPoint) bool { return ap.ID == hidden })
+	})
+	var requests atomic.Int64
+	if _, err := r.svc.DeleteVolume(efs.WithRequestCounter(r.ctx(), &requests), deleteReq(vol)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("root directory still there: %v", err)
+	}
+	if n := requests.Load(); n != 3 {
+		t.Errorf("%d EFS requests, want 3: the listing, a Describe, the DeleteAccessPoint", n)
+	}
+	r.wantAccessPoints(0)
+}
+
+// Two deletes of volumes sharing a directory at once: the directory does
+// not leak. The first to check may find the other not doomed yet (its
+// record not marked deleting) and keep it; the other then finds the first
+// doomed or gone, and removes it.
 func TestConcurrentDeletesOfASharedDirectoryRemoveIt(t *testing.T) {
 	r := newRootBed(t)
 	a, b := r.createWith("pvc-a", sharedData("a")...), r.createWith("pvc-b", sharedData("b")...)
@@ -588,7 +650,7 @@ func TestConcurrentDeletesOfASharedDirectoryRemoveIt(t *testing.T) {
 	g := newGate()
 	r.lists.before = g.hold
 	joined := make(chan string, 2)
-	r.svc.listings.joined = func(k listKey) { joined <- k.fsID }
+	r.svc.views.joined = func(k listKey) { joined <- k.fsID }
 	first := async(func() error { return r.delete(a) })
 	<-g.arrived // a's listing is in flight and shows b
 	second := async(func() error { return r.delete(b) })
@@ -603,8 +665,8 @@ func TestConcurrentDeletesOfASharedDirectoryRemoveIt(t *testing.T) {
 	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("shared directory left behind by two deletes at once: %v", err)
 	}
-	if n := r.svc.RootDirsKept(); n != 0 {
-		t.Fatalf("RootDirsKept() = %d, want 0", n)
+	if n := r.svc.RootDirsKept(); n > 1 {
+		t.Fatalf("RootDirsKept() = %d: both deletes kept it for the other", n)
 	}
 	r.wantAccessPoints(0)
 }

@@ -62,8 +62,9 @@ type Config struct {
 	VolMetricsFSRateLimit int
 	VolumeAttachLimit     int // MaxVolumesPerNode in NodeGetInfo; 0 = none
 	// MemoryLimit is the node plugin's memory limit in bytes (upstream's
-	// CSI_NODE_MEMORY_LIMIT); under 2 GiB, S3 Files mounts go without the
-	// read cache (nos3readcache). 0 = unknown.
+	// CSI_NODE_MEMORY_LIMIT); under node.S3FilesReadCacheMinMemory (30
+	// GiB), or unknown (0), S3 Files mounts go without the read cache
+	// (nos3readcache), as upstream.
 	MemoryLimit         int64
 	UnmountTimeout      time.Duration
 	ShutdownTimeout     time.Duration // how long calls in flight may run after SIGTERM
@@ -93,6 +94,10 @@ type Config struct {
 	// nfs4 (mount.WithMountTypes; a stand-in helper's bind mounts).
 	MountTypes []string
 	Logger     *slog.Logger
+	// DisableTaintWatcher is upstream's $DISABLE_TAINT_WATCHER (the chart's
+	// node.serviceAccount.disableMutation, which also drops patch on
+	// Nodes): the node plugin leaves the startup taint alone.
+	DisableTaintWatcher bool
 
 	noStartupTaint bool // tests of other Node reads: no taint remover
 }
@@ -121,10 +126,10 @@ type Driver struct {
 	orphans    *orphanCollector
 	taint      *startupTaint // nil: not removing the startup taint (no Kubernetes API, or controller mode)
 	socketPath string
-	// efsConf is the efs-utils.conf a node mounting with mount -t efs
-	// writes at Run (nil: no efs-utils runtime); reap is set when the
+	// efsConf is the efs-utils configuration a node mounting with mount -t
+	// efs writes at Run (nil: no efs-utils runtime); reap is set when the
 	// driver starts mount.efs at all, whose tunnels it must reap.
-	efsConf []byte
+	efsConf *efsutils.Conf
 	reap    bool
 }
 
@@ -250,9 +255,17 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		if s.Region == "" {
 			s.Region = cmp.Or(cfg.EFS.Region, os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION"))
 		}
-		if d.efsConf, err = efsutils.Render(s); err != nil {
+		conf, err := efsutils.Render(s)
+		if err != nil {
 			return nil, fmt.Errorf("efs-utils: %w", err)
 		}
+		for _, n := range conf.Notes {
+			cfg.Logger.Warn("efs-utils: " + n)
+		}
+		if conf.FIPS {
+			cfg.Logger.Warn("efs-utils in FIPS mode: TLS mounts go through efs-proxy (AWS-LC FIPS); the stunnel mount option is refused, the image has no OpenSSL FIPS provider for stunnel")
+		}
+		d.efsConf = &conf
 		if cfg.EFSUtils.Dirs.ConfigDir == "" {
 			return nil, errors.New("efs-utils: --efs-utils-config-dir-path is empty")
 		}
@@ -306,13 +319,16 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		d.node, err = node.New(node.Config{
 			NodeID: cfg.NodeID, Zone: cfg.Zone, Mounter: nodeMounter, MaxConcurrentMounts: cfg.MaxInflightMounts,
 			VolMetricsOptIn: cfg.VolMetricsOptIn, UnmountTimeout: cfg.UnmountTimeout, Logger: cfg.Logger,
-			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit), MemoryLimit: cfg.MemoryLimit,
+			MaxVolumesPerNode: int64(cfg.VolumeAttachLimit), MemoryLimit: cfg.MemoryLimit, FIPS: d.efsConf != nil && d.efsConf.FIPS,
 			VolMetricsRefresh: cfg.VolMetricsRefresh, VolMetricsFSRateLimit: cfg.VolMetricsFSRateLimit,
 		})
 		if err != nil {
 			return nil, err
 		}
-		if !cfg.noStartupTaint {
+		switch {
+		case cfg.DisableTaintWatcher:
+			cfg.Logger.Info("DISABLE_TAINT_WATCHER set: not removing the startup taint " + AgentNotReadyTaint)
+		case !cfg.noStartupTaint:
 			d.taint = startupTaintFor(cfg, kc, sock)
 		}
 	}
@@ -332,7 +348,7 @@ func (d *Driver) registerGauges() {
 	if d.controller != nil {
 		d.metrics.Register(gidCollector{d.controller})
 		d.metrics.Register(rootDirCollector{d.controller})
-		d.metrics.GaugeFunc("efs_csi_efs_api_reachable", "1 when the last EFS API check got an answer, 0 when not, -1 before the first.", d.health.value)
+		d.metrics.GaugeFunc("efs_csi_efs_api_reachable", "1 when the last EFS API check got an answer, 0 after 3 checks in a row got none, -1 before either.", d.health.value)
 	}
 	if d.orphans != nil {
 		d.metrics.Register(d.orphans)
@@ -426,7 +442,7 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 		}
 	}
 	if d.efsConf != nil {
-		if _, err := efsutils.Setup(d.cfg.EFSUtils.Dirs, d.efsConf, d.log); err != nil {
+		if _, err := efsutils.Setup(d.cfg.EFSUtils.Dirs, *d.efsConf, d.log); err != nil {
 			return fmt.Errorf("efs-utils: %w", err)
 		}
 	}
@@ -493,7 +509,7 @@ func (d *Driver) run(ctx context.Context, ready chan<- struct{}) error {
 	}
 	if d.efsConf != nil {
 		w := d.cfg.EFSUtils.Watchdog
-		w.Logger = d.log
+		w.Logger, w.Disabled = d.log, !d.efsConf.WatchdogEnabled
 		background.Go(func() { w.Run(bctx) })
 	}
 	if ready != nil {

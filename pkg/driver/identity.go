@@ -68,8 +68,9 @@ func service(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
 // a restart fixes nothing outside the process. An EFS outage would otherwise
 // restart every controller of every cluster at once, and keep restarting
 // them while it lasts. EFS reachability is reported by efsHealth instead
-// (metric efs_csi_efs_api_reachable and a log line on each change), and every
-// call that needs EFS answers UNAVAILABLE meanwhile.
+// (metric efs_csi_efs_api_reachable and a log line on each change); calls
+// that need EFS are sent all along, and each that EFS does not answer ends
+// UNAVAILABLE, which the CO retries.
 func (i *identity) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
 }

@@ -170,7 +170,6 @@ func TestSanityThroughMountEFSHelper(t *testing.T) {
 		c.MountTypes = []string{fsTypeOf(t, c.LocalRoot)}
 		c.EFSUtils.Dirs = efsutils.Dirs{ConfigDir: confDir}
 		c.EFSUtils.Settings.Overrides = []efsutils.Override{
-			{Section: "mount-watchdog", Key: "poll_interval_sec", Value: "0.02"},
 			{Section: "mount-watchdog", Key: "unmount_grace_period_sec", Value: "0"},
 		}
 		c.EFSUtils.Watchdog = efsutils.Watchdog{Path: h.Bin, Args: mountefs.WatchdogArgs}

@@ -10,6 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/kube"
 )
@@ -40,10 +41,15 @@ type startupTaint struct {
 	// Backoff between attempts, doubling from min to max; the loop ends only with
 	// success or its context.
 	minBackoff, maxBackoff time.Duration
+	// quiet is how long a failure that repeats the last one is logged at Debug
+	// only: a node plugin without patch on Nodes fails the same way every
+	// maxBackoff for as long as it runs.
+	quiet time.Duration
 }
 
 func newStartupTaint(k TaintRemover, node, socket string, log *slog.Logger) *startupTaint {
-	return &startupTaint{kube: k, node: node, socket: socket, log: log, minBackoff: time.Second, maxBackoff: time.Minute}
+	return &startupTaint{kube: k, node: node, socket: socket, log: log, minBackoff: time.Second, maxBackoff: time.Minute,
+		quiet: time.Hour}
 }
 
 // startupTaintFor returns the node plugin's taint remover, or nil without a Kubernetes
@@ -110,9 +116,13 @@ func (s *startupTaint) run(ctx context.Context) {
 	})
 }
 
-// retry calls fn until it succeeds (true) or ctx ends (false), logging each failure.
+// retry calls fn until it succeeds (true) or ctx ends (false). A failure is a
+// warning the first time, when its error changes and once per quiet period;
+// its repeats in between are Debug records.
 func (s *startupTaint) retry(ctx context.Context, what string, fn func(context.Context) error) bool {
 	backoff := s.minBackoff
+	var last string
+	var warned time.Time
 	for {
 		err := fn(ctx)
 		if err == nil {
@@ -121,8 +131,14 @@ func (s *startupTaint) retry(ctx context.Context, what string, fn func(context.C
 		if ctx.Err() != nil {
 			return false
 		}
-		s.log.Warn("startup taint: "+what+" failed; retrying", slog.String("node", s.node),
-			slog.Duration("in", backoff), slog.String("error", err.Error()))
+		level, msg := slog.LevelDebug, "startup taint: "+what+" failed again; retrying"
+		if err.Error() != last || time.Since(warned) >= s.quiet {
+			level, msg, last, warned = slog.LevelWarn, "startup taint: "+what+" failed; retrying", err.Error(), time.Now()
+			if apierrors.IsForbidden(err) {
+				msg += " (without patch on Nodes, as with the chart's node.serviceAccount.disableMutation, set DISABLE_TAINT_WATCHER)"
+			}
+		}
+		s.log.Log(ctx, level, msg, slog.String("node", s.node), slog.Duration("in", backoff), slog.String("error", err.Error()))
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 	"github.com/efs-csi/efs-csi-driver/pkg/efsutils"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube/kubetest"
@@ -173,4 +174,63 @@ func (m *messages) WithGroup(string) slog.Handler      { return m }
 func tempEFSUtils(t *testing.T) EFSUtilsConfig {
 	return EFSUtilsConfig{Dirs: efsutils.Dirs{ConfigDir: filepath.Join(t.TempDir(), "efs")},
 		Watchdog: efsutils.Watchdog{Path: filepath.Join(t.TempDir(), "no-watchdog")}}
+}
+
+// Without patch on Nodes (RBAC, as with the chart's disableMutation) every attempt fails
+// the same way: the first failure is a warning naming the switch that stops the
+// attempts, its repeats are Debug records, not a warning a minute forever.
+func TestForbiddenTaintRemovalWarnsOnce(t *testing.T) {
+	k := kubetest.Start(t)
+	k.SetNode("node-1", corev1.Taint{Key: AgentNotReadyTaint, Effect: corev1.TaintEffectNoSchedule})
+	const attempts = 6
+	var patches atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k.Fail(func(r kubetest.Request) int {
+		if r.Method != "PATCH" {
+			return 0
+		}
+		if patches.Add(1) == attempts {
+			cancel()
+		}
+		return 403
+	})
+	kc, err := kube.New(kubeConfig(k, "node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := testutil.NewLogs()
+	st := newStartupTaint(kc, "node-1", "", logs.Logger())
+	st.minBackoff, st.maxBackoff = time.Millisecond, time.Millisecond
+	if st.retry(ctx, "remove taint", func(ctx context.Context) error {
+		_, err := kc.RemoveNodeTaint(ctx, "node-1", AgentNotReadyTaint)
+		return err
+	}) {
+		t.Fatal("removal succeeded through a 403")
+	}
+	if n := logs.Count(slog.LevelWarn, "DISABLE_TAINT_WATCHER"); n != 1 {
+		t.Errorf("%d warnings naming DISABLE_TAINT_WATCHER, want 1: %v", n, logs.Records())
+	}
+	if n := logs.Count(slog.LevelWarn, ""); n != 1 {
+		t.Errorf("%d warnings over %d failed attempts, want 1: %v", n, attempts, logs.Records())
+	}
+	if n := logs.Count(slog.LevelDebug, "failed again"); n < attempts-2 {
+		t.Errorf("%d Debug records of the repeats, want at least %d", n, attempts-2)
+	}
+}
+
+// $DISABLE_TAINT_WATCHER (the chart's node.serviceAccount.disableMutation) is upstream's
+// switch: the node plugin never touches its Node's taints, even with an API.
+func TestDisableTaintWatcherLeavesTheTaint(t *testing.T) {
+	k := kubetest.Start(t)
+	k.SetNode("node-7", corev1.Taint{Key: AgentNotReadyTaint, Effect: corev1.TaintEffectNoSchedule})
+	t.Setenv("NODE_NAME", "node-7")
+	d, err := New(context.Background(), Config{Endpoint: filepath.Join(t.TempDir(), "csi.sock"), Mode: ModeNode, NodeID: "node-7",
+		Kube: kubeConfig(k, "node"), DisableTaintWatcher: true, EFSUtils: tempEFSUtils(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.taint != nil {
+		t.Fatal("a taint remover with DISABLE_TAINT_WATCHER set")
+	}
 }

@@ -13,6 +13,11 @@ import (
 	"path/filepath"
 )
 
+// CertFileName is efs-utils' CA bundle for EFS (efs-utils.crt), one of the
+// image's static files: replaced at every start, as upstream does, so that
+// a stale certificate left on the host by an older image heals.
+const CertFileName = "efs-utils.crt"
+
 // Dirs are where efs-utils' files live.
 type Dirs struct {
 	// ConfigDir is --efs-utils-config-dir-path (default /var/amazon/efs),
@@ -27,8 +32,11 @@ type Dirs struct {
 	LegacyDir string
 	// StaticFilesDir is --efs-utils-static-files-path (default
 	// /etc/amazon/efs-static-files/): the files efs-utils installed in the
-	// image (its CA bundle), copied into the chosen directory when missing
-	// there. "" or a missing directory = none.
+	// image, copied into the chosen directory at every start: its CA
+	// bundle (CertFileName) replaces the one there, as upstream's does;
+	// other files are copied when missing; the package's two configuration
+	// files are not copied, they are written from the flags. "" or a
+	// missing directory = none.
 	StaticFilesDir string
 	// EtcDir is where efs-utils reads its configuration,
 	// /etc/amazon/efs: made a symlink to the chosen directory. A real
@@ -39,16 +47,18 @@ type Dirs struct {
 
 // Setup picks the configuration directory (LegacyDir if it holds an
 // efs-utils.conf, else ConfigDir, or EtcDir when that is a real
-// directory), links EtcDir to it, copies the static files that are missing
-// there and writes efs-utils.conf with conf. It returns the directory
-// chosen. It is idempotent: a second run changes nothing, and a file with
-// the same content is not rewritten.
+// directory), links EtcDir to it, restores the static files there and
+// writes conf's efs-utils.conf and s3files-utils.conf (nil: not written).
+// It returns the directory chosen. It is idempotent: a second run changes
+// nothing, and a file with the same content is not rewritten. A CA bundle
+// conf names for the node's region that does not exist is a warning: every
+// TLS mount there would fail with "Failed to find CAfile".
 //
 // Every write goes through an os.Root of the chosen directory, to a
 // temporary file renamed into place: a reader never sees half a file, and a
 // symlink planted in the directory cannot redirect a write outside it (a
 // symlink named efs-utils.conf is replaced, not followed).
-func Setup(d Dirs, conf []byte, log *slog.Logger) (string, error) {
+func Setup(d Dirs, conf Conf, log *slog.Logger) (string, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -75,11 +85,29 @@ func Setup(d Dirs, conf []byte, log *slog.Logger) (string, error) {
 	if err := restoreStatic(root, d.StaticFilesDir, log); err != nil {
 		return "", err
 	}
-	changed, err := writeIfChanged(root, ConfFileName, conf, 0o644)
-	if err != nil {
-		return "", fmt.Errorf("write %s: %w", filepath.Join(dir, ConfFileName), err)
+	var rewritten []string
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{ConfFileName, conf.EFSUtils}, {S3FilesConfFileName, conf.S3FilesUtils}} {
+		if f.data == nil {
+			continue
+		}
+		changed, err := writeIfChanged(root, f.name, f.data, 0o644)
+		if err != nil {
+			return "", fmt.Errorf("write %s: %w", filepath.Join(dir, f.name), err)
+		}
+		if changed {
+			rewritten = append(rewritten, f.name)
+		}
 	}
-	log.Info("efs-utils configured", slog.String("dir", dir), slog.Bool("rewritten", changed))
+	log.Info("efs-utils configured", slog.String("dir", dir), slog.Any("rewritten", rewritten))
+	if conf.CAFile != "" {
+		if _, err := os.Stat(conf.CAFile); err != nil {
+			log.Warn("efs-utils: the CA bundle of this region's TLS mounts is missing: they will fail",
+				slog.String("file", conf.CAFile), slog.String("error", err.Error()))
+		}
+	}
 	return dir, nil
 }
 
@@ -123,8 +151,11 @@ func link(path, target string) error {
 	return nil
 }
 
-// restoreStatic copies the regular files of src that root lacks (a symlink
-// of that name counts as present: it is not followed, nor replaced).
+// restoreStatic copies the regular files of src into root: CertFileName
+// always (replacing whatever has that name, without following it; a file
+// with the same content is left as is), the configuration files never
+// (Setup writes them), others when root lacks them (a symlink of that name
+// counts as present: it is not followed, nor replaced).
 func restoreStatic(root *os.Root, src string, log *slog.Logger) error {
 	if src == "" {
 		return nil
@@ -138,22 +169,28 @@ func restoreStatic(root *os.Root, src string, log *slog.Logger) error {
 		return fmt.Errorf("efs-utils static files: %w", err)
 	}
 	for _, e := range ents {
-		if !e.Type().IsRegular() {
+		name := e.Name()
+		if !e.Type().IsRegular() || name == ConfFileName || name == S3FilesConfFileName {
 			continue
 		}
-		if _, err := root.Lstat(e.Name()); err == nil {
-			continue
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
+		if name != CertFileName {
+			if _, err := root.Lstat(name); err == nil {
+				continue
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
 		}
-		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		data, err := os.ReadFile(filepath.Join(src, name))
 		if err != nil {
 			return fmt.Errorf("efs-utils static file: %w", err)
 		}
-		if _, err := writeIfChanged(root, e.Name(), data, 0o644); err != nil {
-			return fmt.Errorf("restore %s: %w", e.Name(), err)
+		changed, err := writeIfChanged(root, name, data, 0o644)
+		if err != nil {
+			return fmt.Errorf("restore %s: %w", name, err)
 		}
-		log.Info("restored efs-utils static file", slog.String("file", e.Name()))
+		if changed {
+			log.Info("restored efs-utils static file", slog.String("file", name))
+		}
 	}
 	return nil
 }

@@ -1,9 +1,12 @@
 package efsutils
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 )
 
 func write(t *testing.T, path, data string) {
@@ -24,6 +27,9 @@ func read(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// conf is a Conf of efs-utils.conf alone.
+func conf(efs string) Conf { return Conf{EFSUtils: []byte(efs)} }
 
 type dirsFixture struct {
 	Dirs
@@ -65,7 +71,7 @@ func TestSetupChoosesTheDirectory(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newDirs(t)
 			tt.prepare(t, d)
-			dir, err := Setup(d.Dirs, []byte("conf"), nil)
+			dir, err := Setup(d.Dirs, conf("conf"), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,16 +95,80 @@ func TestSetupChoosesTheDirectory(t *testing.T) {
 	}
 }
 
-// TestSetupKeepsExistingStaticFiles: a static file already in the
-// directory (efs-utils may have updated it) is not overwritten.
-func TestSetupKeepsExistingStaticFiles(t *testing.T) {
+// TestSetupRestoresTheStaticFiles: at every start, as upstream, the
+// image's CA bundle replaces the one in the directory (a stale certificate
+// left on the host by an older image heals: stunnel otherwise says "No
+// trusted certificates"); another static file is copied only when missing;
+// the package's configuration files are never copied over the ones written
+// from the flags.
+func TestSetupRestoresTheStaticFiles(t *testing.T) {
+	tests := []struct {
+		name, file, before, static, want string // before "": absent
+	}{
+		{"a stale CA bundle is replaced", CertFileName, "stale CA", "CA", "CA"},
+		{"a missing CA bundle is restored", CertFileName, "", "CA", "CA"},
+		{"another static file is kept", "extra.pem", "local", "image", "local"},
+		{"another static file is restored", "extra.pem", "", "image", "image"},
+		{"the image's efs-utils.conf is not copied", ConfFileName, "", "package conf", "conf"},
+		{"the image's s3files-utils.conf is not copied", S3FilesConfFileName, "", "package conf", "s3 conf"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDirs(t)
+			write(t, filepath.Join(d.StaticFilesDir, tt.file), tt.static)
+			if tt.before != "" {
+				write(t, filepath.Join(d.ConfigDir, tt.file), tt.before)
+			}
+			if _, err := Setup(d.Dirs, Conf{EFSUtils: []byte("conf"), S3FilesUtils: []byte("s3 conf")}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := read(t, filepath.Join(d.ConfigDir, tt.file)); got != tt.want {
+				t.Errorf("%s = %q, want %q", tt.file, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSetupWritesBothFiles: efs-utils.conf and s3files-utils.conf land in
+// the directory efs-utils reads (through /etc/amazon/efs), where mount.efs
+// and mount.s3files look for them.
+func TestSetupWritesBothFiles(t *testing.T) {
 	d := newDirs(t)
-	write(t, filepath.Join(d.ConfigDir, "efs-utils.crt"), "newer CA")
-	if _, err := Setup(d.Dirs, []byte("conf"), nil); err != nil {
+	if _, err := Setup(d.Dirs, Conf{EFSUtils: []byte("efs"), S3FilesUtils: []byte("s3files")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := read(t, filepath.Join(d.ConfigDir, "efs-utils.crt")); got != "newer CA" {
-		t.Errorf("static file overwritten: %q", got)
+	for name, want := range map[string]string{ConfFileName: "efs", S3FilesConfFileName: "s3files"} {
+		if got := read(t, filepath.Join(d.EtcDir, name)); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestSetupWarnsOfAMissingCABundle: a region whose CA bundle is absent
+// (an iso region's system bundle in an image without it) is said at start;
+// Setup still succeeds (other regions' mounts, bind mounts, work).
+func TestSetupWarnsOfAMissingCABundle(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		cafile func(d dirsFixture) string
+		warned bool
+	}{
+		{"present", func(d dirsFixture) string { return filepath.Join(d.StaticFilesDir, CertFileName) }, false},
+		{"missing", func(d dirsFixture) string { return filepath.Join(d.base, "no-such-bundle.pem") }, true},
+		{"region unknown", func(dirsFixture) string { return "" }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDirs(t)
+			logs := testutil.NewLogs()
+			c := conf("conf")
+			c.CAFile = tt.cafile(d)
+			if _, err := Setup(d.Dirs, c, logs.Logger()); err != nil {
+				t.Fatal(err)
+			}
+			if got := logs.Count(slog.LevelWarn, "CA bundle") > 0; got != tt.warned {
+				t.Errorf("warned %v, want %v: %v", got, tt.warned, logs.Records())
+			}
+		})
 	}
 }
 
@@ -106,22 +176,22 @@ func TestSetupKeepsExistingStaticFiles(t *testing.T) {
 // rewrite the file; a different one replaces it.
 func TestSetupIsIdempotent(t *testing.T) {
 	d := newDirs(t)
-	if _, err := Setup(d.Dirs, []byte("one"), nil); err != nil {
+	if _, err := Setup(d.Dirs, conf("one"), nil); err != nil {
 		t.Fatal(err)
 	}
-	conf := filepath.Join(d.ConfigDir, ConfFileName)
-	before, _ := os.Stat(conf)
-	if _, err := Setup(d.Dirs, []byte("one"), nil); err != nil {
+	path := filepath.Join(d.ConfigDir, ConfFileName)
+	before, _ := os.Stat(path)
+	if _, err := Setup(d.Dirs, conf("one"), nil); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := os.Stat(conf)
+	after, _ := os.Stat(path)
 	if !os.SameFile(before, after) {
 		t.Error("an unchanged configuration was rewritten")
 	}
-	if _, err := Setup(d.Dirs, []byte("two"), nil); err != nil {
+	if _, err := Setup(d.Dirs, conf("two"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := read(t, conf); got != "two" {
+	if got := read(t, path); got != "two" {
 		t.Errorf("conf = %q", got)
 	}
 	ents, _ := os.ReadDir(d.ConfigDir)
@@ -140,7 +210,7 @@ func TestSetupDoesNotFollowSymlinksOut(t *testing.T) {
 	os.MkdirAll(d.ConfigDir, 0o755)
 	must(t, os.Symlink(outside, filepath.Join(d.ConfigDir, ConfFileName)))
 	must(t, os.Symlink(outside, filepath.Join(d.ConfigDir, "efs-utils.crt")))
-	if _, err := Setup(d.Dirs, []byte("conf"), nil); err != nil {
+	if _, err := Setup(d.Dirs, conf("conf"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := read(t, outside); got != "precious" {
@@ -158,7 +228,7 @@ func TestSetupRetargetsTheLink(t *testing.T) {
 	d := newDirs(t)
 	os.MkdirAll(filepath.Dir(d.EtcDir), 0o755)
 	must(t, os.Symlink(d.LegacyDir, d.EtcDir))
-	if _, err := Setup(d.Dirs, []byte("conf"), nil); err != nil {
+	if _, err := Setup(d.Dirs, conf("conf"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := os.Readlink(d.EtcDir); l != d.ConfigDir {
@@ -167,7 +237,7 @@ func TestSetupRetargetsTheLink(t *testing.T) {
 
 	d = newDirs(t)
 	os.MkdirAll(d.EtcDir, 0o755)
-	dir, err := Setup(d.Dirs, []byte("conf"), nil)
+	dir, err := Setup(d.Dirs, conf("conf"), nil)
 	if err != nil || dir != d.EtcDir {
 		t.Fatalf("Setup = %s, %v; want the real directory %s", dir, err, d.EtcDir)
 	}

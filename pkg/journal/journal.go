@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -58,10 +59,25 @@ type Record struct {
 type Journal struct {
 	s   Store
 	now func() time.Time
+
+	// listed are the records Volumes decoded, by key, kept while their
+	// version stays: root removal reads every volume of a file system for
+	// each batch of deletes (10,000 records took 60 ms to decode), and few
+	// change between two reads. A complete read drops those it did not
+	// see.
+	mu     sync.Mutex
+	listed map[Key]listedRecord
+	reads  uint64 // Volumes calls so far: the generation of listedRecord.seen
+}
+
+// listedRecord is a decoded record and the last Volumes call that saw it.
+type listedRecord struct {
+	r    Record
+	seen uint64
 }
 
 // New returns a journal over s.
-func New(s Store) *Journal { return &Journal{s: s, now: time.Now} }
+func New(s Store) *Journal { return &Journal{s: s, now: time.Now, listed: map[Key]listedRecord{}} }
 
 func volumeKey(fs, token string) Key { return Key{Kind: KindVolume, FileSystem: fs, Name: token} }
 func idKey(fs string, id int64) Key {
@@ -385,13 +401,52 @@ func (j *Journal) ByAccessPoint(ctx context.Context, fs, apID string) (*Record, 
 // Volumes calls fn with every volume record of fs ("" = all), page by
 // page. A record that cannot be decoded is skipped (and never acted on).
 func (j *Journal) Volumes(ctx context.Context, fs string, fn func([]*Record) error) error {
-	return j.s.List(ctx, KindVolume, fs, "", func(es []Entry) error {
-		rs := make([]*Record, 0, len(es))
-		for _, e := range es {
-			if r, err := decode(e); err == nil {
-				rs = append(rs, r)
-			}
-		}
-		return fn(rs)
+	j.mu.Lock()
+	j.reads++
+	read := j.reads
+	j.mu.Unlock()
+	err := j.s.List(ctx, KindVolume, fs, "", func(es []Entry) error {
+		return fn(j.decodeListed(es, read))
 	})
+	if err == nil {
+		j.dropUnlisted(fs, read)
+	}
+	return err
+}
+
+// decodeListed decodes es, each only if its version is not the one decoded
+// before. Each caller gets records of its own.
+func (j *Journal) decodeListed(es []Entry, read uint64) []*Record {
+	rs := make([]*Record, 0, len(es))
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, e := range es {
+		c, ok := j.listed[e.Key]
+		if !ok || c.r.entry.Version != e.Version {
+			r, err := decode(e)
+			if err != nil {
+				delete(j.listed, e.Key)
+				continue
+			}
+			c.r = *r
+		}
+		c.seen = max(c.seen, read)
+		j.listed[e.Key] = c
+		r := c.r
+		rs = append(rs, &r)
+	}
+	return rs
+}
+
+// dropUnlisted forgets the decoded records of fs ("": all) that the
+// complete read numbered read did not see (deleted since, or seen only by
+// an earlier read).
+func (j *Journal) dropUnlisted(fs string, read uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for k, c := range j.listed {
+		if (fs == "" || k.FileSystem == fs) && c.seen < read {
+			delete(j.listed, k)
+		}
+	}
 }

@@ -59,16 +59,16 @@ func newHelperNode(t *testing.T, h *mountefs.Helper) *helperNode {
 	mounttest.WriteMarker(t, filepath.Join(n.data, e2eFS), "root")
 
 	conf, err := efsutils.Render(efsutils.Settings{Region: "us-east-1", PortRangeLower: tunnelPortLow, PortRangeUpper: tunnelPortHigh,
-		Overrides: []efsutils.Override{
-			{Section: "mount-watchdog", Key: "poll_interval_sec", Value: "0.02"},
-			{Section: "mount-watchdog", Key: "unmount_grace_period_sec", Value: "0"},
-		}})
+		Overrides: []efsutils.Override{{Section: "mount-watchdog", Key: "unmount_grace_period_sec", Value: "0"}}})
 	must(t, err)
 	confDir, err := efsutils.Setup(efsutils.Dirs{ConfigDir: filepath.Join(base, "var-amazon-efs")}, conf, nil)
 	must(t, err)
 	h.Configure(t, spec.Config{DataDir: n.data, Endpoint: url, Region: "us-east-1", ConfigDir: confDir,
-		StateDir: n.state, InvocationLog: n.invLog})
+		StateDir: n.state, InvocationLog: n.invLog, WatchdogPoll: 20 * time.Millisecond, UnmountDiffTime: 20 * time.Millisecond})
 
+	// Before the reaper runs: it would reap findmnt before exec's wait does
+	// ("waitid: no child processes").
+	types := fsType(t, n.data)
 	must(t, reaper.Enable())
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -77,7 +77,7 @@ func newHelperNode(t *testing.T, h *mountefs.Helper) *helperNode {
 	wg.Go(func() { w.Run(bg) })
 	t.Cleanup(func() { stop(); wg.Wait() })
 
-	m, err := mount.NewEFS(mount.WithMountTypes(fsType(t, n.data)))
+	m, err := mount.NewEFS(mount.WithMountTypes(types))
 	must(t, err)
 	n.svc, err = node.New(node.Config{NodeID: "node-1", Mounter: m})
 	must(t, err)
@@ -156,8 +156,9 @@ func TestPublishThroughMountEFSHelper(t *testing.T) {
 			map[string]string{"tls": "", "mounttargetip": "10.0.1.7"}, nil, true},
 		{"cross account", e2eFS + "::" + n.apID, map[string]string{"crossaccount": "true"}, false, "vol1",
 			map[string]string{"tls": "", "crossaccount": ""}, nil, true},
+		// efs-utils' efs-proxy mode tunnels a mount without TLS too.
 		{"no encryption in transit", e2eFS, map[string]string{"encryptInTransit": "false"}, false, "root",
-			nil, []string{"tls"}, false},
+			nil, []string{"tls"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,11 +191,15 @@ func TestPublishThroughMountEFSHelper(t *testing.T) {
 				t.Fatalf("state file: %v, want %v", ok, tt.tunnel)
 			}
 			if tt.tunnel {
-				if want := spec.StateName(e2eFS, target, st.Port); name != want {
+				port, _ := spec.StatePort(name)
+				if want := spec.StateName(e2eFS, target, port); name != want {
 					t.Errorf("state file %s, want %s", name, want)
 				}
-				if st.Port < tunnelPortLow || st.Port > tunnelPortHigh {
-					t.Errorf("tunnel port %d outside efs-utils.conf's range", st.Port)
+				if port < tunnelPortLow || port >= tunnelPortHigh {
+					t.Errorf("tunnel port %d outside efs-utils.conf's range [%d, %d)", port, tunnelPortLow, tunnelPortHigh)
+				}
+				if st.ServiceType != "elasticfilesystem" || st.Mountpoint != target || len(st.Files) != 1 {
+					t.Errorf("state file %s: %+v", name, st)
 				}
 				if !spec.IsTunnel(st.PID) {
 					t.Fatalf("tunnel %d not running", st.PID)

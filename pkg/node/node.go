@@ -107,17 +107,25 @@ type Config struct {
 	// DefaultVolMetricsFSRateLimit.
 	VolMetricsFSRateLimit int
 	// MemoryLimit is the node plugin's memory limit in bytes (upstream
-	// reads it from CSI_NODE_MEMORY_LIMIT); below
-	// S3FilesReadCacheMinMemory, S3 Files volumes are mounted with
-	// nos3readcache. 0 means unknown: the read cache stays on.
+	// reads it from CSI_NODE_MEMORY_LIMIT, which its chart and this one set
+	// from the container's limits.memory: the node's allocatable memory
+	// when the container has no limit); below S3FilesReadCacheMinMemory,
+	// S3 Files volumes are mounted with nos3readcache. 0 means unknown:
+	// nos3readcache too, as upstream (a read cache the node may not hold).
 	MemoryLimit int64
+	// FIPS: efs-utils runs its TLS tunnels in FIPS mode (efsutils.Conf.FIPS).
+	// stunnel then needs OpenSSL's FIPS provider, which the image does not
+	// have, so the stunnel mount option is refused (efs-proxy, the default
+	// tunnel, has AWS-LC's FIPS module built in).
+	FIPS bool
 }
 
 // S3FilesReadCacheMinMemory is the least node plugin memory limit with
-// which S3 Files mounts keep efs-utils' read cache: under it they are
-// mounted with nos3readcache, as upstream does (its tests call a 1 GiB
-// limit low).
-const S3FilesReadCacheMinMemory = 2 << 30
+// which S3 Files mounts keep efs-proxy's read cache: under it they are
+// mounted with nos3readcache. Upstream's threshold: the cache may grow to
+// readahead_cache_max_memory_size_mb per mount, in the node plugin's
+// container.
+const S3FilesReadCacheMinMemory = 30 << 30
 
 // Service is the CSI Node service.
 type Service struct {
@@ -129,6 +137,7 @@ type Service struct {
 	unmountTimeout time.Duration
 	maxVolumes     int64
 	memoryLimit    int64
+	fips           bool
 	locks          *keylock.Set
 	slots          chan struct{} // one token per mount in progress
 	abortOverLimit bool
@@ -164,7 +173,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.VolMetricsFSRateLimit = DefaultVolMetricsFSRateLimit
 	}
 	return &Service{
-		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn, memoryLimit: cfg.MemoryLimit,
+		nodeID: cfg.NodeID, zone: cfg.Zone, mounter: cfg.Mounter, volMetrics: cfg.VolMetricsOptIn, memoryLimit: cfg.MemoryLimit, fips: cfg.FIPS,
 		unmountTimeout: cfg.UnmountTimeout, maxVolumes: cfg.MaxVolumesPerNode, locks: keylock.New(),
 		slots: make(chan struct{}, cfg.MaxConcurrentMounts), abortOverLimit: cfg.AbortOverLimit, log: cfg.Logger,
 		stats: newVolStats(cfg.VolMetricsRefresh, cfg.VolMetricsFSRateLimit, cfg.Mounter, cfg.Logger),

@@ -99,6 +99,11 @@ func (s *Service) publishRequest(req *csi.NodePublishVolumeRequest) (mount.Volum
 		}
 		return vol, target, nil
 	}
+	if s.fips && slices.Contains(vol.Options, "stunnel") {
+		return mount.Volume{}, "", invalid("mountOptions", "the stunnel mount option is refused on this node: efs-utils runs in FIPS mode "+
+			"(useFIPS, FIPS_ENABLED or AWS_USE_FIPS_ENDPOINT) and stunnel needs an OpenSSL FIPS provider the driver's image does not have; "+
+			"remove stunnel: efs-proxy, the default tunnel, is FIPS-validated (AWS-LC)")
+	}
 	if vol.NoTLS && vol.AccessPointID != "" {
 		// Upstream mounts access points with TLS whatever encryptInTransit
 		// says (efs-utils refuses otherwise); existing PVs rely on it.
@@ -111,7 +116,8 @@ func (s *Service) publishRequest(req *csi.NodePublishVolumeRequest) (mount.Volum
 // checkS3Files refuses what an S3 Files mount cannot do, as upstream does:
 // encryption in transit cannot be turned off, the stunnel option and
 // cross-account mounts are not supported. It turns the proxy's read cache
-// off when the node plugin's memory is low (S3FilesReadCacheMinMemory).
+// off when the node plugin's memory is low or unknown
+// (S3FilesReadCacheMinMemory), as upstream.
 func (s *Service) checkS3Files(vol *mount.Volume) error {
 	switch {
 	case vol.NoTLS:
@@ -121,7 +127,7 @@ func (s *Service) checkS3Files(vol *mount.Volume) error {
 	case slices.Contains(vol.Options, "stunnel"):
 		return invalid("mountOptions", "the stunnel mount option is not supported by an S3 Files file system")
 	}
-	vol.NoS3ReadCache = s.memoryLimit > 0 && s.memoryLimit < S3FilesReadCacheMinMemory
+	vol.NoS3ReadCache = s.memoryLimit < S3FilesReadCacheMinMemory
 	return nil
 }
 

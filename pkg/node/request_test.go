@@ -73,6 +73,7 @@ func TestPublishRejectsBadInput(t *testing.T) {
 			withCap(mountCap("accesspoint=" + apID2))(r)
 		}, volume.ErrInvalidParameter},
 		{"mount option with a space", withCap(mountCap("nfsvers=4.1 x")), volume.ErrInvalidParameter},
+		{"crossaccount in mountOptions, refused by upstream since v3.0.0", withCap(mountCap("tls", "crossaccount")), volume.ErrInvalidParameter},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +85,41 @@ func TestPublishRejectsBadInput(t *testing.T) {
 			expectIs(t, "publish", err, tt.want)
 			if rec.called {
 				t.Error("the mounter was called for an invalid request")
+			}
+		})
+	}
+}
+
+// TestFIPSRefusesStunnel: in FIPS mode stunnel would need OpenSSL's FIPS
+// provider, which the image lacks (stunnel exits "FIPS PROVIDER: could not
+// load the shared library" and the mount fails after its timeout): a volume
+// asking for stunnel is refused at once, saying why; efs-proxy volumes mount.
+func TestFIPSRefusesStunnel(t *testing.T) {
+	tests := []struct {
+		name  string
+		fips  bool
+		flags []string
+		ok    bool
+	}{
+		{"FIPS with efs-proxy", true, []string{"tls"}, true},
+		{"FIPS with stunnel", true, []string{"stunnel"}, false},
+		{"FIPS with stunnel among other options", true, []string{"iam,stunnel"}, false},
+		{"stunnel without FIPS", false, []string{"stunnel"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &recordingMounter{}
+			s := newService(t, Config{Mounter: rec, FIPS: tt.fips})
+			req := publishReq(fsID+"::"+apID, filepath.Join(t.TempDir(), "mount"))
+			req.VolumeCapability = mountCap(tt.flags...)
+			_, err := s.NodePublishVolume(context.Background(), req)
+			if tt.ok {
+				must(t, err)
+				return
+			}
+			expectIs(t, "publish", err, volume.ErrInvalidParameter)
+			if err == nil || !strings.Contains(err.Error(), "FIPS") || !strings.Contains(err.Error(), "efs-proxy") || rec.called {
+				t.Errorf("error %v (mounter called: %v); want a refusal naming FIPS and efs-proxy", err, rec.called)
 			}
 		})
 	}

@@ -18,9 +18,10 @@ import (
 
 // S3 Files volumes are published as upstream publishes them: the
 // s3files: forms of the volume ID, TLS always, nos3readcache when the node
-// plugin's memory is low; encryptInTransit=false, crossaccount and stunnel
-// are refused.
+// plugin's memory limit is under 30 GiB or unknown; encryptInTransit=false,
+// crossaccount and stunnel are refused.
 func TestS3FilesPublishRequestAsUpstream(t *testing.T) {
+	const big = 64 << 30 // a node plugin with room for the read cache
 	target := filepath.Join(t.TempDir(), "mount")
 	tests := []struct {
 		name     string
@@ -32,17 +33,21 @@ func TestS3FilesPublishRequestAsUpstream(t *testing.T) {
 		wantErr  error
 		wantText string
 	}{
-		{name: "access point", id: "s3files:" + fsID + "::" + apID,
+		{name: "access point", id: "s3files:" + fsID + "::" + apID, memory: big,
 			want: mount.Volume{API: volume.APIS3Files, FileSystemID: fsID, AccessPointID: apID}},
-		{name: "whole file system", id: "s3files:" + fsID,
+		{name: "whole file system", id: "s3files:" + fsID, memory: big,
 			want: mount.Volume{API: volume.APIS3Files, FileSystemID: fsID}},
-		{name: "path and access point", id: "s3files:" + fsID + ":/data/shared:" + apID,
+		{name: "path and access point", id: "s3files:" + fsID + ":/data/shared:" + apID, memory: big,
 			want: mount.Volume{API: volume.APIS3Files, FileSystemID: fsID, Path: "/data/shared", AccessPointID: apID}},
 		{name: "low memory turns the read cache off", id: "s3files:" + fsID + "::" + apID, memory: 1 << 30,
 			want: mount.Volume{API: volume.APIS3Files, FileSystemID: fsID, AccessPointID: apID, NoS3ReadCache: true}},
-		{name: "enough memory keeps it", id: "s3files:" + fsID + "::" + apID, memory: 4 << 30,
+		{name: "under upstream's 30 GiB turns it off", id: "s3files:" + fsID + "::" + apID, memory: 30<<30 - 1,
+			want: mount.Volume{API: volume.APIS3Files, FileSystemID: fsID, AccessPointID: apID, NoS3ReadCache: true}},
+		{name: "30 GiB keeps it", id: "s3files:" + fsID + "::" + apID, memory: 30 << 30,
 			want: mount.Volume{API: volume.APIS3Files, FileSystemID: fsID, AccessPointID: apID}},
-		{name: "encryptInTransit true is fine", id: "s3files:" + fsID, ctx: map[string]string{"encryptInTransit": "true"},
+		{name: "an unknown limit turns it off, as upstream", id: "s3files:" + fsID + "::" + apID,
+			want: mount.Volume{API: volume.APIS3Files, FileSystemID: fsID, AccessPointID: apID, NoS3ReadCache: true}},
+		{name: "encryptInTransit true is fine", id: "s3files:" + fsID, ctx: map[string]string{"encryptInTransit": "true"}, memory: big,
 			want: mount.Volume{API: volume.APIS3Files, FileSystemID: fsID}},
 		{name: "encryptInTransit false is refused", id: "s3files:" + fsID, ctx: map[string]string{"encryptInTransit": "false"},
 			wantErr: volume.ErrInvalidParameter, wantText: "encryption in transit cannot be disabled"},

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 )
@@ -14,7 +15,10 @@ var supportedModes = map[csi.VolumeCapability_AccessMode_Mode]bool{
 }
 
 // ValidateCapabilities accepts mount access with fsType "efs" or empty and the
-// supported access modes; anything else wraps ErrInvalidParameter.
+// supported access modes; anything else wraps ErrInvalidParameter, and so does
+// the crossaccount mount option: upstream refuses it since v3.0.0 in
+// CreateVolume, ValidateVolumeCapabilities and NodePublishVolume alike (the
+// driver adds it itself from the provisioner secret or the volume context).
 func ValidateCapabilities(caps []*csi.VolumeCapability) error {
 	if len(caps) == 0 {
 		return fmt.Errorf("%w: volume capabilities are required", ErrInvalidParameter)
@@ -44,6 +48,15 @@ func validateCapability(c *csi.VolumeCapability) error {
 	mode := c.GetAccessMode().GetMode()
 	if !supportedModes[mode] {
 		return fmt.Errorf("%w: access mode %s is not supported", ErrInvalidParameter, mode)
+	}
+	for _, f := range m.GetMountFlags() {
+		for _, o := range strings.Split(f, ",") {
+			if name, _, _ := strings.Cut(strings.TrimSpace(o), "="); strings.EqualFold(name, "crossaccount") {
+				return fmt.Errorf("%w: mount option crossaccount cannot be set in mountOptions: the driver sets it from the "+
+					"provisioner secret's crossaccount: \"true\" (a static PersistentVolume: volumeAttributes crossaccount: \"true\")",
+					ErrInvalidParameter)
+			}
+		}
 	}
 	return nil
 }

@@ -1,9 +1,13 @@
 // Package mountefs runs a test with the test mount.efs helper (see
 // ./helper) installed as /sbin/mount.efs, so that the real `mount -t efs`
 // of util-linux runs it, without changing the machine: the test runs again,
-// in a re-executed test binary, inside a private mount namespace (unshare
-// -m) where an overlay over /sbin's directory adds the helper. Mounts made
-// in there are invisible outside and vanish with the namespace.
+// in a re-executed test binary, inside a private mount namespace and a PID
+// namespace of its own (unshare -m -p) where an overlay over /sbin's
+// directory adds the helper. Mounts made in there are invisible outside and
+// vanish with the namespace, its processes with its PID 1, the test.
+//
+// The helper is a stand-in for the tests that need data through the mount;
+// package realefs runs the real efs-utils (without data: no NFS client).
 package mountefs
 
 import (
@@ -58,7 +62,10 @@ func Setup(t *testing.T) *Helper {
 	}
 	dir := t.TempDir()
 	build(t, dir)
-	args := []string{"--mount", "--propagation", "private", os.Args[0],
+	// A PID namespace too: the test is PID 1, as the driver in its container,
+	// and whatever it leaves running (a tunnel the watchdog had no time to
+	// stop) dies with it.
+	args := []string{"--mount", "--pid", "--fork", "--mount-proc", "--propagation", "private", os.Args[0],
 		"-test.run=^" + regexp.QuoteMeta(t.Name()) + "$", "-test.count=1", "-test.v"}
 	if testing.Short() {
 		args = append(args, "-test.short")
@@ -140,7 +147,7 @@ func States(t testing.TB, dir string) map[string]spec.State {
 	}
 	out := map[string]spec.State{}
 	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), "fs-") || strings.HasSuffix(e.Name(), ".tmp") {
+		if !strings.HasPrefix(e.Name(), "fs-") || e.IsDir() { // fs-X...+: a TLS mount's directory
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))

@@ -1,6 +1,6 @@
 // Package spec is what the test mount.efs helper and the tests that drive it
 // share: its configuration, the record of each invocation, and efs-utils'
-// state file.
+// state file (the real one's: package realefs/spec).
 package spec
 
 import (
@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
+
+	realspec "github.com/efs-csi/efs-csi-driver/internal/testutil/realefs/spec"
 )
 
 // Config is the helper's configuration file.
@@ -18,6 +21,14 @@ type Config struct {
 	ConfigDir     string // where efs-utils.conf is read (efs-utils: /etc/amazon/efs)
 	StateDir      string // efs-utils' state directory (efs-utils: /var/run/efs)
 	InvocationLog string // every invocation is appended here as a JSON line ("" = none)
+	// WatchdogPoll is the watchdog's poll interval: 0 is efs-utils.conf's
+	// [mount-watchdog] poll_interval_sec, whole seconds as efs-utils' watchdog reads
+	// it; tests shorten it. (The helper checks the file's value either way.)
+	WatchdogPoll time.Duration
+	// UnmountDiffTime is how old a mount must be before the watchdog counts it gone:
+	// efs-utils' watchdog has a fixed 30 s (UNMOUNT_DIFF_TIME), which 0 keeps; tests
+	// shorten it.
+	UnmountDiffTime time.Duration
 }
 
 // Invocation is one run of mount.efs as mount(8) made it.
@@ -27,17 +38,12 @@ type Invocation struct {
 	Order          []string          // option keys in the order given
 }
 
-// State is efs-utils' state file of a TLS mount (the keys efs-utils
-// writes, plus the port, which efs-utils keeps in the file's name).
-type State struct {
-	PID         int      `json:"pid"`
-	Cmd         []string `json:"cmd"`
-	Files       []string `json:"files"`
-	MountTime   float64  `json:"mount_time"`
-	Mountpoint  string   `json:"mountpoint"`
-	UnmountTime float64  `json:"unmount_time,omitempty"`
-	Port        int      `json:"port"`
-}
+// State is efs-utils' state file of a mount with a tunnel, the real one's fields (the
+// port is in the file's name: StatePort).
+type State = realspec.State
+
+// StatePort is the port in a state file's name.
+var StatePort = realspec.StatePort
 
 // IsTunnel reports whether pid is a live (not zombie) tunnel process of the
 // helper: a PID reused by another process is not killed.
@@ -63,23 +69,7 @@ func IsTunnel(pid int) bool {
 }
 
 // Unescape undoes mountinfo's octal escapes (\040 for a space...).
-func Unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+var Unescape = realspec.Unescape
 
 // StateName is the name efs-utils gives the state file of a mount of fsID
 // on target whose tunnel listens on port (get_mount_specific_filename).

@@ -1,0 +1,90 @@
+package journal_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+)
+
+// Volumes keeps what it decoded while a record's version stays: every read
+// still answers what is stored now (a changed record's new content, a
+// deleted one gone, one written by another journal over the same store),
+// and each caller gets records of its own.
+func TestVolumesAnswersWhatIsStoredNow(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) journal.Store
+	}{
+		{"memory", func(*testing.T) journal.Store { return journal.NewMemory() }},
+		{"file", func(t *testing.T) journal.Store {
+			s, err := journal.OpenFile(t.TempDir() + "/journal")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := tc.store(t)
+			j, other := journal.New(store), journal.New(store)
+			recs := map[string]*journal.Record{}
+			for i := range 3 {
+				token := fmt.Sprint("pvc-", i)
+				r, _, err := j.Begin(ctx, journal.Volume{FileSystem: "fs-1", Token: token, Name: token, Path: "/" + token, Allocated: journal.NoID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				recs[token] = r
+			}
+			read := func() map[string]string {
+				t.Helper()
+				got := map[string]string{}
+				err := j.Volumes(ctx, "fs-1", func(rs []*journal.Record) error {
+					for _, r := range rs {
+						got[r.Token] = r.AccessPoint
+						r.AccessPoint = "changed by the caller"
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			want := map[string]string{"pvc-0": "", "pvc-1": "", "pvc-2": ""}
+			for _, step := range []struct {
+				what   string
+				change func()
+			}{
+				{"first read", func() {}},
+				{"read again", func() {}},
+				{"an access point recorded by another journal", func() {
+					r, err := other.Volume(ctx, "fs-1", "pvc-1")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := other.SetAccessPoint(ctx, r, "fsap-1", r.Path, r.UID, r.GID, r.Allocated, false); err != nil {
+						t.Fatal(err)
+					}
+					want["pvc-1"] = "fsap-1"
+				}},
+				{"a record finished", func() {
+					if err := j.Finish(ctx, recs["pvc-0"]); err != nil {
+						t.Fatal(err)
+					}
+					delete(want, "pvc-0")
+				}},
+			} {
+				step.change()
+				if got := read(); !maps.Equal(got, want) {
+					t.Errorf("%s: %v, want %v", step.what, got, want)
+				}
+			}
+		})
+	}
+}
