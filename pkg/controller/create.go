@@ -361,8 +361,9 @@ const unrecordedWindow = 10 * time.Minute
 
 // unrecordedRival checks, during unrecordedWindow, a just-created access
 // point with an allocated id against a listing that starts after it
-// exists: another access point carrying the id that the record does not
-// name was made by a writer outside this cluster's record. Ours then gives
+// exists: another access point carrying the id (which ours holds in the
+// record) was made by a writer outside this cluster's record, and may have
+// been adopted into it since. Ours then gives
 // way, if no other create of this cluster wrote its record since (Withdraw
 // is a strict compare-and-swap: one that adopted it would have touched the
 // record first, and then ours is answered); the retry holds another id.
@@ -381,23 +382,25 @@ func (s *Service) unrecordedRival(ctx context.Context, p *plan, rec *journal.Rec
 		if other.ID == ap.ID || (uid != id && g != id) {
 			continue
 		}
-		if r, err := s.journal.Volume(ctx, other.FileSystemID, other.ClientToken); err == nil && agrees(r, other) {
-			continue // recorded: cannot carry our id (I3); a stale listing
-		}
+		// Recorded or not, it carries our id without holding it (we do:
+		// HoldID succeeded): made outside the record (an earlier release
+		// mid-upgrade, another writer) and perhaps adopted since, and
+		// perhaps answered. The listing began after our create, so it is
+		// not a deleted one of ours. Ours has not been answered: it yields.
 		if err := s.journal.Withdraw(ctx, rec); err != nil {
 			return nil // another create of this cluster may have answered it
 		}
 		s.gids.Record(*other)
-		s.log.Warn("GID also carried by an access point outside the record; withdrawing ours",
+		s.log.Warn("GID also carried by an access point that does not hold it in the record; withdrawing ours",
 			slog.String("accessPoint", ap.ID), slog.Int64("gid", id), slog.String("other", other.ID))
 		if err := s.deleteAccessPoint(ctx, ap.FileSystemID, ap.ID); err != nil {
 			return err
 		}
-		s.log.Info("access point deleted", slog.String("accessPoint", ap.ID), slog.String("reason", "withdrawn before any answer: its GID is carried by an unrecorded access point"))
+		s.log.Info("access point deleted", slog.String("accessPoint", ap.ID), slog.String("reason", "withdrawn before any answer: its GID is carried by an access point made outside the record"))
 		if err := s.journal.Finish(ctx, rec); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: GID %d on %s is also carried by access point %s, which this cluster's record does not name", ErrGIDContention, id, ap.FileSystemID, other.ID)
+		return fmt.Errorf("%w: GID %d on %s is also carried by access point %s, which does not hold it in this cluster's record", ErrGIDContention, id, ap.FileSystemID, other.ID)
 	}
 	return nil
 }
