@@ -21,7 +21,7 @@ CHART = os.path.join(os.path.dirname(__file__), "..", "charts", "efs-csi-driver"
 OPEN = {"tags", "podAnnotations", "podLabels", "nodeSelector", "affinity", "annotations",
         "resources", "labels", "updateStrategy", "securityContext", "containerSecurityContext",
         "dnsConfig", "livenessProbe", "readinessProbe", "startupProbe", "rollingUpdate",
-        "socketDirVolume", "fileSystemIdRefs", "additionalLabels"}
+        "socketDirVolume", "fileSystemIdRefs", "additionalLabels", "hostAliases"}
 
 # Upstream's keys at each place (accepted; charts/efs-csi-driver/README.md says which act).
 UPSTREAM = {
@@ -39,7 +39,9 @@ UPSTREAM = {
              "startupProbe", "securityContext", "volumes", "volumeMounts", "kubeletPath", "rollingUpdate",
              "efsUtilsConfOverrides", "s3filesUtilsConfOverrides",
              # Read by upstream's template (hasKey) though its values.yaml does not declare them.
-             "efsCloudWatchLogEnabled", "s3filesCloudWatchLogEnabled", "s3filesCloudWatchMetricsEnabled"],
+             "efsCloudWatchLogEnabled", "s3filesCloudWatchLogEnabled", "s3filesCloudWatchMetricsEnabled",
+             "maxInflightMountCalls", "maxInflightMountCallsOptIn", "volumeAttachLimit", "volumeAttachLimitOptIn",
+             "forceUnmountAfterTimeout", "unmountTimeout"],
     "node.serviceAccount": ["disableMutation"],
     "sidecars.csiProvisioner": ["securityContext", "additionalArgs"],
     "sidecars.nodeDriverRegistrar": ["securityContext"],

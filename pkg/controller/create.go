@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -222,6 +224,7 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 	if err != nil {
 		return nil, err
 	}
+	s.warnIgnored(params.FileSystemID, volume.IgnoredParams(classParams))
 	root, err := params.RootDir(name)
 	if err != nil {
 		return nil, err
@@ -517,6 +520,9 @@ func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, err e
 		return nil, err
 	}
 	s.gids.Record(*found)
+	if later := s.laterGeneration(ctx, p, found); later != nil {
+		found = later
+	}
 	if err := p.check(found); err != nil {
 		return nil, err
 	}
@@ -692,4 +698,70 @@ func allocatedID(fixedGID int64, ap *efs.AccessPoint) int64 {
 		return uid
 	}
 	return g
+}
+
+// maxIgnoredWarnings bounds the (file system, key) pairs warnIgnored
+// remembers; past it, every further pair is logged at each call.
+const maxIgnoredWarnings = 1024
+
+// warnIgnored logs, once per file system and key, the StorageClass
+// parameters ParseParams ignored: upstream ignores unknown keys, so a class
+// with a stray one (mountOptions under parameters, a typo beside the right
+// key) provisions, but the administrator is told. CreateVolume's answer has
+// no field for a warning, so the controller's log is the place.
+func (s *Service) warnIgnored(fsID string, keys []string) {
+	for _, k := range keys {
+		key := fsID + "\x00" + k
+		if s.ignoredN.Load() < maxIgnoredWarnings {
+			if _, seen := s.ignored.LoadOrStore(key, struct{}{}); seen {
+				continue
+			}
+			s.ignoredN.Add(1)
+		} else if _, seen := s.ignored.Load(key); seen {
+			continue
+		}
+		s.log.Warn("StorageClass parameter ignored: not a parameter of this driver (upstream ignores it too; check its spelling, and that it belongs under parameters)",
+			"parameter", k, "fileSystemId", fsID)
+	}
+}
+
+// laterGeneration is the latest access point of an earlier release's later
+// generation of p's volume, if a fresh listing has one, during
+// unrecordedWindow. That release (3276f99 and before) gave a volume whose
+// GID it yielded another access point under the token generationToken(base,
+// g), answers only the latest, and deletes the earlier ones: adopting one of
+// those would answer an access point it is about to delete (the e2e upgrade
+// test saw its PV name a deleted access point).
+func (s *Service) laterGeneration(ctx context.Context, p *plan, found *efs.AccessPoint) *efs.AccessPoint {
+	if s.now().Sub(s.started) > unrecordedWindow {
+		return nil
+	}
+	aps, err := s.listAfterNow(efs.WithPriority(ctx, efs.PriorityFollowUp), found.FileSystemID)
+	if err != nil {
+		return nil
+	}
+	byToken := make(map[string]*efs.AccessPoint, len(aps))
+	for i := range aps {
+		byToken[aps[i].ClientToken] = &aps[i]
+	}
+	for g := earlierMaxGenerations - 1; g > 0; g-- {
+		if ap := byToken[generationToken(p.input.ClientToken, g)]; ap != nil {
+			s.gids.Record(*ap)
+			return ap
+		}
+	}
+	return nil
+}
+
+// earlierMaxGenerations is how many generations an earlier release used.
+const earlierMaxGenerations = 16
+
+// generationToken is an earlier release's client token of generation gen
+// of the volume whose generation-0 token is base.
+func generationToken(base string, gen int) string {
+	if gen == 0 {
+		return base
+	}
+	sum := sha256.Sum256([]byte(base + "\x00generation-" + strconv.Itoa(gen)))
+	return hex.EncodeToString(sum[:])
 }

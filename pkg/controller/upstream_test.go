@@ -10,6 +10,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/internal/upstreamtest"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 )
 
@@ -191,5 +192,34 @@ func TestProvenance(t *testing.T) {
 				t.Errorf("provenanceOf = %+v, want csi=%v and the name %q locked", p, tc.csi, tc.lock)
 			}
 		})
+	}
+}
+
+// TestAdoptionAnswersAnEarlierReleasesLatestGeneration: an earlier release
+// (3276f99 and before) that yielded a volume's GID made another access
+// point under the generation-1 token, answers that one and deletes the
+// generation-0 one. A create of this release that finds the generation-0
+// token taken answers the later generation, not the one about to go.
+func TestAdoptionAnswersAnEarlierReleasesLatestGeneration(t *testing.T) {
+	old := newBed(t, func(c *Config) { c.Journal = journal.NewMemory() }) // a writer outside our record
+	vol := old.mustCreate("pvc-gen")
+	var gen0 efs.AccessPoint
+	for _, ap := range old.accessPoints() {
+		if ap.ID == apOf(t, vol) {
+			gen0 = ap
+		}
+	}
+	gen1, err := old.client.CreateAccessPoint(old.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
+		ClientToken: generationToken(gen0.ClientToken, 1), Path: gen0.Path, Tags: gen0.Tags,
+		PosixUser:    &efs.PosixUser{UID: gen0.PosixUser.UID, GID: gen0.PosixUser.GID + 1},
+		CreationInfo: &efs.CreationInfo{OwnerUID: gen0.PosixUser.UID, OwnerGID: gen0.PosixUser.GID + 1, Permissions: "700"}})
+	must(t, err)
+	ours := newBedOn(t, old.url, old.emu)
+	resp, err := ours.create("pvc-gen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := apOf(t, resp.Volume.VolumeId); got != gen1.ID {
+		t.Fatalf("answered %s, want the later generation %s (generation 0: %s)", got, gen1.ID, gen0.ID)
 	}
 }

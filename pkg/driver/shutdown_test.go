@@ -108,6 +108,13 @@ func TestMetricsCountRPCsAndRestAtZero(t *testing.T) {
 	if _, err := ctl.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: sanityFS + "::fsap-0123456789abcdef0"}); err != nil {
 		t.Fatal(err)
 	}
+	// An S3 Files volume: its requests are service="s3files", under the S3
+	// Files API's own operation names.
+	s3req := createReq("pvc-m-s3")
+	s3req.Parameters = map[string]string{"provisioningMode": "s3files-ap", "fileSystemId": sanityS3FS, "directoryPerms": "700"}
+	if _, err := ctl.CreateVolume(context.Background(), s3req); err != nil {
+		t.Fatal(err)
+	}
 	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", addr))
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +122,7 @@ func TestMetricsCountRPCsAndRestAtZero(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`efs_csi_rpc_total{code="OK",method="CreateVolume"} 2`,
+		`efs_csi_rpc_total{code="OK",method="CreateVolume"} 3`,
 		`efs_csi_operations_in_flight 0`,
 		`efs_csi_locks_held 0`,
 		`efs_csi_api_calls_total{operation="CreateAccessPoint",outcome="ok"} 1`,
@@ -123,11 +130,16 @@ func TestMetricsCountRPCsAndRestAtZero(t *testing.T) {
 		`efs_csi_root_dirs_kept_total{reason="shared"} 0`,
 		`efs_csi_pending_unmounts 0`,
 		// The upstream driver's names and labels: its dashboards and alerts.
-		`aws_efs_csi_api_request_duration_seconds_count{request="CreateAccessPoint"} 1`,
-		`aws_efs_csi_api_request_errors_total{code="AccessPointNotFound",request="DescribeAccessPoints"} 1`,
+		`aws_efs_csi_api_request_duration_seconds_count{request="CreateAccessPoint",service="efs"} 1`,
+		`aws_efs_csi_api_request_duration_seconds_count{request="CreateAccessPoint",service="s3files"} 1`,
+		`aws_efs_csi_api_request_duration_seconds_count{request="ListFileSystems",service="s3files"} 0`,
+		`aws_efs_csi_api_request_errors_total{code="AccessPointNotFound",request="DescribeAccessPoints",service="efs"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	if strings.Contains(string(body), `request="S3Files.`) {
+		t.Errorf("an S3 Files request is labelled with efs's operation prefix")
 	}
 }

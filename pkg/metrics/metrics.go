@@ -4,8 +4,12 @@ package metrics
 
 import (
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -69,15 +73,21 @@ func New() *Metrics {
 			Name: RPCRequestsName, Help: "EFS API requests sent on behalf of CSI RPCs, retries and shared listings included, by method.",
 		}, []string{"method"}),
 		upTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "aws_efs_csi_api_request_duration_seconds", Help: "EFS API request latency by operation (the upstream driver's name).",
+			Name: APIRequestDurationName, Help: "AWS SDK API request duration by request type in seconds",
 			Buckets: prometheus.DefBuckets,
-		}, []string{"request"}),
+		}, []string{"request", "service"}),
 		upErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "aws_efs_csi_api_request_errors_total", Help: "EFS API request errors by operation and error code (the upstream driver's name).",
-		}, []string{"request", "code"}),
+			Name: APIRequestErrorsName, Help: "Total number of AWS SDK API errors by error code and request type",
+		}, []string{"code", "request", "service"}),
 		upThrottles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "aws_efs_csi_api_request_throttles_total", Help: "EFS API requests EFS throttled, by operation (the upstream driver's name).",
-		}, []string{"request"}),
+			Name: APIRequestThrottlesName, Help: "Total number of throttled AWS SDK API requests per request type",
+		}, []string{"request", "service"}),
+	}
+	// Upstream's series exist from the start for the operations it
+	// instruments: its duration histograms at zero (its counters appear with
+	// their first count).
+	for _, op := range upstreamOps {
+		m.upTime.WithLabelValues(upstreamRequest(op))
 	}
 	m.reg.MustRegister(m.rpcs, m.rpcTime, m.inFlight, m.aborted, m.apiCalls, m.apiTime, m.apiRetry, m.throttles,
 		m.upTime, m.upErrors, m.upThrottles, m.rpcRequests,
@@ -109,19 +119,77 @@ func (m *Metrics) RPCStarted(method string) func(code string) {
 	}
 }
 
+// The upstream driver's API series (docs/metrics.md upstream): per attempt
+// sent, request is the API's operation name and service "efs" or "s3files".
+const (
+	APIRequestDurationName  = "aws_efs_csi_api_request_duration_seconds"
+	APIRequestErrorsName    = "aws_efs_csi_api_request_errors_total"
+	APIRequestThrottlesName = "aws_efs_csi_api_request_throttles_total"
+)
+
+// upstreamOps are the operations whose duration series upstream registers
+// at start.
+var upstreamOps = []string{
+	efs.OpCreateAccessPoint, efs.OpDeleteAccessPoint, efs.OpDescribeAccessPoints,
+	efs.OpDescribeFileSystems, efs.OpDescribeMountTargets,
+	efs.OpS3CreateAccessPoint, efs.OpS3DeleteAccessPoint, efs.OpS3ListAccessPoints, efs.OpS3ListFileSystems,
+}
+
+// s3FilesPrefix is what efs puts before the S3 Files API's operation names.
+const s3FilesPrefix = "S3Files."
+
+// upstreamRequest splits an efs.Observer operation into upstream's request
+// and service labels.
+func upstreamRequest(op string) (request, service string) {
+	if name, ok := strings.CutPrefix(op, s3FilesPrefix); ok {
+		return name, "s3files"
+	}
+	return op, "efs"
+}
+
 // APICall implements efs.Observer.
 func (m *Metrics) APICall(op, outcome string, d time.Duration) {
 	m.apiCalls.WithLabelValues(op, outcome).Inc()
 	m.apiTime.WithLabelValues(op).Observe(d.Seconds())
-	m.upTime.WithLabelValues(op).Observe(d.Seconds())
-	if outcome == "throttled" {
+	if outcome == efs.OutcomeThrottled {
 		m.throttles.WithLabelValues(op).Inc()
-		m.upThrottles.WithLabelValues(op).Inc()
+	}
+	// A paced call was never sent: upstream times requests the SDK sends.
+	if outcome != efs.OutcomePaced {
+		request, service := upstreamRequest(op)
+		m.upTime.WithLabelValues(request, service).Observe(d.Seconds())
 	}
 }
 
-// APIError implements efs.ErrorObserver.
-func (m *Metrics) APIError(op, code string) { m.upErrors.WithLabelValues(op, code).Inc() }
+// APIError implements efs.ErrorObserver. As upstream, an error code the
+// SDK calls a throttle counts as a throttle and not as an error, and only
+// an API error code counts: an attempt that got no answer, or one without
+// a code (code is then the outcome or the HTTP status), is in neither.
+func (m *Metrics) APIError(op, code string) {
+	request, service := upstreamRequest(op)
+	if _, ok := retry.DefaultThrottleErrorCodes[code]; ok {
+		m.upThrottles.WithLabelValues(request, service).Inc()
+		return
+	}
+	if !isAPIErrorCode(code) {
+		return
+	}
+	m.upErrors.WithLabelValues(code, request, service).Inc()
+}
+
+// isAPIErrorCode tells an AWS error code from what efs passes for errors
+// without one: an outcome or an HTTP status.
+func isAPIErrorCode(code string) bool {
+	switch code {
+	case "", efs.OutcomeOK, efs.OutcomeThrottled, efs.OutcomeServerError, efs.OutcomeClientError,
+		efs.OutcomeNetworkError, efs.OutcomeTimeout, efs.OutcomeCanceled, efs.OutcomePaced:
+		return false
+	}
+	if _, err := strconv.Atoi(code); err == nil {
+		return false
+	}
+	return true
+}
 
 // Retry implements efs.Observer.
 func (m *Metrics) Retry(op string) { m.apiRetry.WithLabelValues(op).Inc() }

@@ -24,9 +24,57 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* Selector labels of one component (dict "component" "controller"|"node" "root" $):
      upstream's (app: efs-csi-controller|efs-csi-node, name, instance), immutable. */}}
 {{- define "efs-csi.selector" -}}
-app: efs-csi-{{ .component }}
+app: {{ include "efs-csi.app" . }}
 app.kubernetes.io/name: {{ include "efs-csi.name" .root }}
 app.kubernetes.io/instance: {{ include "efs-csi.instance" .root }}
+{{- end -}}
+
+{{/* The app label (and, for the controller, the Deployment's name): upstream's
+     controller.name for the controller, efs-csi-node for the node plugin. */}}
+{{- define "efs-csi.app" -}}
+{{- if eq .component "controller" }}{{ .root.Values.controller.name | default "efs-csi-controller" }}{{ else }}efs-csi-{{ .component }}{{ end }}
+{{- end -}}
+
+{{/* Labels of a pod template: the selector's, the component, the user's podLabels. No
+     version or chart label: a chart upgrade must not restart every pod for a label, as
+     upstream's pod templates carry none. */}}
+{{- define "efs-csi.podLabels" -}}
+{{ include "efs-csi.selector" . }}
+app.kubernetes.io/component: {{ .component }}
+{{- with (index .root.Values .component).podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Upstream's driver image carried over (item: its values.yaml or install docs set
+     image.repository) would run upstream's binary with this chart's flags, which it does
+     not know: fail, naming the key, rather than render a driver that exits 2. */}}
+{{- define "efs-csi.checkImage" -}}
+{{- $repo := toString .Values.image.repository }}
+{{- if or (hasSuffix "/aws-efs-csi-driver" $repo) (eq $repo "aws-efs-csi-driver") (contains "/eks/aws-efs-csi-driver" $repo) }}
+{{- fail (printf "image.repository %q is upstream's aws-efs-csi-driver image, which does not take this chart's flags: remove image.repository and image.tag from your values (this chart's image is ghcr.io/efs-csi/efs-csi-driver), or set a mirror of this project's image" $repo) }}
+{{- end }}
+{{- $tag := toString (.Values.image.tag | default "") }}
+{{- if and (eq $repo "ghcr.io/efs-csi/efs-csi-driver") (regexMatch "^v[1-9][0-9]*\\.[0-9]+\\.[0-9]+" $tag) }}
+{{- fail (printf "image.tag %q is an upstream aws-efs-csi-driver release, not one of this chart's image: remove image.tag from your values (empty: the chart's appVersion)" $tag) }}
+{{- end }}
+{{- end -}}
+
+{{/* Log level of a component's sidecars: its logLevel as upstream's chart passes it, else
+     sidecarLogLevel. */}}
+{{- define "efs-csi.sidecarV" -}}
+{{- $v := (index .root.Values .component).logLevel }}
+{{- if kindIs "invalid" $v }}{{ .root.Values.sidecarLogLevel }}{{ else }}{{ $v }}{{ end }}
+{{- end -}}
+
+{{/* A container's probe: the user's (upstream's livenessProbe/readinessProbe/startupProbe
+     keys of the component; {} removes it) when the key is set, else the chart's default.
+     dict "values" <component values> "key" "livenessProbe" "default" <map or nil>. */}}
+{{- define "efs-csi.probe" -}}
+{{- $p := .default }}
+{{- if hasKey .values .key }}{{ $p = get .values .key }}{{ end }}
+{{- with $p }}{{ $.key }}:
+{{ toYaml . | indent 2 }}{{ end }}
 {{- end -}}
 
 {{- define "efs-csi.image" -}}
@@ -83,10 +131,15 @@ dnsConfig:
 {{- end }}
 {{- with .hostAliases }}
 hostAliases:
+{{- if kindIs "map" . }}
+{{- /* Upstream's form: file system ID -> {ip, region}. */}}
+{{- range $fs, $a := . }}
+  - ip: {{ required (printf "node.hostAliases.%s.ip is required" $fs) $a.ip | quote }}
+    hostnames:
+      - {{ printf "%s.efs.%s.amazonaws.com" $fs (required (printf "node.hostAliases.%s.region is required" $fs) $a.region) }}
+{{- end }}
+{{- else }}
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .topologySpreadConstraints }}
-topologySpreadConstraints:
-  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
