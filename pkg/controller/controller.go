@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -186,6 +187,11 @@ type shared struct {
 	mu       sync.Mutex
 	answers  map[string]answer
 	answerOf map[string]string
+
+	// ignored: the (file system, StorageClass key) pairs already warned
+	// about as ignored parameters (warnIgnored), ignoredN their number.
+	ignored  sync.Map
+	ignoredN atomic.Int64
 
 	// finished: the deletes this process finished, so that a repeat costs
 	// no request either (finished.go). A create drops its name's entries

@@ -117,22 +117,26 @@ type Params struct {
 
 var octalModeRe = regexp.MustCompile(`^[0-7]{3,4}$`)
 
-// ParseParams validates the CreateVolume parameters and applies upstream's
-// defaults. Unknown keys are rejected; every error is a *ParamError naming
-// the parameter, checked in a fixed order so the same input always yields
-// the same message.
-func ParseParams(m map[string]string) (Params, error) {
-	unknown := make([]string, 0)
+// IgnoredParams are the keys of m that ParseParams does not know and
+// ignores, sorted (nil: none).
+func IgnoredParams(m map[string]string) []string {
+	var ignored []string
 	for k := range m {
 		if !slices.Contains(knownParams, k) {
-			unknown = append(unknown, k)
+			ignored = append(ignored, k)
 		}
 	}
-	if len(unknown) > 0 {
-		slices.Sort(unknown)
-		return Params{}, paramErr(unknown[0], "unknown parameter (known: %s)", strings.Join(knownParams, ", "))
-	}
+	slices.Sort(ignored)
+	return ignored
+}
 
+// ParseParams validates the CreateVolume parameters and applies upstream's
+// defaults. Unknown keys are ignored, as upstream ignores them (a stray key,
+// such as mountOptions under parameters, must not stop provisioning): they
+// are what IgnoredParams returns, for the caller to warn about. Every error
+// is a *ParamError naming a known parameter, checked in a fixed order so the
+// same input always yields the same message.
+func ParseParams(m map[string]string) (Params, error) {
 	p := Params{
 		DirectoryPerms:        DefaultDirectoryPerms,
 		UID:                   -1,

@@ -3,6 +3,7 @@ package volume
 import (
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,8 +93,6 @@ func TestParseParamsRejectsNamingTheParameter(t *testing.T) {
 		wantKey string
 		wantMsg string
 	}{
-		{"unknown key", with("fsType", "efs"), "fsType", "unknown"},
-		{"unknown reserved-prefix key", with("csi.storage.k8s.io/pvc/uid", "x"), "csi.storage.k8s.io/pvc/uid", "unknown"},
 		{"missing provisioningMode", without(ParamProvisioningMode), ParamProvisioningMode, "missing"},
 		{"other provisioningMode", with(ParamProvisioningMode, "efs-dir"), ParamProvisioningMode, "not supported"},
 		{"missing fileSystemId", without(ParamFileSystemID), ParamFileSystemID, "missing"},
@@ -212,5 +211,30 @@ func TestClientToken(t *testing.T) {
 				t.Fatalf("token is %d characters", len(got))
 			}
 		})
+	}
+}
+
+// Unknown keys are ignored, as upstream ignores them, and listed for a
+// warning; a known key's bad value beside them is still refused.
+func TestParseParamsIgnoresUnknownKeys(t *testing.T) {
+	m := minimal()
+	m["mountOptions"], m["fsType"], m["csi.storage.k8s.io/pvc/uid"] = "tls", "efs", "x"
+	p, err := ParseParams(m)
+	if err != nil {
+		t.Fatalf("ParseParams with unknown keys: %v", err)
+	}
+	if want, _ := ParseParams(minimal()); p != want {
+		t.Errorf("unknown keys changed the parameters: %+v, want %+v", p, want)
+	}
+	if got, want := IgnoredParams(m), []string{"csi.storage.k8s.io/pvc/uid", "fsType", "mountOptions"}; !slices.Equal(got, want) {
+		t.Errorf("IgnoredParams = %q, want %q", got, want)
+	}
+	if got := IgnoredParams(minimal()); got != nil {
+		t.Errorf("IgnoredParams of known keys = %q", got)
+	}
+	m[ParamDirectoryPerms] = "800"
+	var pe *ParamError
+	if _, err := ParseParams(m); !errors.As(err, &pe) || pe.Key != ParamDirectoryPerms {
+		t.Errorf("bad directoryPerms beside unknown keys: %v", err)
 	}
 }
