@@ -174,7 +174,7 @@ func (r *run) run(ctx context.Context) (err error) {
 		return err
 	}
 	prog := startProgress(cfg.Stderr, cfg.Progress, r.eng, &r.kills, r.deleteTotal.Load)
-	defer prog.close()
+	defer prog.Close()
 
 	wctx, cancel := context.WithTimeout(ctx, cfg.MaxDuration)
 	defer cancel()
@@ -221,7 +221,7 @@ func (r *run) run(ctx context.Context) (err error) {
 	if err := r.audit(wctx, "final", false); err != nil {
 		return err
 	}
-	prog.close()
+	prog.Close()
 	if n := r.rep.Findings(); n > 0 {
 		return fmt.Errorf("%w: %d", ErrFindings, n)
 	}

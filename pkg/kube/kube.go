@@ -7,6 +7,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,12 +16,15 @@ import (
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	storagev1api "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	storagev1 "k8s.io/client-go/kubernetes/typed/storage/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
@@ -89,19 +93,30 @@ func New(cfg Config) (*Client, error) {
 	if _, err := os.Stat(cfg.TokenFile); err != nil {
 		return nil, fmt.Errorf("kube: token: %w", err)
 	}
-	rc := &rest.Config{
+	return NewForConfig(&rest.Config{
 		Host: cfg.URL,
 		// client-go re-reads the file: projected service account tokens rotate.
 		BearerTokenFile: cfg.TokenFile,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: cfg.CAFile},
-		UserAgent:       "efs-csi-driver",
-		Timeout:         30 * time.Second,
-		// A round reads a few lists; the election renews every few seconds.
-		QPS: 5, Burst: 10,
-		// JSON, not client-go's protobuf default for built-in types: a few
-		// small objects a minute, and the test API server decodes them.
-		ContentConfig: rest.ContentConfig{ContentType: "application/json"},
+	})
+}
+
+// NewForConfig builds a client on rc (a kubeconfig's, LoadConfig), with
+// the driver's defaults for what rc leaves unset: its user agent, a 30 s
+// timeout, 5 requests/s (burst 10) and JSON. It makes no call.
+func NewForConfig(rc *rest.Config) (*Client, error) {
+	rc = rest.CopyConfig(rc)
+	rc.UserAgent = cmp.Or(rc.UserAgent, "efs-csi-driver")
+	if rc.Timeout == 0 {
+		rc.Timeout = 30 * time.Second
 	}
+	if rc.QPS == 0 {
+		// A round reads a few lists; the election renews every few seconds.
+		rc.QPS, rc.Burst = 5, 10
+	}
+	// JSON, not client-go's protobuf default for built-in types: a few
+	// small objects a minute, and the test API server decodes them.
+	rc.ContentType = "application/json"
 	c := &Client{}
 	var err error
 	if c.core, err = corev1.NewForConfig(rc); err != nil {
@@ -121,6 +136,26 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// LoadConfig resolves the API server and credentials as kubectl does
+// (client-go's default loading rules): kubeconfig if not "", else
+// $KUBECONFIG, else ~/.kube/config, else the pod's in-cluster
+// configuration; context "" is the kubeconfig's current context. It
+// returns the configuration and a description of where it came from.
+func LoadConfig(kubeconfig, context string) (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context})
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("kube: %w", err)
+	}
+	from := "in-cluster configuration"
+	if raw, err := cc.RawConfig(); err == nil && len(raw.Contexts) > 0 {
+		from = "kubeconfig context " + cmp.Or(context, raw.CurrentContext)
+	}
+	return rc, from, nil
+}
+
 // pageSize bounds one list answer, so that a large cluster is read in pages.
 const pageSize = 500
 
@@ -128,21 +163,88 @@ const pageSize = 500
 // the given driver.
 func (c *Client) VolumeHandles(ctx context.Context, driver string) ([]string, error) {
 	var handles []string
+	err := c.PersistentVolumes(ctx, driver, func(pvs []PersistentVolume) error {
+		for _, pv := range pvs {
+			handles = append(handles, pv.Handle)
+		}
+		return nil
+	})
+	return handles, err
+}
+
+// PersistentVolume is what the driver reads of a CSI PersistentVolume.
+type PersistentVolume struct {
+	Name   string `json:"name"`
+	Handle string `json:"volumeHandle"`
+	// The claim the PV is bound to (or was: a Released PV keeps it).
+	ClaimNamespace string `json:"claimNamespace,omitempty"`
+	ClaimName      string `json:"claimName,omitempty"`
+	StorageClass   string `json:"storageClass,omitempty"`
+	Phase          string `json:"phase,omitempty"`
+	ReclaimPolicy  string `json:"reclaimPolicy,omitempty"`
+}
+
+// PersistentVolumes calls fn with the CSI PersistentVolumes of driver, a
+// page at a time (at most pageSize PVs are read at once).
+func (c *Client) PersistentVolumes(ctx context.Context, driver string, fn func([]PersistentVolume) error) error {
+	return list(ctx, "PersistentVolumes", c.core.PersistentVolumes().List, func(l *v1.PersistentVolumeList) (string, error) {
+		var page []PersistentVolume
+		for _, pv := range l.Items {
+			csi := pv.Spec.CSI
+			if csi == nil || csi.Driver != driver {
+				continue
+			}
+			p := PersistentVolume{Name: pv.Name, Handle: csi.VolumeHandle, StorageClass: pv.Spec.StorageClassName,
+				Phase: string(pv.Status.Phase), ReclaimPolicy: string(pv.Spec.PersistentVolumeReclaimPolicy)}
+			if ref := pv.Spec.ClaimRef; ref != nil {
+				p.ClaimNamespace, p.ClaimName = ref.Namespace, ref.Name
+			}
+			page = append(page, p)
+		}
+		return l.Continue, fn(page)
+	})
+}
+
+// Claim is what the driver reads of a PersistentVolumeClaim.
+type Claim struct {
+	Namespace    string `json:"namespace"`
+	Name         string `json:"name"`
+	UID          string `json:"uid"`
+	StorageClass string `json:"storageClass,omitempty"`
+	VolumeName   string `json:"volumeName,omitempty"`
+	Phase        string `json:"phase,omitempty"`
+}
+
+// Claims calls fn with every PersistentVolumeClaim of the cluster, a page
+// at a time.
+func (c *Client) Claims(ctx context.Context, fn func([]Claim) error) error {
+	return list(ctx, "PersistentVolumeClaims", c.core.PersistentVolumeClaims("").List, func(l *v1.PersistentVolumeClaimList) (string, error) {
+		page := make([]Claim, 0, len(l.Items))
+		for _, pvc := range l.Items {
+			cl := Claim{Namespace: pvc.Namespace, Name: pvc.Name, UID: string(pvc.UID), VolumeName: pvc.Spec.VolumeName, Phase: string(pvc.Status.Phase)}
+			if sc := pvc.Spec.StorageClassName; sc != nil {
+				cl.StorageClass = *sc
+			}
+			page = append(page, cl)
+		}
+		return l.Continue, fn(page)
+	})
+}
+
+// list pages through a List of what, calling each with every page; each
+// returns the page's continue token.
+func list[L any](ctx context.Context, what string, get func(context.Context, metav1.ListOptions) (L, error), each func(L) (string, error)) error {
 	opts := metav1.ListOptions{Limit: pageSize}
 	for {
-		l, err := c.core.PersistentVolumes().List(ctx, opts)
+		l, err := get(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("kube: list PersistentVolumes: %w", err)
+			return fmt.Errorf("kube: list %s: %w", what, err)
 		}
-		for _, pv := range l.Items {
-			if csi := pv.Spec.CSI; csi != nil && csi.Driver == driver {
-				handles = append(handles, csi.VolumeHandle)
-			}
+		next, err := each(l)
+		if err != nil || next == "" {
+			return err
 		}
-		if l.Continue == "" {
-			return handles, nil
-		}
-		opts.Continue = l.Continue
+		opts.Continue = next
 	}
 }
 
@@ -160,35 +262,58 @@ func (c *Client) ClaimUID(ctx context.Context, namespace, name string) (string, 
 	return string(pvc.UID), nil
 }
 
-// provisionerSecretName is the StorageClass parameter naming the Secret the
-// provisioner passes to CreateVolume and DeleteVolume.
-const provisionerSecretName = "csi.storage.k8s.io/provisioner-secret-name"
+// provisionerSecretName and provisionerSecretNamespace are the
+// StorageClass parameters naming the Secret the provisioner passes to
+// CreateVolume and DeleteVolume.
+const (
+	provisionerSecretName      = "csi.storage.k8s.io/provisioner-secret-name"
+	provisionerSecretNamespace = "csi.storage.k8s.io/provisioner-secret-namespace"
+)
+
+// StorageClass is what the driver reads of a StorageClass.
+type StorageClass struct {
+	Name       string            `json:"name"`
+	Parameters map[string]string `json:"parameters,omitempty"`
+}
+
+// StorageClasses returns the StorageClasses whose provisioner is driver,
+// in the API's order.
+func (c *Client) StorageClasses(ctx context.Context, driver string) ([]StorageClass, error) {
+	var out []StorageClass
+	err := list(ctx, "StorageClasses", c.storage.StorageClasses().List, func(l *storagev1api.StorageClassList) (string, error) {
+		for _, sc := range l.Items {
+			if sc.Provisioner == driver {
+				out = append(out, StorageClass{Name: sc.Name, Parameters: sc.Parameters})
+			}
+		}
+		return l.Continue, nil
+	})
+	return out, err
+}
 
 // FileSystemIDs returns the distinct fileSystemId parameters of the
 // StorageClasses whose provisioner is driver, in the API's order.
 func (c *Client) FileSystemIDs(ctx context.Context, driver string) ([]string, error) {
+	classes, err := c.StorageClasses(ctx, driver)
+	if err != nil {
+		return nil, err
+	}
 	var ids []string
 	seen := map[string]bool{}
-	opts := metav1.ListOptions{Limit: pageSize}
-	for {
-		l, err := c.storage.StorageClasses().List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("kube: list StorageClasses: %w", err)
+	for _, sc := range classes {
+		if id := c.classFileSystem(ctx, sc.Parameters); id != "" && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
 		}
-		for _, sc := range l.Items {
-			if sc.Provisioner != driver {
-				continue
-			}
-			if id := c.classFileSystem(ctx, sc.Parameters); id != "" && !seen[id] {
-				seen[id] = true
-				ids = append(ids, id)
-			}
-		}
-		if l.Continue == "" {
-			return ids, nil
-		}
-		opts.Continue = l.Continue
 	}
+	return ids, nil
+}
+
+// ProvisionerSecret is the provisioner Secret a class names (the
+// csi.storage.k8s.io/provisioner-secret-* parameters), if any.
+func ProvisionerSecret(params map[string]string) (namespace, name string, ok bool) {
+	name, ok = params[provisionerSecretName]
+	return params[provisionerSecretNamespace], name, ok
 }
 
 // classFileSystem is the file system a class names, by fileSystemId or by a
@@ -200,21 +325,31 @@ func (c *Client) classFileSystem(ctx context.Context, params map[string]string) 
 	if _, ok := params[provisionerSecretName]; ok || params[volume.ParamProvisioningMode] == volume.ProvisioningModeS3FilesAccessPoint {
 		return ""
 	}
+	id, _ := c.ClassFileSystem(ctx, params)
+	return id
+}
+
+// ClassFileSystem is the file system a class's parameters name: its
+// fileSystemId, or the value of its fileSystemIdConfigRef or
+// fileSystemIdSecretRef read now; "" for a class that names none (static
+// provisioning). A reference that cannot be read, or holds no ID, is an
+// error.
+func (c *Client) ClassFileSystem(ctx context.Context, params map[string]string) (string, error) {
 	ref, isRef, err := volume.FileSystemRef(params)
 	switch {
 	case err != nil:
-		return ""
+		return "", err
 	case !isRef:
-		return params[volume.ParamFileSystemID]
+		return params[volume.ParamFileSystemID], nil
 	}
 	v, err := c.KeyValue(ctx, string(ref.Kind), ref.Namespace, ref.Name, ref.Key)
 	if err != nil {
-		return ""
+		return "", err
 	}
 	if id, ok := volume.FileSystemIDFromRef(v); ok {
-		return id
+		return id, nil
 	}
-	return ""
+	return "", fmt.Errorf("kube: %s holds no file system ID", ref)
 }
 
 // NamespaceUID returns the UID of a namespace. The UID of kube-system is the

@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -109,4 +111,40 @@ func (c *Client) leadOnce(ctx context.Context, e Election, fn func(context.Conte
 		<-done
 	}
 	return nil
+}
+
+// LeaseState is what a Lease says of its election.
+type LeaseState struct {
+	Created time.Time `json:"created"` // when the Lease was first made: no election under its name before
+	Holder  string    `json:"holder"`  // "" when released
+	Renewed time.Time `json:"renewed"` // the holder's last renewal
+	// Duration is how long the holder's claim lasts after Renewed.
+	Duration time.Duration `json:"duration"`
+}
+
+// Held reports whether a candidate held the Lease at now.
+func (l LeaseState) Held(now time.Time) bool {
+	return l.Holder != "" && !l.Renewed.IsZero() && now.Sub(l.Renewed) <= l.Duration
+}
+
+// Lease reads the Lease namespace/name; ok is false when there is none.
+func (c *Client) Lease(ctx context.Context, namespace, name string) (st LeaseState, ok bool, err error) {
+	l, err := c.leases.Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return LeaseState{}, false, nil
+	}
+	if err != nil {
+		return LeaseState{}, false, fmt.Errorf("kube: get Lease %s/%s: %w", namespace, name, err)
+	}
+	st.Created = l.CreationTimestamp.Time
+	if h := l.Spec.HolderIdentity; h != nil {
+		st.Holder = *h
+	}
+	if r := l.Spec.RenewTime; r != nil {
+		st.Renewed = r.Time
+	}
+	if d := l.Spec.LeaseDurationSeconds; d != nil {
+		st.Duration = time.Duration(*d) * time.Second
+	}
+	return st, true, nil
 }

@@ -182,17 +182,10 @@ func Check(in Inputs) *Report {
 	}
 
 	// GIDs are unique among the access points the driver created.
-	byGID := map[int64][]string{}
-	for _, ap := range in.AccessPoints {
-		if ap.PosixUser == nil || (ap.Tags[controller.TagCluster] != "true" && !in.RunNames[ap.Tags[controller.TagVolumeName]]) {
-			continue
-		}
-		byGID[ap.PosixUser.GID] = append(byGID[ap.PosixUser.GID], ap.ID)
-	}
-	for _, gid := range sortedKeys(byGID) {
-		if ids := byGID[gid]; len(ids) > 1 {
-			r.DuplicateGIDs = append(r.DuplicateGIDs, Finding{strconv.FormatInt(gid, 10), "shared by " + strings.Join(ids, ", ")})
-		}
+	for _, g := range SharedGIDs(in.AccessPoints, func(ap *efs.AccessPoint) bool {
+		return ap.Tags[controller.TagCluster] == "true" || in.RunNames[ap.Tags[controller.TagVolumeName]]
+	}) {
+		r.DuplicateGIDs = append(r.DuplicateGIDs, Finding{strconv.FormatInt(g.GID, 10), "shared by " + strings.Join(g.AccessPoints, ", ")})
 	}
 
 	for _, name := range sortedKeys(in.Answers) {
@@ -227,6 +220,33 @@ func Check(in Inputs) *Report {
 		r.RootDirsLeft = append(r.RootDirsLeft, Finding{d, "root directory of a deleted volume still exists"})
 	}
 	return r
+}
+
+// SharedGID is a GID that more than one access point carries.
+type SharedGID struct {
+	GID          int64
+	AccessPoints []string // their IDs, in the order of the listing
+}
+
+// SharedGIDs returns, by GID, the GIDs that more than one of the access
+// points counted (nil: all) carries; an access point without a POSIX user
+// carries none.
+func SharedGIDs(aps []efs.AccessPoint, counted func(*efs.AccessPoint) bool) []SharedGID {
+	byGID := map[int64][]string{}
+	for i := range aps {
+		ap := &aps[i]
+		if ap.PosixUser == nil || (counted != nil && !counted(ap)) {
+			continue
+		}
+		byGID[ap.PosixUser.GID] = append(byGID[ap.PosixUser.GID], ap.ID)
+	}
+	var out []SharedGID
+	for _, gid := range sortedKeys(byGID) {
+		if ids := byGID[gid]; len(ids) > 1 {
+			out = append(out, SharedGID{gid, ids})
+		}
+	}
+	return out
 }
 
 func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K { return slices.Sorted(maps.Keys(m)) }

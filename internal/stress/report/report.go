@@ -8,13 +8,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"math"
 	"os"
 	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/efs-csi/efs-csi-driver/internal/plot"
 	"github.com/efs-csi/efs-csi-driver/internal/stress/audit"
 	"github.com/efs-csi/efs-csi-driver/internal/stress/workload"
 )
@@ -66,25 +66,10 @@ type Phase struct {
 }
 
 // Latency summarises one RPC (or operation): counts, codes, percentiles.
-type Latency struct {
-	Name      string         `json:"name"`
-	Count     int            `json:"count"`
-	OK        int            `json:"ok"`
-	Retries   int            `json:"retries"`
-	ByCode    map[string]int `json:"byCode"`
-	P50       float64        `json:"p50Seconds"`
-	P95       float64        `json:"p95Seconds"`
-	P99       float64        `json:"p99Seconds"`
-	Max       float64        `json:"maxSeconds"`
-	Mean      float64        `json:"meanSeconds"`
-	Histogram []Bucket       `json:"histogram"`
-}
+type Latency = plot.Latency
 
 // Bucket counts latencies up to Le seconds (and above the previous bucket).
-type Bucket struct {
-	Le    float64 `json:"le"` // +Inf is written as 0 and labelled "more"
-	Count int     `json:"count"`
-}
+type Bucket = plot.Bucket
 
 // Chaos counts what the driver went through.
 type Chaos struct {
@@ -116,23 +101,13 @@ type Audit struct {
 }
 
 // Event is a moment on the timeline.
-type Event struct {
-	Seconds float64 `json:"seconds"`
-	Kind    string  `json:"kind"`
-	Note    string  `json:"note,omitempty"`
-}
+type Event = plot.Event
 
 // Timeline counts answers per time bucket, by series.
-type Timeline struct {
-	BucketSeconds float64  `json:"bucketSeconds"`
-	Series        []Series `json:"series"`
-}
+type Timeline = plot.Timeline
 
 // Series is one line of the operations-over-time chart.
-type Series struct {
-	Name   string `json:"name"`
-	Counts []int  `json:"counts"`
-}
+type Series = plot.Series
 
 // Files lists what the run wrote.
 type Files struct {
@@ -159,48 +134,13 @@ func (r *Report) Retries() int {
 	return n
 }
 
-// histogramEdges are latency bucket bounds in seconds, 1-2-5 steps.
-var histogramEdges = []float64{
-	0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
-	0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 60,
-}
-
 // latency summarises durations; retries and codes are the caller's.
 func latency(name string, ds []time.Duration, codesSeen []codes.Code, retries int) Latency {
-	l := Latency{Name: name, Count: len(ds), Retries: retries, ByCode: map[string]int{}}
-	for _, c := range codesSeen {
-		l.ByCode[c.String()]++
-		if c == codes.OK {
-			l.OK++
-		}
+	outcomes := make([]string, len(codesSeen))
+	for i, c := range codesSeen {
+		outcomes[i] = c.String()
 	}
-	if len(ds) == 0 {
-		return l
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	var sum time.Duration
-	for _, d := range s {
-		sum += d
-	}
-	l.P50, l.P95, l.P99 = percentile(s, 50), percentile(s, 95), percentile(s, 99)
-	l.Max = s[len(s)-1].Seconds()
-	l.Mean = (sum / time.Duration(len(s))).Seconds()
-	l.Histogram = make([]Bucket, len(histogramEdges)+1)
-	for i, e := range histogramEdges {
-		l.Histogram[i].Le = e
-	}
-	for _, d := range s {
-		i, _ := slices.BinarySearch(histogramEdges, d.Seconds())
-		l.Histogram[i].Count++
-	}
-	return l
-}
-
-// percentile is the nearest-rank percentile of sorted durations, in seconds.
-func percentile(sorted []time.Duration, p float64) float64 {
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	return sorted[min(max(rank, 1), len(sorted))-1].Seconds()
+	return plot.NewLatency(name, ds, outcomes, codes.OK.String(), retries)
 }
 
 // FromCalls fills the RPC and operation figures and the timeline.
@@ -238,33 +178,21 @@ func (r *Report) FromCalls(calls []workload.Call, ops []workload.Op, events []wo
 // timeline buckets answers by the time they arrived, in at most 120 buckets
 // of a round width.
 func timeline(calls []workload.Call, total time.Duration) Timeline {
-	width := 0.1
-	for _, w := range []float64{0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60} {
-		width = w
-		if total.Seconds()/w <= 120 {
-			break
-		}
-	}
-	n := int(total.Seconds()/width) + 1
-	names := []string{"CreateVolume OK", "DeleteVolume OK", "retryable errors", "final errors"}
-	series := make([]Series, len(names))
-	for i := range series {
-		series[i] = Series{Name: names[i], Counts: make([]int, n)}
-	}
+	t := plot.NewTimeline(total, "CreateVolume OK", "DeleteVolume OK", "retryable errors", "final errors")
 	for _, c := range calls {
-		b := min(int((c.Start+c.Latency).Seconds()/width), n-1)
+		at := c.Start + c.Latency
 		switch {
 		case c.Code == codes.OK && c.RPC == workload.RPCCreate:
-			series[0].Counts[b]++
+			t.Add(0, at)
 		case c.Code == codes.OK:
-			series[1].Counts[b]++
+			t.Add(1, at)
 		case workload.CreateOutcome(c.Code) == workload.RetryInBackground:
-			series[2].Counts[b]++
+			t.Add(2, at)
 		default:
-			series[3].Counts[b]++
+			t.Add(3, at)
 		}
 	}
-	return Timeline{BucketSeconds: width, Series: series}
+	return t
 }
 
 // FromVolumes counts the claims by outcome.

@@ -7,7 +7,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
+
+	"github.com/efs-csi/efs-csi-driver/internal/plot"
 )
 
 // maxFindingLines bounds the findings listed per audit; the JSON has all.
@@ -34,18 +35,18 @@ func (r *Report) Summary(w io.Writer) {
 
 	p("phase\tvolumes\tduration\tthroughput\n")
 	for _, ph := range r.Phases {
-		p("%s\t%d\t%s\t%.1f vol/s\n", ph.Name, ph.Volumes, secs(ph.Seconds), ph.Throughput)
+		p("%s\t%d\t%s\t%.1f vol/s\n", ph.Name, ph.Volumes, plot.Secs(ph.Seconds), ph.Throughput)
 	}
 	p("\n")
 	p("RPC calls\tcalls\tok\tretries\tp50\tp95\tp99\tmax\terrors by code\n")
 	for _, l := range r.RPCs {
 		p("%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Count, l.OK, l.Retries,
-			secs(l.P50), secs(l.P95), secs(l.P99), secs(l.Max), codeList(l.ByCode))
+			plot.Secs(l.P50), plot.Secs(l.P95), plot.Secs(l.P99), plot.Secs(l.Max), codeList(l.ByCode))
 	}
 	p("operations (first call to final answer)\t\t\t\t\t\t\t\t\n")
 	for _, l := range r.Ops {
 		p("%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Count, l.OK, l.Retries,
-			secs(l.P50), secs(l.P95), secs(l.P99), secs(l.Max), codeList(l.ByCode))
+			plot.Secs(l.P50), plot.Secs(l.P95), plot.Secs(l.P99), plot.Secs(l.Max), codeList(l.ByCode))
 	}
 	p("\n")
 	chaos := "off"
@@ -134,20 +135,6 @@ func (c *Comparison) Summary(w io.Writer) {
 			p("%s run's JSON report: %s\n", run, c.Files[i].JSON)
 		}
 	}
-}
-
-// secs formats seconds with a unit that keeps three significant digits.
-func secs(s float64) string {
-	d := time.Duration(s * float64(time.Second))
-	switch {
-	case d == 0:
-		return "-"
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.0fµs", s*1e6)
-	case d < time.Second:
-		return fmt.Sprintf("%.1fms", s*1e3)
-	}
-	return fmt.Sprintf("%.2fs", s)
 }
 
 func intList[V int | int64](m map[string]V) string {

@@ -4,9 +4,9 @@
 // concurrency (resourceVersion conflicts, AlreadyExists), ConfigMaps with
 // all of it (create, get, update and delete with resourceVersion
 // preconditions, lists by label selector in pages, continue tokens that
-// expire: configmaps.go) and Nodes (labels, taints) with JSON patches
-// (applied by the API server's own library: a failed test is 422), behind
-// bearer tokens. It speaks the wire format of
+// expire: configmaps.go), lists of PersistentVolumes and claims in pages,
+// and Nodes (labels, taints) with JSON patches (applied by the API server's
+// own library: a failed test is 422), behind bearer tokens. It speaks the wire format of
 // the real API server, so the driver's
 // real client (client-go) runs against it unchanged; the e2e suite runs the
 // same code against a real kube-apiserver.
@@ -14,6 +14,7 @@ package kubetest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -75,6 +76,9 @@ type Server struct {
 	continues  int
 	validFrom  int
 	fault      func(Request) int
+	// claimObjs holds the claims AddClaim made, as given (ns/name).
+	claimObjs map[string]*corev1.PersistentVolumeClaim
+	listPage  int // PVs and claims per list answer; 0: pvPage
 }
 
 type pvEvent struct {
@@ -154,12 +158,20 @@ func (s *Server) Count(method string) int {
 
 // AddPV adds a CSI PersistentVolume of driver with the given handle.
 func (s *Server) AddPV(name, driver, handle string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	pv := corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+	s.AddPVObject(corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
 			CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}}},
+	})
+}
+
+// AddPVObject adds pv as given (a claimRef, a class, a phase...), with a
+// resourceVersion and, when it has none, a UID.
+func (s *Server) AddPVObject(pv corev1.PersistentVolume) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pv.UID == "" {
+		pv.UID = types.UID("uid-" + pv.Name)
 	}
 	s.pvChanged("ADDED", &pv)
 	s.pvs = append(s.pvs, pv)
@@ -194,9 +206,34 @@ func (s *Server) SetClaim(ns, name, uid string) {
 	defer s.mu.Unlock()
 	if uid == "" {
 		delete(s.claims, ns+"/"+name)
+		delete(s.claimObjs, ns+"/"+name)
 	} else {
 		s.claims[ns+"/"+name] = uid
 	}
+}
+
+// AddClaim creates or replaces the claim pvc (its namespace and name; a
+// UID when it has none), listed and read as given.
+func (s *Server) AddClaim(pvc corev1.PersistentVolumeClaim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pvc.UID == "" {
+		pvc.UID = types.UID("uid-" + pvc.Namespace + "-" + pvc.Name)
+	}
+	if s.claimObjs == nil {
+		s.claimObjs = map[string]*corev1.PersistentVolumeClaim{}
+	}
+	key := pvc.Namespace + "/" + pvc.Name
+	s.claims[key], s.claimObjs[key] = string(pvc.UID), &pvc
+}
+
+// claim is the claim key (ns/name) as the API serves it; s.mu is held.
+func (s *Server) claim(key string) corev1.PersistentVolumeClaim {
+	if c := s.claimObjs[key]; c != nil {
+		return *c.DeepCopy()
+	}
+	ns, name, _ := strings.Cut(key, "/")
+	return corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID(s.claims[key])}}
 }
 
 // AddStorageClass adds a StorageClass.
@@ -307,8 +344,26 @@ func (s *Server) Node(name string) (corev1.Node, bool) {
 	return *n.DeepCopy(), true
 }
 
-// pvPage is how many PVs one list answer holds at most, so that paging is exercised.
+// pvPage is how many PVs (and claims) one list answer holds at most by
+// default, so that paging is exercised.
 const pvPage = 2
+
+// SetListPage makes list answers of PVs and claims hold at most n items
+// (the client's limit applies too), for tests of many objects.
+func (s *Server) SetListPage(n int) {
+	s.mu.Lock()
+	s.listPage = n
+	s.mu.Unlock()
+}
+
+// page is the items a list answer holds at most for r; s.mu is held.
+func (s *Server) page(r *http.Request) int {
+	n := cmp.Or(s.listPage, pvPage)
+	if l, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && l > 0 {
+		n = min(n, l)
+	}
+	return n
+}
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
@@ -350,10 +405,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	switch p := parts; {
 	case get && r.URL.Path == "/api/v1/persistentvolumes":
 		start, _ := strconv.Atoi(r.URL.Query().Get("continue"))
-		end := min(start+pvPage, len(s.pvs))
+		end := min(start+s.page(r), len(s.pvs))
 		l := corev1.PersistentVolumeList{Items: s.pvs[min(start, end):end]}
 		l.ResourceVersion = strconv.Itoa(s.rv)
 		if end < len(s.pvs) {
+			l.Continue = strconv.Itoa(end)
+		}
+		reply(w, http.StatusOK, &l)
+	case get && r.URL.Path == "/api/v1/persistentvolumeclaims":
+		keys := slices.Sorted(maps.Keys(s.claims))
+		start, _ := strconv.Atoi(r.URL.Query().Get("continue"))
+		end := min(start+s.page(r), len(keys))
+		l := corev1.PersistentVolumeClaimList{}
+		for _, k := range keys[min(start, end):end] {
+			l.Items = append(l.Items, s.claim(k))
+		}
+		l.ResourceVersion = strconv.Itoa(s.rv)
+		if end < len(keys) {
 			l.Continue = strconv.Itoa(end)
 		}
 		reply(w, http.StatusOK, &l)
@@ -367,12 +435,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		reply(w, http.StatusOK, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p[3], UID: types.UID(uid)}})
 	case get && len(p) == 6 && p[0] == "api" && p[4] == "persistentvolumeclaims":
-		uid, ok := s.claims[p[3]+"/"+p[5]]
-		if !ok {
+		if _, ok := s.claims[p[3]+"/"+p[5]]; !ok {
 			status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "claim not found")
 			return
 		}
-		reply(w, http.StatusOK, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: p[5], Namespace: p[3], UID: types.UID(uid)}})
+		pvc := s.claim(p[3] + "/" + p[5])
+		reply(w, http.StatusOK, &pvc)
 	case len(p) >= 5 && len(p) <= 6 && p[0] == "api" && p[1] == "v1" && p[2] == "namespaces" && p[4] == "configmaps":
 		s.configMap(w, r, caller, p[3], p[5:])
 	case get && len(p) == 6 && p[0] == "api" && p[4] == "secrets":
@@ -449,6 +517,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, ns string, rest [
 			status(w, http.StatusConflict, metav1.StatusReasonAlreadyExists, "lease exists")
 			return
 		}
+		in.CreationTimestamp = metav1.Now()
 		s.store(key, ns, &in)
 		reply(w, http.StatusCreated, s.leases[key])
 	case r.Method == http.MethodPut && len(rest) == 1:
@@ -462,6 +531,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, ns string, rest [
 			status(w, http.StatusConflict, metav1.StatusReasonConflict, "the object has been modified")
 			return
 		}
+		in.CreationTimestamp = old.CreationTimestamp
 		s.store(key, ns, &in)
 		reply(w, http.StatusOK, s.leases[key])
 	default:

@@ -1,0 +1,83 @@
+// Package progress shows a long task moving: a bar redrawn in place on a
+// terminal, otherwise a plain line every few seconds, so that logs stay
+// readable. The stress tool and the cluster audit draw theirs with it.
+package progress
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// IsTerminal reports whether w is a terminal.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// Bar draws frac (0 to 1) as "[####......] ", width characters inside.
+func Bar(frac float64, width int) string {
+	n := min(max(int(frac*float64(width)), 0), width)
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "] "
+}
+
+// Display redraws a line until Close.
+type Display struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+// Start calls line every 200ms and redraws it in place when bar (a
+// terminal), else every 5s and prints it on a line of its own; line is told
+// which. With show false nothing is shown.
+func Start(w io.Writer, show, bar bool, line func(bar bool) string) *Display {
+	d := &Display{stop: make(chan struct{}), done: make(chan struct{})}
+	if !show {
+		close(d.done)
+		return d
+	}
+	every := 5 * time.Second
+	if bar {
+		every = 200 * time.Millisecond
+	}
+	go func() {
+		defer close(d.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-d.stop:
+				if bar {
+					fmt.Fprint(w, "\r\033[K")
+				}
+				return
+			case <-t.C:
+			}
+			if bar {
+				fmt.Fprintf(w, "\r\033[K%s", line(true))
+			} else {
+				fmt.Fprintln(w, line(false))
+			}
+		}
+	}()
+	return d
+}
+
+// Close stops the display and erases the bar; it may be called again.
+func (d *Display) Close() {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	close(d.stop)
+	<-d.done
+}
