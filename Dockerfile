@@ -24,10 +24,13 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
+# --version's gitCommit and buildDate (upstream's JSON); .git is not in the context.
+ARG GIT_COMMIT=
+ARG BUILD_DATE=
 ARG TARGETOS
 ARG TARGETARCH
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
-      -ldflags "-s -w -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=${VERSION}" \
+      -ldflags "-s -w -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=${VERSION} -X github.com/efs-csi/efs-csi-driver/pkg/driver.GitCommit=${GIT_COMMIT} -X github.com/efs-csi/efs-csi-driver/pkg/driver.BuildDate=${BUILD_DATE}" \
       -o /out/efs-csi-driver ./cmd/efs-csi-driver
 
 # ---- efs-utils: the release tarball, verified and installed by hack/install-efs-utils.sh --

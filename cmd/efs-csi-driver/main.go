@@ -19,6 +19,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/efs-csi/efs-csi-driver/internal/audit"
 	"github.com/efs-csi/efs-csi-driver/internal/logging"
 	"github.com/efs-csi/efs-csi-driver/pkg/driver"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -26,6 +27,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "audit" {
+		os.Exit(audit.Main(os.Args[2:]))
+	}
 	var (
 		cfg                        driver.Config
 		tags, rateLimits           string
@@ -49,7 +53,7 @@ func main() {
 	fs.StringVar(&cfg.Mode, "mode", driver.ModeAll, "services to run: controller, node or all")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "node ID reported by NodeGetInfo (default: the EC2 instance ID from IMDSv2, else $NODE_NAME)")
 	fs.StringVar(&cfg.Zone, "zone", "", "availability zone reported as topology by NodeGetInfo (default: the Node's topology.kubernetes.io/zone label, else instance metadata)")
-	fs.StringVar(&tags, "tags", "", "space-separated key:value tags added to every access point")
+	fs.StringVar(&tags, "tags", "", "space-separated key:value tags added to every access point; \\ escapes a space, a colon or itself, as upstream")
 	fs.BoolVar(&cfg.DeleteRootDir, "delete-access-point-root-dir", false, "remove an access point's root directory and its data on DeleteVolume")
 	fs.StringVar(&cfg.LocalRoot, "local-root", "", "emulator data directory: mount file systems with bind mounts from DIR/<fs-id> instead of mount -t efs")
 	fs.StringVar(&cfg.TempDir, "tmp-dir", "", "parent directory of temporary mount points (default: the system temp dir)")
@@ -106,7 +110,8 @@ func main() {
 	fs.Parse(os.Args[1:])
 
 	if version {
-		fmt.Println(driver.Version)
+		// Upstream's JSON (driverVersion, gitCommit, buildDate, ...).
+		fmt.Println(driver.VersionJSON())
 		return
 	}
 	if logFormatAlias != "" {
@@ -161,8 +166,12 @@ func main() {
 	if eu.Settings.S3FilesOverrides, err = efsutils.ParseOverrides(s3filesUtilsOverrides); err != nil {
 		fail(fmt.Errorf("--s3files-utils-conf-overrides: %w", err))
 	}
-	if cfg.Tags, err = driver.ParseTags(tags); err != nil {
+	var dropped []string
+	if cfg.Tags, dropped, err = driver.ParseTags(tags); err != nil {
 		fail(err)
+	}
+	for _, t := range dropped {
+		log.Warn("--tags: tag dropped, as upstream drops it: it has two unescaped colons (escape a colon in a key or value as \\:)", "tag", t)
 	}
 	if cfg.EFS.RateLimits, err = driver.ParseRateLimits(rateLimits); err != nil {
 		fail(err)

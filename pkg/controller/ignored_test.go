@@ -1,40 +1,21 @@
 package controller
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A class with a key this driver does not know (mountOptions under
 // parameters, a typo beside the right key) provisions, as upstream, with a
 // warning logged once per file system and key; a known key with a bad value
 // is still INVALID_ARGUMENT.
 func TestUnknownStorageClassParametersAreIgnoredWithAWarning(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.Buffer
 	b := newBed(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})

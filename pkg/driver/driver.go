@@ -133,20 +133,6 @@ type Driver struct {
 	reap    bool
 }
 
-// ParseTags parses --tags: space-separated key:value pairs (the value may
-// contain colons; the key may not be empty).
-func ParseTags(s string) (map[string]string, error) {
-	tags := map[string]string{}
-	for _, kv := range strings.Fields(s) {
-		k, v, ok := strings.Cut(kv, ":")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--tags: %q is not key:value", kv)
-		}
-		tags[k] = v
-	}
-	return tags, nil
-}
-
 // ParseRateLimits parses --api-rate-limits: comma-separated
 // Operation=perSecond[:burst] pairs, ceilings over the adaptive pacing; "*"
 // names every operation not listed and a rate of 0 means no ceiling. ""
@@ -208,6 +194,14 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
+	needEFS := cfg.Mode != ModeNode || cfg.LocalRoot != ""
+	if needEFS || cfg.EFSUtils.Settings.Region == "" {
+		// The node's efs-utils is given the region too, when one is known
+		// (else it asks instance metadata itself).
+		if err := resolveRegion(ctx, &cfg); err != nil && needEFS {
+			return nil, err
+		}
+	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, metrics: metrics.New(), socketPath: sock}
 	cfg.EFS.Observer = d.metrics
 	if cfg.EFS.Logger == nil {
@@ -215,7 +209,6 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 
 	var client *efs.Client
-	needEFS := cfg.Mode != ModeNode || cfg.LocalRoot != ""
 	if needEFS {
 		if client, err = efs.New(ctx, cfg.EFS); err != nil {
 			return nil, fmt.Errorf("EFS client: %w", err)

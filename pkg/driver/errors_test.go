@@ -55,18 +55,6 @@ func TestErrorsMapToTheCodesTheProvisionerExpects(t *testing.T) {
 	}
 }
 
-func TestParseTags(t *testing.T) {
-	got, err := ParseTags("team:storage  env:prod url:http://x")
-	if err != nil || len(got) != 3 || got["url"] != "http://x" || got["team"] != "storage" {
-		t.Fatalf("got %v, %v", got, err)
-	}
-	for _, bad := range []string{"novalue", ":v"} {
-		if _, err := ParseTags(bad); err == nil {
-			t.Errorf("ParseTags(%q) accepted", bad)
-		}
-	}
-}
-
 func TestParseRateLimits(t *testing.T) {
 	got, err := ParseRateLimits("CreateAccessPoint=5:10, *=0")
 	if err != nil || got["CreateAccessPoint"] != (efs.RateLimit{PerSecond: 5, Burst: 10}) || got["*"].PerSecond != 0 {

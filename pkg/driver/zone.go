@@ -41,7 +41,7 @@ func discoverZone(ctx context.Context, cfg Config) (string, zoneSource, error) {
 	case !cfg.Kube.Configured():
 		errs = append(errs, errors.New("no Kubernetes API configured"))
 	default:
-		zone, err := nodeZoneLabel(ctx, cfg.Kube, name)
+		zone, err := nodeLabel(ctx, cfg, name, volume.TopologyZoneKey)
 		if err == nil && zone != "" {
 			return zone, zoneFromNode, nil
 		}
@@ -57,12 +57,14 @@ func discoverZone(ctx context.Context, cfg Config) (string, zoneSource, error) {
 	return "", "", errors.Join(append(errs, err)...)
 }
 
-func nodeZoneLabel(ctx context.Context, kc kube.Config, node string) (string, error) {
-	c, err := kube.New(kc)
+// nodeLabel reads label key of the Node node through cfg.Kube, within
+// imdsTimeout.
+func nodeLabel(ctx context.Context, cfg Config, node, key string) (string, error) {
+	c, err := kube.New(cfg.Kube)
 	if err != nil {
 		return "", err
 	}
 	ctx, cancel := context.WithTimeout(ctx, imdsTimeout)
 	defer cancel()
-	return c.NodeLabel(ctx, node, volume.TopologyZoneKey)
+	return c.NodeLabel(ctx, node, key)
 }

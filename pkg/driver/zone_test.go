@@ -19,19 +19,26 @@ import (
 // placement/availability-zone ("" answers 404), and counts metadata reads.
 func fakeIMDS(t *testing.T, zone string) *atomic.Int64 {
 	t.Helper()
+	return fakeIMDSPath(t, "placement/availability-zone", zone)
+}
+
+// fakeIMDSPath serves IMDSv2 with value at the metadata path ("" answers
+// 404), and counts that path's reads.
+func fakeIMDSPath(t *testing.T, path, value string) *atomic.Int64 {
+	t.Helper()
 	var reads atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method == http.MethodPut && r.URL.Path == "/latest/api/token":
 			w.Header().Set("X-Aws-Ec2-Metadata-Token-Ttl-Seconds", "21600")
 			w.Write([]byte("tok"))
-		case r.URL.Path == "/latest/meta-data/placement/availability-zone":
+		case r.URL.Path == "/latest/meta-data/"+path:
 			reads.Add(1)
-			if r.Header.Get("X-Aws-Ec2-Metadata-Token") != "tok" || zone == "" {
+			if r.Header.Get("X-Aws-Ec2-Metadata-Token") != "tok" || value == "" {
 				http.NotFound(w, r)
 				return
 			}
-			w.Write([]byte(zone))
+			w.Write([]byte(value))
 		default:
 			http.NotFound(w, r)
 		}

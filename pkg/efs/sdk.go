@@ -167,7 +167,7 @@ func newClient(base aws.Config, cfg Config, httpClient sdk.HTTPClient) (*Client,
 		policy: newPolicy(cfg, Ops, loggerOf(cfg), func(_ string, err error) class { return classify(err) }, efsExistingID)}, nil
 }
 
-var errNoRegion = errors.New("no AWS region: set AWS_REGION (the EC2 metadata service is not asked)")
+var errNoRegion = errors.New("no AWS region: set AWS_REGION")
 
 func loggerOf(cfg Config) *slog.Logger {
 	if cfg.Logger == nil {
