@@ -77,14 +77,10 @@ type judgement struct {
 // create's answer was recorded, its root directory). The controller's
 // agrees() is the same rule.
 func recordOf(ap *efs.AccessPoint, records map[string]*journal.Record) *journal.Record {
-	rec := records[ap.ClientToken]
-	if rec == nil || ap.ClientToken == "" || rec.FileSystem != ap.FileSystemID {
-		return nil
+	if rec := records[ap.ClientToken]; ap.ClientToken != "" && controller.Agrees(rec, ap) {
+		return rec
 	}
-	if rec.AccessPoint != "" && rec.AccessPoint != ap.ID || rec.AccessPoint == "" && rec.Path != ap.Path {
-		return nil
-	}
-	return rec
+	return nil
 }
 
 // ownerOf says whose ap is: recorded, else what its tags and client token

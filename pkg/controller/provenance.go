@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"regexp"
-
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -31,17 +29,10 @@ type provenance struct {
 	locks []string
 }
 
-var (
-	// upstreamVolumeName is a CreateVolume name as external-provisioner
-	// makes it (--volume-name-prefix, default "pvc", then the claim's UID),
-	// which upstream sends as the client token.
-	upstreamVolumeName = regexp.MustCompile(`^[A-Za-z0-9._-]+-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	// upstreamClaimHash is upstream's reuseAccessPoint token: the hex
-	// SHA-256 of the claim name.
-	upstreamClaimHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
-)
+// Agrees reports whether rec is the record of ap: same file system and
+// token, and the access point it names (or, before it names one, the path).
+func Agrees(rec *journal.Record, ap *efs.AccessPoint) bool { return agrees(rec, ap) }
 
-// agrees reports whether rec is the record of ap.
 func agrees(rec *journal.Record, ap *efs.AccessPoint) bool {
 	if rec == nil || rec.FileSystem != ap.FileSystemID || rec.Token != ap.ClientToken {
 		return false
@@ -82,11 +73,11 @@ func provenanceOf(ap *efs.AccessPoint, rec *journal.Record) provenance {
 	switch {
 	case name != "" && ap.Tags[TagCluster] == "true":
 		p.csi, p.volumeName = true, name
-	case ap.Tags[TagCluster] == "true" && upstreamVolumeName.MatchString(ap.ClientToken):
+	case ap.Tags[TagCluster] == "true" && volume.IsProvisionerVolumeName(ap.ClientToken):
 		p.csi, p.volumeName = true, ap.ClientToken
-	case ap.Tags[TagCluster] == "true" && upstreamClaimHash.MatchString(ap.ClientToken):
+	case ap.Tags[TagCluster] == "true" && volume.IsClaimNameHash(ap.ClientToken):
 		p.csi = true
-	case len(ap.Tags) == 0 && upstreamVolumeName.MatchString(ap.ClientToken) && volume.MadeForName(ap.Path, ap.ClientToken):
+	case len(ap.Tags) == 0 && volume.IsProvisionerVolumeName(ap.ClientToken) && volume.MadeForName(ap.Path, ap.ClientToken):
 		p.csi, p.volumeName = true, ap.ClientToken
 	}
 	return p
