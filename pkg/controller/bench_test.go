@@ -102,16 +102,23 @@ func BenchmarkAPICallsPerCreateVolume(b *testing.B) {
 	for _, tc := range []struct {
 		existing int
 		phase    string
-	}{{0, "steady"}, {1000, "steady"}, {10000, "steady"}, {1000, "startup"}} {
+	}{{0, "steady"}, {1000, "steady"}, {10000, "steady"}, {1000, "startup"}, {1000, "othercluster"}} {
 		b.Run(fmt.Sprintf("existing=%d/%s", tc.existing, tc.phase), func(b *testing.B) {
 			// In its first minutes a process verifies every create against
-			// other writers (one listing per batch); "steady" is after that.
+			// other writers (one listing per batch); "steady" is after that;
+			// "othercluster" is after it too, on a file system whose
+			// existing access points are another cluster's, where every
+			// create is verified.
 			clk := newClock()
-			svc, emu, client := newBenchBed(b, steadyState(clk))
-			if tc.phase == "steady" {
+			svc, emu, client := newBenchBed(b, steadyState(clk), func(c *Config) { c.ClusterID = "ours" })
+			if tc.phase != "startup" {
 				clk.Advance(2 * unrecordedWindow)
 			}
-			fill(b, client, tc.existing)
+			var tags map[string]string
+			if tc.phase == "othercluster" {
+				tags = map[string]string{TagClusterID: "theirs"}
+			}
+			fill(b, client, tc.existing, tags)
 			before := total(emu.Counts())
 			b.ResetTimer()
 			for i := range b.N {
@@ -125,8 +132,9 @@ func BenchmarkAPICallsPerCreateVolume(b *testing.B) {
 	}
 }
 
-// fill creates n access points with GIDs the allocator must learn about.
-func fill(b *testing.B, client *efs.Client, n int) {
+// fill creates n access points with GIDs the allocator must learn about,
+// tagged with tags.
+func fill(b *testing.B, client *efs.Client, n int, tags map[string]string) {
 	var wg sync.WaitGroup
 	var next atomic.Int64
 	for range 32 {
@@ -141,6 +149,7 @@ func fill(b *testing.B, client *efs.Client, n int) {
 					FileSystemID: testFS, ClientToken: fmt.Sprintf("fill-%d", i), Path: fmt.Sprintf("/fill/%d", i),
 					PosixUser:    &efs.PosixUser{UID: g, GID: g},
 					CreationInfo: &efs.CreationInfo{OwnerUID: g, OwnerGID: g, Permissions: "700"},
+					Tags:         tags,
 				})
 				if err != nil {
 					b.Error(err)

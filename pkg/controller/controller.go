@@ -131,9 +131,15 @@ type Config struct {
 	Tags          map[string]string   // added to every access point (--tags)
 	ClusterID     string              // --cluster-id, written as TagClusterID; "" = unknown: no tag
 	DeleteRootDir bool                // --delete-access-point-root-dir
-	TempDir       string              // parent of per-call mount points; "" = os.TempDir()
-	GIDOptions    gid.Options         // how stale the allocator's listing may get
-	GIDVerify     string              // accepted for compatibility: VerifyAuto (""), VerifyAlways or VerifyNever
+	// ListingLag (--listing-lag) is how long EFS may take to list an
+	// access point after creating it. A root directory is removed only
+	// after a listing that began this long after its DeleteVolume did, so
+	// that an access point another writer made on the directory just
+	// before the delete is seen. 0: none.
+	ListingLag time.Duration
+	TempDir    string      // parent of per-call mount points; "" = os.TempDir()
+	GIDOptions gid.Options // how stale the allocator's listing may get
+	GIDVerify  string      // accepted for compatibility: VerifyAuto (""), VerifyAlways or VerifyNever
 	// Journal is the record of this cluster's volumes and GIDs (required in
 	// production: the Kubernetes store, or a local file outside Kubernetes;
 	// nil: one in this process's memory, for tests of one controller).
@@ -188,10 +194,15 @@ type shared struct {
 	answers  map[string]answer
 	answerOf map[string]string
 
-	// ignored: the (file system, StorageClass key) pairs already warned
-	// about as ignored parameters (warnIgnored), ignoredN their number.
-	ignored  sync.Map
-	ignoredN atomic.Int64
+	// warned: the warnings already logged once (firstWarning: ignored
+	// StorageClass keys, other clusters in a class's GID range), warnedN
+	// their number.
+	warned  sync.Map
+	warnedN atomic.Int64
+
+	// otherClusters: other clusters' ids per file system, from the
+	// allocator's listings (otherclusters.go).
+	otherClusters *otherClusters
 
 	// finished: the deletes this process finished, so that a repeat costs
 	// no request either (finished.go). A create drops its name's entries
@@ -212,6 +223,9 @@ const listTimeout = time.Minute
 func New(cfg Config) (*Service, error) {
 	if cfg.EFS == nil {
 		return nil, errors.New("controller: EFS client is required")
+	}
+	if cfg.ListingLag < 0 {
+		return nil, fmt.Errorf("controller: listing lag %v is negative", cfg.ListingLag)
 	}
 	if cfg.DeleteRootDir && cfg.Mounter == nil {
 		return nil, errors.New("controller: deleting root directories needs a file system mounter")
@@ -270,6 +284,7 @@ func New(cfg Config) (*Service, error) {
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
 			answers: map[string]answer{}, answerOf: map[string]string{}, finished: newFinishedDeletes(),
+			otherClusters: &otherClusters{fss: map[string]otherIDs{}},
 		},
 	}, nil
 }

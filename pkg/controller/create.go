@@ -362,16 +362,20 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 // exclude.
 const unrecordedWindow = 10 * time.Minute
 
-// unrecordedRival checks, during unrecordedWindow, a just-created access
-// point with an allocated id against a listing that starts after it
-// exists: another access point carrying the id (which ours holds in the
-// record) was made by a writer outside this cluster's record, and may have
-// been adopted into it since. Ours then gives
+// unrecordedRival checks, during unrecordedWindow and on a file system
+// where the allocator's last listing showed another cluster's access points
+// (otherclusters.go), a just-created access point with an allocated id
+// against a listing that starts after it exists: another access point
+// carrying the id (which ours holds in the record) was made by a writer
+// outside this cluster's record, and may have been adopted into it since. Ours then gives
 // way, if no other create of this cluster wrote its record since (Withdraw
 // is a strict compare-and-swap: one that adopted it would have touched the
 // record first, and then ours is answered); the retry holds another id.
 func (s *Service) unrecordedRival(ctx context.Context, p *plan, rec *journal.Record, ap *efs.AccessPoint) error {
-	if !p.params.NeedsGIDAllocation() || s.now().Sub(s.started) > unrecordedWindow || s.cfg.GIDVerify == VerifyNever {
+	if !p.params.NeedsGIDAllocation() || s.cfg.GIDVerify == VerifyNever {
+		return nil
+	}
+	if s.now().Sub(s.started) > unrecordedWindow && !s.otherClusters.on(ap.FileSystemID) {
 		return nil
 	}
 	aps, err := s.listAfterNow(ctx, ap.FileSystemID)
@@ -417,11 +421,12 @@ func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Re
 	uid, g, alloc := p.params.UID, p.params.GID, int64(journal.NoID)
 	var res *gid.Reservation
 	if p.params.NeedsGIDAllocation() {
-		r, err := s.gids.ReserveFrom(ctx, s.efs, fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name)
+		r, err := s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name)
 		if err != nil {
 			return nil, nil, err
 		}
 		res, alloc = r, r.GID()
+		s.warnOtherClusters(fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd)
 		uid, g = p.params.Identity(alloc)
 	}
 	rec, made, err := s.journal.Begin(ctx, journal.Volume{
@@ -464,7 +469,7 @@ func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Re
 		}
 		// Another volume holds the id: this record's id was never sent
 		// (a create sends only a held id), so it may take another.
-		r, rerr := s.gids.ReserveFrom(ctx, s.efs, fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name+"#"+strconv.Itoa(attempt))
+		r, rerr := s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name+"#"+strconv.Itoa(attempt))
 		if rerr != nil {
 			return nil, res, rerr
 		}
@@ -700,9 +705,24 @@ func allocatedID(fixedGID int64, ap *efs.AccessPoint) int64 {
 	return g
 }
 
-// maxIgnoredWarnings bounds the (file system, key) pairs warnIgnored
-// remembers; past it, every further pair is logged at each call.
-const maxIgnoredWarnings = 1024
+// maxWarnings bounds the warnings firstWarning remembers; past it, every
+// further one is logged at each call (memory stays bounded whatever the
+// classes say).
+const maxWarnings = 1024
+
+// firstWarning reports whether the warning named key is logged for the
+// first time by this process.
+func (s *shared) firstWarning(key string) bool {
+	if s.warnedN.Load() < maxWarnings {
+		if _, seen := s.warned.LoadOrStore(key, struct{}{}); seen {
+			return false
+		}
+		s.warnedN.Add(1)
+		return true
+	}
+	_, seen := s.warned.Load(key)
+	return !seen
+}
 
 // warnIgnored logs, once per file system and key, the StorageClass
 // parameters ParseParams ignored: upstream ignores unknown keys, so a class
@@ -711,13 +731,7 @@ const maxIgnoredWarnings = 1024
 // no field for a warning, so the controller's log is the place.
 func (s *Service) warnIgnored(fsID string, keys []string) {
 	for _, k := range keys {
-		key := fsID + "\x00" + k
-		if s.ignoredN.Load() < maxIgnoredWarnings {
-			if _, seen := s.ignored.LoadOrStore(key, struct{}{}); seen {
-				continue
-			}
-			s.ignoredN.Add(1)
-		} else if _, seen := s.ignored.Load(key); seen {
+		if !s.firstWarning("ignored\x00" + fsID + "\x00" + k) {
 			continue
 		}
 		s.log.Warn("StorageClass parameter ignored: not a parameter of this driver (upstream ignores it too; check its spelling, and that it belongs under parameters)",

@@ -74,7 +74,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 	}
 	defer unlock()
 
-	ap, view, err := s.lookUp(ctx, id)
+	ap, view, err := s.lookUp(ctx, id, time.Now())
 	if errors.Is(err, efs.ErrAccessPointNotFound) {
 		return s.deleteUnseen(ctx, id)
 	}
@@ -163,9 +163,18 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 // system's ID) or a listing that failed (a file system these credentials
 // cannot see) is described, as without root removal; the view, if any,
 // still serves the removal.
-func (s *Service) lookUp(ctx context.Context, id volume.ID) (*efs.AccessPoint, *rootView, error) {
+//
+// That view begins at least ListingLag after began (the call's start): an
+// access point another writer made on the directory before the call is
+// listed by then, and keeps it (EFS lists a new access point with a lag;
+// the emulator's --visibility-delay). This process's and this cluster's
+// creates need no wait: they are seen in the record and createSharer.
+func (s *Service) lookUp(ctx context.Context, id volume.ID, began time.Time) (*efs.AccessPoint, *rootView, error) {
 	var view *rootView
 	if s.delRoot {
+		if err := sleepUntil(ctx, began.Add(s.cfg.ListingLag)); err != nil {
+			return nil, nil, err
+		}
 		v, err := s.viewAfterNow(ctx, id.FileSystemID)
 		if err != nil && ctx.Err() != nil {
 			return nil, nil, err
@@ -406,4 +415,20 @@ func (s *Service) CleanStaleMountPoints(ctx context.Context) error {
 func processAlive(pid int) bool {
 	err := unix.Kill(pid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// sleepUntil waits until t (real time: EFS's lag is), or returns ctx's error.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting %v for EFS's listing lag: %w", d.Round(time.Millisecond), ctx.Err())
+	}
 }

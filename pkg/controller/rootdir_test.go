@@ -80,7 +80,7 @@ func (l *listHook) ListAccessPoints(ctx context.Context, fsID string, fn func([]
 	return l.EFS.ListAccessPoints(ctx, fsID, fn)
 }
 
-func newRootBed(t *testing.T) *rootBed {
+func newRootBed(t *testing.T, mut ...func(*Config)) *rootBed {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("root-directory removal needs bind mounts (root)")
@@ -100,6 +100,9 @@ func newRootBed(t *testing.T) *rootBed {
 		c.DeleteRootDir, c.Mounter, c.TempDir = true, r.mounter, r.tmp
 		r.lists = &listHook{EFS: c.EFS}
 		c.EFS = r.lists
+		for _, m := range mut {
+			m(c)
+		}
 	})
 	t.Cleanup(r.assertNoMountLeft)
 	return r
@@ -347,6 +350,38 @@ func TestDeleteKeepsADirectoryAnotherAccessPointReaches(t *testing.T) {
 			}
 			if want := map[bool]int64{true: 1}[tc.kept]; r.svc.RootDirsKept() != want {
 				t.Fatalf("RootDirsKept() = %d, want %d", r.svc.RootDirsKept(), want)
+			}
+		})
+	}
+}
+
+// An access point another writer made on a volume's directory just before
+// its DeleteVolume, which EFS does not list yet (the emulator's visibility
+// delay), keeps the directory: removal waits for a listing that begins
+// --listing-lag after the call. Without the wait the directory goes (the
+// red team's finding: a live access point's data deleted).
+func TestDeleteKeepsADirectoryAnAccessPointMadeWithinTheListingLagReaches(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	for _, tc := range []struct {
+		lag  time.Duration
+		kept bool
+	}{{delay + 100*time.Millisecond, true}, {0, false}} {
+		t.Run(fmt.Sprintf("lag=%v", tc.lag), func(t *testing.T) {
+			r := newRootBed(t, func(c *Config) { c.ListingLag = tc.lag })
+			vol := r.mustCreate("pvc-a")
+			root := r.rootOf(vol)
+			write(t, filepath.Join(root, "data"), "live")
+			r.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{VisibilityDelay: delay})
+			r.handMade("/pvc-a")
+			if err := r.delete(vol); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			_, err := os.Stat(filepath.Join(root, "data"))
+			if tc.kept && err != nil {
+				t.Fatalf("the data of an access point made before the delete was removed: %v", err)
+			}
+			if !tc.kept && !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("without the wait the hidden access point is not seen, yet the directory was kept (%v): the test no longer hides it", err)
 			}
 		})
 	}

@@ -50,10 +50,11 @@ type Config struct {
 	Zone            string            // --zone, reported by NodeGetInfo; "": discovered (zone.go), maybe unknown
 	Tags            map[string]string // parsed --tags
 	DeleteRootDir   bool
-	LocalRoot       string // emulator data directory: bind mounts instead of mount -t efs
-	TempDir         string // parent of the controller's temporary mount points
-	MetricsAddress  string // "" = no metrics server
-	MetricsCertFile string // with MetricsKeyFile: serve metrics over TLS
+	ListingLag      time.Duration // --listing-lag: see controller.Config.ListingLag
+	LocalRoot       string        // emulator data directory: bind mounts instead of mount -t efs
+	TempDir         string        // parent of the controller's temporary mount points
+	MetricsAddress  string        // "" = no metrics server
+	MetricsCertFile string        // with MetricsKeyFile: serve metrics over TLS
 	MetricsKeyFile  string
 	VolMetricsOptIn bool
 	// VolMetricsRefresh and VolMetricsFSRateLimit are upstream's per-volume
@@ -70,7 +71,7 @@ type Config struct {
 	ShutdownTimeout     time.Duration // how long calls in flight may run after SIGTERM
 	MaxInflightMounts   int
 	AbortInflightMounts bool   // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
-	GIDVerify           string // controller.VerifyAuto, VerifyAlways or VerifyNever (no effect: the record makes GIDs unique)
+	GIDVerify           string // controller.VerifyAuto, VerifyAlways or VerifyNever (never: no check against writers outside the record)
 	// Journal is where the record of this cluster's volumes and GIDs is
 	// kept (--journal): "auto" or "" (Kubernetes ConfigMaps when the API
 	// is reachable, else a file in TempDir), "kubernetes", "file" or
@@ -282,7 +283,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 		d.controller, err = controller.New(controller.Config{
 			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
-			TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
+			ListingLag: cfg.ListingLag, TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {
 			return nil, err

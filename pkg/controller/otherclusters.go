@@ -1,0 +1,113 @@
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+)
+
+// Other clusters on one file system (docs/design.md, "Other clusters on
+// one file system"). The record makes a GID unique within this cluster;
+// another cluster's creates are not in it. The allocator never picks an id
+// a listed access point carries, so two clusters collide only when both
+// pick one id between two listings. Every listing the allocator makes is
+// watched for access points tagged with another cluster's ID; on a file
+// system that has them:
+//   - each new access point is checked against a listing that starts after
+//     it exists (unrecordedRival): the later of two creates of one id sees
+//     the earlier and withdraws before it is answered. Scoped so: a file
+//     system only this cluster writes costs no listing per create;
+//   - a create whose class's range holds one of their ids logs a warning,
+//     once per (file system, range): disjoint ranges leave nothing to race.
+
+// otherClusters is what the allocator's listings showed of other clusters'
+// access points, per file system. Safe for concurrent use.
+type otherClusters struct {
+	mu  sync.Mutex
+	fss map[string]otherIDs
+}
+
+// otherIDs: the ids (uid and gid) other clusters' access points on one file
+// system carry, sorted, from the last complete listing, and one of those
+// clusters' IDs (for the message).
+type otherIDs struct {
+	ids     []int64
+	cluster string
+}
+
+// watchedSource is the EFS client as the allocator's Source: every complete
+// listing replaces the file system's entry in otherClusters.
+type watchedSource struct {
+	EFS
+	own   string // this cluster's ID ("" unknown: no access point is known as another's)
+	other *otherClusters
+}
+
+func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
+	var seen otherIDs
+	err := w.EFS.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
+		for i := range page {
+			id, ok := page[i].Tags[TagClusterID]
+			if !ok || id == w.own || w.own == "" {
+				continue
+			}
+			uid, g := posixIDs(&page[i])
+			seen.ids = append(seen.ids, uid, g)
+			seen.cluster = id
+		}
+		return fn(page)
+	})
+	if err == nil {
+		slices.Sort(seen.ids)
+		w.other.mu.Lock()
+		if len(seen.ids) == 0 {
+			delete(w.other.fss, fsID)
+		} else {
+			w.other.fss[fsID] = otherIDs{ids: slices.Compact(seen.ids), cluster: seen.cluster}
+		}
+		w.other.mu.Unlock()
+	}
+	return err
+}
+
+// inRange returns how many of the ids other clusters' access points on
+// fsID carry lie in [lo, hi], and one such cluster's ID.
+func (o *otherClusters) inRange(fsID string, lo, hi int64) (int, string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e := o.fss[fsID]
+	from, _ := slices.BinarySearch(e.ids, lo)
+	to, _ := slices.BinarySearch(e.ids, hi+1)
+	return to - from, e.cluster
+}
+
+// gidSource is the allocator's Source for this Service's client.
+func (s *Service) gidSource() watchedSource {
+	return watchedSource{EFS: s.efs, own: s.cluster, other: s.otherClusters}
+}
+
+// warnOtherClusters logs, once per (file system, range), that another
+// cluster's access points carry ids in the range this create allocates
+// from.
+func (s *Service) warnOtherClusters(fsID string, lo, hi int64) {
+	n, cluster := s.otherClusters.inRange(fsID, lo, hi)
+	if n == 0 || !s.firstWarning("gid-range\x00"+fsID+"\x00"+strconv.FormatInt(lo, 10)+"-"+strconv.FormatInt(hi, 10)) {
+		return
+	}
+	s.log.Warn("another cluster's access points carry GIDs in this class's range: two clusters that pick one GID at the same moment can share it; give each cluster a disjoint gidRangeStart-gidRangeEnd",
+		slog.String("fileSystemId", fsID), slog.Int64("gidRangeStart", lo), slog.Int64("gidRangeEnd", hi),
+		slog.Int("ids", n), slog.String("otherCluster", cluster))
+}
+
+// on reports whether the last listing of fsID showed another cluster's
+// access points: creates there are checked against writers outside the
+// record (unrecordedRival), whatever the controller's age.
+func (o *otherClusters) on(fsID string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.fss[fsID].ids) > 0
+}
