@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/statedir"
 )
 
 // File is a Store in a local file, shared by the processes of one host
@@ -78,23 +80,8 @@ func OpenFile(dir string) (*File, error) {
 // ownedDir makes dir 0700 if missing and checks that it is a directory
 // (not a symlink) owned by this user that no one else may write.
 func ownedDir(dir string) error {
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	if err := statedir.Owned(dir); err != nil {
 		return fmt.Errorf("journal: %w", err)
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("journal: %w", err)
-	}
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return fmt.Errorf("journal: %s is not a directory (a symlink is refused)", dir)
-	case int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("journal: %s is owned by uid %d, not this process's %d", dir, st.Uid, os.Geteuid())
-	case st.Mode&0o077 != 0:
-		return fmt.Errorf("journal: %s has mode %o: others may write it (want 0700)", dir, st.Mode&0o777)
 	}
 	return nil
 }

@@ -6,15 +6,54 @@
 // first write, so a process that stores nothing leaves no trace. Callers
 // check their names and do not trust what they read beyond what they can
 // verify: every operation is best effort.
+//
+// The directory must be one this user owns, that no one else may write,
+// and not a symlink (Owned): nothing is read from, or written to, a
+// directory another user could have made or filled first (a shared /tmp).
 package statedir
 
 import (
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
+
+// Owned makes dir 0700 if missing (and its parents 0755), then checks it as
+// CheckOwned does.
+func Owned(dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return CheckOwned(dir)
+}
+
+// CheckOwned reports, as an error, why dir is not a directory (a symlink is
+// not) owned by this process's user that no one else may write.
+func CheckOwned(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return &os.PathError{Op: "lstat", Path: dir, Err: err}
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("%s is not a directory (a symlink is refused)", dir)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s is owned by uid %d, not this process's %d", dir, st.Uid, os.Geteuid())
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("%s has mode %o: others may write it", dir, st.Mode&0o777)
+	}
+	return nil
+}
 
 // Dir is one such directory. Safe for concurrent use; the zero Dir and a Dir
 // of path "" store nothing.
@@ -36,10 +75,15 @@ func (d *Dir) open(create bool) (*os.Root, error) {
 	if d.root != nil || d.path == "" {
 		return d.root, nil
 	}
+	check := CheckOwned
 	if create {
-		if err := os.MkdirAll(d.path, 0o700); err != nil {
-			return nil, err
+		check = Owned
+	}
+	if err := check(d.path); err != nil {
+		if !create && errors.Is(err, fs.ErrNotExist) {
+			err = nil // not made yet: nothing stored
 		}
+		return nil, err
 	}
 	root, err := os.OpenRoot(d.path)
 	if err != nil {

@@ -54,3 +54,64 @@ func TestDirStoresInsideItselfAndOnlyOnceWritten(t *testing.T) {
 		t.Errorf("a Dir of no path: write %v, names %v", err, none.Names())
 	}
 }
+
+// A directory this user did not make for itself is neither read nor
+// written: one another user owns (made first in a shared /tmp, filled with
+// forged files), one others may write, a symlink to a directory of ours.
+func TestDirRefusesADirectoryItDoesNotOwnAlone(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a directory to another user needs root")
+	}
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, path string)
+	}{
+		{"owned by another user", func(t *testing.T, path string) {
+			mkdirWith(t, path, 0o700)
+			if err := os.Chown(path, 4242, 4242); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"writable by others", func(t *testing.T, path string) {
+			mkdirWith(t, path, 0o777)
+		}},
+		{"a symlink to a directory of ours", func(t *testing.T, path string) {
+			real := path + ".real"
+			mkdirWith(t, real, 0o700)
+			if err := os.WriteFile(filepath.Join(real, "a"), []byte("forged"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(real, path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state")
+			tc.plant(t, path)
+			if err := os.WriteFile(filepath.Join(path, "a"), []byte("forged"), 0o600); err != nil && !os.IsExist(err) {
+				t.Fatal(err)
+			}
+			d := New(path)
+			if data, ok := d.Read("a"); ok {
+				t.Errorf("read %q from it", data)
+			}
+			if names := d.Names(); names != nil {
+				t.Errorf("listed %v from it", names)
+			}
+			if err := d.Write("b", []byte("1")); err == nil {
+				t.Error("wrote into it")
+			}
+		})
+	}
+}
+
+func mkdirWith(t *testing.T, path string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Mkdir(path, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil { // past the umask
+		t.Fatal(err)
+	}
+}
