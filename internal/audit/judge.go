@@ -9,10 +9,10 @@ import (
 	"time"
 
 	stressaudit "github.com/efs-csi/efs-csi-driver/internal/stress/audit"
-	"github.com/efs-csi/efs-csi-driver/pkg/controller"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -77,37 +77,35 @@ type judgement struct {
 // create's answer was recorded, its root directory). The controller's
 // agrees() is the same rule.
 func recordOf(ap *efs.AccessPoint, records map[string]*journal.Record) *journal.Record {
-	if rec := records[ap.ClientToken]; ap.ClientToken != "" && controller.Agrees(rec, ap) {
+	if rec := records[ap.ClientToken]; ap.ClientToken != "" && ownership.Agrees(rec, ap) {
 		return rec
 	}
 	return nil
 }
 
-// ownerOf says whose ap is: recorded, else what its tags and client token
-// say (the controller's provenance rules for access points without a
-// record, with this cluster's ID told from others').
+// ownerOf says whose ap is, by pkg/ownership's rule (the controller's),
+// with this cluster's ID told from others'.
 func ownerOf(ap *efs.AccessPoint, rec *journal.Record, cluster string) (Owner, string) {
 	if rec != nil {
 		return OwnerThisCluster, "this cluster's record names it (volume " + rec.Name + ")"
 	}
-	id, tagged := ap.Tags[controller.TagClusterID]
-	ours := ap.Tags[controller.TagCluster] == "true"
-	switch {
-	case tagged && cluster == "":
+	id, other := ownership.OtherCluster(ap, cluster)
+	switch kind, _ := ownership.Of(ap, nil); {
+	case other && cluster == "":
 		return OwnerOtherCluster, fmt.Sprintf("tagged with cluster ID %q; this cluster's ID is unknown (--cluster-id)", id)
-	case tagged && id != cluster:
+	case other:
 		return OwnerOtherCluster, fmt.Sprintf("tagged with another cluster's ID %q", id)
-	case ours && ap.Tags[controller.TagVolumeName] != "" && tagged:
+	case kind == ownership.Tagged && id != "":
 		return OwnerUnrecorded, "this driver's tags with this cluster's ID, but no record: an earlier release's, or forged (tags prove nothing)"
-	case ours && ap.Tags[controller.TagVolumeName] != "":
+	case kind == ownership.Tagged:
 		return OwnerUnrecorded, "this driver's tags without a cluster ID, and no record: a release before cluster IDs or the record, a controller without an ID, or forged"
-	case ours && volume.IsProvisionerVolumeName(ap.ClientToken):
+	case kind == ownership.Upstream:
 		return OwnerUpstream, "the upstream driver's: its cluster tag, a provisioner volume name as client token, no record"
-	case ours && volume.IsClaimNameHash(ap.ClientToken):
+	case kind == ownership.UpstreamReuse:
 		return OwnerUpstream, "the upstream driver's reuseAccessPoint: its cluster tag, a claim-name hash as client token, no record"
-	case len(ap.Tags) == 0 && volume.IsProvisionerVolumeName(ap.ClientToken) && volume.MadeForName(ap.Path, ap.ClientToken):
+	case kind == ownership.Untagged:
 		return OwnerUpstream, "untagged, with a provisioner volume name as client token and a root made for it: the upstream driver's (enableTagging false), or this driver's before the record"
-	case ours:
+	case ap.Tags[ownership.TagCluster] == "true":
 		return OwnerOther, "the driver's cluster tag, but neither a volume-name tag nor a provisioner's token: not a CSI volume's"
 	}
 	return OwnerOther, "no CSI driver's tags or token: made by hand, by tooling, or another provisioner"
@@ -179,7 +177,7 @@ func judge(fs *FileSystem, in *fsInput) judgement {
 			continue
 		}
 		u := Unreferenced{AccessPoint: ap.ID, Path: ap.Path, Token: ap.ClientToken, Owner: owner, OwnerWhy: ownerWhy,
-			Volume: ap.Tags[controller.TagVolumeName], Claim: claimName(ap.Tags[controller.TagClaimNamespace], ap.Tags[controller.TagClaimName])}
+			Volume: ap.Tags[ownership.TagVolumeName], Claim: claimName(ap.Tags[ownership.TagClaimNamespace], ap.Tags[ownership.TagClaimName])}
 		if ap.PosixUser != nil {
 			u.GID = &ap.PosixUser.GID
 		}
@@ -189,7 +187,7 @@ func judge(fs *FileSystem, in *fsInput) judgement {
 		case rec != nil:
 			u.Volume, u.Claim = rec.Name, claimName(rec.ClaimNamespace, rec.ClaimName)
 			u.Leak, u.Finding, u.Why = in.leakWhy(rec)
-			if other, ok := ap.Tags[controller.TagClusterID]; u.Leak && ok && other != in.cluster {
+			if other, ok := ap.Tags[ownership.TagClusterID]; u.Leak && ok && other != in.cluster {
 				u.Leak, u.Why = false, fmt.Sprintf("recorded here but tagged with cluster ID %q: DeleteVolume refuses it; check by hand", other)
 			}
 			if u.Leak {
@@ -251,7 +249,7 @@ func judge(fs *FileSystem, in *fsInput) judgement {
 		sg := SharedGID{GID: g.GID, Intended: in.fixedGIDs[g.GID]}
 		for _, id := range g.AccessPoints {
 			ap := byID[id]
-			h := GIDHolder{AccessPoint: id, Owner: owners[id], Volume: ap.Tags[controller.TagVolumeName]}
+			h := GIDHolder{AccessPoint: id, Owner: owners[id], Volume: ap.Tags[ownership.TagVolumeName]}
 			ns := map[string]bool{}
 			for _, p := range named[id] {
 				h.PVs = append(h.PVs, p.Name)
@@ -261,7 +259,7 @@ func judge(fs *FileSystem, in *fsInput) judgement {
 				h.Volume = rec.Name
 				ns[rec.ClaimNamespace] = true
 			}
-			ns[ap.Tags[controller.TagClaimNamespace]] = true
+			ns[ap.Tags[ownership.TagClaimNamespace]] = true
 			delete(ns, "")
 			h.Namespaces = slices.Sorted(maps.Keys(ns))
 			sg.Holders = append(sg.Holders, h)

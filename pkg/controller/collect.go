@@ -8,6 +8,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -149,7 +150,7 @@ func (s *Service) orphanTarget(ctx context.Context, rec *journal.Record) (string
 		ap, err := s.efs.DescribeAccessPoint(ctx, rec.AccessPoint)
 		switch {
 		case err == nil:
-			if !agrees(rec, ap) {
+			if !ownership.Agrees(rec, ap) {
 				return "", fmt.Errorf("%w: volume %q: access point %s on %s with token %q and root %q is not the one recorded",
 					ErrNotCollectable, rec.Name, ap.ID, ap.FileSystemID, ap.ClientToken, ap.Path)
 			}

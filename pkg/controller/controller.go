@@ -24,27 +24,21 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
-// Tags written on every access point this driver creates.
+// Tags written on every access point this driver creates: pkg/ownership's,
+// named here too for the callers of this package.
 const (
-	TagCluster    = "efs.csi.aws.com/cluster"     // "true", as the upstream driver
-	TagVolumeName = "efs.csi.aws.com/volume-name" // the CO's volume name: how Delete finds the Create to exclude
-	TagCapacity   = "efs.csi.aws.com/capacity"    // requested bytes: a repeat with another size is incompatible
-	TagBasePath   = "efs.csi.aws.com/base-path"   // the class's basePath: never removed as a root directory
-	// TagClusterID is the identity of the cluster whose controller created
-	// the access point (Config.ClusterID). Only access points carrying this
-	// cluster's ID are listed or ever collected by it.
-	TagClusterID = "efs.csi.aws.com/cluster-id"
-	// TagBound ("true") was set by releases before the record on access
-	// points a PersistentVolume referred to; the record's Bound replaces it
-	// and nothing writes it any more.
-	TagBound = "efs.csi.aws.com/bound"
-	// The claim the volume was provisioned for (--extra-create-metadata):
-	// the orphan collector asks Kubernetes whether it still exists.
-	TagClaimName      = "efs.csi.aws.com/pvc-name"
-	TagClaimNamespace = "efs.csi.aws.com/pvc-namespace"
+	TagCluster        = ownership.TagCluster
+	TagVolumeName     = ownership.TagVolumeName
+	TagCapacity       = ownership.TagCapacity
+	TagBasePath       = ownership.TagBasePath
+	TagClusterID      = ownership.TagClusterID
+	TagBound          = ownership.TagBound
+	TagClaimName      = ownership.TagClaimName
+	TagClaimNamespace = ownership.TagClaimNamespace
 )
 
 // Errors this package adds to the sentinels of pkg/efs, pkg/volume, pkg/gid and

@@ -17,6 +17,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/rmtree"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
@@ -74,7 +75,8 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 	}
 	defer unlock()
 
-	ap, view, err := s.lookUp(ctx, id, time.Now())
+	began := time.Now() // real time: EFS's listing lag is
+	ap, view, err := s.lookUp(ctx, id)
 	if errors.Is(err, efs.ErrAccessPointNotFound) {
 		return s.deleteUnseen(ctx, id)
 	}
@@ -110,7 +112,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 		if rec, err = s.journal.Volume(ctx, ap.FileSystemID, ap.ClientToken); err != nil && !errors.Is(err, journal.ErrNotFound) {
 			return nil, err
 		}
-		if !agrees(rec, ap) {
+		if !ownership.Agrees(rec, ap) {
 			rec = nil
 		}
 	} else {
@@ -133,7 +135,11 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 			slog.String("accessPoint", ap.ID), slog.String("path", ap.Path))
 	default:
 		defer s.roots.deletingNow(ap.ID)() // through the DeleteAccessPoint below
-		if err := s.removeRootDir(ctx, ap, prov, view); err != nil {
+		since := began
+		if rec != nil && !rec.DeletingSince.IsZero() && rec.DeletingSince.Before(since) {
+			since = rec.DeletingSince // an earlier attempt's, before a restart too
+		}
+		if err := s.removeRootDir(ctx, ap, prov, view, since); err != nil {
 			return nil, err
 		}
 	}
@@ -163,18 +169,9 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 // system's ID) or a listing that failed (a file system these credentials
 // cannot see) is described, as without root removal; the view, if any,
 // still serves the removal.
-//
-// That view begins at least ListingLag after began (the call's start): an
-// access point another writer made on the directory before the call is
-// listed by then, and keeps it (EFS lists a new access point with a lag;
-// the emulator's --visibility-delay). This process's and this cluster's
-// creates need no wait: they are seen in the record and createSharer.
-func (s *Service) lookUp(ctx context.Context, id volume.ID, began time.Time) (*efs.AccessPoint, *rootView, error) {
+func (s *Service) lookUp(ctx context.Context, id volume.ID) (*efs.AccessPoint, *rootView, error) {
 	var view *rootView
 	if s.delRoot {
-		if err := sleepUntil(ctx, began.Add(s.cfg.ListingLag)); err != nil {
-			return nil, nil, err
-		}
 		v, err := s.viewAfterNow(ctx, id.FileSystemID)
 		if err != nil && ctx.Err() != nil {
 			return nil, nil, err
@@ -299,12 +296,25 @@ const cleanupTimeout = 30 * time.Second
 // view was read is this process's creates (createSharer), checked again
 // once mounted, right before the removal; another writer's access point
 // made meanwhile is not seen (docs/design.md, "Known limits").
-func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov provenance, view *rootView) error {
+//
+// EFS lists a new access point with a lag (the emulator's
+// --visibility-delay): one another writer made on the directory shortly
+// before the delete began (since: this call's start, or the time an
+// earlier attempt marked the record deleting) shows only in a listing that
+// begins ListingLag after that. The view is fetched again then if it began
+// earlier. A retry after a restart does not wait again.
+func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov provenance, view *rootView, since time.Time) error {
 	rel, err := removableRoot(ap, prov)
 	if err != nil {
 		return err
 	}
-	if view == nil {
+	if view != nil && s.keptFor(ap, s.sharer(ap, view)) {
+		return nil // kept whatever a later listing says
+	}
+	if settled := since.Add(s.cfg.ListingLag); view == nil || view.began.Before(settled) {
+		if err := sleepUntil(ctx, settled); err != nil {
+			return fmt.Errorf("%w: %w", ErrRootDirRemoval, err)
+		}
 		if view, err = s.viewAfterNow(ctx, ap.FileSystemID); err != nil {
 			return err
 		}

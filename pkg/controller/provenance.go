@@ -3,7 +3,7 @@ package controller
 import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
-	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 )
 
 // provenance is who made an access point. The record (pkg/journal) is the
@@ -29,56 +29,24 @@ type provenance struct {
 	locks []string
 }
 
-// Agrees reports whether rec is the record of ap: same file system and
-// token, and the access point it names (or, before it names one, the path).
-func Agrees(rec *journal.Record, ap *efs.AccessPoint) bool { return agrees(rec, ap) }
+// Agrees reports whether rec is the record of ap (ownership.Agrees).
+func Agrees(rec *journal.Record, ap *efs.AccessPoint) bool { return ownership.Agrees(rec, ap) }
 
-func agrees(rec *journal.Record, ap *efs.AccessPoint) bool {
-	if rec == nil || rec.FileSystem != ap.FileSystemID || rec.Token != ap.ClientToken {
-		return false
-	}
-	if rec.AccessPoint != "" {
-		return rec.AccessPoint == ap.ID
-	}
-	return rec.Path == ap.Path
-}
-
-// provenanceOf: an access point its record names is this driver's. Without
-// a record: this driver's earlier releases' tagged access points carry the
-// volume-name tag; the upstream driver's carry efs.csi.aws.com/cluster=true
-// (and the user's --tags) and, as client token, the volume name or the
-// claim-name hash. Untagged ones (enableTagging "false") carry no tag at
-// all: one is a CSI volume's only if its token is a provisioner's volume
-// name and its root directory is one this driver makes for that name
-// (volume.MadeForName). Anything else (made by hand, by Terraform, the AWS
-// CLI's UUID tokens, a console Name tag) is no CSI volume's: its directory
-// may hold anyone's data.
+// provenanceOf applies pkg/ownership's rule (an access point its record
+// names is this driver's; without a record, what its tags and token say),
+// and adds the locks a delete of it holds.
 func provenanceOf(ap *efs.AccessPoint, rec *journal.Record) provenance {
 	p := provenance{}
 	if ap.ClientToken != "" {
 		p.locks = []string{nameKey(ap.ClientToken)}
 	}
-	lockName := func(name string) {
-		if name != "" && name != ap.ClientToken {
-			p.locks = append(p.locks, nameKey(name))
-		}
+	kind, name := ownership.Of(ap, rec)
+	p.recorded, p.csi, p.volumeName = kind == ownership.Recorded, kind.CSI(), name
+	if name == "" {
+		name = ap.Tags[TagVolumeName] // not proof, but locking is harmless
 	}
-	if agrees(rec, ap) {
-		p.recorded, p.csi, p.volumeName = true, true, rec.Name
-		lockName(rec.Name)
-		return p
-	}
-	name := ap.Tags[TagVolumeName]
-	lockName(name) // not proof, but locking is harmless
-	switch {
-	case name != "" && ap.Tags[TagCluster] == "true":
-		p.csi, p.volumeName = true, name
-	case ap.Tags[TagCluster] == "true" && volume.IsProvisionerVolumeName(ap.ClientToken):
-		p.csi, p.volumeName = true, ap.ClientToken
-	case ap.Tags[TagCluster] == "true" && volume.IsClaimNameHash(ap.ClientToken):
-		p.csi = true
-	case len(ap.Tags) == 0 && volume.IsProvisionerVolumeName(ap.ClientToken) && volume.MadeForName(ap.Path, ap.ClientToken):
-		p.csi, p.volumeName = true, ap.ClientToken
+	if name != "" && name != ap.ClientToken {
+		p.locks = append(p.locks, nameKey(name))
 	}
 	return p
 }

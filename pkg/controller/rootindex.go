@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -181,6 +182,7 @@ func (x sortedRoots) first(p string) int {
 // built once for every delete waiting when its listing starts and shared
 // by them; none modifies it.
 type rootView struct {
+	began time.Time // when its listing began (real time)
 	byID  map[string]*efs.AccessPoint
 	index sortedRoots
 }
@@ -188,11 +190,12 @@ type rootView struct {
 // newView lists fsID through client, then reads the record, and indexes
 // both by root directory.
 func newView(ctx context.Context, client EFS, j *journal.Journal, fsID string) (*rootView, error) {
+	began := time.Now()
 	aps, err := efs.Collect(ctx, client.ListAccessPoints, fsID)
 	if err != nil {
 		return nil, err
 	}
-	v := &rootView{byID: make(map[string]*efs.AccessPoint, len(aps))}
+	v := &rootView{began: began, byID: make(map[string]*efs.AccessPoint, len(aps))}
 	hs := make([]holder, 0, 2*len(aps))
 	for i := range aps {
 		ap := &aps[i]

@@ -43,8 +43,12 @@ type Volume struct {
 	// Deleting: a DeleteVolume (or the collector) is deleting its access
 	// point; set before DeleteAccessPoint, so that a create that read the
 	// record before cannot answer it after.
-	Deleting bool      `json:"deleting,omitempty"`
-	Created  time.Time `json:"created"`
+	Deleting bool `json:"deleting,omitempty"`
+	// DeletingSince is when Deleting was first set (zero for records
+	// written before it was kept): a retry of the delete, after a restart
+	// too, counts EFS's listing lag from there (--listing-lag).
+	DeletingSince time.Time `json:"deletingSince,omitzero"`
+	Created       time.Time `json:"created"`
 }
 
 // Record is a Volume as stored, with the version its next write compares.
@@ -256,7 +260,7 @@ func (j *Journal) MarkDeleting(ctx context.Context, r *Record) error {
 		if v.Deleting {
 			return false, nil
 		}
-		v.Deleting = true
+		v.Deleting, v.DeletingSince = true, j.now().UTC()
 		return true, nil
 	})
 }

@@ -88,3 +88,33 @@ func TestVolumesAnswersWhatIsStoredNow(t *testing.T) {
 		})
 	}
 }
+
+// The first MarkDeleting keeps its time; a retry's (another process's, after
+// a restart) finds it and keeps it, so a delete counts EFS's listing lag
+// from its first attempt.
+func TestMarkDeletingKeepsTheFirstMarksTime(t *testing.T) {
+	ctx := context.Background()
+	store := journal.NewMemory()
+	j := journal.New(store)
+	r, _, err := j.Begin(ctx, journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", Allocated: journal.NoID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.MarkDeleting(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	first := r.DeletingSince
+	if first.IsZero() {
+		t.Fatal("MarkDeleting kept no time")
+	}
+	again, err := journal.New(store).Volume(ctx, "fs-1", "pvc-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := journal.New(store).MarkDeleting(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if !again.DeletingSince.Equal(first) {
+		t.Errorf("a second MarkDeleting moved the time from %v to %v", first, again.DeletingSince)
+	}
+}

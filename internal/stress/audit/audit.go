@@ -14,9 +14,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/efs-csi/efs-csi-driver/pkg/controller"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 )
 
 // Marker is a file the workload wrote into a live volume's root directory
@@ -166,7 +166,7 @@ func Check(in Inputs) *Report {
 			r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("access point %s is also volume %s", apID, owned[apID])})
 		default:
 			owned[apID] = name
-			if tag, ok := ap.Tags[controller.TagVolumeName]; ok && tag != name {
+			if tag, ok := ap.Tags[ownership.TagVolumeName]; ok && tag != name {
 				r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("access point %s is tagged for volume %s", apID, tag)})
 			}
 		}
@@ -174,7 +174,7 @@ func Check(in Inputs) *Report {
 
 	// Nothing of the run exists that no live volume owns.
 	for _, ap := range in.AccessPoints {
-		name := ap.Tags[controller.TagVolumeName]
+		name := ap.Tags[ownership.TagVolumeName]
 		if owned[ap.ID] != "" || !(in.Exclusive || in.RunNames[name]) {
 			continue
 		}
@@ -183,7 +183,7 @@ func Check(in Inputs) *Report {
 
 	// GIDs are unique among the access points the driver created.
 	for _, g := range SharedGIDs(in.AccessPoints, func(ap *efs.AccessPoint) bool {
-		return ap.Tags[controller.TagCluster] == "true" || in.RunNames[ap.Tags[controller.TagVolumeName]]
+		return ap.Tags[ownership.TagCluster] == "true" || in.RunNames[ap.Tags[ownership.TagVolumeName]]
 	}) {
 		r.DuplicateGIDs = append(r.DuplicateGIDs, Finding{strconv.FormatInt(g.GID, 10), "shared by " + strings.Join(g.AccessPoints, ", ")})
 	}
