@@ -55,7 +55,7 @@ func main() {
 	fs.StringVar(&cfg.Zone, "zone", "", "availability zone reported as topology by NodeGetInfo (default: the Node's topology.kubernetes.io/zone label, else instance metadata)")
 	fs.StringVar(&tags, "tags", "", "space-separated key:value tags added to every access point; \\ escapes a space, a colon or itself, as upstream")
 	fs.BoolVar(&cfg.DeleteRootDir, "delete-access-point-root-dir", false, "remove an access point's root directory and its data on DeleteVolume")
-	fs.DurationVar(&cfg.ListingLag, "listing-lag", time.Second, "with --delete-access-point-root-dir: how long EFS may take to list a new access point; a root directory is removed only after a listing that began this long after the DeleteVolume, so that another writer's access point made on it just before is seen and the directory kept (0: no wait)")
+	fs.DurationVar(&cfg.ListingLag, "listing-lag", time.Second, "with --delete-access-point-root-dir: how long EFS may take to list a new access point; while EFS is seen listing with a lag (docs/design.md, Delete step 6), a root directory is removed only after a listing that began this long after the DeleteVolume's first attempt, so that another writer's access point made on it just before is seen and the directory kept (0: no wait)")
 	fs.StringVar(&cfg.LocalRoot, "local-root", "", "emulator data directory: mount file systems with bind mounts from DIR/<fs-id> instead of mount -t efs")
 	fs.StringVar(&cfg.TempDir, "tmp-dir", "", "parent directory of temporary mount points (default: the system temp dir)")
 	fs.StringVar(&cfg.MetricsAddress, "http-endpoint", "", "address of the Prometheus /metrics and /healthz endpoint, e.g. 127.0.0.1:3301 (empty: none)")

@@ -166,11 +166,13 @@ const (
 	ProfileTokenBucket    = "token-bucket"
 	ProfileThrottleMix    = "throttle-mix"
 	ProfileFaultMix       = "fault-mix"
+	ProfileListingLag     = "listing-lag"
 )
 
 // profiles names and describes each fault profile, for --help.
 var profiles = []struct{ name, about string }{
 	{ProfileNone, "no fault"},
+	{ProfileListingLag, "a new access point is listed and described only 1 s after its create (EFS's eventual consistency)"},
 	{ProfileLatency, "10-30 ms on every call"},
 	{ProfileThrottle, "token buckets: creates and deletes 100/s burst 20, describes 200/s burst 50"},
 	{ProfileErrors, "unapplied 500s on every call at --fault-rate"},

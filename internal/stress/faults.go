@@ -49,6 +49,9 @@ func profile(name string, rate float64) (faultSet, error) {
 	case ProfileErrors:
 		// InternalServerError before applying, on every operation.
 		return faultSet{emulator.AllOps: {ErrorRate: rate}}, nil
+	case ProfileListingLag:
+		return faultSet{emulator.OpCreateAccessPoint: {VisibilityDelay: time.Second},
+			emulator.OpS3CreateAccessPoint: {VisibilityDelay: time.Second}}, nil
 	case ProfileLostAnswers:
 		// The change is committed, then the answer is lost: the case that
 		// makes retries dangerous.

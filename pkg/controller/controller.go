@@ -198,6 +198,9 @@ type shared struct {
 	// allocator's listings (otherclusters.go).
 	otherClusters *otherClusters
 
+	// lag: whether EFS was seen listing with a lag lately (lag.go).
+	lag *lagWatch
+
 	// finished: the deletes this process finished, so that a repeat costs
 	// no request either (finished.go). A create drops its name's entries
 	// under its locks.
@@ -263,12 +266,29 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Zones != nil {
 		zones = newZoneCache(cfg.Zones, cfg.Now)
 	}
+	lag := newLagWatch()
 	listings := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) ([]efs.AccessPoint, error) {
-		return efs.Collect(ctx, k.client.ListAccessPoints, k.fsID)
+		began := time.Now()
+		aps, err := efs.Collect(ctx, k.client.ListAccessPoints, k.fsID)
+		if err == nil && lag.watching(k.fsID) {
+			ids := make(map[string]bool, len(aps))
+			for _, ap := range aps {
+				ids[ap.ID] = true
+			}
+			lag.listed(k.fsID, began, func(id string) bool { return ids[id] })
+		}
+		return aps, err
 	})
 	j := journal.New(cfg.Journal)
 	views := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) (*rootView, error) {
-		return newView(ctx, k.client, j, k.fsID)
+		v, err := newView(ctx, k.client, j, k.fsID)
+		if err == nil {
+			lag.listed(k.fsID, v.began, func(id string) bool { return v.byID[id] != nil })
+			if v.lags {
+				lag.saw()
+			}
+		}
+		return v, err
 	})
 	return &Service{
 		efs: cfg.EFS, mounter: cfg.Mounter, zones: zones, log: cfg.Logger,
@@ -278,7 +298,7 @@ func New(cfg Config) (*Service, error) {
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
 			answers: map[string]answer{}, answerOf: map[string]string{}, finished: newFinishedDeletes(),
-			otherClusters: &otherClusters{fss: map[string]otherIDs{}},
+			otherClusters: &otherClusters{fss: map[string]otherIDs{}}, lag: lag,
 		},
 	}, nil
 }

@@ -327,6 +327,7 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 	switch {
 	case err == nil:
 		s.gids.Record(*ap) // before the local release: never free in between
+		s.lag.created(ap.FileSystemID, ap.ID)
 		if err := s.journal.SetAccessPoint(ctx, rec, ap.ID, ap.Path, rec.UID, rec.GID, rec.Allocated, true); err != nil {
 			if errors.Is(err, journal.ErrDeleting) {
 				// The volume's delete began after this create read the

@@ -184,6 +184,9 @@ func (s *Service) lookUp(ctx context.Context, id volume.ID) (*efs.AccessPoint, *
 		}
 	}
 	ap, err := s.efs.DescribeAccessPoint(ctx, id.AccessPointID)
+	if err == nil && view != nil {
+		s.lag.saw() // it exists, and a listing that began after the call missed it
+	}
 	return ap, view, err
 }
 
@@ -265,6 +268,7 @@ func (s *Service) reachable(ctx context.Context, fsID string) error {
 
 // deleteAccessPoint deletes apID and tells the allocator its ids are free.
 func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) error {
+	s.lag.deleted(apID) // before: a listing missing it from now on is no lag
 	err := s.efs.DeleteAccessPoint(ctx, apID)
 	if err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
 		return err
@@ -301,8 +305,9 @@ const cleanupTimeout = 30 * time.Second
 // --visibility-delay): one another writer made on the directory shortly
 // before the delete began (since: this call's start, or the time an
 // earlier attempt marked the record deleting) shows only in a listing that
-// begins ListingLag after that. The view is fetched again then if it began
-// earlier. A retry after a restart does not wait again.
+// begins ListingLag after that. While EFS is seen lagging (lag.go), the
+// view is fetched again then if it began earlier. A retry after a restart
+// does not wait again.
 func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov provenance, view *rootView, since time.Time) error {
 	rel, err := removableRoot(ap, prov)
 	if err != nil {
@@ -311,10 +316,13 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov p
 	if view != nil && s.keptFor(ap, s.sharer(ap, view)) {
 		return nil // kept whatever a later listing says
 	}
-	if settled := since.Add(s.cfg.ListingLag); view == nil || view.began.Before(settled) {
+	if settled := since.Add(s.cfg.ListingLag); s.lag.recent() && (view == nil || view.began.Before(settled)) {
 		if err := sleepUntil(ctx, settled); err != nil {
 			return fmt.Errorf("%w: %w", ErrRootDirRemoval, err)
 		}
+		view = nil
+	}
+	if view == nil {
 		if view, err = s.viewAfterNow(ctx, ap.FileSystemID); err != nil {
 			return err
 		}

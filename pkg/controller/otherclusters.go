@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
@@ -45,12 +46,20 @@ type watchedSource struct {
 	EFS
 	own   string // this cluster's ID ("" unknown: no access point is known as another's)
 	other *otherClusters
+	lag   *lagWatch // told of the listing too
 }
 
 func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	var seen otherIDs
+	began, ids := time.Now(), map[string]bool(nil)
+	if w.lag.watching(fsID) {
+		ids = map[string]bool{}
+	}
 	err := w.EFS.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
 		for i := range page {
+			if ids != nil {
+				ids[page[i].ID] = true
+			}
 			id, ok := page[i].Tags[TagClusterID]
 			if !ok || id == w.own || w.own == "" {
 				continue
@@ -61,6 +70,9 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 		}
 		return fn(page)
 	})
+	if err == nil && ids != nil {
+		w.lag.listed(fsID, began, func(id string) bool { return ids[id] })
+	}
 	if err == nil {
 		slices.Sort(seen.ids)
 		w.other.mu.Lock()
@@ -87,7 +99,7 @@ func (o *otherClusters) inRange(fsID string, lo, hi int64) (int, string) {
 
 // gidSource is the allocator's Source for this Service's client.
 func (s *Service) gidSource() watchedSource {
-	return watchedSource{EFS: s.efs, own: s.cluster, other: s.otherClusters}
+	return watchedSource{EFS: s.efs, own: s.cluster, other: s.otherClusters, lag: s.lag}
 }
 
 // warnOtherClusters logs, once per (file system, range), that another

@@ -357,9 +357,11 @@ func TestDeleteKeepsADirectoryAnotherAccessPointReaches(t *testing.T) {
 
 // An access point another writer made on a volume's directory just before
 // its DeleteVolume, which EFS does not list yet (the emulator's visibility
-// delay), keeps the directory: removal waits for a listing that begins
-// --listing-lag after the call. Without the wait the directory goes (the
-// red team's finding: a live access point's data deleted).
+// delay, on since the start), keeps the directory: this controller saw EFS
+// lag (its own new access point missing from the listing after its
+// create), so removal waits for a listing that begins --listing-lag after
+// the call. Without the wait the directory goes (the red team's finding: a
+// live access point's data deleted).
 func TestDeleteKeepsADirectoryAnAccessPointMadeWithinTheListingLagReaches(t *testing.T) {
 	const delay = 300 * time.Millisecond
 	for _, tc := range []struct {
@@ -368,10 +370,16 @@ func TestDeleteKeepsADirectoryAnAccessPointMadeWithinTheListingLagReaches(t *tes
 	}{{delay + 100*time.Millisecond, true}, {0, false}} {
 		t.Run(fmt.Sprintf("lag=%v", tc.lag), func(t *testing.T) {
 			r := newRootBed(t, func(c *Config) { c.ListingLag = tc.lag })
+			r.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{VisibilityDelay: delay})
 			vol := r.mustCreate("pvc-a")
+			for { // until EFS shows it: the delete then finds it as usual
+				if _, err := r.client.DescribeAccessPoint(r.ctx(), apOf(t, vol)); err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 			root := r.rootOf(vol)
 			write(t, filepath.Join(root, "data"), "live")
-			r.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{VisibilityDelay: delay})
 			r.handMade("/pvc-a")
 			if err := r.delete(vol); err != nil {
 				t.Fatalf("delete: %v", err)
@@ -385,6 +393,19 @@ func TestDeleteKeepsADirectoryAnAccessPointMadeWithinTheListingLagReaches(t *tes
 			}
 		})
 	}
+}
+
+// Where EFS lists new access points at once, a delete does not wait for
+// --listing-lag (here an hour: waiting would end in the call's deadline).
+func TestDeleteDoesNotWaitWhereEFSListsAtOnce(t *testing.T) {
+	r := newRootBed(t, func(c *Config) { c.ListingLag = time.Hour })
+	for _, name := range []string{"pvc-a", "pvc-b"} {
+		vol := r.mustCreate(name)
+		if err := r.delete(vol); err != nil {
+			t.Fatalf("delete of %s: %v", name, err)
+		}
+	}
+	r.wantAccessPoints(0)
 }
 
 // The shared directory goes with the last access point that reaches it.

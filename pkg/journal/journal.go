@@ -35,11 +35,14 @@ type Volume struct {
 	// Allocated is the id this volume holds in the id table (its GID, or
 	// its UID when the class fixes the GID); NoID for fixed ids.
 	Allocated int64 `json:"allocated"`
-	// AccessPoint is set once an access point with Token is known to exist.
-	AccessPoint    string `json:"accessPoint,omitempty"`
-	ClaimNamespace string `json:"claimNamespace,omitempty"`
-	ClaimName      string `json:"claimName,omitempty"`
-	Bound          bool   `json:"bound,omitempty"` // a PersistentVolume was seen naming it: never collected
+	// AccessPoint is set once an access point with Token is known to exist,
+	// at Recorded: a listing that began later and does not show it lags
+	// (or it was deleted behind the record's back).
+	AccessPoint    string    `json:"accessPoint,omitempty"`
+	Recorded       time.Time `json:"recorded,omitzero"`
+	ClaimNamespace string    `json:"claimNamespace,omitempty"`
+	ClaimName      string    `json:"claimName,omitempty"`
+	Bound          bool      `json:"bound,omitempty"` // a PersistentVolume was seen naming it: never collected
 	// Deleting: a DeleteVolume (or the collector) is deleting its access
 	// point; set before DeleteAccessPoint, so that a create that read the
 	// record before cannot answer it after.
@@ -321,6 +324,9 @@ func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, apID, path stri
 		}
 		if v.AccessPoint != "" && v.AccessPoint != apID && !replace {
 			return false, fmt.Errorf("journal: token %q on %s is recorded for %s, not %s", v.Token, v.FileSystem, v.AccessPoint, apID)
+		}
+		if v.AccessPoint != apID {
+			v.Recorded = j.now().UTC()
 		}
 		v.AccessPoint, v.Path, v.UID, v.GID, v.Allocated = apID, path, uid, gid, allocated
 		return true, nil
