@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION) \
 	-X github.com/efs-csi/efs-csi-driver/pkg/driver.GitCommit=$(GIT_COMMIT) \
 	-X github.com/efs-csi/efs-csi-driver/pkg/driver.BuildDate=$(BUILD_DATE)
 
-.PHONY: build run test test-short fuzz bench e2e soak lint image-check clean
+.PHONY: build run test test-short fuzz bench e2e soak lint image-check readme clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -22,6 +22,11 @@ run: build
 test: build image-check
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+
+# README.md's flag tables, rewritten from efs-csi-driver's FlagSet (make test fails when
+# they differ).
+readme:
+	$(GO) test ./cmd/efs-csi-driver -run '^TestREADMEFlagTables$$' -count=1 -update
 
 test-short:
 	$(GO) test -short ./...
