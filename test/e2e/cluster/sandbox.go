@@ -75,7 +75,7 @@ type Sandbox struct {
 	container *corev1.Container
 	sources   map[string]string // volume name: host directory
 	upper     string
-	before    map[string]bool // the upper layer's entries the sandbox made
+	before    map[string]fs.FileMode // the upper layer's entries the sandbox made
 }
 
 // BindMount is a host path bound at Target in the sandbox.
@@ -261,10 +261,24 @@ func resolveIn(root, path string) (string, error) {
 	return filepath.Join(root, cur), nil
 }
 
-// RootWrites lists what the process created, replaced or removed in its root file
-// system (not in a volume), as paths in the container, sorted: on a read-only root
-// nothing; on a writable one, what a container restart loses.
-func (sb *Sandbox) RootWrites() ([]string, error) {
+// RootWrite is one entry the process created, replaced or removed in its root file
+// system (not in a volume): a path in the container.
+type RootWrite struct {
+	Path    string
+	Mode    fs.FileMode
+	Removed bool // a whiteout: the path was removed
+}
+
+func (w RootWrite) String() string {
+	if w.Removed {
+		return w.Path + " (removed)"
+	}
+	return w.Path + " (" + w.Mode.Type().String() + ")"
+}
+
+// RootWrites lists what the process wrote to its root file system, sorted: on a
+// read-only root nothing; on a writable one, what a container restart loses.
+func (sb *Sandbox) RootWrites() ([]RootWrite, error) {
 	if sb.upper == "" {
 		return nil, errors.New("sandbox: not started")
 	}
@@ -272,29 +286,25 @@ func (sb *Sandbox) RootWrites() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for p := range after {
-		if !sb.before[p] {
-			out = append(out, p)
+	var out []RootWrite
+	for p, mode := range after {
+		if _, ok := sb.before[p]; !ok {
+			// A whiteout is a 0/0 character device.
+			out = append(out, RootWrite{Path: p, Mode: mode, Removed: mode&fs.ModeCharDevice != 0})
 		}
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b RootWrite) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
 }
 
-// walkUpper returns the entries of an overlay's upper layer as container paths; a
-// whiteout (a removal) is marked "(removed)".
-func walkUpper(upper string) (map[string]bool, error) {
-	out := map[string]bool{}
+// walkUpper returns the entries of an overlay's upper layer by container path.
+func walkUpper(upper string) (map[string]fs.FileMode, error) {
+	out := map[string]fs.FileMode{}
 	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == upper {
 			return err
 		}
-		rel := "/" + strings.TrimPrefix(p, upper+"/")
-		if d.Type()&fs.ModeCharDevice != 0 {
-			rel += " (removed)"
-		}
-		out[rel] = true
+		out["/"+strings.TrimPrefix(p, upper+"/")] = d.Type()
 		return nil
 	})
 	return out, err

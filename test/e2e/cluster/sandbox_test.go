@@ -155,7 +155,9 @@ echo done >> $r`
 			if err != nil {
 				t.Fatal(err)
 			}
-			if hasTmp := slices.ContainsFunc(writes, func(w string) bool { return strings.HasPrefix(w, "/tmp/sandbox-root-write-") }); hasTmp != tc.wantWrites {
+			if hasTmp := slices.ContainsFunc(writes, func(w RootWrite) bool {
+				return strings.HasPrefix(w.Path, "/tmp/sandbox-root-write-") && w.Mode.IsRegular()
+			}); hasTmp != tc.wantWrites {
 				t.Errorf("root writes %q: /tmp/sandbox-root-write-* listed %v, want %v", writes, hasTmp, tc.wantWrites)
 			}
 		})
