@@ -49,10 +49,18 @@ func TestChartControllerWritesOnlyToItsVolumes(t *testing.T) {
 		// rootDirs: the values remove each deleted volume's directory, which the
 		// driver does by mounting the file system (the emulator's data through
 		// --local-root, bound into the pod at the same path).
-		rootDirs       bool
+		rootDirs bool
+		// args are added to the rendered ones: the record in a file under --tmp-dir
+		// (the fallback outside a cluster) must find its place too.
+		args []string
+		// stateDirs are what the driver must have written in a volume by the time the
+		// claims are bound.
+		stateDirs      []string
 		wantViolations bool
 	}{
-		{name: "default values", values: ""},
+		{name: "default values", values: "", stateDirs: []string{"/tmp/efs-csi-s3files-identities"}},
+		{name: "record in a file", values: "", args: []string{"--journal=file"},
+			stateDirs: []string{"/tmp/efs-csi-s3files-identities", "/tmp/efs-csi-journal"}},
 		{name: "deleteAccessPointRootDir", values: "controller:\n  deleteAccessPointRootDir: true\n", rootDirs: true},
 		{name: "without the /tmp volume", values: "", unmount: "/tmp", wantViolations: true},
 	} {
@@ -82,6 +90,7 @@ func TestChartControllerWritesOnlyToItsVolumes(t *testing.T) {
 			})
 			sb := newSandbox(ctx, t, s, pod, "efs-plugin", "efs-csi-controller-0")
 			sb.Env = emulatorEnv(st.endpoint)
+			c.Args = append(c.Args, tc.args...)
 			if tc.rootDirs {
 				c.Args = append(c.Args, "--local-root="+st.dataDir)
 				sb.ExtraMounts = []cluster.BindMount{{Source: st.dataDir, Target: st.dataDir}}
@@ -104,6 +113,16 @@ func TestChartControllerWritesOnlyToItsVolumes(t *testing.T) {
 				dirs = append(dirs, filepath.Join(st.dataDir, fileSystemID, rootPath(ap.AccessPoints[0])))
 			}
 			ns.boundClaim(ctx, t, "s3files", s3Class, nil)
+			for _, d := range tc.stateDirs {
+				host, ok := sb.HostPath(d)
+				if !ok {
+					t.Errorf("%s is on the root file system, not in one of the chart's volumes", d)
+					continue
+				}
+				if entries, err := os.ReadDir(host); err != nil || len(entries) == 0 {
+					t.Errorf("the driver kept nothing in %s (%d entries, %v)", d, len(entries), err)
+				}
+			}
 			ns.deleteAll(ctx, t)
 			waitNoLeaks(ctx, t, s, efsc)
 			if tc.rootDirs {

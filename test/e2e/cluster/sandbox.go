@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -24,8 +25,9 @@ import (
 // runtime would as far as the file system goes, so that a test sees what the chart's
 // securityContext and volumes let the process write:
 //
-//   - a private mount namespace (made on a locked OS thread of this process, so the
-//     host's mount table is never changed and everything goes when the process exits);
+//   - a private mount namespace (made on a locked OS thread of this process, which
+//     returns to the host's afterwards, so the host's mount table is never changed and
+//     everything goes when the process exits);
 //   - a root file system that is an overlay over the host's / (the "image"), its upper
 //     layer in Dir, remounted read-only when readOnlyRootFilesystem is true; /proc, /sys
 //     and /dev are the host's;
@@ -114,14 +116,34 @@ func (sb *Sandbox) Start(name, logDir string) (*Process, error) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		// Never unlocked: this thread's mount namespace is the sandbox's, and Go ends a
-		// locked thread when its goroutine returns. It must live as long as the process,
-		// whose Pdeathsig fires when the thread that started it ends.
+		// The mount namespace is this thread's alone while it is locked. It must live
+		// as long as the process, whose Pdeathsig fires when the thread that started it
+		// ends; and it must not end afterwards either: it may be the thread that started
+		// other processes (the control plane), which would be killed with it. So it
+		// returns to the host's namespace and to the pool; if it cannot, it stays
+		// locked and Go ends it.
 		runtime.LockOSThread()
+		// setns moves the thread's working directory to the namespace's root: the
+		// process's relative paths resolve from cwd again afterwards.
+		host, err := os.Open("/proc/thread-self/ns/mnt")
+		var cwd *os.File
+		if err == nil {
+			defer host.Close()
+			cwd, err = os.Open(".")
+		}
+		if err != nil {
+			runtime.UnlockOSThread()
+			res <- result{nil, fmt.Errorf("sandbox: %w", err)}
+			return
+		}
+		defer cwd.Close()
 		p, err := sb.spawn(name, logDir, l)
 		res <- result{p, err}
 		if err == nil {
 			<-p.Done()
+		}
+		if unix.Setns(int(host.Fd()), unix.CLONE_NEWNS) == nil && unix.Fchdir(int(cwd.Fd())) == nil {
+			runtime.UnlockOSThread()
 		}
 	}()
 	r := <-res
@@ -272,6 +294,14 @@ type RootWrite struct {
 func (w RootWrite) String() string {
 	if w.Removed {
 		return w.Path + " (removed)"
+	}
+	switch {
+	case w.Mode.IsDir():
+		return w.Path + " (directory)"
+	case w.Mode&fs.ModeSymlink != 0:
+		return w.Path + " (symlink)"
+	case w.Mode.IsRegular():
+		return w.Path + " (file)"
 	}
 	return w.Path + " (" + w.Mode.Type().String() + ")"
 }
