@@ -37,17 +37,23 @@ type Process struct {
 // StartProcess starts bin with args; env is added to this process's environment. The
 // child is killed if the test binary dies (Pdeathsig), so a crashed test leaves nothing.
 func StartProcess(name, logDir, bin string, env []string, args ...string) (*Process, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return startCmd(name, logDir, cmd)
+}
+
+// startCmd starts cmd (its SysProcAttr set by the caller) with its output appended to
+// logDir/name.log.
+func startCmd(name, logDir string, cmd *exec.Cmd) (*Process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(f, "==== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	fmt.Fprintf(f, "==== %s start: %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(cmd.Args, " "))
 	cmd.Stdout = f
 	cmd.Stderr = f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
