@@ -64,6 +64,7 @@ type replica struct {
 	driverArgs []string
 	driverEnv  []string
 	provArgs   []string
+	hostname   string // csi-provisioner's own host name (replicaSpec.podHostname), or ""
 	driver     *cluster.Process
 	// provHealth is the provisioner's --http-endpoint (the chart's liveness probe
 	// target /healthz/leader-election), on a free port.
@@ -95,6 +96,10 @@ type replicaSpec struct {
 	driverArgs     []string // appended to the Deployment's
 	provArgs       []string // appended to the Deployment's csi-provisioner arguments
 	driverEnv      []string // added to the driver's environment (containerEnv)
+	// podHostname runs csi-provisioner with a host name of its own, as each pod has:
+	// its leader-election identity is the host name, so replicas on one host would all
+	// hold the lease at once.
+	podHostname bool
 }
 
 // startControllerStack starts the emulator, applies the chart's CSIDriver and RBAC and
@@ -222,6 +227,9 @@ func (st *controllerStack) addReplica(ctx context.Context, spec replicaSpec) *re
 		"--http-endpoint=": r.provHealth,
 	}), "--kubeconfig="+st.kubeconfig)
 	r.provArgs = append(r.provArgs, spec.provArgs...)
+	if spec.podHostname {
+		r.hostname = fmt.Sprintf("efs-csi-controller-%d", i)
+	}
 	if !spec.leaderElection {
 		r.provArgs = slices.DeleteFunc(r.provArgs, func(a string) bool { return strings.HasPrefix(a, "--leader-election") })
 	}
@@ -378,7 +386,13 @@ func (r *replica) supervise() {
 }
 
 func (r *replica) startProvisioner() error {
-	p, err := cluster.StartProcess("csi-provisioner-"+r.name, r.s.dir, r.s.comps.CSIProvisioner, nil, r.provArgs...)
+	bin, args := r.s.comps.CSIProvisioner, r.provArgs
+	if r.hostname != "" {
+		// A UTS namespace of its own (root), named as a pod would be; sh execs the
+		// provisioner, so the process stopped and killed is the provisioner itself.
+		bin, args = "unshare", append([]string{"--uts", "sh", "-c", `hostname "$0" && exec "$@"`, r.hostname, bin}, args...)
+	}
+	p, err := cluster.StartProcess("csi-provisioner-"+r.name, r.s.dir, bin, nil, args...)
 	if err != nil {
 		return err
 	}

@@ -118,7 +118,7 @@ func TestHelmUpgradeFromUpstreamChartMidStorm(t *testing.T) {
 	volumes := boundVolumes(ctx, t, ns, helmBefore, pre)
 	roots := accessPointRoots(ctx, t, st)
 	for claim, pv := range volumes {
-		writeFile(t, filepath.Join(fsDir, roots[pv.handle], "written-by-a-pod"), claim)
+		writeFile(t, filepath.Join(fsDir, roots[accessPointOf(pv.handle)], "written-by-a-pod"), claim)
 	}
 	t.Logf("upstream's chart installed and %d claims bound by %d replicas with its arguments in %v",
 		helmBefore, n, time.Since(start).Round(time.Millisecond))
@@ -163,7 +163,7 @@ func TestHelmUpgradeFromUpstreamChartMidStorm(t *testing.T) {
 	for i := range helmBefore {
 		claim := pre(i)
 		was, is := volumes[claim], now[claim]
-		path := filepath.Join(fsDir, roots[was.handle], "written-by-a-pod")
+		path := filepath.Join(fsDir, roots[accessPointOf(was.handle)], "written-by-a-pod")
 		_, statErr := os.Stat(path)
 		switch deleted := i < helmDeleteBefore; {
 		case deleted && !errors.Is(statErr, os.ErrNotExist):
@@ -186,12 +186,12 @@ func TestHelmUpgradeFromUpstreamChartMidStorm(t *testing.T) {
 // podSpec is what a pod of the controller Deployment dep runs here: its containers'
 // arguments and environment, plus what a process outside a pod lacks. The emulator's
 // file system for root-directory removal (--local-root); a /tmp of its own (TMPDIR);
-// and its namespace, which a pod reads from its service account's files and csi-provisioner
+// a host name of its own (csi-provisioner's leader identity); and its namespace, which a pod reads from its service account's files and csi-provisioner
 // and the driver outside one do not know: it is the leader-election namespace, unless the
 // arguments name one.
 func podSpec(t *testing.T, s *suite, st *controllerStack, dep *unstructured.Unstructured) replicaSpec {
 	t.Helper()
-	spec := replicaSpec{bins: s.bins, deployment: dep, leaderElection: true,
+	spec := replicaSpec{bins: s.bins, deployment: dep, leaderElection: true, podHostname: true,
 		driverArgs: []string{"--local-root=" + st.dataDir},
 		driverEnv:  append(containerEnv(t, dep, "efs-plugin"), "TMPDIR="+t.TempDir()),
 	}
@@ -403,8 +403,10 @@ func boundVolumes(ctx context.Context, t *testing.T, ns *namespace, n int, name 
 	return out
 }
 
-// accessPointRoots maps each volume handle of the file system to its access point's root
-// directory.
+// accessPointOf is the access point ID of a volume handle ([efs:]fs-X::fsap-Y).
+func accessPointOf(handle string) string { return handle[strings.LastIndex(handle, "::")+2:] }
+
+// accessPointRoots maps each access point of the file system to its root directory.
 func accessPointRoots(ctx context.Context, t *testing.T, st *controllerStack) map[string]string {
 	t.Helper()
 	aps, err := accessPoints(ctx, efsClient(st.endpoint))
@@ -413,7 +415,7 @@ func accessPointRoots(ctx context.Context, t *testing.T, st *controllerStack) ma
 	}
 	roots := map[string]string{}
 	for _, ap := range aps {
-		roots[fileSystemID+"::"+aws.ToString(ap.AccessPointId)] = rootPath(ap)
+		roots[aws.ToString(ap.AccessPointId)] = rootPath(ap)
 	}
 	return roots
 }
