@@ -79,6 +79,16 @@ func (c *Client) JournalStore(namespace, owner string) journal.Store {
 		owner: owner, ownerLabel: labelValueOf(owner), page: pageSize}
 }
 
+// JournalForbidden reports whether the API server forbids this client to
+// list the journal's ConfigMaps in namespace, as RBAC does without a grant
+// (upstream's chart and manifests grant none): forbidden with the API
+// server's answer as err. Any other failure is (false, err): the answer is
+// unknown.
+func (c *Client) JournalForbidden(ctx context.Context, namespace string) (bool, error) {
+	_, err := c.journal.ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelJournalOwner, Limit: 1})
+	return apierrors.IsForbidden(err), err
+}
+
 // configMapStore is JournalStore's store.
 type configMapStore struct {
 	cms        typedcorev1.ConfigMapInterface

@@ -40,18 +40,9 @@ func newApplier(t *testing.T, s *suite) *applier {
 // apply sends obj with server-side apply; dryRun asks the API server to run admission,
 // validation and defaulting without storing anything.
 func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured, dryRun bool) error {
-	gvk := obj.GroupVersionKind()
-	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	ri, err := a.resource(obj)
 	if err != nil {
-		return fmt.Errorf("%s: %w", gvk, err)
-	}
-	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		ns := obj.GetNamespace()
-		if ns == "" {
-			ns = "default"
-		}
-		ri = a.dyn.Resource(m.Resource).Namespace(ns)
+		return err
 	}
 	opts := metav1.ApplyOptions{FieldManager: "efs-csi-e2e", Force: true}
 	if dryRun {
@@ -59,6 +50,33 @@ func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured, dry
 	}
 	_, err = ri.Apply(ctx, obj.GetName(), obj, opts)
 	return err
+}
+
+// get reads the stored object of obj's kind, namespace and name.
+func (a *applier) get(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	ri, err := a.resource(obj)
+	if err != nil {
+		return nil, err
+	}
+	return ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+}
+
+// resource is the dynamic client of obj's kind, in obj's namespace (default when unset)
+// if the kind is namespaced.
+func (a *applier) resource(obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	gvk := obj.GroupVersionKind()
+	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", gvk, err)
+	}
+	if m.Scope.Name() != meta.RESTScopeNameNamespace {
+		return a.dyn.Resource(m.Resource), nil
+	}
+	ns := obj.GetNamespace()
+	if ns == "" {
+		ns = "default"
+	}
+	return a.dyn.Resource(m.Resource).Namespace(ns), nil
 }
 
 // It runs first (its file sorts before the scenarios'): a dry run of a

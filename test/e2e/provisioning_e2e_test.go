@@ -219,10 +219,12 @@ func accessPointsOf(ctx context.Context, c *efs.Client, fsID string) ([]efstypes
 	return out, nil
 }
 
-// namespace is a test's own namespace of PVCs on the example StorageClass.
+// namespace is a test's own namespace of PVCs on a StorageClass: the example's unless
+// the test sets class.
 type namespace struct {
-	s    *suite
-	name string
+	s     *suite
+	name  string
+	class string
 }
 
 func newNamespace(ctx context.Context, t *testing.T, s *suite, name string) *namespace {
@@ -230,7 +232,7 @@ func newNamespace(ctx context.Context, t *testing.T, s *suite, name string) *nam
 	if _, err := s.cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return &namespace{s: s, name: name}
+	return &namespace{s: s, name: name, class: storageClass}
 }
 
 func (ns *namespace) pvcs() typedcorev1.PersistentVolumeClaimInterface {
@@ -245,7 +247,7 @@ func (ns *namespace) create(ctx context.Context, t *testing.T, n int, name func(
 			ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: ns.name},
 			Spec: corev1.PersistentVolumeClaimSpec{
 				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-				StorageClassName: aws.String(storageClass),
+				StorageClassName: aws.String(ns.class),
 				Resources: corev1.VolumeResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 				},

@@ -106,7 +106,7 @@ func TestChartControllerWritesOnlyToItsVolumes(t *testing.T) {
 			var dirs []string
 			for i := range 3 {
 				pv := ns.boundClaim(ctx, t, fmt.Sprintf("efs-%d", i), efsClass, nil)
-				ap, err := efsc.DescribeAccessPoints(ctx, &efs.DescribeAccessPointsInput{AccessPointId: aws.String(accessPointOf(pv))})
+				ap, err := efsc.DescribeAccessPoints(ctx, &efs.DescribeAccessPointsInput{AccessPointId: aws.String(accessPointOf(pv.Spec.CSI.VolumeHandle))})
 				if err != nil || len(ap.AccessPoints) != 1 {
 					t.Fatalf("access point of %s: %v", pv.Name, err)
 				}
@@ -380,10 +380,6 @@ func dialable(socket string) func(context.Context) error {
 }
 
 // accessPointOf is the access point ID of an EFS volume handle fs-X::fsap-Y.
-func accessPointOf(pv *corev1.PersistentVolume) string {
-	_, ap, _ := strings.Cut(pv.Spec.CSI.VolumeHandle, "::")
-	return ap
-}
 
 // fileSystemViolations lists what a sandboxed process did with its file system that the
 // chart gives no place for: writes its read-only root refused (EROFS, as the driver logs

@@ -62,7 +62,9 @@ type replica struct {
 	socket     string
 	endpoint   string
 	driverArgs []string
+	driverEnv  []string
 	provArgs   []string
+	hostname   string // csi-provisioner's own host name (replicaSpec.podHostname), or ""
 	driver     *cluster.Process
 	// provHealth is the provisioner's --http-endpoint (the chart's liveness probe
 	// target /healthz/leader-election), on a free port.
@@ -92,6 +94,12 @@ type replicaSpec struct {
 	deployment     *unstructured.Unstructured
 	leaderElection bool
 	driverArgs     []string // appended to the Deployment's
+	provArgs       []string // appended to the Deployment's csi-provisioner arguments
+	driverEnv      []string // added to the driver's environment (containerEnv)
+	// podHostname runs csi-provisioner with a host name of its own, as each pod has:
+	// its leader-election identity is the host name, so replicas on one host would all
+	// hold the lease at once.
+	podHostname bool
 }
 
 // startControllerStack starts the emulator, applies the chart's CSIDriver and RBAC and
@@ -109,6 +117,17 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 // newControllerStack starts the emulator (with emulatorArgs added to its own) and applies
 // the controller's objects; replicas come with addReplica.
 func newControllerStack(ctx context.Context, t *testing.T, s *suite, emulatorArgs ...string) *controllerStack {
+	t.Helper()
+	st := newEmulatorStack(ctx, t, s, emulatorArgs...)
+	st.deployment = applyControllerObjects(ctx, t, s)
+	st.authenticate(ctx)
+	return st
+}
+
+// newEmulatorStack starts the emulator only: the controller's objects, its Deployment and
+// its service account's token are the caller's (a test that installs them with helm
+// sets st.deployment and calls authenticate once the service account exists).
+func newEmulatorStack(ctx context.Context, t *testing.T, s *suite, emulatorArgs ...string) *controllerStack {
 	t.Helper()
 	st := &controllerStack{t: t, s: s, dir: t.TempDir()}
 	port, err := cluster.FreePort()
@@ -128,23 +147,6 @@ func newControllerStack(ctx context.Context, t *testing.T, s *suite, emulatorArg
 		return err
 	}); err != nil {
 		st.emulator.Kill()
-		t.Fatal(err)
-	}
-
-	st.deployment = applyControllerObjects(ctx, t, s)
-	// The provisioners act as the chart's controller service account: if the ClusterRole
-	// lacks a permission, volumes do not get provisioned and the test fails.
-	tok, err := s.cluster.Client.CoreV1().ServiceAccounts(releaseNamespace).CreateToken(ctx, controllerSA,
-		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: aws.Int64(3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.kubeconfig, err = s.cluster.WriteKubeconfig(controllerSA, tok.Status.Token); err != nil {
-		t.Fatal(err)
-	}
-	// The driver's orphan collector reads PVs and PVCs as the same service account.
-	st.tokenFile = filepath.Join(st.dir, "controller-sa.token")
-	if err := os.WriteFile(st.tokenFile, []byte(tok.Status.Token), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// Stop in reverse: replicas, then the emulator; show the logs of a failed test.
@@ -172,6 +174,27 @@ func newControllerStack(ctx context.Context, t *testing.T, s *suite, emulatorArg
 	return st
 }
 
+// authenticate gives the replicas a token of the controller service account: the
+// provisioners and the drivers' Kubernetes clients act as it, so that if its RBAC lacks a
+// permission, volumes do not get provisioned and the test fails.
+func (st *controllerStack) authenticate(ctx context.Context) {
+	t, s := st.t, st.s
+	t.Helper()
+	tok, err := s.cluster.Client.CoreV1().ServiceAccounts(releaseNamespace).CreateToken(ctx, controllerSA,
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: aws.Int64(3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.kubeconfig, err = s.cluster.WriteKubeconfig(controllerSA, tok.Status.Token); err != nil {
+		t.Fatal(err)
+	}
+	// The driver's orphan collector reads PVs and PVCs as the same service account.
+	st.tokenFile = filepath.Join(st.dir, "controller-sa.token")
+	if err := os.WriteFile(st.tokenFile, []byte(tok.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // addReplica starts one more controller replica (driver and supervised csi-provisioner)
 // as spec says, and returns it.
 func (st *controllerStack) addReplica(ctx context.Context, spec replicaSpec) *replica {
@@ -183,7 +206,7 @@ func (st *controllerStack) addReplica(ctx context.Context, spec replicaSpec) *re
 		t.Fatal(err)
 	}
 	metrics := fmt.Sprintf("127.0.0.1:%d", metricsPort)
-	r := &replica{t: t, s: s, name: fmt.Sprintf("%d", i), bins: spec.bins,
+	r := &replica{t: t, s: s, name: fmt.Sprintf("%d", i), bins: spec.bins, driverEnv: spec.driverEnv,
 		socket: filepath.Join(st.dir, fmt.Sprintf("csi-%d.sock", i)), endpoint: st.endpoint}
 	r.driverArgs = append(containerArgs(t, spec.deployment, "efs-plugin", map[string]string{
 		"--endpoint=":           "unix://" + r.socket,
@@ -203,6 +226,10 @@ func (st *controllerStack) addReplica(ctx context.Context, spec replicaSpec) *re
 		"--csi-address=":   r.socket,
 		"--http-endpoint=": r.provHealth,
 	}), "--kubeconfig="+st.kubeconfig)
+	r.provArgs = append(r.provArgs, spec.provArgs...)
+	if spec.podHostname {
+		r.hostname = fmt.Sprintf("efs-csi-controller-%d", i)
+	}
 	if !spec.leaderElection {
 		r.provArgs = slices.DeleteFunc(r.provArgs, func(a string) bool { return strings.HasPrefix(a, "--leader-election") })
 	}
@@ -247,26 +274,55 @@ func applyControllerObjects(ctx context.Context, t *testing.T, s *suite) *unstru
 // each flag prefix in replace substituted and $(NODE_NAME) filled in.
 func containerArgs(t *testing.T, deployment *unstructured.Unstructured, name string, replace map[string]string) []string {
 	t.Helper()
+	raw, _, _ := unstructured.NestedStringSlice(container(t, deployment, name), "args")
+	args := make([]string, 0, len(raw))
+	for _, a := range raw {
+		for prefix, v := range replace {
+			if strings.HasPrefix(a, prefix) {
+				a = prefix + v
+			}
+		}
+		args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", "e2e-node"))
+	}
+	return args
+}
+
+// containerEnv returns the environment a pod would give one container of the Deployment:
+// its literal values, with the downward API's node name ("e2e-node", as containerArgs
+// fills $(NODE_NAME) in) and namespace; other references (Secrets, resources) are left
+// out, as a process here has none of them.
+func containerEnv(t *testing.T, deployment *unstructured.Unstructured, name string) []string {
+	t.Helper()
+	items, _, _ := unstructured.NestedSlice(container(t, deployment, name), "env")
+	var env []string
+	for _, it := range items {
+		e, _ := it.(map[string]any)
+		k, _ := e["name"].(string)
+		if v, ok := e["value"].(string); ok {
+			env = append(env, k+"="+v)
+			continue
+		}
+		switch path, _, _ := unstructured.NestedString(e, "valueFrom", "fieldRef", "fieldPath"); path {
+		case "spec.nodeName":
+			env = append(env, k+"=e2e-node")
+		case "metadata.namespace":
+			env = append(env, k+"="+releaseNamespace)
+		}
+	}
+	return env
+}
+
+// container is the container name of the Deployment's pod template.
+func container(t *testing.T, deployment *unstructured.Unstructured, name string) map[string]any {
+	t.Helper()
 	containers, _, err := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "containers")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range containers {
-		cm, _ := c.(map[string]any)
-		if cm["name"] != name {
-			continue
+		if cm, _ := c.(map[string]any); cm["name"] == name {
+			return cm
 		}
-		raw, _, _ := unstructured.NestedStringSlice(cm, "args")
-		args := make([]string, 0, len(raw))
-		for _, a := range raw {
-			for prefix, v := range replace {
-				if strings.HasPrefix(a, prefix) {
-					a = prefix + v
-				}
-			}
-			args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", "e2e-node"))
-		}
-		return args
 	}
 	t.Fatalf("the controller Deployment has no container %q", name)
 	return nil
@@ -275,7 +331,8 @@ func containerArgs(t *testing.T, deployment *unstructured.Unstructured, name str
 // startDriver starts the replica's driver and waits until its socket answers.
 func (r *replica) startDriver(ctx context.Context) {
 	r.t.Helper()
-	p, err := cluster.StartProcess("efs-csi-driver-"+r.name, r.s.dir, filepath.Join(r.bins, "efs-csi-driver"), emulatorEnv(r.endpoint), r.driverArgs...)
+	p, err := cluster.StartProcess("efs-csi-driver-"+r.name, r.s.dir, filepath.Join(r.bins, "efs-csi-driver"),
+		append(emulatorEnv(r.endpoint), r.driverEnv...), r.driverArgs...)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -329,7 +386,13 @@ func (r *replica) supervise() {
 }
 
 func (r *replica) startProvisioner() error {
-	p, err := cluster.StartProcess("csi-provisioner-"+r.name, r.s.dir, r.s.comps.CSIProvisioner, nil, r.provArgs...)
+	bin, args := r.s.comps.CSIProvisioner, r.provArgs
+	if r.hostname != "" {
+		// A UTS namespace of its own (root), named as a pod would be; sh execs the
+		// provisioner, so the process stopped and killed is the provisioner itself.
+		bin, args = "unshare", append([]string{"--uts", "sh", "-c", `hostname "$0" && exec "$@"`, r.hostname, bin}, args...)
+	}
+	p, err := cluster.StartProcess("csi-provisioner-"+r.name, r.s.dir, bin, nil, args...)
 	if err != nil {
 		return err
 	}

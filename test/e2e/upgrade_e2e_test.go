@@ -98,6 +98,15 @@ func TestUpgradeFromThePreviousReleaseMidStorm(t *testing.T) {
 // release collects only what its record names (issue 20: tags are forgeable), so it
 // is left, logged, for `efs-csi-driver audit` to report. Anything else left fails.
 func previousReleaseLeak(ctx context.Context, t *testing.T, s *suite) func(efstypes.AccessPointDescription) bool {
+	return unnamedLeftBy(ctx, t, s, "the previous release", func(ap efstypes.AccessPointDescription) bool {
+		return tagMap(ap.Tags)["efs.csi.aws.com/writer"] != ""
+	})
+}
+
+// unnamedLeftBy matches an access point that made says who (a replica whose record
+// this cluster no longer has) made and left: it carries its claim's tags and no PV
+// names it (its claim is gone, or bound to another volume). Each is logged once.
+func unnamedLeftBy(ctx context.Context, t *testing.T, s *suite, who string, made func(efstypes.AccessPointDescription) bool) func(efstypes.AccessPointDescription) bool {
 	logged := map[string]bool{}
 	core := s.cluster.Client.CoreV1()
 	named := func(id, ns, claim string) bool {
@@ -114,14 +123,14 @@ func previousReleaseLeak(ctx context.Context, t *testing.T, s *suite) func(efsty
 	return func(ap efstypes.AccessPointDescription) bool {
 		tags := tagMap(ap.Tags)
 		id := aws.ToString(ap.AccessPointId)
-		if tags["efs.csi.aws.com/writer"] == "" || tags["efs.csi.aws.com/pvc-name"] == "" ||
+		if !made(ap) || tags["efs.csi.aws.com/pvc-name"] == "" ||
 			named(id, tags["efs.csi.aws.com/pvc-namespace"], tags["efs.csi.aws.com/pvc-name"]) {
 			return false
 		}
 		if !logged[id] {
 			logged[id] = true
-			t.Logf("access point %s left by the previous release for claim %s/%s; no PV names it",
-				id, tags["efs.csi.aws.com/pvc-namespace"], tags["efs.csi.aws.com/pvc-name"])
+			t.Logf("access point %s left by %s for claim %s/%s; no PV names it",
+				id, who, tags["efs.csi.aws.com/pvc-namespace"], tags["efs.csi.aws.com/pvc-name"])
 		}
 		return true
 	}

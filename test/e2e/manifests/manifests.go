@@ -4,6 +4,8 @@ package manifests
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +21,35 @@ import (
 // ErrTransformers means a kustomization does more than list resources: reading its files
 // would then not give what `kubectl apply -k` applies.
 var ErrTransformers = errors.New("kustomization has transformers")
+
+// UpstreamChartSHA256 is the sha256 of upstream's chart 4.4.1 archive
+// (aws-efs-csi-driver v3.4.1), as the fixtures' README gives it.
+const UpstreamChartSHA256 = "d59ed74c6c90137a2b850ba7f705c92ee6aa9c0af01cd1f6da4162083fda12d0"
+
+// ErrNoUpstreamChart means upstream's chart archive is not on this machine: tests that
+// need it skip.
+var ErrNoUpstreamChart = errors.New("no upstream chart archive")
+
+// UpstreamChart returns the path of upstream's chart 4.4.1 archive: $EFS_UPSTREAM_CHART,
+// else the fixture beside the repository (repoRoot/../shared/fixtures). A file whose
+// sha256 is not the release's is an error: a test must not pass against another chart.
+func UpstreamChart(repoRoot string) (string, error) {
+	p := os.Getenv("EFS_UPSTREAM_CHART")
+	if p == "" {
+		p = filepath.Join(repoRoot, "..", "shared", "fixtures", "aws-efs-csi-driver-4.4.1.tgz")
+	}
+	data, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%w: %s (set EFS_UPSTREAM_CHART)", ErrNoUpstreamChart, p)
+	}
+	if err != nil {
+		return "", err
+	}
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != UpstreamChartSHA256 {
+		return "", fmt.Errorf("%s: sha256 %x, want %s (upstream's chart 4.4.1)", p, sum, UpstreamChartSHA256)
+	}
+	return p, nil
+}
 
 // Decode splits a multi-document YAML stream into objects, skipping empty documents
 // (Helm leaves them where a template renders nothing).

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -29,12 +30,12 @@ import (
 // $EFS_UPSTREAM_CHART, else the fixture beside the repository; the tests skip without it.
 func upstreamChart(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("EFS_UPSTREAM_CHART")
-	if p == "" {
-		p = filepath.Join("..", "..", "..", "..", "shared", "fixtures", "aws-efs-csi-driver-4.4.1.tgz")
+	p, err := UpstreamChart(filepath.Join("..", "..", ".."))
+	if errors.Is(err, ErrNoUpstreamChart) {
+		t.Skip(err)
 	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("no upstream chart (%v): set EFS_UPSTREAM_CHART", err)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return p
 }
