@@ -609,7 +609,10 @@ func TestListingSurvivesThrottlesAndErrors(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	b.emu.SetFault(emulator.OpDescribeAccessPoints, emulator.Fault{RandomThrottleRate: 0.4, ErrorRate: 0.2})
+	// Random throttles and 500s, and a bucket of 2 requests/s that the pages,
+	// asked back to back, overrun: at least one throttle every run (the
+	// random faults alone spared all three pages in 11% of runs).
+	b.emu.SetFault(emulator.OpDescribeAccessPoints, emulator.Fault{RandomThrottleRate: 0.4, ErrorRate: 0.2, ThrottleRate: 2, ThrottleBurst: 1})
 	r, _, stderr := b.audit()
 	fs := onlyFS(t, r)
 	if fs.AccessPoints != n || fs.ByOwner[OwnerOther] != n || len(r.Errors) != 0 {

@@ -73,6 +73,11 @@ type Sandbox struct {
 	// ExtraMounts are bound as they are, for the test's affordances (an emulator's data
 	// directory at the path the driver is told).
 	ExtraMounts []BindMount
+	// Empty are directories the image holds empty: the host's content there is
+	// hidden (an opaque directory in the root's upper layer). A test that removes a
+	// volume from the rendering sets its mount path, so that what the host holds
+	// there (another test's files) does not stand in for what the process writes.
+	Empty []string
 
 	container *corev1.Container
 	sources   map[string]string // volume name: host directory
@@ -184,6 +189,15 @@ func (sb *Sandbox) mountRoot(l launch) (string, error) {
 	}
 	if strings.ContainsAny(root, ",:") {
 		return "", fmt.Errorf("sandbox: %s: overlay options cannot hold ',' or ':'", root)
+	}
+	for _, p := range sb.Empty {
+		d := filepath.Join(sb.upper, filepath.Clean("/"+p))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+		if err := unix.Setxattr(d, "trusted.overlay.opaque", []byte("y"), 0); err != nil {
+			return "", fmt.Errorf("sandbox: empty %s: %w", p, err)
+		}
 	}
 	if err := syscall.Mount("overlay", merged, "overlay", 0,
 		"lowerdir=/,upperdir="+sb.upper+",workdir="+work); err != nil {
