@@ -49,13 +49,19 @@ func BlockedSince(err error) (since time.Time, ok bool) {
 //     abandoned (it goes on, holding the key, until the kernel returns);
 //   - a caller that finds a call in flight whose caller still waits, waits
 //     for it to finish (within its own context) and then makes its own;
-//   - a caller that finds an abandoned call in flight answers at once with a
-//     NotRespondingError, and so does everyone waiting behind it.
+//   - a caller that finds an abandoned call in flight answers with a
+//     NotRespondingError, and so does everyone waiting behind it: at once
+//     once the call is abandonGrace old; before, it waits for the call to
+//     return (a cancelled call on a live mount point) until then.
 //
 // So per key at most one thread is ever blocked, whatever the callers do.
 type gate struct {
 	mu     sync.Mutex
 	flying map[string]*flight
+
+	// waitingAbandoned, if set, is called when a caller starts waiting for
+	// a young abandoned call. Tests use it to order events.
+	waitingAbandoned func()
 }
 
 type flight struct {
@@ -75,6 +81,46 @@ func (g *gate) inFlight() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.flying)
+}
+
+// abandonGrace is how long after its start an abandoned call is still
+// waited for rather than taken for a hung server. A caller gives up on a
+// call on a live mount point too, when it is cancelled (NodeUnpublishVolume
+// cancels the volume's usage walk, then unmounts at once): its statfs then
+// returns within microseconds, milliseconds on a loaded machine, and the
+// next call must not be refused for it. A call on a hung server is still
+// answered NotResponding, at most this much later.
+const abandonGrace = time.Second
+
+// awaitYoungAbandoned waits, within ctx, until the abandoned call fl
+// returns or is abandonGrace old.
+func (g *gate) awaitYoungAbandoned(ctx context.Context, fl *flight) error {
+	wait := time.Until(fl.start.Add(abandonGrace))
+	if wait <= 0 {
+		return nil
+	}
+	if g.waitingAbandoned != nil {
+		g.waitingAbandoned()
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-fl.done:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// returned reports whether fl's system call has returned.
+func returned(fl *flight) bool {
+	select {
+	case <-fl.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // gated runs f, a system call named op on path that may block on a hung
@@ -97,6 +143,12 @@ func gated[T any](ctx context.Context, g *gate, key, op, path string, f func() (
 			case <-fl.done: // finished: try again, with a call of our own
 				continue
 			case <-fl.abandoned:
+				if err := g.awaitYoungAbandoned(ctx, fl); err != nil {
+					return zero, err
+				}
+				if returned(fl) {
+					continue
+				}
 				return zero, &NotRespondingError{Op: fl.op, Path: path, Since: fl.start}
 			case <-ctx.Done():
 				return zero, ctx.Err()

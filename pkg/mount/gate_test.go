@@ -158,3 +158,40 @@ func expectErr(t *testing.T, what string, err, want error) {
 		t.Errorf("%s: %v, want %v", what, err, want)
 	}
 }
+
+// A call whose caller gave up on a live mount point (NodeUnpublishVolume
+// cancels the volume's usage walk, then unmounts at once) does not make the
+// next call on it fail: the next waits for the call to return, for up to
+// abandonGrace after its start. Before, the unmount was refused at once
+// ("mount point not responding"), as csi-sanity saw on a loaded machine.
+func TestACallCancelledOnALiveMountPointDoesNotRefuseTheNext(t *testing.T) {
+	f := newFixture(t)
+	f.dir(t, "a")
+	target := newTarget(t)
+	hang := mounttest.NewHang(t, func(op, path string) bool { return path == target && op == OpStatfs })
+	m, err := NewLocal(f.root, f.aps, WithBeforeSyscall(hang.Block))
+	must(t, err)
+	ctx := context.Background()
+	must(t, m.MountVolume(ctx, Volume{FileSystemID: fsID, Path: "/a"}, target))
+
+	first, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := m.Usage(first, target); done <- err }()
+	<-hang.Entered
+	cancel()
+	expectErr(t, "the cancelled call", <-done, context.Canceled)
+
+	waiting := make(chan struct{})
+	m.gate.waitingAbandoned = func() { close(waiting) }
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- m.Unmount(ctx, target) }()
+	select {
+	case <-waiting:
+	case err := <-unmounted:
+		t.Fatalf("the unmount did not wait for the cancelled statfs: %v", err)
+	}
+	hang.Release() // the statfs returns, as on a live mount point
+	if err := <-unmounted; err != nil {
+		t.Fatalf("unmount after a cancelled statfs: %v", err)
+	}
+}
