@@ -17,6 +17,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -613,7 +614,7 @@ func (p *plan) incompatibility(ap *efs.AccessPoint) string {
 	// claim of the same name (reuseAccessPoint) finds this token too. An
 	// access point without the tag (upstream's, or of the release before
 	// cluster IDs) is judged by the other checks.
-	if id, ok := ap.Tags[TagClusterID]; ok && id != p.cluster {
+	if id, ok := ownership.OtherCluster(ap, p.cluster); ok {
 		return fmt.Sprintf("made by cluster %q, not this one (%q)", id, p.cluster)
 	}
 	if p.params.ReuseAccessPoint {

@@ -91,7 +91,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 			slog.String("volumeID", volumeID), slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID))
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	if other, ok := ap.Tags[TagClusterID]; ok && other != s.cluster {
+	if other, ok := ownership.OtherCluster(ap, s.cluster); ok {
 		return nil, fmt.Errorf("%w: access point %s was made by cluster %q, not this one (%q); it is not deleted here",
 			ErrForeign, ap.ID, other, s.cluster)
 	}

@@ -93,11 +93,11 @@ func (g *gate) inFlight() int {
 const abandonGrace = time.Second
 
 // awaitYoungAbandoned waits, within ctx, until the abandoned call fl
-// returns or is abandonGrace old.
-func (g *gate) awaitYoungAbandoned(ctx context.Context, fl *flight) error {
+// returns (returned) or is abandonGrace old.
+func (g *gate) awaitYoungAbandoned(ctx context.Context, fl *flight) (returned bool, err error) {
 	wait := time.Until(fl.start.Add(abandonGrace))
 	if wait <= 0 {
-		return nil
+		return false, nil
 	}
 	if g.waitingAbandoned != nil {
 		g.waitingAbandoned()
@@ -106,20 +106,11 @@ func (g *gate) awaitYoungAbandoned(ctx context.Context, fl *flight) error {
 	defer t.Stop()
 	select {
 	case <-fl.done:
+		return true, nil
 	case <-t.C:
+		return false, nil
 	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
-}
-
-// returned reports whether fl's system call has returned.
-func returned(fl *flight) bool {
-	select {
-	case <-fl.done:
-		return true
-	default:
-		return false
+		return false, ctx.Err()
 	}
 }
 
@@ -143,10 +134,11 @@ func gated[T any](ctx context.Context, g *gate, key, op, path string, f func() (
 			case <-fl.done: // finished: try again, with a call of our own
 				continue
 			case <-fl.abandoned:
-				if err := g.awaitYoungAbandoned(ctx, fl); err != nil {
+				returned, err := g.awaitYoungAbandoned(ctx, fl)
+				if err != nil {
 					return zero, err
 				}
-				if returned(fl) {
+				if returned {
 					continue
 				}
 				return zero, &NotRespondingError{Op: fl.op, Path: path, Since: fl.start}

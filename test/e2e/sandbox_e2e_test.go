@@ -70,13 +70,7 @@ func TestChartControllerWritesOnlyToItsVolumes(t *testing.T) {
 			st := newControllerStack(ctx, t, s, "--s3files-file-system="+s3FileSystem)
 			deployment, pod := renderedPod(t, s, tc.values, "Deployment", "efs-csi-controller")
 			c := podContainer(t, &pod, "efs-plugin")
-			if tc.unmount != "" {
-				n := len(c.VolumeMounts)
-				c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == tc.unmount })
-				if len(c.VolumeMounts) == n {
-					t.Fatalf("the chart mounts nothing at %s", tc.unmount)
-				}
-			}
+			dropMount(t, c, tc.unmount)
 			metricsPort, err := cluster.FreePort()
 			if err != nil {
 				t.Fatal(err)
@@ -142,16 +136,7 @@ func TestChartControllerWritesOnlyToItsVolumes(t *testing.T) {
 			r.stop()
 
 			violations := fileSystemViolations(t, sb, r.driver.LogPath)
-			switch {
-			case tc.wantViolations && len(violations) == 0:
-				t.Errorf("without the %s volume nothing was refused nor misplaced: the check cannot catch a chart that loses a writable place", tc.unmount)
-			case !tc.wantViolations:
-				for _, v := range violations {
-					t.Errorf("the driver wrote where the chart gives it no place: %s", v)
-				}
-			default:
-				t.Logf("without the %s volume, as expected: %q", tc.unmount, violations)
-			}
+			reportViolations(t, "the driver", violations, tc.wantViolations, tc.unmount)
 		})
 	}
 }
@@ -179,9 +164,7 @@ func TestChartNodePluginWritesOnlyToItsVolumes(t *testing.T) {
 			defer cancel()
 			_, pod := renderedPod(t, s, "", "DaemonSet", "efs-csi-node")
 			c := podContainer(t, &pod, "efs-plugin")
-			if tc.unmount != "" {
-				c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == tc.unmount })
-			}
+			dropMount(t, c, tc.unmount)
 			metricsPort, err := cluster.FreePort()
 			if err != nil {
 				t.Fatal(err)
@@ -236,16 +219,7 @@ func TestChartNodePluginWritesOnlyToItsVolumes(t *testing.T) {
 			p.Stop(syscall.SIGTERM, 30*time.Second)
 
 			violations := fileSystemViolations(t, sb, p.LogPath)
-			switch {
-			case tc.wantViolations && len(violations) == 0:
-				t.Errorf("without the %s volume nothing was refused nor misplaced: the check cannot catch a chart that loses a writable place", tc.unmount)
-			case !tc.wantViolations:
-				for _, v := range violations {
-					t.Errorf("the node plugin wrote where the chart gives it no place: %s", v)
-				}
-			default:
-				t.Logf("without the %s volume, as expected: %q", tc.unmount, violations)
-			}
+			reportViolations(t, "the node plugin", violations, tc.wantViolations, tc.unmount)
 		})
 	}
 }
@@ -392,6 +366,36 @@ func dialable(socket string) func(context.Context) error {
 // them), and regular files written to a writable root, which a container restart loses
 // (state belongs on a volume; directories and symlinks, such as mount points and the
 // image's /etc/amazon/efs link, are not state).
+// dropMount removes the container's volumeMount at path ("" = none), as a chart
+// that lost that writable place would render it.
+func dropMount(t *testing.T, c *corev1.Container, path string) {
+	t.Helper()
+	if path == "" {
+		return
+	}
+	n := len(c.VolumeMounts)
+	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == path })
+	if len(c.VolumeMounts) == n {
+		t.Fatalf("the chart mounts nothing at %s", path)
+	}
+}
+
+// reportViolations fails the test when who wrote where the chart gives it no place,
+// or, when want (the rendering lost the volume at unmount), when nothing was caught.
+func reportViolations(t *testing.T, who string, violations []string, want bool, unmount string) {
+	t.Helper()
+	switch {
+	case want && len(violations) == 0:
+		t.Errorf("without the %s volume nothing was refused nor misplaced: the check cannot catch a chart that loses a writable place", unmount)
+	case !want:
+		for _, v := range violations {
+			t.Errorf("%s wrote where the chart gives it no place: %s", who, v)
+		}
+	default:
+		t.Logf("without the %s volume, as expected: %q", unmount, violations)
+	}
+}
+
 func fileSystemViolations(t *testing.T, sb *cluster.Sandbox, logPath string) []string {
 	t.Helper()
 	var out []string
