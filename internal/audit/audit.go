@@ -232,7 +232,7 @@ func (a *Audit) run(ctx context.Context) error {
 				if records[r.FileSystem] == nil {
 					records[r.FileSystem] = map[string]*journal.Record{}
 				}
-				records[r.FileSystem][r.Token] = r
+				records[r.FileSystem][r.SentToken()] = r // by the token its access point carries
 				c.Records++
 			}
 			return nil

@@ -135,7 +135,9 @@ func plant(t *testing.T, collector bool) *planted {
 		}
 	}
 	p.never = "pvc-never"
-	p.unanswered = b.handMade("pvc-unanswered", "/dynamic/pvc-unanswered", 55502, nil)
+	// As this driver makes it: tagged (the collector acts on no record alone).
+	p.unanswered = b.handMade("pvc-unanswered", "/dynamic/pvc-unanswered", 55502, map[string]string{
+		controller.TagCluster: "true", controller.TagVolumeName: "pvc-unanswered", controller.TagClusterID: kubetest.KubeSystemUID})
 	p.unansweredRoot = "/dynamic/pvc-unanswered"
 	p.leakRoot = aws.ToString(b.accessPoints()[p.leak].RootDirectory.Path)
 

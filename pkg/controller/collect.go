@@ -73,15 +73,6 @@ func (s *Service) CollectOrphan(ctx context.Context, rec *journal.Record) error 
 	return svc.collectOrphan(ctx, rec)
 }
 
-// orphanLocks are the name locks of rec's volume: the keys its create
-// holds (plan.locks: the name's, and the token's) and DeleteVolume too.
-func orphanLocks(rec *journal.Record) []string {
-	if rec.Name == "" || rec.Name == rec.Token {
-		return []string{nameKey(rec.Token)}
-	}
-	return []string{nameKey(rec.Name), nameKey(rec.Token)}
-}
-
 // orphanChange says how cur, the record read under the locks, differs from
 // seen, the one the collector judged, in what makes it an orphan; "" if not.
 func orphanChange(seen, cur *journal.Record) string {
@@ -99,7 +90,7 @@ func orphanChange(seen, cur *journal.Record) string {
 }
 
 func (s *Service) collectOrphan(ctx context.Context, seen *journal.Record) error {
-	unlock, err := s.locks.TryLock(orphanLocks(seen)...)
+	unlock, err := s.locks.TryLock(recordLocks(seen)...)
 	if err != nil {
 		return err
 	}
@@ -154,6 +145,9 @@ func (s *Service) orphanTarget(ctx context.Context, rec *journal.Record) (string
 				return "", fmt.Errorf("%w: volume %q: access point %s on %s with token %q and root %q is not the one recorded",
 					ErrNotCollectable, rec.Name, ap.ID, ap.FileSystemID, ap.ClientToken, ap.Path)
 			}
+			if err := s.taggedFor(rec, ap); err != nil {
+				return "", err
+			}
 			return ap.ID, nil
 		case errors.Is(err, efs.ErrAccessPointNotFound):
 			// Deleted (DeleteVolume's record release failed after), or in
@@ -179,7 +173,7 @@ func (s *Service) orphanTarget(ctx context.Context, rec *journal.Record) (string
 		return "", err
 	}
 	for _, ap := range aps {
-		if ap.ClientToken != rec.Token || ap.FileSystemID != rec.FileSystem {
+		if ap.ClientToken != rec.SentToken() || ap.FileSystemID != rec.FileSystem {
 			continue
 		}
 		if ap.Path != rec.Path {
@@ -187,11 +181,31 @@ func (s *Service) orphanTarget(ctx context.Context, rec *journal.Record) (string
 			// one the record planned. Whose directory it holds is unknown
 			// (the collector logs this, once).
 			return "", fmt.Errorf("%w: volume %q: access point %s carries its token %q at %q, not the recorded %q",
-				ErrNotCollectable, rec.Name, ap.ID, rec.Token, ap.Path, rec.Path)
+				ErrNotCollectable, rec.Name, ap.ID, rec.SentToken(), ap.Path, rec.Path)
+		}
+		if err := s.taggedFor(rec, &ap); err != nil {
+			return "", err
 		}
 		return ap.ID, nil
 	}
 	return "", nil
+}
+
+// taggedFor proves with ap's tags what the record says of it: the
+// collector acts on no record alone, since a record entry can be written by
+// anyone who may write the controller's ConfigMaps or Leases, and an entry
+// naming an upstream-made, hand-made or untagged access point would
+// otherwise delete it with its data. This driver tags every access point
+// it makes (but for enableTagging "false" classes, whose orphans are left
+// to the audit): its cluster tag, the record's volume name, and no other
+// cluster's ID.
+func (s *Service) taggedFor(rec *journal.Record, ap *efs.AccessPoint) error {
+	_, other := ownership.OtherCluster(ap, s.cluster)
+	if ap.Tags[TagCluster] != "true" || ap.Tags[TagVolumeName] != rec.Name || other {
+		return fmt.Errorf("%w: volume %q: access point %s does not carry this cluster's tags for it (cluster %q, volume %q, cluster ID %q): the record alone proves nothing to the collector",
+			ErrNotCollectable, rec.Name, ap.ID, ap.Tags[TagCluster], ap.Tags[TagVolumeName], ap.Tags[TagClusterID])
+	}
+	return nil
 }
 
 // unreachable is the error of an orphan whose file system these

@@ -252,7 +252,7 @@ func TestCollectOrphanWithoutRecordedAccessPoint(t *testing.T) {
 			rec := b.failCreate("pvc-1", orphanParams(), nil)
 			if tt.otherDir {
 				if _, err := b.client.CreateAccessPoint(b.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
-					ClientToken: rec.Token, Path: "/static-volume", PosixUser: &efs.PosixUser{UID: 1, GID: 1}}); err != nil {
+					ClientToken: rec.SentToken(), Path: "/static-volume", PosixUser: &efs.PosixUser{UID: 1, GID: 1}}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -187,6 +186,9 @@ type shared struct {
 	mu       sync.Mutex
 	answers  map[string]answer
 	answerOf map[string]string
+	// invisible: GID tokens EFS named for an access point it did not
+	// describe, and when first (burned).
+	invisible map[string]time.Time
 
 	// warned: the warnings already logged once (firstWarning: ignored
 	// StorageClass keys, other clusters in a class's GID range), warnedN
@@ -197,9 +199,6 @@ type shared struct {
 	// otherClusters: other clusters' ids per file system, from the
 	// allocator's listings (otherclusters.go).
 	otherClusters *otherClusters
-
-	// lag: whether EFS was seen listing with a lag lately (lag.go).
-	lag *lagWatch
 
 	// finished: the deletes this process finished, so that a repeat costs
 	// no request either (finished.go). A create drops its name's entries
@@ -252,11 +251,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Journal == nil {
 		cfg.Journal = journal.NewMemory()
 	}
-	if cfg.GIDOptions.Seed == "" {
-		// Two processes creating at once start their GID searches apart,
-		// so that they rarely try to hold the same id in the record.
-		cfg.GIDOptions.Seed = strconv.FormatUint(rand.Uint64(), 36)
-	}
+	// No per-process seed (GIDOptions.Seed): two processes creating one
+	// volume start their GID search at the same id, so send one GID token
+	// and converge on one access point even when they keep records of
+	// their own; different volumes start apart by their names.
 	if cfg.GIDOptions.MaxAge == 0 {
 		// Short enough that another cluster's access points are seen soon,
 		// long enough that listing stays a small share of the API calls.
@@ -266,29 +264,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Zones != nil {
 		zones = newZoneCache(cfg.Zones, cfg.Now)
 	}
-	lag := newLagWatch()
 	listings := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) ([]efs.AccessPoint, error) {
-		began := time.Now()
-		aps, err := efs.Collect(ctx, k.client.ListAccessPoints, k.fsID)
-		if err == nil && lag.watching(k.fsID) {
-			ids := make(map[string]bool, len(aps))
-			for _, ap := range aps {
-				ids[ap.ID] = true
-			}
-			lag.listed(k.fsID, began, func(id string) bool { return ids[id] })
-		}
-		return aps, err
+		return efs.Collect(ctx, k.client.ListAccessPoints, k.fsID)
 	})
 	j := journal.New(cfg.Journal)
 	views := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) (*rootView, error) {
-		v, err := newView(ctx, k.client, j, k.fsID)
-		if err == nil {
-			lag.listed(k.fsID, v.began, func(id string) bool { return v.byID[id] != nil })
-			if v.lags {
-				lag.saw()
-			}
-		}
-		return v, err
+		return newView(ctx, k.client, j, k.fsID)
 	})
 	return &Service{
 		efs: cfg.EFS, mounter: cfg.Mounter, zones: zones, log: cfg.Logger,
@@ -297,8 +278,8 @@ func New(cfg Config) (*Service, error) {
 			locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDOptions), journal: j,
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
-			answers: map[string]answer{}, answerOf: map[string]string{}, finished: newFinishedDeletes(),
-			otherClusters: &otherClusters{fss: map[string]otherIDs{}}, lag: lag,
+			answers: map[string]answer{}, answerOf: map[string]string{}, invisible: map[string]time.Time{}, finished: newFinishedDeletes(),
+			otherClusters: &otherClusters{fss: map[string]otherIDs{}},
 		},
 	}, nil
 }

@@ -281,26 +281,48 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 	return tags, nil
 }
 
-// maxIDAttempts bounds how many ids one call tries to hold in the record
-// when other volumes hold the ones it picked (another controller's creates
-// at the same moment).
+// maxIDAttempts bounds how many ids one call tries when other volumes hold
+// the ones it picked (in the record, or on access points carrying their
+// GID tokens: another controller's creates at the same moment).
 const maxIDAttempts = 8
 
-// createOrAdopt runs steps 3-6 under the name lock (docs/design.md,
+// usesGIDToken reports whether the plan's creates send a GID token
+// (volume.GIDToken) rather than the name's: every class that allocates an
+// id and tags its access points (the tags say whose an access point found
+// by the token is). reuseAccessPoint keeps upstream's claim-name token, by
+// which a re-created claim finds its access point.
+func (p *plan) usesGIDToken() bool {
+	return p.params.NeedsGIDAllocation() && p.params.EnableTagging && !p.params.ReuseAccessPoint
+}
+
+// ours reports whether ap, which holds the GID token this volume's record
+// sends, was made for this volume: its name tag, not another cluster's.
+// PV names carry the claim's UID, so no other volume of any cluster has it.
+func (p *plan) ours(ap *efs.AccessPoint) bool {
+	_, other := ownership.OtherCluster(ap, p.cluster)
+	return !other && ap.FileSystemID == p.params.FileSystemID && ap.Tags[TagVolumeName] == p.name
+}
+
+// createOrAdopt runs steps 3-7 under the name lock (docs/design.md,
 // "Create"). The record comes first: the volume's entry (token, path, ids)
-// and its id, held in the record, before any CreateAccessPoint, so that no
-// other create of this cluster can put the id on an access point, and every
-// later step (a retry, a restart, another controller, DeleteVolume, the
-// orphan collector) knows what this create may have made. Nothing is ever
-// deleted on this path.
+// and its id, held in the record, before any CreateAccessPoint, so that
+// every later step (a retry, a restart, another controller, DeleteVolume,
+// the orphan collector) knows what this create may have made. The client
+// token sent is the record's (a GID token for allocating classes): EFS binds
+// it to one access point, so no two writers using GID tokens ever put one
+// id on two access points, whatever record each keeps. Nothing is deleted
+// on this path but an access point withdrawn before anyone answered it.
 func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint, error) {
-	rec, res, err := s.record(ctx, p)
-	if res != nil {
+	var res *gid.Reservation
+	defer func() {
 		// The local reservation keeps this process's other creates off the
 		// id until the allocator has the access point (Record) or the
 		// create failed; the record holds it for every process.
-		defer res.Release()
-	}
+		if res != nil {
+			res.Release()
+		}
+	}()
+	rec, res, err := s.record(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -321,97 +343,249 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 		// Not visible: deleted behind the record's back, or Describe lags.
 		// The create below tells which: the token finds it, or it is free.
 	}
-	in := p.input
-	in.PosixUser = &efs.PosixUser{UID: rec.UID, GID: rec.GID}
-	in.CreationInfo = &efs.CreationInfo{OwnerUID: rec.UID, OwnerGID: rec.GID, Permissions: p.params.DirectoryPerms}
-	ap, err := s.efs.CreateAccessPoint(ctx, in)
-	switch {
-	case err == nil:
-		s.gids.Record(*ap) // before the local release: never free in between
-		s.lag.created(ap.FileSystemID, ap.ID)
-		if err := s.journal.SetAccessPoint(ctx, rec, ap.ID, ap.Path, rec.UID, rec.GID, rec.Allocated, true); err != nil {
-			if errors.Is(err, journal.ErrDeleting) {
-				// The volume's delete began after this create read the
-				// record and deleted the access point before this one
-				// was made: nobody can answer this one (every create
-				// refuses a record being deleted), so it goes.
-				s.log.Info("access point deleted", slog.String("accessPoint", ap.ID),
-					slog.String("reason", "created while its volume was being deleted; never answered"))
-				if derr := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ap.FileSystemID, ap.ID); derr != nil {
-					err = errors.Join(err, derr)
-				}
-				return nil, fmt.Errorf("%w: %w", keylock.ErrBusy, err)
+	for attempt := 1; ; attempt++ {
+		in := p.input
+		in.ClientToken = rec.SentToken()
+		in.PosixUser = &efs.PosixUser{UID: rec.UID, GID: rec.GID}
+		in.CreationInfo = &efs.CreationInfo{OwnerUID: rec.UID, OwnerGID: rec.GID, Permissions: p.params.DirectoryPerms}
+		ap, err := s.efs.CreateAccessPoint(ctx, in)
+		if err == nil && volume.IsGIDToken(in.ClientToken) && !p.ours(ap) {
+			// A lenient server (S3 Files) answers a repeated token with
+			// the access point holding it, as if created.
+			err = &efs.AlreadyExistsError{AccessPointID: ap.ID}
+		}
+		switch {
+		case err == nil:
+			s.gids.Record(*ap) // before the local release: never free in between
+			if err := s.outsiders(efs.WithPriority(ctx, efs.PriorityFollowUp), p, rec, ap); err != nil {
+				return nil, err
 			}
+			made := journal.Made{ID: ap.ID, Path: ap.Path, Token: ap.ClientToken, UID: rec.UID, GID: rec.GID, Allocated: rec.Allocated}
+			if err := s.journal.SetAccessPoint(ctx, rec, made, true); err != nil {
+				if errors.Is(err, journal.ErrDeleting) {
+					// The volume's delete began after this create read the
+					// record and deleted the access point before this one
+					// was made: nobody can answer this one (every create
+					// refuses a record being deleted), so it goes.
+					s.log.Info("access point deleted", slog.String("accessPoint", ap.ID),
+						slog.String("reason", "created while its volume was being deleted; never answered"))
+					if derr := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ap.FileSystemID, ap.ID); derr != nil {
+						err = errors.Join(err, derr)
+					}
+					return nil, fmt.Errorf("%w: %w", keylock.ErrBusy, err)
+				}
+				return nil, err
+			}
+			return ap, nil
+		case !errors.Is(err, efs.ErrAlreadyExists):
+			// Unknown outcome (UNAVAILABLE, deadline) or refused: the
+			// record and its id stay, so the retry sends the identical
+			// request, and the id is on no other access point meanwhile.
 			return nil, err
 		}
-		if err := s.unrecordedRival(efs.WithPriority(ctx, efs.PriorityFollowUp), p, rec, ap); err != nil {
+		found, err := s.holder(ctx, in.ClientToken, err)
+		if errors.Is(err, ErrNotYetVisible) && volume.IsGIDToken(in.ClientToken) && s.burned(in.ClientToken) {
+			// EFS keeps the token of an access point deleted long ago (it
+			// documents nothing either way): the id is unusable under it.
+			// A stand-in that never shows in a listing keeps the id off this
+			// process's allocator for good.
+			found, err = &efs.AccessPoint{ID: "burned:" + in.ClientToken, FileSystemID: rec.FileSystem,
+				PosixUser: &efs.PosixUser{UID: rec.Allocated, GID: rec.Allocated}}, nil
+		}
+		if err != nil {
 			return nil, err
 		}
-		return ap, nil
-	case errors.Is(err, efs.ErrAlreadyExists):
-		return s.adopt(ctx, p, rec, err)
+		if !volume.IsGIDToken(in.ClientToken) || p.ours(found) {
+			return s.adopt(ctx, p, rec, found)
+		}
+		// Another writer's access point holds the record's GID token, so
+		// carries its id, and no attempt of ours made one with it (EFS
+		// binds the token to one access point): take another id.
+		s.gids.Record(*found)
+		s.log.Info("GID taken by another writer's access point; taking another",
+			slog.String("name", p.name), slog.Int64("gid", rec.Allocated), slog.String("other", found.ID))
+		if attempt >= maxIDAttempts {
+			return nil, fmt.Errorf("%w: GID %d on %s is carried by access point %s (tried %d ids)", ErrGIDContention, rec.Allocated, rec.FileSystem, found.ID, attempt)
+		}
+		r, err := s.moveID(ctx, p, rec, attempt)
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			if res != nil {
+				res.Release()
+			}
+			res = r
+		}
+		if err := s.hold(ctx, p, rec, &res); err != nil {
+			return nil, err
+		}
 	}
-	// Unknown outcome (UNAVAILABLE, deadline) or refused: the record and
-	// its id stay, so the retry sends the identical request, and the id is
-	// on no other access point of this cluster meanwhile.
-	return nil, err
+}
+
+// burnAfter is how long EFS may name an access point it does not describe
+// as holding a GID token before the token counts as burned: kept by an
+// access point deleted long ago, not held by one too fresh to describe
+// (EFS describes a new one within seconds). Until then the create is
+// retried: the access point may be this volume's own, whose answer was
+// lost.
+const burnAfter = 2 * time.Minute
+
+// burned reports whether token has been named by EFS for an access point
+// it does not describe for burnAfter, counting from this process's first
+// sighting.
+func (s *Service) burned(token string) bool {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first, ok := s.invisible[token]
+	if !ok {
+		if len(s.invisible) >= maxWarnings {
+			clear(s.invisible) // bounded: a cleared sighting only delays the move
+		}
+		s.invisible[token] = now
+		return false
+	}
+	return now.Sub(first) >= burnAfter
+}
+
+// holder describes the access point EFS named (err) as holding token.
+func (s *Service) holder(ctx context.Context, token string, err error) (*efs.AccessPoint, error) {
+	var ae *efs.AlreadyExistsError
+	if !errors.As(err, &ae) || ae.AccessPointID == "" {
+		return nil, fmt.Errorf("client token %q is taken but EFS named no access point: %w", token, err)
+	}
+	// The token's create was applied: its read is a follow-up.
+	found, err := s.efs.DescribeAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ae.AccessPointID)
+	if err != nil {
+		if errors.Is(err, efs.ErrAccessPointNotFound) {
+			return nil, fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, token)
+		}
+		return nil, err
+	}
+	return found, nil
 }
 
 // unrecordedWindow is how long after its start a controller checks its new
-// access points against writers outside the record: a release before the
-// record running beside it in a rolling update (which verified its own
-// creates by listing, and yields to ours) picks GIDs the record cannot
-// exclude.
+// access points against writers outside the GID token protocol: a release
+// before it (an earlier one of this driver, or upstream's) running beside
+// it in a rolling update or an in-place upgrade picks GIDs, and makes
+// access points for the same volumes, under tokens of its own, which EFS
+// does not compare with ours.
 const unrecordedWindow = 10 * time.Minute
 
-// unrecordedRival checks, during unrecordedWindow and on a file system
-// where the allocator's last listing showed another cluster's access points
-// (otherclusters.go), a just-created access point with an allocated id
-// against a listing that starts after it exists: another access point
-// carrying the id (which ours holds in the record) was made by a writer
-// outside this cluster's record, and may have been adopted into it since. Ours then gives
-// way, if no other create of this cluster wrote its record since (Withdraw
-// is a strict compare-and-swap: one that adopted it would have touched the
-// record first, and then ours is answered); the retry holds another id.
-func (s *Service) unrecordedRival(ctx context.Context, p *plan, rec *journal.Record, ap *efs.AccessPoint) error {
-	if !p.params.NeedsGIDAllocation() || s.cfg.GIDVerify == VerifyNever {
-		return nil
-	}
-	if s.now().Sub(s.started) > unrecordedWindow && !s.otherClusters.on(ap.FileSystemID) {
+// inWindow reports whether creates of p are checked against writers
+// outside the protocol now: in the controller's first minutes, for a class
+// that allocates ids.
+func (s *Service) inWindow(p *plan) bool {
+	return p.params.NeedsGIDAllocation() && s.cfg.GIDVerify != VerifyNever &&
+		s.now().Sub(s.started) <= unrecordedWindow
+}
+
+// outsiders checks ap, which this call just made or found for rec before
+// the record names it, in the controller's first minutes, against a
+// listing that starts after it exists: another access point carrying rec's
+// allocated id, or made for this volume under another token, was made by
+// a writer outside the protocol (an earlier release mid-upgrade), which
+// answers its own. Ours then gives way, by Withdraw: a compare-and-swap on
+// the version this call read, while the record names no access point
+// (every create that answers one writes the record naming it first), so an
+// access point withdrawn was never answered and one answered is never
+// withdrawn. Any failure answers nothing (the retry checks again). The
+// retry's record then adopts the other writer's access point for this
+// volume (windowToken), or takes another id.
+func (s *Service) outsiders(ctx context.Context, p *plan, rec *journal.Record, ap *efs.AccessPoint) error {
+	if !s.inWindow(p) || rec.AccessPoint == ap.ID || !volume.IsGIDToken(ap.ClientToken) {
+		// Only an access point under a GID token is surely this driver's
+		// alone: one under a name token may be an outside writer's, which
+		// it may have answered.
 		return nil
 	}
 	aps, err := s.listAfterNow(ctx, ap.FileSystemID)
 	if err != nil {
-		return nil // the check is for writers outside the record; answering is safe within it
+		return err
 	}
-	id := rec.Allocated
+	var rival *efs.AccessPoint
 	for i := range aps {
-		other := &aps[i]
-		uid, g := posixIDs(other)
-		if other.ID == ap.ID || (uid != id && g != id) {
+		uid, g := posixIDs(&aps[i])
+		if aps[i].ID != ap.ID && (uid == rec.Allocated || g == rec.Allocated || p.madeOutside(&aps[i])) {
+			rival = &aps[i]
+			break
+		}
+	}
+	if rival == nil {
+		return nil
+	}
+	s.gids.Record(*rival)
+	if err := s.journal.Withdraw(ctx, rec, ap.ID); err != nil {
+		if errors.Is(err, journal.ErrConflict) {
+			return nil // another create wrote the record first: it may answer ap
+		}
+		if errors.Is(err, journal.ErrDeleting) {
+			err = fmt.Errorf("%w: %w", keylock.ErrBusy, err)
+		}
+		return err
+	}
+	s.log.Warn("access point made outside the protocol for this GID or volume; withdrawing ours",
+		slog.String("accessPoint", ap.ID), slog.Int64("gid", rec.Allocated), slog.String("other", rival.ID),
+		slog.String("otherToken", rival.ClientToken))
+	if err := s.finishWithdrawn(ctx, rec); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: GID %d on %s or volume %q is also on access point %s, made outside the protocol", ErrGIDContention, rec.Allocated, ap.FileSystemID, p.name, rival.ID)
+}
+
+// madeOutside reports whether ap was made for p's volume by a writer
+// outside the GID token protocol: it carries the volume's name token (an
+// earlier release's, upstream's) or an earlier release's later generation
+// of it.
+func (p *plan) madeOutside(ap *efs.AccessPoint) bool {
+	if ap.FileSystemID != p.params.FileSystemID || volume.IsGIDToken(ap.ClientToken) {
+		return false
+	}
+	if _, other := ownership.OtherCluster(ap, p.cluster); other {
+		return false
+	}
+	return generationOf(p.input.ClientToken, ap.ClientToken) >= 0
+}
+
+// windowToken is, for a record this call just made in the controller's
+// first minutes, the token of an access point a writer outside the
+// protocol made for the volume (its latest generation), "" if a listing
+// that starts now shows none: the create then adopts it, as that writer
+// answers it, instead of making a second one.
+func (s *Service) windowToken(ctx context.Context, p *plan) (string, error) {
+	if !s.inWindow(p) || !p.usesGIDToken() {
+		return "", nil
+	}
+	aps, err := s.listAfterNow(ctx, p.params.FileSystemID)
+	if err != nil {
+		return "", err
+	}
+	best, token := -1, ""
+	for i := range aps {
+		if !p.madeOutside(&aps[i]) {
 			continue
 		}
-		// Recorded or not, it carries our id without holding it (we do:
-		// HoldID succeeded): made outside the record (an earlier release
-		// mid-upgrade, another writer) and perhaps adopted since, and
-		// perhaps answered. The listing began after our create, so it is
-		// not a deleted one of ours. Ours has not been answered: it yields.
-		if err := s.journal.Withdraw(ctx, rec); err != nil {
-			return nil // another create of this cluster may have answered it
+		if g := generationOf(p.input.ClientToken, aps[i].ClientToken); g > best {
+			best, token = g, aps[i].ClientToken
 		}
-		s.gids.Record(*other)
-		s.log.Warn("GID also carried by an access point that does not hold it in the record; withdrawing ours",
-			slog.String("accessPoint", ap.ID), slog.Int64("gid", id), slog.String("other", other.ID))
-		if err := s.deleteAccessPoint(ctx, ap.FileSystemID, ap.ID); err != nil {
-			return err
-		}
-		s.log.Info("access point deleted", slog.String("accessPoint", ap.ID), slog.String("reason", "withdrawn before any answer: its GID is carried by an access point made outside the record"))
-		if err := s.journal.Finish(ctx, rec); err != nil {
-			return err
-		}
-		return fmt.Errorf("%w: GID %d on %s is also carried by access point %s, which does not hold it in this cluster's record", ErrGIDContention, id, ap.FileSystemID, other.ID)
 	}
-	return nil
+	return token, nil
+}
+
+// finishWithdrawn deletes a withdrawn record's access point, which nobody
+// answered (journal.Withdraw), and removes the record: the next create of
+// the volume starts over with another id.
+func (s *Service) finishWithdrawn(ctx context.Context, rec *journal.Record) error {
+	if rec.AccessPoint != "" {
+		if err := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), rec.FileSystem, rec.AccessPoint); err != nil {
+			return err
+		}
+		s.log.Info("access point deleted", slog.String("accessPoint", rec.AccessPoint),
+			slog.String("reason", "withdrawn before any answer: its GID is carried by an access point made outside the protocol"))
+	}
+	return s.journal.Finish(ctx, rec)
 }
 
 // record returns the volume's record, made now (with an id reserved in the
@@ -419,75 +593,165 @@ func (s *Service) unrecordedRival(ctx context.Context, p *plan, rec *journal.Rec
 // restarted process or another controller, and makes its id held in the
 // record.
 func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Reservation, error) {
+	for range maxIDAttempts {
+		rec, res, made, err := s.begin(ctx, p)
+		if err != nil {
+			return nil, res, err
+		}
+		if rec.Withdrawn {
+			// An earlier attempt withdrew its access point but did not get
+			// to delete it: nobody answered it, so it goes.
+			if err := s.finishWithdrawn(ctx, rec); err != nil {
+				return nil, res, err
+			}
+			continue
+		}
+		if rec.Deleting {
+			return nil, res, fmt.Errorf("%w: %w: %s/%q", keylock.ErrBusy, journal.ErrDeleting, rec.FileSystem, rec.Token)
+		}
+		if made {
+			tok, err := s.windowToken(efs.WithPriority(ctx, efs.PriorityFollowUp), p)
+			if err != nil {
+				return nil, res, err
+			}
+			if tok != "" {
+				// Sent under that token: EFS answers with its access point,
+				// which adopt records (with its own ids).
+				if err := s.journal.SetIDs(ctx, rec, rec.Allocated, rec.UID, rec.GID, rec.Allocated, tok); err != nil {
+					return nil, res, err
+				}
+			}
+		} else {
+			// Found, not made: move the record's version before anything
+			// is sent, so that a delete that read it earlier must re-read
+			// it to mark it deleting.
+			if err := s.journal.Touch(ctx, rec); err != nil {
+				if errors.Is(err, journal.ErrDeleting) {
+					err = fmt.Errorf("%w: %w", keylock.ErrBusy, err)
+				}
+				return nil, res, err
+			}
+		}
+		if why := p.recordMismatch(rec); why != "" {
+			return nil, res, fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.name, why)
+		}
+		if err := s.hold(ctx, p, rec, &res); err != nil {
+			return nil, res, err
+		}
+		return rec, res, nil
+	}
+	return nil, nil, fmt.Errorf("%w: the record of volume %q kept being withdrawn", ErrGIDContention, p.name)
+}
+
+// begin finds the volume's record or makes it with a freshly reserved id
+// (returned with the record, and made true). A retry whose record exists
+// needs no new id:
+// when the range is full (it may be full of this very volume's id) the
+// record is looked up before giving up.
+func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Reservation, bool, error) {
 	fsID := p.params.FileSystemID
 	uid, g, alloc := p.params.UID, p.params.GID, int64(journal.NoID)
 	var res *gid.Reservation
 	if p.params.NeedsGIDAllocation() {
 		r, err := s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name)
+		if errors.Is(err, gid.ErrExhausted) {
+			rec, rerr := s.journal.Volume(ctx, fsID, p.input.ClientToken)
+			if rerr == nil {
+				return rec, nil, false, nil
+			}
+			if !errors.Is(rerr, journal.ErrNotFound) {
+				return nil, nil, false, rerr
+			}
+		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		res, alloc = r, r.GID()
 		s.warnOtherClusters(fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd)
 		uid, g = p.params.Identity(alloc)
 	}
-	rec, made, err := s.journal.Begin(ctx, journal.Volume{
+	v := journal.Volume{
 		FileSystem: fsID, Token: p.input.ClientToken, Name: p.name, API: string(s.api), Path: p.input.Path,
 		UID: uid, GID: g, Allocated: alloc, ClaimNamespace: p.params.PVCNamespace, ClaimName: p.params.PVCName,
-	})
-	if err != nil {
-		return nil, res, err
 	}
-	if !made && res != nil {
-		res.Release() // the record has its own
-		res = nil
+	if p.usesGIDToken() {
+		v.ClientToken = volume.GIDToken(fsID, alloc)
+	}
+	rec, made, err := s.journal.Begin(ctx, v)
+	if err != nil {
+		return nil, res, false, err
 	}
 	if !made {
-		// Move the record's version before anything is sent: a delete that
-		// read it earlier must re-read it to mark it deleting.
-		if err := s.journal.Touch(ctx, rec); err != nil {
-			if errors.Is(err, journal.ErrDeleting) {
-				err = fmt.Errorf("%w: %w", keylock.ErrBusy, err)
-			}
-			return nil, res, err
+		if res != nil {
+			res.Release() // the record has its own
 		}
+		return rec, nil, false, nil
 	}
-	if why := p.recordMismatch(rec); why != "" {
-		return nil, res, fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.name, why)
-	}
+	return rec, res, true, nil
+}
+
+// hold makes the record's id held in the id table, taking another id
+// (into *res) while other volumes hold the ones it has.
+func (s *Service) hold(ctx context.Context, p *plan, rec *journal.Record, res **gid.Reservation) error {
 	for attempt := 1; ; attempt++ {
 		err := s.journal.HoldID(ctx, rec)
 		if err == nil {
-			return rec, res, nil
+			return nil
 		}
 		if !errors.Is(err, journal.ErrIDTaken) {
-			return nil, res, err
+			return err
 		}
 		if rec.AccessPoint != "" || !p.params.NeedsGIDAllocation() || attempt >= maxIDAttempts {
 			// An access point already carries the id (adopted from a
 			// release before the record, which shared it), or the class
 			// changed to fixed ids: nothing this call may change.
-			return nil, res, fmt.Errorf("%w: %w", ErrGIDContention, err)
+			return fmt.Errorf("%w: %w", ErrGIDContention, err)
 		}
-		// Another volume holds the id: this record's id was never sent
-		// (a create sends only a held id), so it may take another.
-		r, rerr := s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name+"#"+strconv.Itoa(attempt))
-		if rerr != nil {
-			return nil, res, rerr
+		// Another volume holds the id: this record's id was never sent (a
+		// create sends only a held id), so it may take another.
+		r, err := s.moveID(ctx, p, rec, attempt)
+		if err != nil {
+			return err
 		}
-		nu, ng := p.params.Identity(r.GID())
-		if err := s.journal.SetIDs(ctx, rec, rec.Allocated, nu, ng, r.GID()); err != nil && !errors.Is(err, journal.ErrConflict) {
-			r.Release()
-			return nil, res, err
-		} else if err != nil {
-			r.Release() // another writer changed the record first: hold what it chose
-			continue
+		if r != nil {
+			if *res != nil {
+				(*res).Release()
+			}
+			*res = r
 		}
-		if res != nil {
-			res.Release()
-		}
-		res = r
 	}
+}
+
+// moveID gives rec another id, reserved now (returned), and the GID token
+// that goes with it, once no access point of rec's can carry the one it has
+// (never sent, or EFS answered that another writer's holds its token). The
+// old id's entry is released first: a crash in between leaves a record
+// naming an id it no longer holds, which its retry holds again or moves
+// from, never an id held for nobody. nil, nil: another writer changed the
+// record's ids first; use what it chose.
+func (s *Service) moveID(ctx context.Context, p *plan, rec *journal.Record, attempt int) (*gid.Reservation, error) {
+	fsID := p.params.FileSystemID
+	r, err := s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name+"#"+strconv.Itoa(attempt))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.journal.ReleaseUnsentID(ctx, fsID, rec.Allocated, rec.Token); err != nil {
+		r.Release()
+		return nil, err
+	}
+	token := ""
+	if volume.IsGIDToken(rec.SentToken()) {
+		token = volume.GIDToken(fsID, r.GID())
+	}
+	nu, ng := p.params.Identity(r.GID())
+	if err := s.journal.SetIDs(ctx, rec, rec.Allocated, nu, ng, r.GID(), token); err != nil {
+		r.Release()
+		if errors.Is(err, journal.ErrConflict) {
+			return nil, nil // another writer changed the record first: hold what it chose
+		}
+		return nil, err
+	}
+	return r, nil
 }
 
 // recordMismatch says why a record found for the plan's token serves
@@ -507,25 +771,13 @@ func (p *plan) recordMismatch(rec *journal.Record) string {
 	return ""
 }
 
-// adopt answers a create whose token EFS says is taken (err): by an
-// earlier attempt of this volume whose answer was lost, a killed process,
+// adopt answers a create whose token EFS says is taken by found, this
+// volume's: by an earlier attempt whose answer was lost, a killed process,
 // another controller of this cluster, an earlier release or the upstream
 // driver (whose tokens are ours), or with reuseAccessPoint a claim's
 // earlier volume. It is the volume's if it matches the plan, and the
-// record then names it and the ids it carries.
-func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, err error) (*efs.AccessPoint, error) {
-	var ae *efs.AlreadyExistsError
-	if !errors.As(err, &ae) || ae.AccessPointID == "" {
-		return nil, fmt.Errorf("client token %q is taken but EFS named no access point: %w", p.input.ClientToken, err)
-	}
-	// The token's create was applied: its read is a follow-up.
-	found, err := s.efs.DescribeAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ae.AccessPointID)
-	if err != nil {
-		if errors.Is(err, efs.ErrAccessPointNotFound) {
-			return nil, fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, p.input.ClientToken)
-		}
-		return nil, err
-	}
+// record then names it, the ids and the token it carries.
+func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, found *efs.AccessPoint) (*efs.AccessPoint, error) {
 	s.gids.Record(*found)
 	if later := s.laterGeneration(ctx, p, found); later != nil {
 		found = later
@@ -542,6 +794,10 @@ func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, err e
 	if p.params.NeedsGIDAllocation() {
 		alloc = allocatedID(p.params.GID, found)
 	}
+	if err := s.outsiders(efs.WithPriority(ctx, efs.PriorityFollowUp), p, rec, found); err != nil {
+		return nil, err
+	}
+	made := journal.Made{ID: found.ID, Path: found.Path, Token: found.ClientToken, UID: uid, GID: g, Allocated: alloc}
 	if alloc != rec.Allocated {
 		// The token is bound to found, so no attempt of ours made another
 		// access point: the id the record planned is on none of ours.
@@ -557,15 +813,15 @@ func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, err e
 			// changes nothing, refusing would not fix it.
 			s.log.Warn("adopted access point shares its GID with another recorded volume",
 				slog.String("accessPoint", found.ID), slog.Int64("gid", alloc), slog.String("error", err.Error()))
-			alloc = journal.NoID
+			made.Allocated = journal.NoID
 		}
-		if err := s.journal.SetAccessPoint(ctx, rec, found.ID, found.Path, uid, g, alloc, false); err != nil {
+		if err := s.journal.SetAccessPoint(ctx, rec, made, false); err != nil {
 			return nil, err
 		}
 		if err := s.journal.ReleaseUnsentID(ctx, rec.FileSystem, planned, rec.Token); err != nil {
 			return nil, err
 		}
-	} else if err := s.journal.SetAccessPoint(ctx, rec, found.ID, found.Path, uid, g, alloc, false); err != nil {
+	} else if err := s.journal.SetAccessPoint(ctx, rec, made, false); err != nil {
 		return nil, err
 	}
 	if p.params.ReuseAccessPoint {
@@ -767,6 +1023,17 @@ func (s *Service) laterGeneration(ctx context.Context, p *plan, found *efs.Acces
 		}
 	}
 	return nil
+}
+
+// generationOf is the generation of base's volume that token is (0: base
+// itself), -1 if none.
+func generationOf(base, token string) int {
+	for g := range earlierMaxGenerations {
+		if generationToken(base, g) == token {
+			return g
+		}
+	}
+	return -1
 }
 
 // earlierMaxGenerations is how many generations an earlier release used.

@@ -95,8 +95,8 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 		return nil, fmt.Errorf("%w: access point %s was made by cluster %q, not this one (%q); it is not deleted here",
 			ErrForeign, ap.ID, other, s.cluster)
 	}
-	rec, err := s.journal.Volume(ctx, ap.FileSystemID, ap.ClientToken)
-	if err != nil && !errors.Is(err, journal.ErrNotFound) {
+	rec, err := s.recordOf(ctx, ap)
+	if err != nil {
 		return nil, err
 	}
 	prov := provenanceOf(ap, rec)
@@ -109,7 +109,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 	if prov.recorded {
 		// Read again under the name lock: a create that held it may have
 		// changed the record meanwhile.
-		if rec, err = s.journal.Volume(ctx, ap.FileSystemID, ap.ClientToken); err != nil && !errors.Is(err, journal.ErrNotFound) {
+		if rec, err = s.journal.Volume(ctx, rec.FileSystem, rec.Token); err != nil && !errors.Is(err, journal.ErrNotFound) {
 			return nil, err
 		}
 		if !ownership.Agrees(rec, ap) {
@@ -159,6 +159,53 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
+// recordOf is the record of ap, nil if none agrees (ownership.Agrees). It
+// is read by its key: the access point's client token for volumes made
+// before GID tokens (and upstream's, which have none); for a GID token, the
+// name token of its volume-name tag (a hint, which the record must prove by
+// naming ap). A GID token whose tag leads to no record, or a 64-hex token
+// (an earlier release's later generation, adopted into the record of its
+// first; upstream's reuseAccessPoint hash) is looked up by the record's
+// index of access points.
+func (s *Service) recordOf(ctx context.Context, ap *efs.AccessPoint) (*journal.Record, error) {
+	key := ap.ClientToken
+	if volume.IsGIDToken(key) {
+		key = ""
+		if name := ap.Tags[TagVolumeName]; name != "" {
+			key = volume.NameToken(name)
+		}
+	}
+	if key != "" {
+		rec, err := s.journal.Volume(ctx, ap.FileSystemID, key)
+		switch {
+		case err == nil && ownership.Agrees(rec, ap):
+			return rec, nil
+		case err != nil && !errors.Is(err, journal.ErrNotFound):
+			return nil, err
+		}
+	}
+	if !volume.IsGIDToken(ap.ClientToken) && !volume.IsClaimNameHash(ap.ClientToken) {
+		return nil, nil
+	}
+	rec, err := s.journal.ByAccessPoint(ctx, ap.FileSystemID, ap.ID)
+	switch {
+	case err == nil && ownership.Agrees(rec, ap):
+		return rec, nil
+	case err != nil && !errors.Is(err, journal.ErrNotFound):
+		return nil, err
+	}
+	return nil, nil
+}
+
+// recordLocks are the name locks of rec's volume: its key's and its
+// name's, which every create of it holds (plan.locks).
+func recordLocks(rec *journal.Record) []string {
+	if rec.Name == "" || rec.Name == rec.Token {
+		return []string{nameKey(rec.Token)}
+	}
+	return []string{nameKey(rec.Name), nameKey(rec.Token)}
+}
+
 // lookUp is the access point the volume ID names, as DescribeAccessPoint
 // answers it. With root removal on, the listing that removal needs anyway
 // (its view, which started after this call and is shared by every delete
@@ -184,9 +231,6 @@ func (s *Service) lookUp(ctx context.Context, id volume.ID) (*efs.AccessPoint, *
 		}
 	}
 	ap, err := s.efs.DescribeAccessPoint(ctx, id.AccessPointID)
-	if err == nil && view != nil {
-		s.lag.saw() // it exists, and a listing that began after the call missed it
-	}
 	return ap, view, err
 }
 
@@ -212,10 +256,7 @@ func (s *Service) deleteUnseen(ctx context.Context, id volume.ID) (*csi.DeleteVo
 	if err := s.reachable(ctx, id.FileSystemID); err != nil {
 		return nil, err
 	}
-	locks := []string{nameKey(rec.Token)}
-	if rec.Name != rec.Token {
-		locks = append(locks, nameKey(rec.Name))
-	}
+	locks := recordLocks(rec)
 	unlock, err := s.locks.TryLock(locks...)
 	if err != nil {
 		return nil, err
@@ -268,7 +309,6 @@ func (s *Service) reachable(ctx context.Context, fsID string) error {
 
 // deleteAccessPoint deletes apID and tells the allocator its ids are free.
 func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) error {
-	s.lag.deleted(apID) // before: a listing missing it from now on is no lag
 	err := s.efs.DeleteAccessPoint(ctx, apID)
 	if err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
 		return err
@@ -305,8 +345,10 @@ const cleanupTimeout = 30 * time.Second
 // --visibility-delay): one another writer made on the directory shortly
 // before the delete began (since: this call's start, or the time an
 // earlier attempt marked the record deleting) shows only in a listing that
-// begins ListingLag after that. While EFS is seen lagging (lag.go), the
-// view is fetched again then if it began earlier. A retry after a restart
+// begins ListingLag after that: a view that began earlier is fetched
+// again then, whether or not this process has seen EFS lag (it cannot
+// tell: a lag shows only as an access point missing from a listing, and
+// another writer's is not known to be missing). A retry after a restart
 // does not wait again.
 func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov provenance, view *rootView, since time.Time) error {
 	rel, err := removableRoot(ap, prov)
@@ -316,7 +358,7 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov p
 	if view != nil && s.keptFor(ap, s.sharer(ap, view)) {
 		return nil // kept whatever a later listing says
 	}
-	if settled := since.Add(s.cfg.ListingLag); s.lag.recent() && (view == nil || view.began.Before(settled)) {
+	if settled := since.Add(s.cfg.ListingLag); view == nil || view.began.Before(settled) {
 		if err := sleepUntil(ctx, settled); err != nil {
 			return fmt.Errorf("%w: %w", ErrRootDirRemoval, err)
 		}

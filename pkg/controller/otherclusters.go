@@ -6,24 +6,18 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
 
 // Other clusters on one file system (docs/design.md, "Other clusters on
-// one file system"). The record makes a GID unique within this cluster;
-// another cluster's creates are not in it. The allocator never picks an id
-// a listed access point carries, so two clusters collide only when both
-// pick one id between two listings. Every listing the allocator makes is
-// watched for access points tagged with another cluster's ID; on a file
-// system that has them:
-//   - each new access point is checked against a listing that starts after
-//     it exists (unrecordedRival): the later of two creates of one id sees
-//     the earlier and withdraws before it is answered. Scoped so: a file
-//     system only this cluster writes costs no listing per create;
-//   - a create whose class's range holds one of their ids logs a warning,
-//     once per (file system, range): disjoint ranges leave nothing to race.
+// one file system"). Clusters running this release cannot put one GID on
+// two access points: their creates send GID tokens (volume.GIDToken), and
+// EFS binds a token to one access point. Every listing the allocator makes
+// is still watched for access points tagged with another cluster's ID, so
+// that a create whose class's range holds one of their ids logs a warning,
+// once per (file system, range): disjoint ranges leave nothing to contend
+// for, and an earlier release there sends tokens of its own.
 
 // otherClusters is what the allocator's listings showed of other clusters'
 // access points, per file system. Safe for concurrent use.
@@ -46,20 +40,12 @@ type watchedSource struct {
 	EFS
 	own   string // this cluster's ID ("" unknown: no access point is known as another's)
 	other *otherClusters
-	lag   *lagWatch // told of the listing too
 }
 
 func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	var seen otherIDs
-	began, ids := time.Now(), map[string]bool(nil)
-	if w.lag.watching(fsID) {
-		ids = map[string]bool{}
-	}
 	err := w.EFS.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
 		for i := range page {
-			if ids != nil {
-				ids[page[i].ID] = true
-			}
 			id, ok := page[i].Tags[TagClusterID]
 			if !ok || id == w.own || w.own == "" {
 				continue
@@ -70,9 +56,6 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 		}
 		return fn(page)
 	})
-	if err == nil && ids != nil {
-		w.lag.listed(fsID, began, func(id string) bool { return ids[id] })
-	}
 	if err == nil {
 		slices.Sort(seen.ids)
 		w.other.mu.Lock()
@@ -99,7 +82,7 @@ func (o *otherClusters) inRange(fsID string, lo, hi int64) (int, string) {
 
 // gidSource is the allocator's Source for this Service's client.
 func (s *Service) gidSource() watchedSource {
-	return watchedSource{EFS: s.efs, own: s.cluster, other: s.otherClusters, lag: s.lag}
+	return watchedSource{EFS: s.efs, own: s.cluster, other: s.otherClusters}
 }
 
 // warnOtherClusters logs, once per (file system, range), that another
@@ -110,16 +93,7 @@ func (s *Service) warnOtherClusters(fsID string, lo, hi int64) {
 	if n == 0 || !s.firstWarning("gid-range\x00"+fsID+"\x00"+strconv.FormatInt(lo, 10)+"-"+strconv.FormatInt(hi, 10)) {
 		return
 	}
-	s.log.Warn("another cluster's access points carry GIDs in this class's range: two clusters that pick one GID at the same moment can share it; give each cluster a disjoint gidRangeStart-gidRangeEnd",
+	s.log.Warn("another cluster's access points carry GIDs in this class's range: creates that pick one GID at the same moment contend for it (and an earlier release there can share it); give each cluster a disjoint gidRangeStart-gidRangeEnd",
 		slog.String("fileSystemId", fsID), slog.Int64("gidRangeStart", lo), slog.Int64("gidRangeEnd", hi),
 		slog.Int("ids", n), slog.String("otherCluster", cluster))
-}
-
-// on reports whether the last listing of fsID showed another cluster's
-// access points: creates there are checked against writers outside the
-// record (unrecordedRival), whatever the controller's age.
-func (o *otherClusters) on(fsID string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.fss[fsID].ids) > 0
 }

@@ -2,7 +2,9 @@ package controller
 
 import (
 	"errors"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -45,12 +47,11 @@ func hideOnce(b *bed, apID string) {
 
 // Two clusters on one file system and one GID range, each with its own
 // record: the later of two creates that picked one GID (its listing lagged
-// behind the other cluster's create) sees the earlier one and withdraws
-// before it is answered, however long the controller has run; the other
-// cluster's answered access point stays, and the administrator is told once
-// that the ranges overlap. Before the check was scoped to file systems with
-// other clusters' access points, it ran only in a controller's first 10
-// minutes, and both clusters answered the GID.
+// behind the other cluster's create) is answered AccessPointAlreadyExists
+// by EFS for the GID token, so never makes a second access point with it,
+// however long the controller has run; the other cluster's answered access
+// point stays, and the administrator is told once that the ranges overlap.
+// Here the range is then full: the later create ends RESOURCE_EXHAUSTED.
 func TestTwoClustersNeverAnswerOneGID(t *testing.T) {
 	clk := newClock()
 	var logsB testutil.Buffer
@@ -75,8 +76,8 @@ func TestTwoClustersNeverAnswerOneGID(t *testing.T) {
 	}
 	hideOnce(b, apOf(t, a1))
 	_, err = create(b, "pvc-b1")
-	if !errors.Is(err, ErrGIDContention) {
-		t.Errorf("b's create of the GID a answered: err = %v, want it withdrawn (%v)", err, ErrGIDContention)
+	if !errors.Is(err, gid.ErrExhausted) {
+		t.Errorf("b's create of the GID a: err = %v, want %v (the range's only free GID is a's)", err, gid.ErrExhausted)
 	}
 	b.wantUniqueIDs(false)
 	if _, err := a.client.DescribeAccessPoint(a.ctx(), apOf(t, a1)); err != nil {
@@ -120,4 +121,36 @@ func TestOneClusterAloneListsOnlyForTheAllocator(t *testing.T) {
 	if logs.String() != "" {
 		t.Errorf("warnings on a file system no other cluster writes:\n%s", logs.String())
 	}
+}
+
+// The red team's finding: a cluster that never saw another cluster's
+// access points in a listing (its listing lagged behind the other's first
+// create) had the check off, and both answered the GID. GID tokens need
+// no listing: b's create of a's GID is answered AccessPointAlreadyExists.
+func TestTwoClustersNeverAnswerOneGIDUnseenInAnyListing(t *testing.T) {
+	clk := newClock()
+	a := newBed(t, otherCluster("cluster-a", clk, nil))
+	b := newBedOn(t, a.url, a.emu, otherCluster("cluster-b", clk, nil))
+	clk.Advance(unrecordedWindow + time.Minute)
+	two := params("gidRangeStart", "50000", "gidRangeEnd", "50001")
+	hidden := map[string]bool{}
+	for _, name := range []string{"pvc-a0", "pvc-a1"} {
+		r, err := a.svc.CreateVolume(a.ctx(), createReq(name, 1<<30, two))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hidden[apOf(t, r.Volume.VolumeId)] = true
+	}
+	var once atomic.Bool
+	b.hook.setListFilter(func(aps []efs.AccessPoint) []efs.AccessPoint {
+		if once.Swap(true) {
+			return aps
+		}
+		return slices.DeleteFunc(aps, func(ap efs.AccessPoint) bool { return hidden[ap.ID] })
+	})
+	if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-b0", 1<<30, two)); err == nil {
+		t.Error("b answered a GID a holds")
+	}
+	b.wantUniqueIDs(false)
+	b.wantAccessPoints(2)
 }

@@ -37,6 +37,10 @@ func Agrees(rec *journal.Record, ap *efs.AccessPoint) bool { return ownership.Ag
 // and adds the locks a delete of it holds.
 func provenanceOf(ap *efs.AccessPoint, rec *journal.Record) provenance {
 	p := provenance{}
+	if Agrees(rec, ap) {
+		p.recorded, p.csi, p.volumeName, p.locks = true, true, rec.Name, recordLocks(rec)
+		return p
+	}
 	if ap.ClientToken != "" {
 		p.locks = []string{nameKey(ap.ClientToken)}
 	}

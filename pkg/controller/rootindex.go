@@ -183,9 +183,6 @@ func (x sortedRoots) first(p string) int {
 // by them; none modifies it.
 type rootView struct {
 	began time.Time // when its listing began (real time)
-	// lags: a volume the record named an access point before the listing
-	// began is missing from it: EFS lists with a lag (lag.go).
-	lags  bool
 	byID  map[string]*efs.AccessPoint
 	index sortedRoots
 }
@@ -207,9 +204,6 @@ func newView(ctx context.Context, client EFS, j *journal.Journal, fsID string) (
 	}
 	err = j.Volumes(ctx, fsID, func(recs []*journal.Record) error {
 		for _, r := range recs {
-			if r.AccessPoint != "" && !r.Deleting && !r.Recorded.IsZero() && r.Recorded.Before(began) && v.byID[r.AccessPoint] == nil {
-				v.lags = true
-			}
 			hs = append(hs, holder{apID: r.AccessPoint, token: r.Token, name: r.Name, path: r.Path, kind: recordedHolder, live: true})
 		}
 		return nil

@@ -198,17 +198,25 @@ func TestProvenance(t *testing.T) {
 // TestAdoptionAnswersAnEarlierReleasesLatestGeneration: an earlier release
 // (3276f99 and before) that yielded a volume's GID made another access
 // point under the generation-1 token, answers that one and deletes the
-// generation-0 one. A create of this release that finds the generation-0
-// token taken answers the later generation, not the one about to go.
+// generation-0 one. A create of this release in its first minutes that
+// finds them answers the later generation, not the one about to go, and
+// its DeleteVolume releases the record.
 func TestAdoptionAnswersAnEarlierReleasesLatestGeneration(t *testing.T) {
 	old := newBed(t, func(c *Config) { c.Journal = journal.NewMemory() }) // a writer outside our record
 	vol := old.mustCreate("pvc-gen")
-	var gen0 efs.AccessPoint
+	var made efs.AccessPoint
 	for _, ap := range old.accessPoints() {
 		if ap.ID == apOf(t, vol) {
-			gen0 = ap
+			made = ap
 		}
 	}
+	// The earlier release sent the volume name as its token.
+	must(t, old.client.DeleteAccessPoint(old.ctx(), made.ID))
+	gen0p, err := old.client.CreateAccessPoint(old.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
+		ClientToken: "pvc-gen", Path: made.Path, Tags: made.Tags, PosixUser: made.PosixUser,
+		CreationInfo: &efs.CreationInfo{OwnerUID: made.PosixUser.UID, OwnerGID: made.PosixUser.GID, Permissions: "700"}})
+	must(t, err)
+	gen0 := *gen0p
 	gen1, err := old.client.CreateAccessPoint(old.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
 		ClientToken: generationToken(gen0.ClientToken, 1), Path: gen0.Path, Tags: gen0.Tags,
 		PosixUser:    &efs.PosixUser{UID: gen0.PosixUser.UID, GID: gen0.PosixUser.GID + 1},
@@ -221,5 +229,11 @@ func TestAdoptionAnswersAnEarlierReleasesLatestGeneration(t *testing.T) {
 	}
 	if got := apOf(t, resp.Volume.VolumeId); got != gen1.ID {
 		t.Fatalf("answered %s, want the later generation %s (generation 0: %s)", got, gen1.ID, gen0.ID)
+	}
+	// Its delete finds the record, which names an access point under
+	// another token than its key (before, it was left forever).
+	must(t, ours.delete(resp.Volume.VolumeId))
+	if rec := ours.recordOf("pvc-gen"); rec != nil {
+		t.Errorf("record left after the delete: %+v", rec.Volume)
 	}
 }

@@ -26,12 +26,22 @@ const NoID = -1
 // never on what a listing, a tag or a client token suggests.
 type Volume struct {
 	FileSystem string `json:"fileSystem"`
-	Token      string `json:"token"` // the client token: at most one access point carries it
-	Name       string `json:"name"`  // the CO's volume name
-	API        string `json:"api,omitempty"`
-	Path       string `json:"path"`
-	UID        int64  `json:"uid"`
-	GID        int64  `json:"gid"`
+	// Token is the volume's key in the record: the client token of
+	// releases before GID tokens (the volume name, as upstream's).
+	Token string `json:"token"`
+	// ClientToken is the client token the volume's CreateAccessPoint
+	// sends and its access point carries, when it is not Token: a GID
+	// token (volume.GIDToken), which makes EFS itself the
+	// compare-and-swap of the allocated id across every writer using
+	// GID tokens (replicas with records of their own, other clusters);
+	// or the token of an access point adopted with another (an earlier
+	// release's later generation). SentToken reads it.
+	ClientToken string `json:"clientToken,omitempty"`
+	Name        string `json:"name"` // the CO's volume name
+	API         string `json:"api,omitempty"`
+	Path        string `json:"path"`
+	UID         int64  `json:"uid"`
+	GID         int64  `json:"gid"`
 	// Allocated is the id this volume holds in the id table (its GID, or
 	// its UID when the class fixes the GID); NoID for fixed ids.
 	Allocated int64 `json:"allocated"`
@@ -47,11 +57,25 @@ type Volume struct {
 	// point; set before DeleteAccessPoint, so that a create that read the
 	// record before cannot answer it after.
 	Deleting bool `json:"deleting,omitempty"`
+	// Withdrawn (with Deleting): the access point (AccessPoint) gave way
+	// to a writer outside the GID token protocol before anyone answered
+	// it (Withdraw); a create that finds it deletes the access point,
+	// finishes the record and starts over.
+	Withdrawn bool `json:"withdrawn,omitempty"`
 	// DeletingSince is when Deleting was first set (zero for records
 	// written before it was kept): a retry of the delete, after a restart
 	// too, counts EFS's listing lag from there (--listing-lag).
 	DeletingSince time.Time `json:"deletingSince,omitzero"`
 	Created       time.Time `json:"created"`
+}
+
+// SentToken is the client token the volume's access point carries (or
+// will): ClientToken, else Token.
+func (v *Volume) SentToken() string {
+	if v.ClientToken != "" {
+		return v.ClientToken
+	}
+	return v.Token
 }
 
 // Record is a Volume as stored, with the version its next write compares.
@@ -268,13 +292,17 @@ func (j *Journal) MarkDeleting(ctx context.Context, r *Record) error {
 	})
 }
 
-// Withdraw marks r deleting only if nobody wrote it since r was read (no
-// re-read): a create withdrawing the access point it just made, which no
-// other create can have answered unless it wrote the record meanwhile
-// (Touch). ErrConflict if one did: the caller must then answer it.
-func (j *Journal) Withdraw(ctx context.Context, r *Record) error {
+// Withdraw marks r withdrawn and deleting, naming access point apID, which
+// its create just made and nobody answered: only if nobody wrote r since r
+// was read (no re-read), for every create that answers an access point
+// writes the record naming it first. ErrConflict if one did: the caller
+// then must not withdraw it.
+func (j *Journal) Withdraw(ctx context.Context, r *Record, apID string) error {
 	v := r.Volume
-	v.Deleting = true
+	if v.Deleting {
+		return fmt.Errorf("%w: %s/%q", ErrDeleting, v.FileSystem, v.Token)
+	}
+	v.Deleting, v.Withdrawn, v.DeletingSince, v.AccessPoint = true, true, j.now().UTC(), apID
 	e, err := encode(&v)
 	if err != nil {
 		return err
@@ -288,18 +316,23 @@ func (j *Journal) Withdraw(ctx context.Context, r *Record) error {
 	return nil
 }
 
-// SetIDs gives r other ids, if it still holds from: only for a record
-// whose ids were never sent in a CreateAccessPoint (its id was never held).
+// SetIDs gives r other ids and the client token that goes with them, if
+// it still holds from: only for a record none of whose creates can have
+// made an access point with its ids (never sent, or EFS answered that
+// another writer's access point holds the record's GID token).
 // ErrConflict, with r re-read, if another writer changed them first.
-func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64) error {
+func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string) error {
 	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
-		if v.Allocated != from {
+		if v.Allocated != from || v.AccessPoint != "" {
 			return false, fmt.Errorf("%w: ids of %s/%q changed", ErrConflict, v.FileSystem, v.Token)
 		}
-		if v.UID == uid && v.GID == gid && v.Allocated == allocated {
+		if clientToken == v.Token {
+			clientToken = ""
+		}
+		if v.UID == uid && v.GID == gid && v.Allocated == allocated && v.ClientToken == clientToken {
 			return false, nil
 		}
-		v.UID, v.GID, v.Allocated = uid, gid, allocated
+		v.UID, v.GID, v.Allocated, v.ClientToken = uid, gid, allocated, clientToken
 		return true, nil
 	})
 }
@@ -311,24 +344,37 @@ func (j *Journal) ReleaseUnsentID(ctx context.Context, fs string, id int64, toke
 	return j.releaseID(ctx, fs, id, token)
 }
 
-// SetAccessPoint records that r's token is bound to access point apID
-// with the given ids (an access point found by the token may carry ids
-// other than those r planned: an earlier release's, or upstream's).
-// replace: apID was just created with the token, which proves the access
-// point the record named before is gone (EFS binds a token to one access
-// point); otherwise a record naming another access point is an error.
-func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, apID, path string, uid, gid, allocated int64, replace bool) error {
+// Made is an access point as the record names it.
+type Made struct {
+	ID, Path string
+	// Token is the client token it carries.
+	Token               string
+	UID, GID, Allocated int64
+}
+
+// SetAccessPoint records that access point ap is r's, with its ids (an
+// access point found by the token may carry ids other than those r
+// planned: an earlier release's, or upstream's; or another token: an
+// earlier release's later generation). replace: ap was just created with
+// the record's token, which proves the access point the record named
+// before is gone (EFS binds a token to one access point); otherwise a
+// record naming another access point is an error.
+func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, ap Made, replace bool) error {
+	if ap.Token == r.Token {
+		ap.Token = ""
+	}
 	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
-		if v.AccessPoint == apID && v.Path == path && v.UID == uid && v.GID == gid && v.Allocated == allocated {
+		if v.AccessPoint == ap.ID && v.Path == ap.Path && v.ClientToken == ap.Token && v.UID == ap.UID &&
+			v.GID == ap.GID && v.Allocated == ap.Allocated {
 			return false, nil
 		}
-		if v.AccessPoint != "" && v.AccessPoint != apID && !replace {
-			return false, fmt.Errorf("journal: token %q on %s is recorded for %s, not %s", v.Token, v.FileSystem, v.AccessPoint, apID)
+		if v.AccessPoint != "" && v.AccessPoint != ap.ID && !replace {
+			return false, fmt.Errorf("journal: token %q on %s is recorded for %s, not %s", v.Token, v.FileSystem, v.AccessPoint, ap.ID)
 		}
-		if v.AccessPoint != apID {
+		if v.AccessPoint != ap.ID {
 			v.Recorded = j.now().UTC()
 		}
-		v.AccessPoint, v.Path, v.UID, v.GID, v.Allocated = apID, path, uid, gid, allocated
+		v.AccessPoint, v.Path, v.ClientToken, v.UID, v.GID, v.Allocated = ap.ID, ap.Path, ap.Token, ap.UID, ap.GID, ap.Allocated
 		return true, nil
 	})
 }

@@ -68,7 +68,7 @@ func TestVolumesAnswersWhatIsStoredNow(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if err := other.SetAccessPoint(ctx, r, "fsap-1", r.Path, r.UID, r.GID, r.Allocated, false); err != nil {
+					if err := other.SetAccessPoint(ctx, r, journal.Made{ID: "fsap-1", Path: r.Path, Token: r.Token, UID: r.UID, GID: r.GID, Allocated: r.Allocated}, false); err != nil {
 						t.Fatal(err)
 					}
 					want["pvc-1"] = "fsap-1"

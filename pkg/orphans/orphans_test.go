@@ -237,6 +237,31 @@ func (b *bed) accessPoints(t *testing.T) []efs.AccessPoint {
 	return aps
 }
 
+// staticVolume makes an access point with token and tags at
+// /static-volume, holding data (the file's path) that is not the
+// collector's.
+func (b *bed) staticVolume(t *testing.T, token string, tags map[string]string) (id, data string) {
+	t.Helper()
+	id = b.rawAccessPoint(t, token, "/static-volume", tags)
+	data = filepath.Join(b.dir("/static-volume"), "keep.txt")
+	if err := os.WriteFile(data, []byte("not the collector's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return id, data
+}
+
+// wantUncollected runs c's rounds and checks that access point id and the
+// data file in its directory are still there.
+func (b *bed) wantUncollected(t *testing.T, c *Collector, id, data string) {
+	t.Helper()
+	if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, id) {
+		t.Fatalf("collected %d; %s exists: %v", n, id, b.exists(t, id))
+	}
+	if got, err := os.ReadFile(data); err != nil || string(got) != "not the collector's" {
+		t.Errorf("the directory's data: %q, %v", got, err)
+	}
+}
+
 // dir is the path of a root directory in the emulator's data.
 func (b *bed) dir(path string) string { return filepath.Join(b.data, fsID, filepath.FromSlash(path)) }
 
@@ -250,7 +275,6 @@ func TestRecordedOrphansAreCollectedAfterGrace(t *testing.T) {
 		extra []string // the forgotten volume's class parameters
 	}{
 		{"tagged", nil},
-		{"untagged", []string{"enableTagging", "false"}},
 		{"reuseAccessPoint", []string{"reuseAccessPoint", "true"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -333,21 +357,56 @@ func TestAccessPointsNotRecordedAreNeverCollected(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newBed(t, true)
-			id := b.rawAccessPoint(t, tt.token, "/static-volume", tt.tags)
-			data := filepath.Join(b.dir("/static-volume"), "keep.txt")
-			if err := os.WriteFile(data, []byte("not the collector's"), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			id, data := b.staticVolume(t, tt.token, tt.tags)
 			c := b.collector(t)
-			if n := b.rounds(t, c, 3); n != 0 || !b.exists(t, id) {
-				t.Fatalf("collected %d; %s exists: %v", n, id, b.exists(t, id))
-			}
-			if got, err := os.ReadFile(data); err != nil || string(got) != "not the collector's" {
-				t.Errorf("the directory's data: %q, %v", got, err)
-			}
+			b.wantUncollected(t, c, id, data)
 			if st := c.Stats(); st.Own != 0 || st.Candidates != 0 {
 				t.Errorf("stats %+v: an unrecorded access point counted", st)
 			}
+		})
+	}
+}
+
+// A forged record entry (anyone who may write the controller's ConfigMaps
+// or Leases can write one) naming an access point that does not carry this
+// cluster's tags for it deletes nothing: upstream's, one made by hand, an
+// untagged one (an enableTagging "false" class's orphan is left to the
+// audit for the same reason), or another volume's. Each entry is as the
+// controller would write it: key, token, path and ids agree with the
+// access point, so only the tags tell it from this driver's.
+func TestForgedRecordsDeleteNothing(t *testing.T) {
+	ours := func(name string) map[string]string {
+		return map[string]string{controller.TagCluster: "true", controller.TagVolumeName: name,
+			controller.TagClusterID: kubetest.KubeSystemUID}
+	}
+	for _, tt := range []struct {
+		name, token string
+		tags        map[string]string
+	}{
+		{"upstream's", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", map[string]string{controller.TagCluster: "true"}},
+		{"untagged", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", nil},
+		{"made by hand", "terraform-1", map[string]string{"Name": "shared"}},
+		{"another volume's", "pvc-other", ours("pvc-other")},
+		{"another cluster's", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", map[string]string{controller.TagCluster: "true",
+			controller.TagVolumeName: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", controller.TagClusterID: "other-cluster-uid"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBed(t, true)
+			id, data := b.staticVolume(t, tt.token, tt.tags)
+			ap := b.describe(t, id)
+			j := b.ctl.Journal()
+			name := "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f"
+			rec, _, err := j.Begin(context.Background(), journal.Volume{FileSystem: fsID, Token: tt.token, Name: name,
+				Path: ap.Path, UID: 1000, GID: 1000, Allocated: journal.NoID, ClaimNamespace: "ns", ClaimName: "forged"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := j.SetAccessPoint(context.Background(), rec, journal.Made{ID: ap.ID, Path: ap.Path, Token: ap.ClientToken,
+				UID: 1000, GID: 1000, Allocated: journal.NoID}, false); err != nil {
+				t.Fatal(err)
+			}
+			c := b.collector(t)
+			b.wantUncollected(t, c, id, data)
 		})
 	}
 }
@@ -452,7 +511,7 @@ func TestOrphanRecordsWithoutAccessPoint(t *testing.T) {
 			// The request as the controller sent it, applied by EFS after
 			// the call gave up.
 			ap, err := b.efs.CreateAccessPoint(context.Background(), efs.CreateAccessPointInput{
-				FileSystemID: rec.FileSystem, ClientToken: rec.Token, Path: rec.Path,
+				FileSystemID: rec.FileSystem, ClientToken: rec.SentToken(), Path: rec.Path,
 				PosixUser:    &efs.PosixUser{UID: rec.UID, GID: rec.GID},
 				CreationInfo: &efs.CreationInfo{OwnerUID: rec.UID, OwnerGID: rec.GID, Permissions: "700"},
 				Tags: map[string]string{controller.TagCluster: "true", controller.TagVolumeName: rec.Name,
@@ -464,7 +523,7 @@ func TestOrphanRecordsWithoutAccessPoint(t *testing.T) {
 			return volume.ProvisionedID(rec.FileSystem, ap.ID)
 		}, true, false},
 		{"the token on an access point at another directory", func(t *testing.T, b *bed, rec *journal.Record) string {
-			id := b.rawAccessPoint(t, rec.Token, "/static-volume", map[string]string{controller.TagCluster: "true",
+			id := b.rawAccessPoint(t, rec.SentToken(), "/static-volume", map[string]string{controller.TagCluster: "true",
 				controller.TagVolumeName: rec.Name, controller.TagClusterID: kubetest.KubeSystemUID,
 				controller.TagClaimName: rec.ClaimName, controller.TagClaimNamespace: rec.ClaimNamespace})
 			if err := os.WriteFile(filepath.Join(b.dir("/static-volume"), "keep.txt"), []byte("data"), 0o600); err != nil {

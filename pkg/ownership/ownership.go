@@ -71,7 +71,7 @@ func (k Kind) CSI() bool { return k != NotCSI }
 // Agrees reports whether rec is the record of ap: same file system and
 // token, and the access point it names (or, before it names one, the path).
 func Agrees(rec *journal.Record, ap *efs.AccessPoint) bool {
-	if rec == nil || rec.FileSystem != ap.FileSystemID || rec.Token != ap.ClientToken {
+	if rec == nil || rec.FileSystem != ap.FileSystemID || rec.SentToken() != ap.ClientToken {
 		return false
 	}
 	if rec.AccessPoint != "" {

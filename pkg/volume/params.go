@@ -354,6 +354,14 @@ func (p Params) ClientToken(volumeName string) string {
 	if p.ReuseAccessPoint {
 		return sha256Hex(p.PVCName)
 	}
+	return NameToken(volumeName)
+}
+
+// NameToken is the client token (and record key) of a volume named
+// volumeName in a class without reuseAccessPoint: the name
+// itself when that is at most 64 printable ASCII characters, else its hex
+// SHA-256.
+func NameToken(volumeName string) string {
 	if len(volumeName) > 0 && len(volumeName) <= MaxClientTokenLength &&
 		!strings.ContainsFunc(volumeName, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
 		return volumeName
