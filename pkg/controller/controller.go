@@ -189,6 +189,9 @@ type shared struct {
 	// invisible: GID tokens EFS named for an access point it did not
 	// describe, and when first (burned).
 	invisible map[string]time.Time
+	// outside: for volumes the outsider check saw a writer outside the
+	// protocol make an access point for, its token (outsideToken).
+	outside map[string]string
 
 	// warned: the warnings already logged once (firstWarning: ignored
 	// StorageClass keys, other clusters in a class's GID range), warnedN
@@ -278,7 +281,7 @@ func New(cfg Config) (*Service, error) {
 			locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDOptions), journal: j,
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
-			answers: map[string]answer{}, answerOf: map[string]string{}, invisible: map[string]time.Time{}, finished: newFinishedDeletes(),
+			answers: map[string]answer{}, answerOf: map[string]string{}, invisible: map[string]time.Time{}, outside: map[string]string{}, finished: newFinishedDeletes(),
 			otherClusters: &otherClusters{fss: map[string]otherIDs{}},
 		},
 	}, nil

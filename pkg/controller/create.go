@@ -493,7 +493,7 @@ func (s *Service) inWindow(p *plan) bool {
 // access point withdrawn was never answered and one answered is never
 // withdrawn. Any failure answers nothing (the retry checks again). The
 // retry's record then adopts the other writer's access point for this
-// volume (windowToken), or takes another id.
+// volume (outsideToken), or takes another id.
 func (s *Service) outsiders(ctx context.Context, p *plan, rec *journal.Record, ap *efs.AccessPoint) error {
 	if !s.inWindow(p) || rec.AccessPoint == ap.ID || !volume.IsGIDToken(ap.ClientToken) {
 		// Only an access point under a GID token is surely this driver's
@@ -508,9 +508,12 @@ func (s *Service) outsiders(ctx context.Context, p *plan, rec *journal.Record, a
 	var rival *efs.AccessPoint
 	for i := range aps {
 		uid, g := posixIDs(&aps[i])
-		if aps[i].ID != ap.ID && (uid == rec.Allocated || g == rec.Allocated || p.madeOutside(&aps[i])) {
+		if aps[i].ID == ap.ID || uid != rec.Allocated && g != rec.Allocated && !p.madeOutside(&aps[i]) {
+			continue
+		}
+		s.learnOutside(p, &aps[i])
+		if rival == nil || p.madeOutside(&aps[i]) {
 			rival = &aps[i]
-			break
 		}
 	}
 	if rival == nil {
@@ -549,29 +552,38 @@ func (p *plan) madeOutside(ap *efs.AccessPoint) bool {
 	return generationOf(p.input.ClientToken, ap.ClientToken) >= 0
 }
 
-// windowToken is, for a record this call just made in the controller's
-// first minutes, the token of an access point a writer outside the
-// protocol made for the volume (its latest generation), "" if a listing
-// that starts now shows none: the create then adopts it, as that writer
-// answers it, instead of making a second one.
-func (s *Service) windowToken(ctx context.Context, p *plan) (string, error) {
-	if !s.inWindow(p) || !p.usesGIDToken() {
-		return "", nil
+// maxOutsiders bounds the volumes whose outside writer's token this
+// process remembers (outsideToken).
+const maxOutsiders = 1024
+
+// outsideToken is the token of the access point a writer outside the
+// protocol made for p's volume, which the outsider check saw (and withdrew
+// ours for) in this process, "" if none: the retry's new record sends it,
+// and adopts that access point (the other writer answers it too) instead
+// of making another. Forgotten by a restart, whose retry then withdraws
+// once more and learns it again.
+func (s *Service) outsideToken(p *plan) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outside[p.params.FileSystemID+"\x00"+p.name]
+}
+
+// learnOutside remembers ap as the access point an outside writer made
+// for p's volume, if it is one; a later generation wins.
+func (s *Service) learnOutside(p *plan, ap *efs.AccessPoint) {
+	if !p.madeOutside(ap) {
+		return
 	}
-	aps, err := s.listAfterNow(ctx, p.params.FileSystemID)
-	if err != nil {
-		return "", err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := p.params.FileSystemID + "\x00" + p.name
+	if old, ok := s.outside[k]; ok && generationOf(p.input.ClientToken, old) >= generationOf(p.input.ClientToken, ap.ClientToken) {
+		return
 	}
-	best, token := -1, ""
-	for i := range aps {
-		if !p.madeOutside(&aps[i]) {
-			continue
-		}
-		if g := generationOf(p.input.ClientToken, aps[i].ClientToken); g > best {
-			best, token = g, aps[i].ClientToken
-		}
+	if len(s.outside) >= maxOutsiders {
+		clear(s.outside) // bounded: a forgotten one is learned again
 	}
-	return token, nil
+	s.outside[k] = ap.ClientToken
 }
 
 // finishWithdrawn deletes a withdrawn record's access point, which nobody
@@ -610,11 +622,7 @@ func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Re
 			return nil, res, fmt.Errorf("%w: %w: %s/%q", keylock.ErrBusy, journal.ErrDeleting, rec.FileSystem, rec.Token)
 		}
 		if made {
-			tok, err := s.windowToken(efs.WithPriority(ctx, efs.PriorityFollowUp), p)
-			if err != nil {
-				return nil, res, err
-			}
-			if tok != "" {
+			if tok := s.outsideToken(p); tok != "" && p.usesGIDToken() {
 				// Sent under that token: EFS answers with its access point,
 				// which adopt records (with its own ids).
 				if err := s.journal.SetIDs(ctx, rec, rec.Allocated, rec.UID, rec.GID, rec.Allocated, tok); err != nil {

@@ -199,8 +199,8 @@ func TestProvenance(t *testing.T) {
 // (3276f99 and before) that yielded a volume's GID made another access
 // point under the generation-1 token, answers that one and deletes the
 // generation-0 one. A create of this release in its first minutes that
-// finds them answers the later generation, not the one about to go, and
-// its DeleteVolume releases the record.
+// finds them (its outsider check) answers the later generation, not the
+// one about to go, and its DeleteVolume releases the record.
 func TestAdoptionAnswersAnEarlierReleasesLatestGeneration(t *testing.T) {
 	old := newBed(t, func(c *Config) { c.Journal = journal.NewMemory() }) // a writer outside our record
 	vol := old.mustCreate("pvc-gen")
@@ -223,6 +223,11 @@ func TestAdoptionAnswersAnEarlierReleasesLatestGeneration(t *testing.T) {
 		CreationInfo: &efs.CreationInfo{OwnerUID: gen0.PosixUser.UID, OwnerGID: gen0.PosixUser.GID + 1, Permissions: "700"}})
 	must(t, err)
 	ours := newBedOn(t, old.url, old.emu)
+	// The first attempt makes its own access point, sees the earlier
+	// release's in the outsider check, and withdraws it; the retry adopts.
+	if _, err := ours.create("pvc-gen"); !errors.Is(err, ErrGIDContention) {
+		t.Fatalf("first attempt: %v, want %v", err, ErrGIDContention)
+	}
 	resp, err := ours.create("pvc-gen")
 	if err != nil {
 		t.Fatal(err)
