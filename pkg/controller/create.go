@@ -552,6 +552,41 @@ func (p *plan) madeOutside(ap *efs.AccessPoint) bool {
 	return generationOf(p.input.ClientToken, ap.ClientToken) >= 0
 }
 
+// windowToken is, for a record this call just made, the token of an
+// access point a writer outside the GID token protocol made for the
+// volume (its latest generation), "" if none is known: the create then
+// sends it and adopts that access point, as that writer answers it,
+// instead of making a second one. Known: seen by this process's outsider
+// check (outsideToken); or, in the controller's first minutes on a file
+// system whose last listing showed access points under name tokens (an
+// upgrade from upstream's driver or a release before GID tokens, which may
+// be creating the same volumes right now), in a listing that starts now.
+// A file system only GID tokens are on pays no listing. The listing only
+// narrows the race with a concurrent outside create: the outsider check
+// after the create sees one made before its own listing.
+func (s *Service) windowToken(ctx context.Context, p *plan) (string, error) {
+	if !p.usesGIDToken() {
+		return "", nil
+	}
+	if tok := s.outsideToken(p); tok != "" || !s.inWindow(p) || !s.otherClusters.nameTokensOn(p.params.FileSystemID) {
+		return tok, nil
+	}
+	aps, err := s.listAfterNow(ctx, p.params.FileSystemID)
+	if err != nil {
+		return "", err
+	}
+	best, token := -1, ""
+	for i := range aps {
+		if !p.madeOutside(&aps[i]) {
+			continue
+		}
+		if g := generationOf(p.input.ClientToken, aps[i].ClientToken); g > best {
+			best, token = g, aps[i].ClientToken
+		}
+	}
+	return token, nil
+}
+
 // maxOutsiders bounds the volumes whose outside writer's token this
 // process remembers (outsideToken).
 const maxOutsiders = 1024
@@ -622,7 +657,11 @@ func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Re
 			return nil, res, fmt.Errorf("%w: %w: %s/%q", keylock.ErrBusy, journal.ErrDeleting, rec.FileSystem, rec.Token)
 		}
 		if made {
-			if tok := s.outsideToken(p); tok != "" && p.usesGIDToken() {
+			tok, err := s.windowToken(efs.WithPriority(ctx, efs.PriorityFollowUp), p)
+			if err != nil {
+				return nil, res, err
+			}
+			if tok != "" {
 				// Sent under that token: EFS answers with its access point,
 				// which adopt records (with its own ids).
 				if err := s.journal.SetIDs(ctx, rec, rec.Allocated, rec.UID, rec.GID, rec.Allocated, tok); err != nil {

@@ -244,3 +244,30 @@ func TestBurnedGIDTokenIsLeftForAnotherID(t *testing.T) {
 		}
 	}
 }
+
+// A writer outside the GID token protocol (an earlier release, upstream's
+// driver) made an access point for the volume after this controller's
+// last listing: the create makes its own, its outsider check sees the
+// other and withdraws it (never answered), and the retry adopts the other
+// writer's, which that writer answers too: one access point per volume.
+func TestOutsideWritersAccessPointForTheVolumeIsAdopted(t *testing.T) {
+	b := newBed(t)
+	if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-x", 1<<30, params())); err != nil {
+		t.Fatal(err)
+	}
+	name := "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f"
+	theirs, err := b.client.CreateAccessPoint(b.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
+		ClientToken: name, Path: "/" + name, PosixUser: &efs.PosixUser{UID: 50001, GID: 50001},
+		CreationInfo: &efs.CreationInfo{OwnerUID: 50001, OwnerGID: 50001, Permissions: "700"},
+		Tags:         map[string]string{TagCluster: "true", TagVolumeName: name, TagCapacity: "1073741824"}})
+	must(t, err)
+	if _, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, params())); !errors.Is(err, ErrGIDContention) {
+		t.Fatalf("first attempt: %v, want %v (withdrawn)", err, ErrGIDContention)
+	}
+	r, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, params()))
+	must(t, err)
+	if got := apOf(t, r.Volume.VolumeId); got != theirs.ID {
+		t.Errorf("answered %s, want the other writer's %s", got, theirs.ID)
+	}
+	b.wantAccessPoints(2)
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // Other clusters on one file system (docs/design.md, "Other clusters on
@@ -24,6 +25,12 @@ import (
 type otherClusters struct {
 	mu  sync.Mutex
 	fss map[string]otherIDs
+	// nameTokens: file systems whose last complete listing showed an
+	// access point under a volume name's token (upstream's, a release
+	// before GID tokens, or this one's classes without them): where a
+	// writer outside the GID token protocol may be making access points
+	// for the same volumes (windowToken).
+	nameTokens map[string]bool
 }
 
 // otherIDs: the ids (uid and gid) other clusters' access points on one file
@@ -44,8 +51,11 @@ type watchedSource struct {
 
 func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	var seen otherIDs
+	nameTokens := false
 	err := w.EFS.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
 		for i := range page {
+			tok := page[i].ClientToken
+			nameTokens = nameTokens || volume.IsProvisionerVolumeName(tok) || volume.IsClaimNameHash(tok)
 			id, ok := page[i].Tags[TagClusterID]
 			if !ok || id == w.own || w.own == "" {
 				continue
@@ -59,6 +69,11 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 	if err == nil {
 		slices.Sort(seen.ids)
 		w.other.mu.Lock()
+		if nameTokens {
+			w.other.nameTokens[fsID] = true
+		} else {
+			delete(w.other.nameTokens, fsID)
+		}
 		if len(seen.ids) == 0 {
 			delete(w.other.fss, fsID)
 		} else {
@@ -96,4 +111,12 @@ func (s *Service) warnOtherClusters(fsID string, lo, hi int64) {
 	s.log.Warn("another cluster's access points carry GIDs in this class's range: creates that pick one GID at the same moment contend for it (and an earlier release there can share it); give each cluster a disjoint gidRangeStart-gidRangeEnd",
 		slog.String("fileSystemId", fsID), slog.Int64("gidRangeStart", lo), slog.Int64("gidRangeEnd", hi),
 		slog.Int("ids", n), slog.String("otherCluster", cluster))
+}
+
+// nameTokensOn reports whether the last listing of fsID showed an access
+// point under a volume name's token.
+func (o *otherClusters) nameTokensOn(fsID string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.nameTokens[fsID]
 }
