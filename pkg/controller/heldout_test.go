@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -270,4 +271,29 @@ func TestOutsideWritersAccessPointForTheVolumeIsAdopted(t *testing.T) {
 		t.Errorf("answered %s, want the other writer's %s", got, theirs.ID)
 	}
 	b.wantAccessPoints(2)
+}
+
+// A volume's own earlier create attempt (its answer lost) does not keep its
+// directory on delete: the deletes of this process see creates until 2
+// minutes after they end, and tell the volume's own from another's (by its
+// access point, or its record key, which a GID-token access point carries
+// in its volume-name tag: volumeKeyOf).
+func TestDeleteAfterALostCreateAnswerRemovesTheRoot(t *testing.T) {
+	r := newRootBed(t)
+	var lost atomic.Bool
+	r.hook.set("CreateAccessPoint", nil, func(_ any, err error) error {
+		if err == nil && !lost.Swap(true) {
+			return fmt.Errorf("%w: injected: answer lost", efs.ErrUnavailable)
+		}
+		return err
+	})
+	if _, err := r.create("pvc-a"); err == nil {
+		t.Fatal("first attempt answered")
+	}
+	vol := r.mustCreate("pvc-a")
+	root := r.rootOf(vol)
+	must(t, r.delete(vol))
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("root directory kept after its volume's delete: %v (kept %d)", err, r.svc.RootDirsKept())
+	}
 }
