@@ -496,29 +496,10 @@ func (a *Audit) finish() {
 	t := &r.Totals
 	*t = Totals{ByOwner: map[Owner]int{}}
 	for _, fs := range r.FileSystems {
-		t.AccessPoints += fs.AccessPoints
-		for o, n := range fs.ByOwner {
-			t.ByOwner[o] += n
-		}
-		t.Referenced += fs.Referenced
-		t.Unreferenced += len(fs.Unreferenced)
-		for _, u := range fs.Unreferenced {
-			if u.Leak {
-				t.Leaks++
-			}
-		}
-		t.Phantoms += len(fs.Phantoms)
-		for _, g := range fs.SharedGIDs {
-			if !g.Intended {
-				t.SharedGIDs++
-			}
-		}
-		t.StaleRecords += len(fs.StaleRecords)
-		if d := fs.Directories; d != nil {
-			t.OrphanDirs += len(d.Orphans) + d.More
-		}
-		t.Findings += fs.Findings
+		fs.Counts = countsOf(fs)
+		t.add(fs.Counts)
 	}
+	r.Omits = jsonOmits
 	if p := r.Plan; p != nil {
 		for _, act := range p.Actions {
 			if act.Result == ResultDone {

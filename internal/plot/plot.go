@@ -139,15 +139,28 @@ var Palette = []string{"#2b6cb0", "#2f855a", "#d69e2e", "#c53030", "#6b46c1"}
 // Colour is the i-th colour of the palette, round.
 func Colour(i int) string { return Palette[i%len(Palette)] }
 
-// CSS is the reports' style sheet.
-const CSS = `body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1a202c;max-width:1000px}
-h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:8px 0;font-size:13px} td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
-th{background:#f0f3f7} td:first-child,th:first-child{text-align:left}
+// CSS is the reports' style sheet (the stress tool's and the audit's):
+// the page fits its window (tables shrink by wrapping their cells, charts
+// scale, preformatted text wraps), text is left-aligned and numbers
+// (cells of class num) right-aligned, a finding's reason is a full-width
+// row under it (class why).
+const CSS = `*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;padding:16px 24px;color:#1a202c;max-width:1240px;line-height:1.4}
+h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd} h3{font-size:14px;margin:18px 0 4px}
+p,li,code{overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:8px 0;font-size:13px;max-width:100%}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th{background:#f0f3f7;font-weight:600}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.why td{color:#4a5568;font-size:12px;border-top:0;padding-left:24px}
+tr.more td{font-style:italic}
 .badge{display:inline-block;padding:3px 10px;border-radius:4px;color:#fff;font-weight:bold}
 .clean{background:#2f855a} .findings,.error,.interrupted{background:#c53030}
-.bad{color:#c53030;font-weight:bold} pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
-.charts{display:flex;flex-wrap:wrap;gap:12px}`
+.bad{color:#c53030;font-weight:bold} .note{color:#4a5568;font-size:13px}
+pre{background:#f7f7f7;padding:8px;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}
+svg{display:block;max-width:100%;height:auto}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
+.charts svg{flex:0 1 470px;min-width:0}`
 
 // WritePage executes t with data and writes the page to path: executed
 // first, so that a template error leaves no half-written file.
