@@ -493,6 +493,12 @@ func (a *Audit) finish() {
 	r := a.rep
 	r.Seconds = a.cfg.Now().Sub(r.Started).Seconds()
 	r.Requests = a.rec.figures(a.cfg.Now().Sub(r.Started))
+	r.addUp()
+}
+
+// addUp counts each file system's lists, adds them up, and judges the
+// outcome.
+func (r *Report) addUp() {
 	t := &r.Totals
 	*t = Totals{ByOwner: map[Owner]int{}}
 	for _, fs := range r.FileSystems {

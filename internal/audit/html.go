@@ -70,8 +70,7 @@ var page = template.Must(template.New("audit").Funcs(template.FuncMap{
 <tr><th>cluster ID</th><td>{{.Cluster.ID}} ({{.Cluster.IDSource}})</td></tr>
 <tr><th>record</th><td>{{if .Cluster.JournalError}}<span class="bad">not read: {{.Cluster.JournalError}}</span>{{else}}{{.Cluster.Records}} volumes ({{.Cluster.Journal}}){{end}}</td></tr>
 <tr><th>orphan collector</th><td>{{.Cluster.Collector.Why}}</td></tr>
-<tr><th>PersistentVolumes of the driver</th><td class="num">{{.Cluster.PersistentVolumes}}</td></tr>
-<tr><th>claims</th><td class="num">{{.Cluster.Claims}}</td></tr>
+<tr><th>Kubernetes</th><td>{{.Cluster.PersistentVolumes}} PersistentVolumes of the driver, {{.Cluster.Claims}} claims, {{len .Cluster.StorageClasses}} StorageClasses</td></tr>
 </table>
 {{if .Cluster.StorageClasses}}<table><tr><th>StorageClass</th><th>file system</th><th>API</th><th>credentials</th><th>base path</th><th class="num">fixed gid</th><th>note</th></tr>
 {{range .Cluster.StorageClasses}}<tr><td>{{.Name}}</td><td>{{.FileSystem}}</td><td>{{.API}}</td><td>{{.Credentials}}</td><td>{{.BasePath}}</td><td class="num">{{with .FixedGID}}{{.}}{{end}}</td><td>{{.Error}}</td></tr>{{end}}
@@ -90,10 +89,10 @@ var page = template.Must(template.New("audit").Funcs(template.FuncMap{
 {{if ge .LimitUsed 0.8}}<p class="bad">limit: {{.AccessPoints}} of {{.Limit}} access points ({{pct .LimitUsed}}): {{sub .Limit .AccessPoints}} left</p>{{end}}
 {{if not $secs}}<p>Nothing to list.</p>{{end}}
 {{range $secs}}<h3>{{.Title}}</h3>
-{{$num := .Numeric}}<table class="list"><tr>{{range $i, $h := .Head}}<th{{if index $num $i}} class="num"{{end}}>{{$h}}</th>{{end}}</tr>
-{{range .Rows}}{{$bad := .Bad}}<tr>{{range $i, $c := .Cells}}<td{{if index $num $i}} class="num"{{else if and $bad (eq $i 0)}} class="bad"{{end}}>{{$c}}</td>{{end}}</tr>
+{{$class := .Class}}<table class="list"><tr>{{range $i, $h := .Head}}<th{{with index $class $i}} class="{{.}}"{{end}}>{{$h}}</th>{{end}}</tr>
+{{range .Rows}}{{$bad := .Bad}}<tr>{{range $i, $c := .Cells}}<td class="{{index $class $i}}{{if and $bad (eq $i 0)}} bad{{end}}">{{$c}}</td>{{end}}</tr>
 {{if .Why}}<tr class="why"><td colspan="{{len .Cells}}">{{.Why}}</td></tr>{{end}}
-{{end}}{{with .More}}<tr class="more"><td colspan="{{len $num}}">{{.}}</td></tr>{{end}}</table>
+{{end}}{{with .More}}<tr class="more"><td colspan="{{len $class}}">{{.}}</td></tr>{{end}}</table>
 {{end}}{{end}}{{end}}
 
 {{with .Plan}}<h2>Plan (--fix)</h2>

@@ -158,9 +158,12 @@ func (r *Report) summary() summary {
 // most listCap rows (each with a longer "why"), and how many more.
 type section struct {
 	Title   string
-	Head    []string
-	Numeric []bool // per column: right-aligned
-	Rows    []row
+	Head []string
+	// Class is each column's: "num" (a number: right-aligned, unbroken),
+	// "word" (a short token: unbroken) or "" (text, broken anywhere to
+	// fit).
+	Class []string
+	Rows  []row
 	More    string
 }
 
@@ -184,7 +187,7 @@ func (fs *FileSystem) sections() []section {
 	if n := len(fs.Unreferenced); n > 0 {
 		s := section{Title: fmt.Sprintf("access points no PersistentVolume names: %d, %d of them findings (%d provable leaks)", n, fs.Counts.UnreferencedFindings, fs.Counts.Leaks),
 			Head:    []string{"finding", "access point", "path", "GID", "owner", "volume", "claim"},
-			Numeric: []bool{false, false, false, true, false, false, false}, More: moreLine(n, "access points without a PV")}
+			Class: []string{"word", "word", "", "num", "word", "", ""}, More: moreLine(n, "access points without a PV")}
 		for _, u := range fs.Unreferenced[:min(n, listCap)] {
 			kind := "no"
 			switch {
@@ -204,7 +207,7 @@ func (fs *FileSystem) sections() []section {
 	}
 	if n := len(fs.Phantoms); n > 0 {
 		s := section{Title: fmt.Sprintf("PersistentVolumes whose access point is gone (phantoms): %d", n),
-			Head: []string{"PV", "claim", "StorageClass", "access point"}, Numeric: make([]bool, 4), More: moreLine(n, "phantoms")}
+			Head: []string{"PV", "claim", "StorageClass", "access point"}, Class: []string{"", "", "", "word"}, More: moreLine(n, "phantoms")}
 		for _, p := range fs.Phantoms[:min(n, listCap)] {
 			s.Rows = append(s.Rows, row{Cells: []string{p.PV, orDash(p.Claim), orDash(p.Class), p.AccessPoint}, Bad: true, Why: p.Why})
 		}
@@ -212,7 +215,7 @@ func (fs *FileSystem) sections() []section {
 	}
 	if n := len(fs.SharedGIDs); n > 0 {
 		s := section{Title: fmt.Sprintf("GIDs carried by more than one access point: %d, %d of them a class's fixed gid (not findings)", n, fs.Counts.IntendedSharedGIDs),
-			Head: []string{"GID", "access points", "finding"}, Numeric: []bool{true, true, false}, More: moreLine(n, "shared GIDs")}
+			Head: []string{"GID", "access points", "finding"}, Class: []string{"num", "num", ""}, More: moreLine(n, "shared GIDs")}
 		for _, g := range fs.SharedGIDs[:min(n, listCap)] {
 			finding := "yes"
 			if g.Intended {
@@ -224,7 +227,7 @@ func (fs *FileSystem) sections() []section {
 	}
 	if n := len(fs.StaleRecords); n > 0 {
 		s := section{Title: fmt.Sprintf("records whose access point is gone: %d, %d of them provable leaks", n, fs.Counts.StaleLeaks),
-			Head: []string{"provable leak", "volume", "access point", "claim"}, Numeric: make([]bool, 4), More: moreLine(n, "stale records")}
+			Head: []string{"provable leak", "volume", "access point", "claim"}, Class: []string{"word", "", "word", ""}, More: moreLine(n, "stale records")}
 		for _, st := range fs.StaleRecords[:min(n, listCap)] {
 			s.Rows = append(s.Rows, row{Cells: []string{yesNo(st.Leak), st.Volume, orDash(st.AccessPoint), orDash(st.Claim)}, Bad: st.Leak, Why: st.Why})
 		}
@@ -233,7 +236,7 @@ func (fs *FileSystem) sections() []section {
 	if d := fs.Directories; d != nil && len(d.Orphans)+d.More > 0 {
 		n := len(d.Orphans) + d.More
 		s := section{Title: fmt.Sprintf("directories under %s that no access point reaches: %d", join(d.BasePaths), n),
-			Head: []string{"directory"}, Numeric: []bool{false}, More: moreLine(n, "orphan directories")}
+			Head: []string{"directory"}, Class: []string{""}, More: moreLine(n, "orphan directories")}
 		for _, o := range d.Orphans[:min(len(d.Orphans), listCap)] {
 			s.Rows = append(s.Rows, row{Cells: []string{o}})
 		}

@@ -94,8 +94,11 @@ const check = `<script>
 })();
 </script>`
 
+// screenshotHeight is the screenshots' height: most of a report.
+const screenshotHeight = 3000
+
 // Check lays page (an HTML file) out at each width, 900 px high, saves a
-// screenshot of each (in $EFS_CSI_SCREENSHOTS when set, else the test's
+// screenshot of each (screenshotHeight high) (in $EFS_CSI_SCREENSHOTS when set, else the test's
 // temporary directory) and fails the test for each layout problem. It
 // skips the test when there is no Chromium.
 func Check(t *testing.T, page string, widths ...int) []Layout {
@@ -123,7 +126,7 @@ func Check(t *testing.T, page string, widths ...int) []Layout {
 	base := strings.TrimSuffix(filepath.Base(page), filepath.Ext(page))
 	var out []Layout
 	for _, w := range widths {
-		dom := run(t, browser, dir, w, "--dump-dom", "file://"+checked)
+		dom := run(t, browser, dir, w, 900, "--dump-dom", "file://"+checked)
 		_, after, ok := strings.Cut(dom, `<pre id="browsertest-layout">`)
 		raw, _, ok2 := strings.Cut(after, "</pre>")
 		if !ok || !ok2 {
@@ -137,14 +140,14 @@ func Check(t *testing.T, page string, widths ...int) []Layout {
 			t.Errorf("the window is %d px wide, asked for %d", l.Width, w)
 		}
 		l.Screenshot = filepath.Join(shots, fmt.Sprintf("%s-%dpx.png", base, w))
-		run(t, browser, dir, w, "--screenshot="+l.Screenshot, "--hide-scrollbars", "file://"+page)
+		run(t, browser, dir, w, screenshotHeight, "--screenshot="+l.Screenshot, "--hide-scrollbars", "file://"+page)
 		f, err := os.Open(l.Screenshot)
 		if err != nil {
 			t.Fatalf("no screenshot at %d px: %v", w, err)
 		}
 		img, err := png.Decode(f)
 		f.Close()
-		if err != nil || img.Bounds().Dx() != w {
+		if err != nil || img.Bounds().Dx() != w || img.Bounds().Dy() != screenshotHeight {
 			t.Errorf("screenshot %s: %v, %v wide, want %d", l.Screenshot, err, img.Bounds(), w)
 		}
 		t.Logf("%s at %d px: %d elements, %d cells checked, %d problems; screenshot %s", base, w, l.Elements, l.Cells, len(l.Problems), l.Screenshot)
@@ -163,9 +166,9 @@ func Check(t *testing.T, page string, widths ...int) []Layout {
 	return out
 }
 
-// run runs Chromium headless on a fresh profile at width x 900 and returns
-// its standard output.
-func run(t *testing.T, browser, dir string, width int, args ...string) string {
+// run runs Chromium headless on a fresh profile in a window of width x
+// height and returns its standard output.
+func run(t *testing.T, browser, dir string, width, height int, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -175,7 +178,7 @@ func run(t *testing.T, browser, dir string, width int, args ...string) string {
 	}
 	all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
-		"--force-device-scale-factor=1", "--user-data-dir=" + profile, fmt.Sprintf("--window-size=%d,900", width)}, args...)
+		"--force-device-scale-factor=1", "--user-data-dir=" + profile, fmt.Sprintf("--window-size=%d,%d", width, height)}, args...)
 	cmd := exec.CommandContext(ctx, browser, all...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
