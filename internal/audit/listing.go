@@ -201,7 +201,7 @@ func (fs *FileSystem) sections() []section {
 				gid = strconv.FormatInt(*u.GID, 10)
 			}
 			s.Rows = append(s.Rows, row{Cells: []string{kind, u.AccessPoint, u.Path, gid, string(u.Owner), orDash(u.Volume), orDash(u.Claim)},
-				Bad: u.Leak, Why: u.Why + " (owner: " + u.OwnerWhy + ")"})
+				Bad: u.Leak, Why: u.Why + "; owner: " + u.OwnerWhy})
 		}
 		out = append(out, s)
 	}
@@ -265,21 +265,22 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// requestsLine says what the EFS requests were: the expected answers (the
-// not-found that proves a phantom) apart from the errors.
+// line says what the EFS requests were, the expected answers (the "not
+// found" that proves a phantom) apart from the errors.
 func (rq Requests) line() string {
 	var parts []string
 	for _, k := range sortedKeys(rq.ByOutcome) {
-		name := k
-		if k == outcomeExpectedNotFound {
-			name = "not found, as expected (each proves a phantom's access point gone)"
+		if k != outcomeExpectedNotFound {
+			parts = append(parts, fmt.Sprintf("%s %d", k, rq.ByOutcome[k]))
 		}
-		parts = append(parts, fmt.Sprintf("%s %d", name, rq.ByOutcome[k]))
+	}
+	if n := rq.ByOutcome[outcomeExpectedNotFound]; n > 0 {
+		parts = append(parts, fmt.Sprintf("not found as expected %d (phantoms' access points, confirmed gone: not errors)", n))
 	}
 	if parts == nil {
 		parts = []string{"none"}
 	}
-	return fmt.Sprintf("%d (%s), %d retries", rq.Total, strings.Join(parts, ", "), rq.Retries)
+	return fmt.Sprintf("%d, %d retries: %s", rq.Total, rq.Retries, strings.Join(parts, ", "))
 }
 
 // Rows are the plan's actions as the table and the page show them

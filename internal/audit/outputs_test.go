@@ -175,11 +175,35 @@ func TestTableJSONAndHTMLAgreeOnEveryCount(t *testing.T) {
 	if n := r.Requests.ByOutcome[outcomeExpectedNotFound]; n != 1 || r.Requests.ByOutcome[efs.OutcomeClientError] != 0 {
 		t.Errorf("requests by outcome %v: want the phantom's one not found as expected, no client error", r.Requests.ByOutcome)
 	}
-	if strings.Contains(table, "client_error") || !strings.Contains(table, "not found, as expected") {
+	if strings.Contains(table, "client_error") || !strings.Contains(table, "not found as expected 1") {
 		t.Errorf("the table's requests line: %s", regexp.MustCompile(`EFS requests: .*`).FindString(table))
 	}
 
+	// Progress off a terminal (--progress true): however short the audit,
+	// a final line with its counts and rates.
+	r, _, progressOut := b.audit("--progress", "true")
+	final := regexp.MustCompile(`(?m)^audit done, 1 of 1 file systems listed: (\d+) access points in (\d+) pages? \(\d+/s\), EFS requests (\d+) \([\d.]+/s, 0 throttled\), [\d.]+m?s$`).FindStringSubmatch(progressOut)
+	if final == nil || final[1] != strconv.Itoa(onlyFS(t, r).AccessPoints) || final[3] != strconv.Itoa(r.Requests.Total) {
+		t.Errorf("no final progress line with %d access points and %d requests in stderr:\n%s", onlyFS(t, r).AccessPoints, r.Requests.Total, progressOut)
+	}
+
 	browsertest.Check(t, htmlPath, 1280, 800)
+}
+
+// --help says what --fix needs to prove a leak: an orphan collector
+// holding its Lease.
+func TestHelpSaysWhatFixNeedsToProveALeak(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if status := run(t.Context(), []string{"--help"}, &stdout, &stderr); status != ExitClean {
+		t.Fatalf("--help: status %d", status)
+	}
+	help := strings.Join(strings.Fields(stderr.String()), " ")
+	for _, want := range []string{"What --fix needs to prove a leak: an orphan collector", "holding its Lease <namespace>/<driver-name>-orphan-collector",
+		"--orphan-gc-interval", "--output json lists every one"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
 }
 
 // capped is a file system at scale, as the issue saw it: 6,000 access

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -94,9 +95,18 @@ func writeSections(w io.Writer, fs *FileSystem) {
 	for _, s := range secs {
 		fmt.Fprintf(w, "  %s\n", s.Title)
 		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-		fmt.Fprintf(tw, "    %s\twhy\n", strings.Join(s.Head, "\t"))
+		why := slices.ContainsFunc(s.Rows, func(r row) bool { return r.Why != "" })
+		head := s.Head
+		if why {
+			head = append(slices.Clone(head), "why")
+		}
+		fmt.Fprintf(tw, "    %s\n", strings.Join(head, "\t"))
 		for _, r := range s.Rows {
-			fmt.Fprintf(tw, "    %s\t%s\n", strings.Join(r.Cells, "\t"), r.Why)
+			cells := r.Cells
+			if why {
+				cells = append(slices.Clone(cells), r.Why)
+			}
+			fmt.Fprintf(tw, "    %s\n", strings.Join(cells, "\t"))
 		}
 		tw.Flush()
 		if s.More != "" {

@@ -1,6 +1,8 @@
-// Package progress shows a long task moving: a bar redrawn in place on a
+// Package progress shows a long task moving: a line redrawn in place on a
 // terminal, otherwise a plain line every few seconds, so that logs stay
-// readable. The stress tool and the cluster audit draw theirs with it.
+// readable, and (Done) a final line of its own, so that even a task too
+// short for a tick says what it did. The stress tool and the cluster
+// audit draw theirs with it.
 package progress
 
 import (
@@ -8,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,7 +34,10 @@ func Bar(frac float64, width int) string {
 
 // Display redraws a line until Close.
 type Display struct {
-	stop chan struct{}
+	w     io.Writer
+	show  bool
+	final sync.Once
+	stop  chan struct{}
 	done chan struct{}
 }
 
@@ -39,7 +45,7 @@ type Display struct {
 // terminal), else every 5s and prints it on a line of its own; line is told
 // which. With show false nothing is shown.
 func Start(w io.Writer, show, bar bool, line func(bar bool) string) *Display {
-	d := &Display{stop: make(chan struct{}), done: make(chan struct{})}
+	d := &Display{w: w, show: show, stop: make(chan struct{}), done: make(chan struct{})}
 	if !show {
 		close(d.done)
 		return d
@@ -69,6 +75,18 @@ func Start(w io.Writer, show, bar bool, line func(bar bool) string) *Display {
 		}
 	}()
 	return d
+}
+
+// Done stops the display, erases the bar and prints final on a line of its
+// own (when the display is shown), so that a log, or a terminal once the
+// task is over, keeps what it came to.
+func (d *Display) Done(final string) {
+	d.Close()
+	d.final.Do(func() {
+		if d.show {
+			fmt.Fprintln(d.w, final)
+		}
+	})
 }
 
 // Close stops the display and erases the bar; it may be called again.

@@ -42,3 +42,23 @@ func TestBarRedrawsInPlaceAndIsErasedOnClose(t *testing.T) {
 		t.Error("a file is a terminal")
 	}
 }
+
+// A task shorter than a tick still leaves its final line, in a log and on
+// a terminal (after the erased bar); a hidden display leaves nothing.
+func TestDoneLeavesAFinalLineEvenForAShortTask(t *testing.T) {
+	for _, bar := range []bool{false, true} {
+		var w testutil.Buffer
+		d := Start(&w, true, bar, func(bool) string { return "tick" })
+		d.Done("done: 3 things")
+		d.Done("again") // a second Done adds nothing: the display is closed
+		got := w.String()
+		if !strings.HasSuffix(got, "done: 3 things\n") || strings.Contains(got, "tick") {
+			t.Errorf("bar %v: output %q", bar, got)
+		}
+	}
+	var none testutil.Buffer
+	Start(&none, false, false, func(bool) string { return "x" }).Done("final")
+	if none.String() != "" {
+		t.Errorf("a hidden display wrote %q", none.String())
+	}
+}
