@@ -89,10 +89,10 @@ var page = template.Must(template.New("audit").Funcs(template.FuncMap{
 {{if ge .LimitUsed 0.8}}<p class="bad">limit: {{.AccessPoints}} of {{.Limit}} access points ({{pct .LimitUsed}}): {{sub .Limit .AccessPoints}} left</p>{{end}}
 {{if not $secs}}<p>Nothing to list.</p>{{end}}
 {{range $secs}}<h3>{{.Title}}</h3>
-{{$class := .Class}}<table class="list"><tr>{{range $i, $h := .Head}}<th{{with index $class $i}} class="{{.}}"{{end}}>{{$h}}</th>{{end}}</tr>
+{{if .Head}}{{$class := .Class}}<table class="list"><tr>{{range $i, $h := .Head}}<th{{with index $class $i}} class="{{.}}"{{end}}>{{$h}}</th>{{end}}</tr>
 {{range .Rows}}{{$bad := .Bad}}<tr>{{range $i, $c := .Cells}}<td class="{{index $class $i}}{{if and $bad (eq $i 0)}} bad{{end}}">{{$c}}</td>{{end}}</tr>
 {{if .Why}}<tr class="why"><td colspan="{{len .Cells}}">{{.Why}}</td></tr>{{end}}
-{{end}}{{with .More}}<tr class="more"><td colspan="{{len $class}}">{{.}}</td></tr>{{end}}</table>
+{{end}}{{with .More}}<tr class="more"><td colspan="{{len $class}}">{{.}}</td></tr>{{end}}</table>{{end}}
 {{end}}{{end}}{{end}}
 
 {{with .Plan}}<h2>Plan (--fix)</h2>

@@ -233,9 +233,12 @@ func (fs *FileSystem) sections() []section {
 		}
 		out = append(out, s)
 	}
+	if d := fs.Directories; d != nil && d.Error != "" {
+		out = append(out, section{Title: fmt.Sprintf("directories under %s of %s: %d read, then ERROR: %s", join(d.BasePaths), d.Root, d.Read, d.Error)})
+	}
 	if d := fs.Directories; d != nil && len(d.Orphans)+d.More > 0 {
 		n := len(d.Orphans) + d.More
-		s := section{Title: fmt.Sprintf("directories under %s that no access point reaches: %d", join(d.BasePaths), n),
+		s := section{Title: fmt.Sprintf("directories under %s that no access point reaches: %d (of %d read)", join(d.BasePaths), n, d.Read),
 			Head: []string{"directory"}, Class: []string{""}, More: moreLine(n, "orphan directories")}
 		for _, o := range d.Orphans[:min(len(d.Orphans), listCap)] {
 			s.Rows = append(s.Rows, row{Cells: []string{o}})

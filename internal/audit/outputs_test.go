@@ -225,9 +225,14 @@ func capped() *Report {
 	for i := range 30 {
 		fs.Phantoms = append(fs.Phantoms, Phantom{PV: fmt.Sprintf("pvc-phantom-%d", i), Claim: "team/c", AccessPoint: fmt.Sprintf("fsap-%017x", 200000+i), Why: "access point does not exist: the PV mounts nothing"})
 	}
+	fs.Directories = &DirScan{Root: "/mnt/efs", BasePaths: []string{"/dynamic", "/dynamic_provisioning"}, Read: 9000, More: 200,
+		Error: "/dynamic_provisioning/x: permission denied"}
+	for i := range maxOrphanDirs {
+		fs.Directories.Orphans = append(fs.Directories.Orphans, fmt.Sprintf("/dynamic/abandoned-%04d", i))
+	}
 	fs.AccessPoints = 7000
 	fs.LimitUsed = 0.7
-	fs.Findings = 6000 + 1 + 30
+	fs.Findings = 6000 + 1 + 30 + maxOrphanDirs + 200
 	r := &Report{Started: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC), Seconds: 1.2, FileSystems: []*FileSystem{fs},
 		Cluster: Cluster{Driver: driverName, API: "kubeconfig context test"}, Options: Options{Grace: 10 * time.Minute, Timeout: 30 * time.Minute},
 		Requests: Requests{Total: 71, ByOutcome: map[string]int{"ok": 70, outcomeExpectedNotFound: 1}, Timeline: plot0()}}
@@ -258,7 +263,8 @@ func TestLongListsAreCappedAlikeAndJSONHasEveryOne(t *testing.T) {
 		}
 	}
 	for _, more := range []string{"... and 5980 more access points without a PV: the full list is in --output json",
-		"... and 10 more phantoms: the full list is in --output json", "; and 995 more: the full list is in --output json"} {
+		"... and 10 more phantoms: the full list is in --output json", "; and 995 more: the full list is in --output json",
+		"... and 1180 more orphan directories: the full list is in --output json", "then ERROR: /dynamic_provisioning/x: permission denied"} {
 		if n := strings.Count(table.String(), more); n != 1 {
 			t.Errorf("the table says %q %d times, want once", more, n)
 		}

@@ -94,6 +94,9 @@ func writeSections(w io.Writer, fs *FileSystem) {
 	}
 	for _, s := range secs {
 		fmt.Fprintf(w, "  %s\n", s.Title)
+		if len(s.Head) == 0 {
+			continue
+		}
 		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 		why := slices.ContainsFunc(s.Rows, func(r row) bool { return r.Why != "" })
 		head := s.Head
