@@ -135,7 +135,7 @@ func TestTableJSONAndHTMLAgreeOnEveryCount(t *testing.T) {
 
 	htmlPath := filepath.Join(t.TempDir(), "audit.html")
 	args := []string{"--kubeconfig", b.kubecfg, "--efs-endpoint", b.url, "--region", "us-east-1", "--sts-endpoint", b.url,
-		"--grace", "0s", "--local-root", b.data, "--progress", "false", "--output", "table", "--html", htmlPath}
+		"--grace", "0s", "--local-root", b.data, "--progress", "false", "--output", "table", "--html", htmlPath, "--fix"}
 	var stdout, stderr bytes.Buffer
 	if status := run(b.ctx(), args, &stdout, &stderr); status != ExitFindings {
 		t.Fatalf("status %d: %s", status, stderr.String())
@@ -158,6 +158,14 @@ func TestTableJSONAndHTMLAgreeOnEveryCount(t *testing.T) {
 		for what, out := range map[string]string{"table": table, "page": page} {
 			if !strings.Contains(out, u.AccessPoint) {
 				t.Errorf("the %s does not list %s (owner %s, finding %v)", what, u.AccessPoint, u.Owner, u.Finding)
+			}
+		}
+	}
+	// The plan, in both: every action.
+	for what, out := range map[string]string{"table": table, "page": page} {
+		for _, a := range []string{"delete access point " + p.leak, "delete access point " + p.unanswered, "release the record of pvc-never", "release the record of pvc-gone"} {
+			if !strings.Contains(out, a) {
+				t.Errorf("the %s's plan lacks %q", what, a)
 			}
 		}
 	}
