@@ -24,7 +24,7 @@ import yaml
 CHART = os.path.join(os.path.dirname(__file__), "..", "charts", "efs-csi-driver")
 
 # Keys whose values are maps the user fills (any key).
-OPEN = {"tags", "podAnnotations", "podLabels", "nodeSelector", "affinity", "annotations",
+OPEN = {"global", "tags", "podAnnotations", "podLabels", "nodeSelector", "affinity", "annotations",
         "resources", "labels", "updateStrategy", "securityContext", "containerSecurityContext",
         "dnsConfig", "livenessProbe", "readinessProbe", "startupProbe", "rollingUpdate",
         "socketDirVolume", "fileSystemIdRefs", "additionalLabels", "hostAliases"}
@@ -55,6 +55,10 @@ UPSTREAM = {
 }
 
 
+# Helm's own key: a parent chart's global values reach every subchart.
+HELM = {"": ["global"]}
+
+
 # Lists of objects whose items admit exactly the keys of the default's first item.
 ITEMS = {"controller.provisionerSecrets": ["name"]}
 
@@ -67,7 +71,7 @@ def schema(value, path):
     if not isinstance(value, dict) or key in OPEN:
         return {}
     props = {k: schema(v, f"{path}.{k}" if path else k) for k, v in value.items()}
-    for k in UPSTREAM.get(path, []):
+    for k in UPSTREAM.get(path, []) + HELM.get(path, []):
         props.setdefault(k, {})
     return {"type": "object", "properties": dict(sorted(props.items()))}
 

@@ -727,8 +727,8 @@ func TestChartUpstreamMeanings(t *testing.T) {
 // TestChartNamesValuesKeysItDoesNotKnow: a values key neither this chart nor upstream's
 // has is not a failed install (upstream's chart, without a schema, ignores it): the
 // rendering carries a comment naming it, NOTES.txt names it, and a key one letter away
-// from a known one names the known one. Known keys, and keys inside free-form maps
-// (tags, resources, annotations), are not named.
+// from a known one names the known one. Known keys, keys inside free-form maps (tags,
+// resources, annotations) and Helm's global (a parent chart's) are not named.
 func TestChartNamesValuesKeysItDoesNotKnow(t *testing.T) {
 	var values map[string]any
 	if err := yaml.Unmarshal([]byte(userFiles["keys upstream never had"]), &values); err != nil {
@@ -741,7 +741,6 @@ func TestChartNamesValuesKeysItDoesNotKnow(t *testing.T) {
 		"controller.leaderElection.leaseDuraton (did you mean controller.leaderElection.leaseDuration?)",
 		"controller.podSecurityContext",
 		"controller.replicaCout (did you mean controller.replicaCount?)",
-		"global",
 		"node.extraArgs",
 		"node.toleratons (did you mean node.tolerations?)",
 	}
