@@ -143,7 +143,8 @@ func Colour(i int) string { return Palette[i%len(Palette)] }
 // the page fits its window (tables shrink by wrapping their cells, charts
 // scale, preformatted text wraps), text is left-aligned and numbers
 // (cells of class num) right-aligned, numbers and short tokens (class
-// word) unbroken, a finding's reason is a full-width
+// word) unbroken, names (class name) broken between words only, any
+// other cell anywhere (a path, a volume name), a finding's reason is a full-width
 // row under it (class why).
 const CSS = `*{box-sizing:border-box}
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;padding:16px 24px;color:#1a202c;max-width:1240px;line-height:1.4}
@@ -154,6 +155,7 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top;o
 th{background:#f0f3f7;font-weight:600}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 td.num,td.word,th.num,th.word{white-space:nowrap;overflow-wrap:normal}
+td.name{overflow-wrap:normal}
 tr.why td{color:#4a5568;font-size:12px;border-top:0;padding-left:24px}
 tr.more td{font-style:italic}
 .badge{display:inline-block;padding:3px 10px;border-radius:4px;color:#fff;font-weight:bold}

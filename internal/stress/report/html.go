@@ -74,7 +74,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 
 <h2>Volumes</h2>
 <table><tr><th class="num">requested</th><th class="num">created</th><th class="num">failed</th><th class="num">duplicated</th><th class="num">deleted during provisioning</th><th class="num">deleted</th><th class="num">undeleted</th></tr>
-<tr><td class="num">{{.Volumes.Requested}}</td><td class="num">{{.Volumes.Created}}</td><td class="num">{{.Volumes.Failed}}{{with codeList .Volumes.FailedByCode}} ({{.}}){{end}}</td><td class="num">{{.Volumes.Duplicated}}</td>
+<tr><td class="num">{{.Volumes.Requested}}</td><td class="num">{{.Volumes.Created}}</td><td class="num">{{.Volumes.Failed}}{{with .Volumes.FailedByCode}} ({{codeList .}}){{end}}</td><td class="num">{{.Volumes.Duplicated}}</td>
 <td class="num">{{.Volumes.DeleteDuringCreate}}</td><td class="num">{{.Volumes.Deleted}}</td><td class="num{{if .Volumes.Undeleted}} bad{{end}}">{{.Volumes.Undeleted}}</td></tr></table>
 
 <h2>Phases</h2>
@@ -83,8 +83,8 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 
 <h2>Latency</h2>
 <table><tr><th></th><th class="num">count</th><th class="num">ok</th><th class="num">retries</th><th class="num">p50</th><th class="num">p95</th><th class="num">p99</th><th class="num">max</th><th class="num">mean</th><th>errors by code</th></tr>
-{{range .RPCs}}<tr><td>{{.Name}} call</td><td class="num">{{.Count}}</td><td class="num">{{.OK}}</td><td class="num">{{.Retries}}</td><td class="num">{{secs .P50}}</td><td class="num">{{secs .P95}}</td><td class="num">{{secs .P99}}</td><td class="num">{{secs .Max}}</td><td class="num">{{secs .Mean}}</td><td>{{codeList .ByCode}}</td></tr>{{end}}
-{{range .Ops}}<tr><td>{{.Name}} operation</td><td class="num">{{.Count}}</td><td class="num">{{.OK}}</td><td class="num">{{.Retries}}</td><td class="num">{{secs .P50}}</td><td class="num">{{secs .P95}}</td><td class="num">{{secs .P99}}</td><td class="num">{{secs .Max}}</td><td class="num">{{secs .Mean}}</td><td>{{codeList .ByCode}}</td></tr>{{end}}
+{{range .RPCs}}<tr><td class="name">{{.Name}} call</td><td class="num">{{.Count}}</td><td class="num">{{.OK}}</td><td class="num">{{.Retries}}</td><td class="num">{{secs .P50}}</td><td class="num">{{secs .P95}}</td><td class="num">{{secs .P99}}</td><td class="num">{{secs .Max}}</td><td class="num">{{secs .Mean}}</td><td>{{codeList .ByCode}}</td></tr>{{end}}
+{{range .Ops}}<tr><td class="name">{{.Name}} operation</td><td class="num">{{.Count}}</td><td class="num">{{.OK}}</td><td class="num">{{.Retries}}</td><td class="num">{{secs .P50}}</td><td class="num">{{secs .P95}}</td><td class="num">{{secs .P99}}</td><td class="num">{{secs .Max}}</td><td class="num">{{secs .Mean}}</td><td>{{codeList .ByCode}}</td></tr>{{end}}
 </table>
 <div class="charts">{{range .Histograms}}{{.}}{{end}}</div>
 
