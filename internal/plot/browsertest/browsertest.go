@@ -178,6 +178,7 @@ func run(t *testing.T, browser, dir string, width, height int, args ...string) s
 	}
 	all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
+		"--disable-dev-shm-usage", // a container's small /dev/shm
 		"--force-device-scale-factor=1", "--user-data-dir=" + profile, fmt.Sprintf("--window-size=%d,%d", width, height)}, args...)
 	cmd := exec.CommandContext(ctx, browser, all...)
 	var stdout, stderr bytes.Buffer
