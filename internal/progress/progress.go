@@ -26,6 +26,33 @@ func IsTerminal(w io.Writer) bool {
 	return err == nil
 }
 
+// Width is the width in columns of the terminal w is, 0 if w is none.
+func Width(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0
+	}
+	return int(ws.Col)
+}
+
+// fit cuts line to fewer than width columns (a line as wide as the
+// terminal wraps, and a wrapped line cannot be redrawn in place: each
+// redraw would leave its first part behind); width 0: as it is.
+func fit(line string, width int) string {
+	if width <= 1 {
+		return line
+	}
+	r := []rune(line)
+	if len(r) < width {
+		return line
+	}
+	return string(r[:width-2]) + "…"
+}
+
 // Bar draws frac (0 to 1) as "[####......] ", width characters inside.
 func Bar(frac float64, width int) string {
 	n := min(max(int(frac*float64(width)), 0), width)
@@ -42,8 +69,8 @@ type Display struct {
 }
 
 // Start calls line every 200ms and redraws it in place when bar (a
-// terminal), else every 5s and prints it on a line of its own; line is told
-// which. With show false nothing is shown.
+// terminal), cut to the terminal's width, else every 5s and prints it on a
+// line of its own; line is told which. With show false nothing is shown.
 func Start(w io.Writer, show, bar bool, line func(bar bool) string) *Display {
 	d := &Display{w: w, show: show, stop: make(chan struct{}), done: make(chan struct{})}
 	if !show {
@@ -68,7 +95,7 @@ func Start(w io.Writer, show, bar bool, line func(bar bool) string) *Display {
 			case <-t.C:
 			}
 			if bar {
-				fmt.Fprintf(w, "\r\033[K%s", line(true))
+				fmt.Fprintf(w, "\r\033[K%s", fit(line(true), Width(w)))
 			} else {
 				fmt.Fprintln(w, line(false))
 			}
