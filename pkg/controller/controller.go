@@ -282,7 +282,7 @@ func New(cfg Config) (*Service, error) {
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
 			answers: map[string]answer{}, answerOf: map[string]string{}, invisible: map[string]time.Time{}, outside: map[string]string{}, finished: newFinishedDeletes(),
-			otherClusters: &otherClusters{fss: map[string]otherIDs{}, nameTokens: map[string]bool{}},
+			otherClusters: &otherClusters{fss: map[string]otherIDs{}, nameTokens: map[string]bool{}, outsideIDs: map[string][]int64{}},
 		},
 	}, nil
 }

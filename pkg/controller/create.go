@@ -664,7 +664,7 @@ func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Re
 			if tok != "" {
 				// Sent under that token: EFS answers with its access point,
 				// which adopt records (with its own ids).
-				if err := s.journal.SetIDs(ctx, rec, rec.Allocated, rec.UID, rec.GID, rec.Allocated, tok); err != nil {
+				if err := s.journal.SetIDs(ctx, rec, rec.Allocated, rec.UID, rec.GID, rec.Allocated, tok, rec.Probe); err != nil {
 					return nil, res, err
 				}
 			}
@@ -699,6 +699,7 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 	fsID := p.params.FileSystemID
 	uid, g, alloc := p.params.UID, p.params.GID, int64(journal.NoID)
 	var res *gid.Reservation
+	var err error
 	if p.params.NeedsGIDAllocation() {
 		r, err := s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name)
 		if errors.Is(err, gid.ErrExhausted) {
@@ -715,6 +716,18 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 		}
 		res, alloc = r, r.GID()
 		s.warnOtherClusters(fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd)
+	}
+	probe := 0
+	if p.usesGIDToken() {
+		// The allocator only refreshed the view and said the range is not
+		// full: the volume's own sequence chooses (probe.go).
+		res.Release()
+		res = nil
+		if alloc, probe, err = s.candidate(p, 0); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	if alloc != journal.NoID {
 		uid, g = p.params.Identity(alloc)
 	}
 	v := journal.Volume{
@@ -722,7 +735,7 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 		UID: uid, GID: g, Allocated: alloc, ClaimNamespace: p.params.PVCNamespace, ClaimName: p.params.PVCName,
 	}
 	if p.usesGIDToken() {
-		v.ClientToken = volume.GIDToken(fsID, alloc)
+		v.ClientToken, v.Probe = volume.GIDToken(fsID, alloc), probe
 	}
 	rec, made, err := s.journal.Begin(ctx, v)
 	if err != nil {
@@ -778,21 +791,36 @@ func (s *Service) hold(ctx context.Context, p *plan, rec *journal.Record, res **
 // record's ids first; use what it chose.
 func (s *Service) moveID(ctx context.Context, p *plan, rec *journal.Record, attempt int) (*gid.Reservation, error) {
 	fsID := p.params.FileSystemID
-	r, err := s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name+"#"+strconv.Itoa(attempt))
-	if err != nil {
-		return nil, err
+	var r *gid.Reservation
+	var next int64
+	token, probe := "", 0
+	if volume.IsGIDToken(rec.SentToken()) {
+		// The next of the volume's own sequence, as every writer of it
+		// takes (probe.go).
+		var err error
+		if next, probe, err = s.candidate(p, rec.Probe+1); err != nil {
+			return nil, err
+		}
+		token = volume.GIDToken(fsID, next)
+	} else {
+		var err error
+		if r, err = s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name+"#"+strconv.Itoa(attempt)); err != nil {
+			return nil, err
+		}
+		next = r.GID()
+	}
+	release := func() {
+		if r != nil {
+			r.Release()
+		}
 	}
 	if err := s.journal.ReleaseUnsentID(ctx, fsID, rec.Allocated, rec.Token); err != nil {
-		r.Release()
+		release()
 		return nil, err
 	}
-	token := ""
-	if volume.IsGIDToken(rec.SentToken()) {
-		token = volume.GIDToken(fsID, r.GID())
-	}
-	nu, ng := p.params.Identity(r.GID())
-	if err := s.journal.SetIDs(ctx, rec, rec.Allocated, nu, ng, r.GID(), token); err != nil {
-		r.Release()
+	nu, ng := p.params.Identity(next)
+	if err := s.journal.SetIDs(ctx, rec, rec.Allocated, nu, ng, next, token, probe); err != nil {
+		release()
 		if errors.Is(err, journal.ErrConflict) {
 			return nil, nil // another writer changed the record first: hold what it chose
 		}

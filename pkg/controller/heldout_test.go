@@ -297,3 +297,33 @@ func TestDeleteAfterALostCreateAnswerRemovesTheRoot(t *testing.T) {
 		t.Errorf("root directory kept after its volume's delete: %v (kept %d)", err, r.svc.RootDirsKept())
 	}
 }
+
+// Two controllers keeping records of their own (mid-upgrade from a file
+// record per pod to the shared one; the e2e upgrade from upstream's chart
+// saw 50 of 170 volumes made twice) create every volume from both, with
+// lost answers and errors: each volume converges on one access point,
+// since both try its ids in the same order and move past one only on
+// EFS's answer (probe.go), and no GID is on two.
+func TestTwoControllersWithRecordsOfTheirOwnConvergeOnOneAccessPoint(t *testing.T) {
+	for _, past := range []bool{false, true} {
+		t.Run(fmt.Sprintf("past the first minutes=%v", past), func(t *testing.T) {
+			clk := newClock()
+			own := func(c *Config) { c.Journal, c.Now = journal.NewMemory(), clk.Now }
+			a := newBed(t, own)
+			b := newBedOn(t, a.url, a.emu, own)
+			if past {
+				clk.Advance(unrecordedWindow + time.Minute)
+			}
+			for _, op := range []emulator.Op{emulator.OpCreateAccessPoint, "DescribeAccessPoints"} {
+				a.emu.SetFault(op, emulator.Fault{LostAnswerRate: 0.2, ErrorRate: 0.1})
+			}
+			names := createFromBoth(t, a, b, clk, 60, params("gidRangeStart", "50000", "gidRangeEnd", "50300"), 200)
+			a.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{})
+			a.emu.SetFault("DescribeAccessPoints", emulator.Fault{})
+			if aps := a.accessPoints(); len(aps) != names {
+				t.Errorf("%d access points for %d volumes", len(aps), names)
+			}
+			a.wantUniqueIDs(false)
+		})
+	}
+}

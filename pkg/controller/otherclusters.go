@@ -31,6 +31,10 @@ type otherClusters struct {
 	// writer outside the GID token protocol may be making access points
 	// for the same volumes (windowToken).
 	nameTokens map[string]bool
+	// outsideIDs: per file system, the ids (uid and gid), sorted, that
+	// access points under tokens other than GID tokens carried in the last
+	// complete listing (carriedOutside).
+	outsideIDs map[string][]int64
 }
 
 // otherIDs: the ids (uid and gid) other clusters' access points on one file
@@ -52,10 +56,15 @@ type watchedSource struct {
 func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	var seen otherIDs
 	nameTokens := false
+	var outside []int64
 	err := w.EFS.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
 		for i := range page {
 			tok := page[i].ClientToken
 			nameTokens = nameTokens || volume.IsProvisionerVolumeName(tok) || volume.IsClaimNameHash(tok)
+			if !volume.IsGIDToken(tok) {
+				uid, g := posixIDs(&page[i])
+				outside = append(outside, uid, g)
+			}
 			id, ok := page[i].Tags[TagClusterID]
 			if !ok || id == w.own || w.own == "" {
 				continue
@@ -73,6 +82,12 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 			w.other.nameTokens[fsID] = true
 		} else {
 			delete(w.other.nameTokens, fsID)
+		}
+		slices.Sort(outside)
+		if outside = slices.Compact(outside); len(outside) > 0 {
+			w.other.outsideIDs[fsID] = outside
+		} else {
+			delete(w.other.outsideIDs, fsID)
 		}
 		if len(seen.ids) == 0 {
 			delete(w.other.fss, fsID)
@@ -119,4 +134,13 @@ func (o *otherClusters) nameTokensOn(fsID string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.nameTokens[fsID]
+}
+
+// carriedOutside reports whether the last listing of fsID showed id on an
+// access point under a token other than a GID token.
+func (o *otherClusters) carriedOutside(fsID string, id int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, found := slices.BinarySearch(o.outsideIDs[fsID], id)
+	return found
 }

@@ -37,6 +37,10 @@ type Volume struct {
 	// or the token of an access point adopted with another (an earlier
 	// release's later generation). SentToken reads it.
 	ClientToken string `json:"clientToken,omitempty"`
+	// Probe is the index of Allocated in the volume's deterministic
+	// sequence of ids (GID tokens: every writer of the volume tries the
+	// same ids in the same order, so they send one token).
+	Probe int `json:"probe,omitempty"`
 	Name        string `json:"name"` // the CO's volume name
 	API         string `json:"api,omitempty"`
 	Path        string `json:"path"`
@@ -321,7 +325,7 @@ func (j *Journal) Withdraw(ctx context.Context, r *Record, apID string) error {
 // made an access point with its ids (never sent, or EFS answered that
 // another writer's access point holds the record's GID token).
 // ErrConflict, with r re-read, if another writer changed them first.
-func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string) error {
+func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int) error {
 	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
 		if v.Allocated != from || v.AccessPoint != "" {
 			return false, fmt.Errorf("%w: ids of %s/%q changed", ErrConflict, v.FileSystem, v.Token)
@@ -329,10 +333,10 @@ func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocat
 		if clientToken == v.Token {
 			clientToken = ""
 		}
-		if v.UID == uid && v.GID == gid && v.Allocated == allocated && v.ClientToken == clientToken {
+		if v.UID == uid && v.GID == gid && v.Allocated == allocated && v.ClientToken == clientToken && v.Probe == probe {
 			return false, nil
 		}
-		v.UID, v.GID, v.Allocated, v.ClientToken = uid, gid, allocated, clientToken
+		v.UID, v.GID, v.Allocated, v.ClientToken, v.Probe = uid, gid, allocated, clientToken, probe
 		return true, nil
 	})
 }
