@@ -160,26 +160,37 @@ func TestFirstMinutesNeverAnswerAGIDAnOutsideWriterCarries(t *testing.T) {
 	}
 }
 
+// twoOwnRecords starts two controllers on one EFS, each with a record of
+// its own, past their first minutes or not, with lost answers and 500s on
+// creates and listings until stop.
+func twoOwnRecords(t *testing.T, past bool) (a, b *bed, clk *clock, stop func()) {
+	clk = newClock()
+	own := func(c *Config) { c.Journal, c.Now = journal.NewMemory(), clk.Now }
+	a = newBed(t, own)
+	b = newBedOn(t, a.url, a.emu, own)
+	if past {
+		clk.Advance(unrecordedWindow + time.Minute)
+	}
+	ops := []emulator.Op{emulator.OpCreateAccessPoint, "DescribeAccessPoints"}
+	for _, op := range ops {
+		a.emu.SetFault(op, emulator.Fault{LostAnswerRate: 0.2, ErrorRate: 0.1})
+	}
+	return a, b, clk, func() {
+		for _, op := range ops {
+			a.emu.SetFault(op, emulator.Fault{})
+		}
+	}
+}
+
 // The red team's finding: two controllers keeping records of their own
 // (replicas whose record is a file per pod, two hosts) answered GIDs twice
 // with lost answers and errors, in their first minutes and after. GID
 // tokens make EFS the compare-and-swap of each id, whatever record each
-// keeps. (One volume created by both converges on one access point by the
-// shared record, or, without one, when both start its GID search at the
-// same id: docs/design.md, "Two controllers at once".)
+// keeps.
 func TestTwoControllersWithRecordsOfTheirOwnNeverShareAGID(t *testing.T) {
 	for _, past := range []bool{false, true} {
 		t.Run(fmt.Sprintf("past the first minutes=%v", past), func(t *testing.T) {
-			clk := newClock()
-			own := func(c *Config) { c.Journal, c.Now = journal.NewMemory(), clk.Now }
-			a := newBed(t, own)
-			b := newBedOn(t, a.url, a.emu, own)
-			if past {
-				clk.Advance(unrecordedWindow + time.Minute)
-			}
-			for _, op := range []emulator.Op{emulator.OpCreateAccessPoint, "DescribeAccessPoints"} {
-				a.emu.SetFault(op, emulator.Fault{LostAnswerRate: 0.2, ErrorRate: 0.1})
-			}
+			a, b, clk, stop := twoOwnRecords(t, past)
 			p := params("gidRangeStart", "50000", "gidRangeEnd", "50100")
 			var wg sync.WaitGroup
 			for i := range 40 {
@@ -201,8 +212,7 @@ func TestTwoControllersWithRecordsOfTheirOwnNeverShareAGID(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			a.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{})
-			a.emu.SetFault("DescribeAccessPoints", emulator.Fault{})
+			stop()
 			if aps := a.accessPoints(); len(aps) != 80 {
 				t.Errorf("%d access points for 80 volumes", len(aps))
 			}
@@ -307,19 +317,9 @@ func TestDeleteAfterALostCreateAnswerRemovesTheRoot(t *testing.T) {
 func TestTwoControllersWithRecordsOfTheirOwnConvergeOnOneAccessPoint(t *testing.T) {
 	for _, past := range []bool{false, true} {
 		t.Run(fmt.Sprintf("past the first minutes=%v", past), func(t *testing.T) {
-			clk := newClock()
-			own := func(c *Config) { c.Journal, c.Now = journal.NewMemory(), clk.Now }
-			a := newBed(t, own)
-			b := newBedOn(t, a.url, a.emu, own)
-			if past {
-				clk.Advance(unrecordedWindow + time.Minute)
-			}
-			for _, op := range []emulator.Op{emulator.OpCreateAccessPoint, "DescribeAccessPoints"} {
-				a.emu.SetFault(op, emulator.Fault{LostAnswerRate: 0.2, ErrorRate: 0.1})
-			}
+			a, b, clk, stop := twoOwnRecords(t, past)
 			names := createFromBoth(t, a, b, clk, 60, params("gidRangeStart", "50000", "gidRangeEnd", "50300"), 200)
-			a.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{})
-			a.emu.SetFault("DescribeAccessPoints", emulator.Fault{})
+			stop()
 			if aps := a.accessPoints(); len(aps) != names {
 				t.Errorf("%d access points for %d volumes", len(aps), names)
 			}
