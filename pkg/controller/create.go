@@ -474,6 +474,19 @@ func (s *Service) holder(ctx context.Context, token string, err error) (*efs.Acc
 // does not compare with ours.
 const unrecordedWindow = 10 * time.Minute
 
+// upgrading reports whether a new record of p sends the volume name's
+// token rather than a GID token: in the controller's first minutes on a
+// file system whose last listing showed access points under name tokens,
+// where upstream's driver or a release before GID tokens may be creating
+// the same volumes right now (a rolling update, an in-place upgrade).
+// EFS then makes both writers converge on one access point per volume, as
+// before GID tokens; GIDs are then unique by the record, the allocator's
+// view and the other writer's own check, not by construction (docs/design.md,
+// "Writers outside the record").
+func (s *Service) upgrading(p *plan) bool {
+	return s.inWindow(p) && s.otherClusters.nameTokensOn(p.params.FileSystemID)
+}
+
 // inWindow reports whether creates of p are checked against writers
 // outside the protocol now: in the controller's first minutes, for a class
 // that allocates ids.
@@ -564,8 +577,8 @@ func (p *plan) madeOutside(ap *efs.AccessPoint) bool {
 // A file system only GID tokens are on pays no listing. The listing only
 // narrows the race with a concurrent outside create: the outsider check
 // after the create sees one made before its own listing.
-func (s *Service) windowToken(ctx context.Context, p *plan) (string, error) {
-	if !p.usesGIDToken() {
+func (s *Service) windowToken(ctx context.Context, p *plan, rec *journal.Record) (string, error) {
+	if !volume.IsGIDToken(rec.SentToken()) {
 		return "", nil
 	}
 	if tok := s.outsideToken(p); tok != "" || !s.inWindow(p) || !s.otherClusters.nameTokensOn(p.params.FileSystemID) {
@@ -657,7 +670,7 @@ func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Re
 			return nil, res, fmt.Errorf("%w: %w: %s/%q", keylock.ErrBusy, journal.ErrDeleting, rec.FileSystem, rec.Token)
 		}
 		if made {
-			tok, err := s.windowToken(efs.WithPriority(ctx, efs.PriorityFollowUp), p)
+			tok, err := s.windowToken(efs.WithPriority(ctx, efs.PriorityFollowUp), p, rec)
 			if err != nil {
 				return nil, res, err
 			}
@@ -717,8 +730,8 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 		res, alloc = r, r.GID()
 		s.warnOtherClusters(fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd)
 	}
-	probe := 0
-	if p.usesGIDToken() {
+	probe, gidToken := 0, p.usesGIDToken() && !s.upgrading(p)
+	if gidToken {
 		// The allocator only refreshed the view and said the range is not
 		// full: the volume's own sequence chooses (probe.go).
 		res.Release()
@@ -734,7 +747,7 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 		FileSystem: fsID, Token: p.input.ClientToken, Name: p.name, API: string(s.api), Path: p.input.Path,
 		UID: uid, GID: g, Allocated: alloc, ClaimNamespace: p.params.PVCNamespace, ClaimName: p.params.PVCName,
 	}
-	if p.usesGIDToken() {
+	if gidToken {
 		v.ClientToken, v.Probe = volume.GIDToken(fsID, alloc), probe
 	}
 	rec, made, err := s.journal.Begin(ctx, v)
