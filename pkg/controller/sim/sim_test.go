@@ -1,0 +1,150 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var (
+	seeds    = flag.Int("sim.seeds", 0, "schedules to run in TestSchedules (0: 300, or 30 under -short/-race)")
+	first    = flag.Uint64("sim.first", 1, "first seed")
+	duration = flag.Duration("sim.duration", 0, "run seeds for this long instead of -sim.seeds")
+	oneSeed  = flag.Uint64("sim.seed", 0, "run only this seed, with its trace")
+	shrink   = flag.Bool("sim.shrink", true, "shrink a failing seed and write it under testdata/found/")
+)
+
+// runOne runs cfg (script: nil = generate) in a bubble of its own.
+func runOne(t *testing.T, cfg Config, script []string, trace bool) *Result {
+	var r *Result
+	synctest.Test(t, func(t *testing.T) { r = Run(cfg, script, trace) })
+	return r
+}
+
+// TestSchedules runs a fixed set of seeds (make test: 100,000 of them in
+// their own invocation; make sim: SEEDS=, DURATION=). A seed that breaks an
+// invariant fails the test with the seed, its shrunk script written to
+// testdata/found/.
+func TestSchedules(t *testing.T) {
+	n := *seeds
+	if n == 0 {
+		n = 300
+		if testing.Short() || raceEnabled {
+			n = 30
+		}
+	}
+	if *oneSeed != 0 {
+		r := runOne(t, RandomConfig(*oneSeed), nil, true)
+		t.Logf("config: %s\n%s", RandomConfig(*oneSeed), strings.Join(r.Trace, "\n"))
+		for _, v := range r.Violations {
+			t.Errorf("seed %d: %s", *oneSeed, v)
+		}
+		return
+	}
+	var (
+		next   atomic.Uint64
+		done   atomic.Int64
+		steps  atomic.Int64
+		mu     sync.Mutex
+		failed = map[string][]uint64{} // kind -> seeds
+	)
+	next.Store(*first)
+	deadline := time.Time{}
+	if *duration > 0 {
+		deadline = time.Now().Add(*duration)
+	}
+	start := time.Now()
+	workers := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				seed := next.Add(1) - 1
+				if deadline.IsZero() && seed >= *first+uint64(n) || !deadline.IsZero() && time.Now().After(deadline) {
+					return
+				}
+				r := runOne(t, RandomConfig(seed), nil, false)
+				done.Add(1)
+				steps.Add(int64(r.Steps))
+				if r.Failed() {
+					mu.Lock()
+					failed[r.Kind()] = append(failed[r.Kind()], seed)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	t.Logf("%d schedules (%d decisions) in %v: %.0f schedules/s, %.0f decisions/s, %d workers",
+		done.Load(), steps.Load(), el.Round(time.Millisecond), float64(done.Load())/el.Seconds(), float64(steps.Load())/el.Seconds(), workers)
+	for kind, ss := range failed {
+		cfg := RandomConfig(ss[0])
+		r := runOne(t, cfg, nil, false)
+		msg := fmt.Sprintf("%d seeds break %q, first %d (%s): %s", len(ss), kind, ss[0], cfg, strings.Join(r.Violations, "; "))
+		if *shrink {
+			if path, err := saveShrunk(t, cfg, r, kind); err == nil {
+				msg += "\n  shrunk to " + path
+			} else {
+				msg += "\n  shrink: " + err.Error()
+			}
+		}
+		if knownKind(kind) {
+			t.Logf("KNOWN FAILURE (see knownFailures): %s", msg)
+		} else {
+			t.Errorf("%s", msg)
+		}
+	}
+}
+
+// TestDeterminism: a seed replays exactly (same decisions, same trace), and
+// its decisions replayed as a script give the same trace again.
+func TestDeterminism(t *testing.T) {
+	n := 40
+	if raceEnabled {
+		n = 8
+	}
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		cfg := RandomConfig(seed * 7919)
+		a := runOne(t, cfg, nil, true)
+		b := runOne(t, cfg, nil, true)
+		if ha, hb := hashOf(a.Trace), hashOf(b.Trace); ha != hb {
+			t.Fatalf("seed %d: two runs differ:\n%s", cfg.Seed, firstDiff(a.Trace, b.Trace))
+		}
+		c := runOne(t, cfg, a.Decisions, true)
+		if !sameVerdict(a, c) {
+			t.Fatalf("seed %d: replaying its decisions gives %v, want %v", cfg.Seed, c.Violations, a.Violations)
+		}
+	}
+}
+
+func sameVerdict(a, b *Result) bool {
+	return strings.Join(a.Violations, "\n") == strings.Join(b.Violations, "\n")
+}
+
+func hashOf(lines []string) uint64 {
+	h := fnv.New64a()
+	for _, l := range lines {
+		h.Write([]byte(l))
+		h.Write([]byte{'\n'})
+	}
+	return h.Sum64()
+}
+
+func firstDiff(a, b []string) string {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return fmt.Sprintf("line %d:\n  %s\n  %s", i, a[i], b[i])
+		}
+	}
+	return fmt.Sprintf("lengths %d and %d", len(a), len(b))
+}
