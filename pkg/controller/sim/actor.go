@@ -19,6 +19,12 @@ const callTimeout = 15 * time.Second
 // stopped (liveness).
 const maxQuietAttempts = 40
 
+// backoff is the provisioner's wait before attempt n (external-provisioner:
+// exponential from 100 ms; capped lower here, at 10 s).
+func backoff(n int) time.Duration {
+	return min(100*time.Millisecond<<min(n-1, 10), 10*time.Second)
+}
+
 var errForgotten = errors.New("sim: provisioner restarted and forgot the call")
 
 // actor is a provisioner of one volume (main), a duplicate caller of the
@@ -120,6 +126,9 @@ func (s *Sim) attempt(a *actor, what string, err error) bool {
 func (s *Sim) create(a *actor) string {
 	req := createReq(a.pv, s.params())
 	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			time.Sleep(backoff(attempt))
+		}
 		if attempt > 0 && !s.step(a.tag(), "retry create") {
 			return ""
 		}
@@ -144,6 +153,9 @@ func (s *Sim) create(a *actor) string {
 func (s *Sim) del(a *actor, volID string) bool {
 	req := &csi.DeleteVolumeRequest{VolumeId: volID}
 	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			time.Sleep(backoff(attempt))
+		}
 		if attempt > 0 && !s.step(a.tag(), "retry delete") {
 			return false
 		}
@@ -175,9 +187,9 @@ func (s *Sim) answer(a *actor, inst *instance, volID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	apID := parseVolID(volID)
-	an := &answered{volID: volID, name: a.pv, apID: apID, by: a.name, inst: inst, gid: -1}
+	an := &answered{volID: volID, name: a.pv, apID: apID, by: a.name, inst: inst, gid: -2} // -2: no such access point
 	if f, ap := s.efs.find(apID); f != nil {
-		an.token = ap.ap.ClientToken
+		an.token, an.gid = ap.ap.ClientToken, -1
 		if ap.ap.PosixUser != nil {
 			an.gid = ap.ap.PosixUser.GID
 		}

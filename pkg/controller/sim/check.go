@@ -36,7 +36,9 @@ func (s *Sim) check() {
 		}
 		ap := fs.aps[an.apID]
 		if ap == nil {
-			if !s.deleteIssued[an.volID] {
+			if an.gid == -2 {
+				s.violate("phantom: %s answered to %s (%s) did not exist when answered", an.apID, an.by, an.name)
+			} else if !s.deleteIssued[an.volID] {
 				s.violate("deleted: %s answered to %s (%s) is gone but its DeleteVolume was never called", an.apID, an.by, an.name)
 			}
 			continue

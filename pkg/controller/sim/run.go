@@ -77,6 +77,19 @@ func RandomConfig(seed uint64) Config {
 	return c
 }
 
+// Topology classes the config: "one" (one cluster, one shared record),
+// "own" (one cluster, a record per controller), "clusters" (more than one
+// cluster).
+func (c Config) Topology() string {
+	switch {
+	case len(c.Controllers) > 1:
+		return "clusters"
+	case c.Own[0]:
+		return "own"
+	}
+	return "one"
+}
+
 // String is the config's text form.
 func (c Config) String() string {
 	var b strings.Builder
@@ -307,8 +320,8 @@ func (s *Sim) startCollectors() {
 	seen := map[*store]bool{}
 	for _, c := range s.clusters {
 		for _, inst := range c.slots {
-			if seen[inst.st] {
-				continue
+			if seen[inst.st] || len(inst.st.m) == 0 {
+				continue // nothing to collect
 			}
 			seen[inst.st] = true
 			a := &actor{name: "gc-" + inst.name, kind: "gc", c: c, done: make(chan struct{})}

@@ -77,7 +77,8 @@ func TestSchedules(t *testing.T) {
 				steps.Add(int64(r.Steps))
 				if r.Failed() {
 					mu.Lock()
-					failed[r.Kind()] = append(failed[r.Kind()], seed)
+					k := r.Kind() + "/" + RandomConfig(seed).Topology()
+					failed[k] = append(failed[k], seed)
 					mu.Unlock()
 				}
 			}
