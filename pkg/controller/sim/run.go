@@ -360,6 +360,11 @@ func (s *Sim) decide(ops []*op) string {
 			s.script = s.script[1:]
 			return d
 		}
+		if !s.quiet {
+			// A script's faults are all in the script.
+			s.quiet = true
+			s.tracef("faults stop")
+		}
 	}
 	r := s.rng.IntN(100)
 	if s.quiet {
