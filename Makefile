@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION) \
 	-X github.com/efs-csi/efs-csi-driver/pkg/driver.GitCommit=$(GIT_COMMIT) \
 	-X github.com/efs-csi/efs-csi-driver/pkg/driver.BuildDate=$(BUILD_DATE)
 
-.PHONY: build run test test-short fuzz bench e2e soak lint image-check readme clean
+.PHONY: build run test test-short fuzz bench e2e soak lint image-check readme clean sim
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -22,6 +22,20 @@ run: build
 test: build image-check
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+	$(GO) test -count=1 -timeout 10m -v -run '^TestSchedules$$' ./pkg/controller/sim -sim.seeds=$(SIM_SEEDS)
+
+# The deterministic simulator (pkg/controller/sim, docs/design.md): make test
+# runs a fixed set of SIM_SEEDS schedules without the race detector (a small
+# set runs under it with the other tests); make sim runs SEEDS more from
+# FIRST, or as many as DURATION (e.g. DURATION=10m) allows. A failing seed
+# is shrunk and written to pkg/controller/sim/testdata/found/.
+SIM_SEEDS ?= 100000
+SEEDS     ?= 1000000
+FIRST     ?= 100001
+DURATION  ?= 0
+sim:
+	$(GO) test -count=1 -timeout 0 -v -run '^TestSchedules$$' ./pkg/controller/sim \
+	  -sim.seeds=$(SEEDS) -sim.first=$(FIRST) -sim.duration=$(DURATION)
 
 # README.md's flag tables, rewritten from efs-csi-driver's FlagSet (make test fails when
 # they differ).

@@ -2,13 +2,16 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 )
 
@@ -244,8 +247,12 @@ func (s *Sim) runDup(a *actor) {
 // would, and deletes it later.
 func (s *Sim) runWriter(a *actor) {
 	defer s.finish(a)
+	path := "/" + a.pv
+	if s.cfg.Share && s.cfg.Volumes > 0 {
+		path = fmt.Sprintf("/pvc-%d", a.idx%s.cfg.Volumes) // a volume's directory, shared by hand
+	}
 	in := efs.CreateAccessPointInput{
-		FileSystemID: FS, Path: "/" + a.pv,
+		FileSystemID: FS, Path: path,
 		PosixUser: &efs.PosixUser{UID: a.gid, GID: a.gid},
 	}
 	if a.kind == "upstream" {
@@ -259,9 +266,41 @@ func (s *Sim) runWriter(a *actor) {
 	if err != nil {
 		return
 	}
-	id := v.(*efs.AccessPoint).ID
+	made := v.(*efs.AccessPoint)
+	id := made.ID
+	if a.idx < s.cfg.Forge {
+		// Anyone who may create ConfigMaps in the controller's namespace
+		// writes a record naming this access point, for a claim that never
+		// existed; the access point stays.
+		s.forge(a, made)
+		return
+	}
 	t = a.tag()
 	s.park(withTag(context.Background(), t), nil, kindActor, a.kind+" deletes "+id, func() (any, error) {
 		return nil, s.efs.delete(id)
+	})
+}
+
+// forge writes a record entry (and its id entry) naming ap into the record
+// of cluster 0's first controller, as if this driver had made it.
+func (s *Sim) forge(a *actor, ap *efs.AccessPoint) {
+	token := ap.ClientToken
+	if token == "" {
+		token = "forged-" + a.pv
+	}
+	v := journal.Volume{FileSystem: FS, Token: token, Name: a.pv, Path: ap.Path, UID: a.gid, GID: a.gid, Allocated: a.gid,
+		AccessPoint: ap.ID, Recorded: time.Now().UTC(), ClaimNamespace: "default", ClaimName: "ghost-" + a.pv, Created: time.Now().UTC()}
+	b, err := json.Marshal(&v)
+	if err != nil {
+		panic(err)
+	}
+	st := s.clusters[0].slots[0].st
+	s.park(withTag(context.Background(), a.tag()), nil, kindActor, "forge record of "+ap.ID+" in "+st.name, func() (any, error) {
+		vk := journal.Key{Kind: journal.KindVolume, FileSystem: FS, Name: token}
+		ik := journal.Key{Kind: journal.KindID, FileSystem: FS, Name: strconv.FormatInt(a.gid, 10)}
+		st.create(journal.Entry{Key: vk, Value: b, Index: ap.ID})
+		st.create(journal.Entry{Key: ik, Value: []byte(token)})
+		s.forged[vk], s.forged[ik] = true, true
+		return nil, nil
 	})
 }

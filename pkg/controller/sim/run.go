@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,9 +36,14 @@ type Config struct {
 	FaultPct    int  // chance of a fault per release, in percent
 	Kills       int
 	Forgets     int
-	Old         bool // controllers run past their first 10 minutes before any claim
-	Steps       int  // decisions with faults; then faults stop
-	MaxSteps    int  // liveness bound on all decisions
+	Old         bool          // controllers run past their first 10 minutes before any claim
+	RootDir     bool          // --delete-access-point-root-dir, on real directories
+	ListingLag  time.Duration // --listing-lag with RootDir
+	Share       bool          // writers make their access points on the volumes' directories
+	Forge       int           // forged record entries naming writers' access points
+	Only        string        // faults only on ops whose description contains one of these (comma-separated)
+	Steps       int           // decisions with faults; then faults stop
+	MaxSteps    int           // liveness bound on all decisions
 }
 
 // DefaultConfig is one cluster of one controller with three volumes.
@@ -74,6 +80,16 @@ func RandomConfig(seed uint64) Config {
 	c.Forgets = r.IntN(2)
 	c.Old = r.IntN(4) == 0
 	c.Steps = 20 + r.IntN(60)
+	if r.IntN(16) == 0 {
+		c.RootDir = true
+		c.ListingLag = time.Duration(r.IntN(3)) * 500 * time.Millisecond
+		c.Share = r.IntN(2) == 0
+		c.Writers = max(c.Writers, 1)
+	}
+	if r.IntN(16) == 0 {
+		c.Forge = 1
+		c.Writers = max(c.Writers, 1)
+	}
 	return c
 }
 
@@ -104,6 +120,18 @@ func (c Config) String() string {
 	}
 	fmt.Fprintf(&b, " clusters=%s volumes=%d dups=%d writers=%d gids=%d limit=%d lag=%v lenient=%t faults=%d faultpct=%d kills=%d forgets=%d old=%t steps=%d maxsteps=%d",
 		strings.Join(cl, ","), c.Volumes, c.Dups, c.Writers, c.GIDs, c.Limit, c.Lag, c.Lenient, c.Faults, c.FaultPct, c.Kills, c.Forgets, c.Old, c.Steps, c.MaxSteps)
+	if c.RootDir {
+		fmt.Fprintf(&b, " rootdir=true listinglag=%v", c.ListingLag)
+	}
+	if c.Share {
+		b.WriteString(" share=true")
+	}
+	if c.Forge > 0 {
+		fmt.Fprintf(&b, " forge=%d", c.Forge)
+	}
+	if c.Only != "" {
+		fmt.Fprintf(&b, " only=%s", c.Only)
+	}
 	return b.String()
 }
 
@@ -154,6 +182,16 @@ func ParseConfig(fields []string) (Config, error) {
 			atoi(&c.Forgets)
 		case "old":
 			c.Old, err = strconv.ParseBool(v)
+		case "rootdir":
+			c.RootDir, err = strconv.ParseBool(v)
+		case "listinglag":
+			c.ListingLag, err = time.ParseDuration(v)
+		case "share":
+			c.Share, err = strconv.ParseBool(v)
+		case "forge":
+			atoi(&c.Forge)
+		case "only":
+			c.Only = v
 		case "steps":
 			atoi(&c.Steps)
 		case "maxsteps":
@@ -174,13 +212,25 @@ func ParseConfig(fields []string) (Config, error) {
 func Run(cfg Config, script []string, trace bool) *Result {
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a1)), wrng: rand.New(rand.NewPCG(cfg.Seed, 0x3071d)), traceOn: trace,
 		faultsLeft: cfg.Faults, killsLeft: cfg.Kills, forgetLeft: cfg.Forgets, start: time.Now(),
-		bgTag: &callTag{actor: "bg"}, deleteIssued: map[string]bool{}, deletedIDs: map[string]bool{}}
+		bgTag: &callTag{actor: "bg"}, deleteIssued: map[string]bool{}, deletedIDs: map[string]bool{},
+		forged: map[journal.Key]bool{}}
 	if script != nil {
 		s.script = slices.Clone(script)
 		s.faultsLeft, s.killsLeft, s.forgetLeft = 1<<30, 1<<30, 1<<30
 	}
+	if cfg.RootDir {
+		tmp, err := os.MkdirTemp("", "efs-csi-sim-")
+		if err != nil {
+			panic(err)
+		}
+		defer os.RemoveAll(tmp)
+		s.tmp, s.mounts = tmp, map[string]*mount{}
+	}
 	s.efs = efsWorld{fss: map[string]*fileSystem{FS: {id: FS, aps: map[string]*simAP{}, tokens: map[string]string{}, limit: cfg.Limit}},
 		lenient: cfg.Lenient, lag: cfg.Lag, rnd: s.wrng.IntN, now: s.now}
+	if cfg.RootDir {
+		s.efs.fss[FS].dirs = map[string]string{}
+	}
 	for i, n := range cfg.Controllers {
 		c := &cluster{idx: i, id: fmt.Sprintf("cluster-%d", i), slots: make([]*instance, n), gens: make([]int, n)}
 		if !cfg.Own[i] {
@@ -213,7 +263,7 @@ func Run(cfg Config, script []string, trace bool) *Result {
 		if w%2 == 1 {
 			kind = "hand"
 		}
-		a := &actor{name: fmt.Sprintf("w%d", w), kind: kind, pv: fmt.Sprintf("pvc-up-%d", w),
+		a := &actor{name: fmt.Sprintf("w%d", w), kind: kind, idx: w, pv: fmt.Sprintf("pvc-up-%d", w),
 			gid: int64(GIDStart + s.wrng.IntN(max(cfg.GIDs, 1))), done: make(chan struct{})}
 		s.actors = append(s.actors, a)
 	}
@@ -398,7 +448,7 @@ func (s *Sim) decide(ops []*op) string {
 		}
 	}
 	o := ops[s.rng.IntN(len(ops))]
-	if o.kind != kindActor && s.faultsLeft > 0 && s.rng.IntN(100) < s.cfg.FaultPct {
+	if o.kind != kindActor && s.faultsLeft > 0 && s.faultable(o) && s.rng.IntN(100) < s.cfg.FaultPct {
 		switch f := s.rng.IntN(3); {
 		case f == 0 && (o.kind == kindEFS || o.kind == kindStore):
 			return "lost " + o.id
@@ -409,6 +459,19 @@ func (s *Sim) decide(ops []*op) string {
 		}
 	}
 	return "ok " + o.id
+}
+
+// faultable: Config.Only lets faults hit o.
+func (s *Sim) faultable(o *op) bool {
+	if s.cfg.Only == "" {
+		return true
+	}
+	for _, w := range strings.Split(s.cfg.Only, ",") {
+		if strings.Contains(o.desc, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // apply carries out decision d.

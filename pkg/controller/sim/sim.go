@@ -138,6 +138,9 @@ type Sim struct {
 	start      time.Time
 	bgTag      *callTag
 
+	tmp          string            // root removal: parent of the mount points
+	mounts       map[string]*mount // root removal: mounted targets
+	forged       map[journal.Key]bool // entries forged into a record (not the driver's)
 	answers      []*answered
 	deleteIssued map[string]bool // volume IDs whose DeleteVolume was called
 	deletedIDs   map[string]bool // volume IDs whose DeleteVolume succeeded
@@ -240,12 +243,17 @@ func (s *Sim) newInstance(c *cluster, slot int) *instance {
 		inst.st = newStore("pod-" + inst.name)
 		s.stores = append(s.stores, inst.st)
 	}
-	svc, err := controller.New(controller.Config{
+	cc := controller.Config{
 		EFS:        &efsPort{s: s, inst: inst},
 		Journal:    &storePort{s: s, inst: inst, st: inst.st},
 		ClusterID:  c.id,
 		GIDOptions: gid.Options{Seed: fmt.Sprintf("%d-%s", s.cfg.Seed, inst.name)},
-	})
+	}
+	if s.cfg.RootDir {
+		cc.DeleteRootDir, cc.Mounter, cc.TempDir = true, &mounter{s: s, inst: inst}, s.tmp
+		cc.ListingLag = s.cfg.ListingLag
+	}
+	svc, err := controller.New(cc)
 	if err != nil {
 		panic(err)
 	}

@@ -307,6 +307,9 @@ func (p *efsPort) CreateAccessPoint(ctx context.Context, in efs.CreateAccessPoin
 
 func (p *efsPort) DeleteAccessPoint(ctx context.Context, id string) error {
 	_, err := p.s.park(ctx, p.inst, kindEFS, "DeleteAccessPoint "+id, func() (any, error) {
+		if _, a := p.s.efs.find(id); a != nil && !a.driver && !p.s.answeredAP(id) {
+			p.s.violate("foreign: %s deleted %s, made by %s (%s), which no DeleteVolume named", p.inst.name, id, a.maker, a.ap.ClientToken)
+		}
 		return nil, p.s.efs.delete(id)
 	})
 	return err
@@ -375,4 +378,14 @@ func (p *storePort) List(ctx context.Context, kind journal.Kind, fs, index strin
 		return fn(page)
 	}
 	return nil
+}
+
+// answeredAP: some volume answered names the access point.
+func (s *Sim) answeredAP(id string) bool {
+	for _, an := range s.answers {
+		if an.apID == id {
+			return true
+		}
+	}
+	return false
 }
