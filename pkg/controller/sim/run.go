@@ -42,6 +42,7 @@ type Config struct {
 	Share       bool          // writers make their access points on the volumes' directories
 	Forge       int           // forged record entries naming writers' access points
 	Only        string        // faults only on ops whose description contains one of these (comma-separated)
+	Earlier     bool          // an earlier release provisions volume 0 too, in generations
 	Steps       int           // decisions with faults; then faults stop
 	MaxSteps    int           // liveness bound on all decisions
 }
@@ -132,6 +133,9 @@ func (c Config) String() string {
 	if c.Only != "" {
 		fmt.Fprintf(&b, " only=%s", c.Only)
 	}
+	if c.Earlier {
+		b.WriteString(" earlier=true")
+	}
 	return b.String()
 }
 
@@ -192,6 +196,8 @@ func ParseConfig(fields []string) (Config, error) {
 			atoi(&c.Forge)
 		case "only":
 			c.Only = v
+		case "earlier":
+			c.Earlier, err = strconv.ParseBool(v)
 		case "steps":
 			atoi(&c.Steps)
 		case "maxsteps":
@@ -267,6 +273,9 @@ func Run(cfg Config, script []string, trace bool) *Result {
 			gid: int64(GIDStart + s.wrng.IntN(max(cfg.GIDs, 1))), done: make(chan struct{})}
 		s.actors = append(s.actors, a)
 	}
+	if cfg.Earlier && cfg.Volumes > 0 {
+		s.actors = append(s.actors, &actor{name: "e0", kind: "earlier", pv: mains[0].pv, done: make(chan struct{})})
+	}
 	s.running = len(s.actors)
 	for _, a := range s.actors {
 		switch a.kind {
@@ -274,6 +283,8 @@ func Run(cfg Config, script []string, trace bool) *Result {
 			go s.runProv(a)
 		case "dup":
 			go s.runDup(a)
+		case "earlier":
+			go s.runEarlier(a)
 		default:
 			go s.runWriter(a)
 		}
@@ -284,13 +295,19 @@ func Run(cfg Config, script []string, trace bool) *Result {
 
 func (s *Sim) loop() {
 	idle := 0
+	// The scheduler holds s.mu for a whole step, except while it waits for
+	// the bubble or lets time pass: every goroutine it woke reads and
+	// writes the shared state under s.mu too (synctest.Wait orders the
+	// steps, but the race detector wants a lock to see it).
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for {
+		s.mu.Unlock()
 		synctest.Wait()
 		s.mu.Lock()
 		ops := slices.Clone(s.parked)
 		running := s.running
 		s.flush()
-		s.mu.Unlock()
 		if !s.stopping {
 			s.check()
 			if len(s.violations) > 0 {
@@ -311,7 +328,7 @@ func (s *Sim) loop() {
 				s.release(o, "fail")
 			}
 			if len(ops) == 0 {
-				time.Sleep(time.Second)
+				s.sleep(time.Second)
 			}
 			continue
 		}
@@ -322,7 +339,7 @@ func (s *Sim) loop() {
 				s.violate("liveness: %d actors still running after 2h without a request", running)
 				s.stop()
 			}
-			time.Sleep(time.Second)
+			s.sleep(time.Second)
 			continue
 		}
 		idle = 0
@@ -376,16 +393,20 @@ func (s *Sim) startCollectors() {
 			seen[inst.st] = true
 			a := &actor{name: "gc-" + inst.name, kind: "gc", c: c, done: make(chan struct{})}
 			s.actors = append(s.actors, a)
-			s.mu.Lock()
 			s.running++
-			s.mu.Unlock()
 			go s.collectRounds(a, inst)
 		}
 	}
 }
 
-func (s *Sim) stop() {
+// sleep lets d pass on the bubble's clock (s.mu held: released meanwhile).
+func (s *Sim) sleep(d time.Duration) {
+	s.mu.Unlock()
+	time.Sleep(d)
 	s.mu.Lock()
+}
+
+func (s *Sim) stop() {
 	s.stopping = true
 	var live []*instance
 	for _, c := range s.clusters {
@@ -397,7 +418,6 @@ func (s *Sim) stop() {
 			close(inst.deadCh)
 		}
 	}
-	s.mu.Unlock()
 }
 
 var advances = []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second, 30 * time.Second}
@@ -436,13 +456,11 @@ func (s *Sim) decide(ops []*op) string {
 		return fmt.Sprintf("kill c%d.%d %s", c.idx, slot, how)
 	case r < 8 && s.forgetLeft > 0:
 		var in []string
-		s.mu.Lock()
 		for _, a := range s.actors {
 			if a.inFlight {
 				in = append(in, a.name)
 			}
 		}
-		s.mu.Unlock()
 		if len(in) > 0 {
 			return "forget " + in[s.rng.IntN(len(in))]
 		}
@@ -484,7 +502,7 @@ func (s *Sim) apply(d string, ops []*op) {
 			panic(fmt.Sprintf("sim: decision %q: %v", d, err))
 		}
 		s.tracef("advance %v", dur)
-		time.Sleep(dur)
+		s.sleep(dur)
 		return
 	case "kill":
 		name, how, _ := strings.Cut(arg, " ")
@@ -501,10 +519,7 @@ func (s *Sim) apply(d string, ops []*op) {
 	case "forget":
 		for _, a := range s.actors {
 			if a.name == arg && a.forget != nil {
-				s.mu.Lock()
-				in := a.inFlight
-				s.mu.Unlock()
-				if in {
+				if a.inFlight {
 					s.forgetLeft--
 					s.tracef("forget %s", arg)
 					select {
@@ -531,14 +546,11 @@ func (s *Sim) apply(d string, ops []*op) {
 
 // release takes o out of the parked set and answers it as verb says.
 func (s *Sim) release(o *op, verb string) {
-	s.mu.Lock()
 	i := slices.Index(s.parked, o)
 	if i < 0 {
-		s.mu.Unlock()
 		return
 	}
 	s.parked = slices.Delete(s.parked, i, i+1)
-	s.mu.Unlock()
 	var r reply
 	switch verb {
 	case "ok":

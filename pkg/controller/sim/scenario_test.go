@@ -15,12 +15,50 @@ import (
 // the test logs the violation loudly instead of failing. Once a fix lands
 // the scenario passes and the test fails until its name is removed here:
 // flip it then.
-var knownFailures = map[string]string{}
+var knownFailures = map[string]string{
+	// Issue 29's held-out findings.
+	"gid-withdraw-500":                "issue 29: Withdraw's record write fails, unrecordedRival answers anyway",
+	"gid-lost-create-adopt":           "issue 29: adopt after a lost CreateAccessPoint answer runs no rival check",
+	"retry-never-finishes":            "issue 29: ReserveFrom before the existing record is found, range full",
+	"gid-replicas-past-window":        "issue 29: records per pod (upstream's RBAC) past the 10-minute window",
+	"gid-own-records-storm":           "issue 29: two controllers with records of their own",
+	"gid-two-clusters":                "issue 29: other-cluster check off until a listing showed the other's tags",
+	"rootdir-listing-lag":             "issue 29: root removal waits for the listing lag only once a lag was seen",
+	"record-later-generation":         "issue 29: laterGeneration adoption leaves a record DeleteVolume cannot match",
+	"forged-record-collects-upstream": "issue 29: the collector acts on a forged record alone",
+	"forged-record-collects-untagged": "issue 29: the collector acts on a forged record alone",
+	// Found by the simulator.
+	"phantom-dup-during-delete":  "sim: a duplicate create on another replica answers an access point its DeleteVolume deleted",
+	"record-id-left-after-adopt": "sim: an id entry held by an adopting create whose record write failed is never released",
+	"liveness-withdraw-timeout":  "sim: a Withdraw cut by the call's deadline leaves the record deleting; creates ABORTED for good",
+}
 
 // knownBulk are the invariant kinds (per topology: one, own, clusters; see
 // Config.Topology) that TestSchedules' seeds break on today's main. A
 // failing seed of another kind fails the test.
-var knownBulk = map[string]string{}
+var knownBulk = map[string]string{
+	"gid/own":           "records per pod or host: gid-replicas-past-window, gid-own-records-storm, gid-withdraw-500, gid-lost-create-adopt",
+	"gid/clusters":      "gid-two-clusters",
+	"liveness/one":      "retry-never-finishes",
+	"liveness/own":      "retry-never-finishes",
+	"liveness/clusters": "retry-never-finishes, liveness-withdraw-timeout",
+	"phantom/one":       "phantom-dup-during-delete",
+	"phantom/own":       "phantom-dup-during-delete; a pod's record marked deleting by a withdraw",
+	"phantom/clusters":  "phantom-dup-during-delete",
+	"deleted/own":       "a replica withdraws an access point another replica adopted and answered",
+	"deleted/clusters":  "as deleted/own",
+	"record/one":        "record-id-left-after-adopt",
+	"record/own":        "record-id-left-after-adopt",
+	"record/clusters":   "record-id-left-after-adopt",
+	"leak/own":          "a replaced pod loses its record, and with it what the collector would collect",
+	"leak/clusters":     "as leak/own",
+	"foreign/one":       "forged-record-collects-upstream",
+	"foreign/own":       "forged-record-collects-upstream",
+	"foreign/clusters":  "forged-record-collects-upstream",
+	"data/one":          "rootdir-listing-lag; forged records with root removal",
+	"data/own":          "rootdir-listing-lag",
+	"data/clusters":     "rootdir-listing-lag",
+}
 
 func knownKind(kind string) bool { return knownBulk[kind] != "" }
 

@@ -263,10 +263,9 @@ func (s *Sim) newInstance(c *cluster, slot int) *instance {
 	return inst
 }
 
-// kill stops inst: its parked ops are dropped, or applied with their
+// kill (scheduler, s.mu held) stops inst: its parked ops are dropped, or applied with their
 // answers lost (apply), and a fresh instance takes its slot.
 func (s *Sim) kill(inst *instance, apply bool) {
-	s.mu.Lock()
 	inst.dead = true
 	var mine []*op
 	s.parked = slices.DeleteFunc(s.parked, func(o *op) bool {
@@ -276,7 +275,6 @@ func (s *Sim) kill(inst *instance, apply bool) {
 		}
 		return false
 	})
-	s.mu.Unlock()
 	// Everything the scheduler traces comes before any goroutine wakes.
 	s.newInstance(inst.cluster, inst.slot)
 	for _, o := range mine {
