@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing/synctest"
 	"time"
 
@@ -225,7 +226,7 @@ func Run(cfg Config, script []string, trace bool) *Result {
 		s.faultsLeft, s.killsLeft, s.forgetLeft = 1<<30, 1<<30, 1<<30
 	}
 	if cfg.RootDir {
-		tmp, err := os.MkdirTemp("", "efs-csi-sim-")
+		tmp, err := os.MkdirTemp(tmpRoot(), "efs-csi-sim-")
 		if err != nil {
 			panic(err)
 		}
@@ -622,3 +623,14 @@ func short(err error) string {
 	}
 	return msg
 }
+
+// tmpRoot is where root removal's directories go: memory (/dev/shm) when
+// there is one, the mkdirs of a mount are most of a schedule's time on a
+// disk.
+var tmpRoot = sync.OnceValue(func() string {
+	if f, err := os.MkdirTemp("/dev/shm", "efs-csi-sim-probe-"); err == nil {
+		os.Remove(f)
+		return "/dev/shm"
+	}
+	return ""
+})
