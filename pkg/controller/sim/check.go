@@ -16,8 +16,9 @@ import (
 //	name      one name never answered with two live access points
 //	deleted   no answered volume's access point gone without its own DeleteVolume
 //	phantom   no answered volume's record marked deleting before its DeleteVolume
-//	leak      at the end, after every claim is deleted: no access point this
-//	          driver made left
+//	leak      every access point this driver made is named by a record in a
+//	          live store or by an answer; at the end, after every claim is
+//	          deleted, none is left
 //	record    at the end: no record entry left in a live store
 //	locks     at rest: no volume lock held
 //	liveness  every call finishes once faults stop
@@ -28,6 +29,7 @@ func (s *Sim) check() {
 		}
 	}
 	fs := s.efs.fss[FS]
+	s.checkNamed(fs)
 	byGID := map[int64]*answered{}
 	byName := map[string]*answered{}
 	for _, an := range s.answers {
@@ -113,4 +115,44 @@ func (s *Sim) final() {
 			s.violate("record: %s left in %s after every claim was deleted (%s)", e.Key, st.name, e.Value)
 		}
 	}
+}
+
+// checkNamed: every access point this driver made is named by a record of
+// a live store (written before its create) or by an answered volume.
+func (s *Sim) checkNamed(fs *fileSystem) {
+	var unnamed []*simAP
+	for _, a := range fs.aps {
+		if a.driver && !s.answeredAP(a.ap.ID) {
+			unnamed = append(unnamed, a)
+		}
+	}
+	if len(unnamed) == 0 {
+		return
+	}
+	live := s.liveStores()
+	for _, a := range unnamed {
+		named := false
+		for _, st := range live {
+			if _, ok := st.m[journal.Key{Kind: journal.KindVolume, FileSystem: FS, Name: a.ap.ClientToken}]; ok {
+				named = true
+				break
+			}
+		}
+		if !named {
+			s.violate("leak: %s (token %s) made by %s is named by no record and no answer", a.ap.ID, a.ap.ClientToken, a.maker)
+		}
+	}
+}
+
+// liveStores are the stores some running controller uses.
+func (s *Sim) liveStores() []*store {
+	var out []*store
+	for _, c := range s.clusters {
+		for _, inst := range c.slots {
+			if !slices.Contains(out, inst.st) {
+				out = append(out, inst.st)
+			}
+		}
+	}
+	return out
 }

@@ -114,6 +114,7 @@ func shrinkRun(t *testing.T, cfg Config, decisions []string, kind string) (Confi
 func saveShrunk(t *testing.T, cfg Config, r *Result, kind string) (string, error) {
 	c, script := shrinkRun(t, cfg, r.Decisions, kind)
 	final := runOne(t, c, script, false)
+	script = final.Decisions // every decision spelled out: the same run
 	dir := filepath.Join("testdata", "found")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err

@@ -14,11 +14,12 @@ import (
 )
 
 var (
-	seeds    = flag.Int("sim.seeds", 0, "schedules to run in TestSchedules (0: 300, or 30 under -short/-race)")
-	first    = flag.Uint64("sim.first", 1, "first seed")
-	duration = flag.Duration("sim.duration", 0, "run seeds for this long instead of -sim.seeds")
-	oneSeed  = flag.Uint64("sim.seed", 0, "run only this seed, with its trace")
-	shrink   = flag.Bool("sim.shrink", true, "shrink a failing seed and write it under testdata/found/")
+	seeds       = flag.Int("sim.seeds", 0, "schedules to run in TestSchedules (0: 300, or 30 under -short/-race)")
+	first       = flag.Uint64("sim.first", 1, "first seed")
+	duration    = flag.Duration("sim.duration", 0, "run seeds for this long instead of -sim.seeds")
+	oneSeed     = flag.Uint64("sim.seed", 0, "run only this seed, with its trace")
+	shrink      = flag.Bool("sim.shrink", true, "shrink a failing seed of a kind not known (knownBulk) and write it under testdata/found/")
+	shrinkKnown = flag.Bool("sim.shrinkknown", false, "with -sim.shrink, shrink seeds of known kinds too")
 )
 
 // runOne runs cfg (script: nil = generate) in a bubble of its own.
@@ -92,7 +93,7 @@ func TestSchedules(t *testing.T) {
 		cfg := RandomConfig(ss[0])
 		r := runOne(t, cfg, nil, false)
 		msg := fmt.Sprintf("%d seeds break %q, first %d (%s): %s", len(ss), kind, ss[0], cfg, strings.Join(r.Violations, "; "))
-		if *shrink {
+		if *shrink && (!knownKind(kind) || *shrinkKnown) {
 			if path, err := saveShrunk(t, cfg, r, kind); err == nil {
 				msg += "\n  shrunk to " + path
 			} else {
