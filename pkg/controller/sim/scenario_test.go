@@ -24,6 +24,7 @@ var knownFailures = map[string]string{
 	"gid-own-records-storm":           "issue 29: two controllers with records of their own",
 	"gid-two-clusters":                "issue 29: other-cluster check off until a listing showed the other's tags",
 	"rootdir-listing-lag":             "issue 29: root removal waits for the listing lag only once a lag was seen",
+	"rootdir-made-during-delete":      "sim: an access point made on the directory between the delete's listing and the removal",
 	"record-later-generation":         "issue 29: laterGeneration adoption leaves a record DeleteVolume cannot match",
 	"forged-record-collects-upstream": "issue 29: the collector acts on a forged record alone",
 	"forged-record-collects-untagged": "issue 29: the collector acts on a forged record alone",
