@@ -147,8 +147,16 @@ func (s *Sim) create(a *actor) string {
 		}
 		s.mu.Lock()
 		s.atracef(a, "%s CreateVolume %s via %s: %v", a.name, a.pv, inst.name, short(err))
+		abandon := errors.Is(err, errForgotten) && a.kind == "prov" && a.idx < s.cfg.Abandon
+		if abandon {
+			// The leak no driver prevents alone: the claim was deleted
+			// while its create was in flight, and the restarted
+			// provisioner never heard of it. The collector's job.
+			a.claimGone = true
+			s.atracef(a, "%s abandons %s: its claim is deleted", a.name, a.pv)
+		}
 		s.mu.Unlock()
-		if !s.attempt(a, "CreateVolume", err) {
+		if abandon || !s.attempt(a, "CreateVolume", err) {
 			return ""
 		}
 	}

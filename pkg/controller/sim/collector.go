@@ -43,24 +43,37 @@ func (k *kube) ClaimUID(ctx context.Context, namespace, name string) (string, er
 
 func claimOf(pv string) string { return "claim-" + pv }
 
-// collectRounds runs the collector of inst's record until it holds no
-// volume (or rounds run out: what is left is reported by final).
-func (s *Sim) collectRounds(a *actor, inst *instance) {
+// collectRounds runs the collector on the record of slot's controller
+// until it holds no volume (or rounds run out: what is left is reported by
+// final); each round through the controller then in the slot (a killed one
+// is replaced), while it keeps that record.
+func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 	defer s.finish(a)
-	col, err := orphans.New(orphans.Config{Driver: "efs.csi.aws.com", Interval: time.Second, Grace: 0,
-		Cluster: &kube{s: s, c: inst.cluster}, Journal: inst.svc.Journal(), Collector: inst.svc})
-	if err != nil {
-		panic(err)
-	}
+	var (
+		col *orphans.Collector
+		on  *instance
+	)
 	for round := 0; round < 6; round++ {
-		if !s.step(a.tag(), fmt.Sprintf("collect round %d on %s", round, inst.name)) {
+		if !s.step(a.tag(), fmt.Sprintf("collect round %d on %s", round, st.name)) {
 			return
 		}
 		s.mu.Lock()
-		dead, empty := inst.dead, len(inst.st.list("volume", "", "")) == 0
+		inst := c.slots[slot]
+		gone, empty := inst.st != st, len(st.list("volume", "", "")) == 0
 		s.mu.Unlock()
-		if dead || empty {
+		if gone || empty {
 			return
+		}
+		if on != inst {
+			// A collector of the controller now in the slot (its first
+			// round only notes what it sees).
+			var err error
+			col, err = orphans.New(orphans.Config{Driver: "efs.csi.aws.com", Interval: time.Second, Grace: 0,
+				Cluster: &kube{s: s, c: c}, Journal: inst.svc.Journal(), Collector: inst.svc})
+			if err != nil {
+				panic(err)
+			}
+			on = inst
 		}
 		a.calls++
 		ctx, cancel := context.WithTimeout(withTag(context.Background(), &callTag{actor: a.name, call: a.calls}), time.Minute)

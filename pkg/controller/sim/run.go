@@ -44,6 +44,7 @@ type Config struct {
 	Forge       int           // forged record entries naming writers' access points
 	Only        string        // faults only on ops whose description contains one of these (comma-separated)
 	Earlier     bool          // an earlier release provisions volume 0 too, in generations
+	Abandon     int           // the first provisioners give their claim up when they forget a call (orphans)
 	Steps       int           // decisions with faults; then faults stop
 	MaxSteps    int           // liveness bound on all decisions
 }
@@ -87,6 +88,9 @@ func RandomConfig(seed uint64) Config {
 		c.ListingLag = time.Duration(r.IntN(3)) * 500 * time.Millisecond
 		c.Share = r.IntN(2) == 0
 		c.Writers = max(c.Writers, 1)
+	}
+	if c.Forgets > 0 && r.IntN(4) == 0 {
+		c.Abandon = 1 + r.IntN(c.Volumes)
 	}
 	if r.IntN(16) == 0 {
 		c.Forge = 1
@@ -136,6 +140,9 @@ func (c Config) String() string {
 	}
 	if c.Earlier {
 		b.WriteString(" earlier=true")
+	}
+	if c.Abandon > 0 {
+		fmt.Fprintf(&b, " abandon=%d", c.Abandon)
 	}
 	return b.String()
 }
@@ -199,6 +206,8 @@ func ParseConfig(fields []string) (Config, error) {
 			c.Only = v
 		case "earlier":
 			c.Earlier, err = strconv.ParseBool(v)
+		case "abandon":
+			atoi(&c.Abandon)
 		case "steps":
 			atoi(&c.Steps)
 		case "maxsteps":
@@ -395,7 +404,7 @@ func (s *Sim) startCollectors() {
 			a := &actor{name: "gc-" + inst.name, kind: "gc", c: c, done: make(chan struct{})}
 			s.actors = append(s.actors, a)
 			s.running++
-			go s.collectRounds(a, inst)
+			go s.collectRounds(a, c, inst.slot, inst.st)
 		}
 	}
 }
