@@ -28,6 +28,7 @@ func (s *Sim) check() {
 			s.violate("%s", a.stuck)
 		}
 	}
+	s.scanMounts()
 	fs := s.efs.fss[FS]
 	s.checkNamed(fs)
 	byGID := map[int64]*answered{}
@@ -121,8 +122,8 @@ func (s *Sim) final() {
 // a live store (written before its create) or by an answered volume.
 func (s *Sim) checkNamed(fs *fileSystem) {
 	var unnamed []*simAP
-	for _, a := range fs.aps {
-		if a.driver && !s.answeredAP(a.ap.ID) {
+	for _, id := range slices.Sorted(maps.Keys(fs.aps)) {
+		if a := fs.aps[id]; a.driver && !s.answeredAP(a.ap.ID) {
 			unnamed = append(unnamed, a)
 		}
 	}

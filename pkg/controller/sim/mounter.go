@@ -27,8 +27,11 @@ type mounter struct {
 
 // mount is one mounted target.
 type mount struct {
+	seq     int // in the order mounted
+	target  string
+	inst    *instance
 	fsID    string
-	dirs    []string // directories made under the target
+	dirs    []string // directories made under the target, not seen removed yet
 	reached map[string][]string
 }
 
@@ -38,7 +41,8 @@ func (m *mounter) MountFileSystem(ctx context.Context, fsID, target string) erro
 		if err != nil {
 			return nil, err
 		}
-		mt := &mount{fsID: fsID, reached: m.s.liveReach(f)}
+		m.s.mountSeq++
+		mt := &mount{seq: m.s.mountSeq, target: target, inst: m.inst, fsID: fsID, reached: m.s.liveReach(f)}
 		for _, d := range slices.Sorted(maps.Keys(f.dirs)) {
 			if err := os.MkdirAll(filepath.Join(target, d), 0o755); err != nil {
 				return nil, err
@@ -57,20 +61,8 @@ func (m *mounter) Unmount(ctx context.Context, target string) error {
 		if !ok {
 			return nil, nil
 		}
+		m.s.removals(mt)
 		delete(m.s.mounts, target)
-		f := m.s.efs.fss[mt.fsID]
-		for _, d := range mt.dirs {
-			if _, err := os.Lstat(filepath.Join(target, d)); !errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			delete(f.dirs, d)
-			m.s.tracef("%s removed %s", m.inst.name, d)
-			for _, p := range slices.Sorted(maps.Keys(mt.reached)) {
-				if nested(p, d) {
-					m.s.violate("data: %s removed %s, which %s reached (live then)", m.inst.name, d, strings.Join(mt.reached[p], ", "))
-				}
-			}
-		}
 		entries, _ := os.ReadDir(target)
 		for _, e := range entries {
 			if err := os.RemoveAll(filepath.Join(target, e.Name())); err != nil {
@@ -104,4 +96,39 @@ func (s *Sim) liveReach(f *fileSystem) map[string][]string {
 		}
 	}
 	return out
+}
+
+// scanMounts looks, at every step, for what the removals of the step
+// before took from the mounted targets (in the order mounted: the
+// controller unmounts its pending targets in map order).
+func (s *Sim) scanMounts() {
+	if len(s.mounts) == 0 {
+		return
+	}
+	ms := slices.Collect(maps.Values(s.mounts))
+	slices.SortFunc(ms, func(a, b *mount) int { return a.seq - b.seq })
+	for _, mt := range ms {
+		s.removals(mt)
+	}
+}
+
+// removals applies what was removed under mt to the file system, and
+// checks it against the access points live when it was mounted.
+func (s *Sim) removals(mt *mount) {
+	f := s.efs.fss[mt.fsID]
+	kept := mt.dirs[:0]
+	for _, d := range mt.dirs {
+		if _, err := os.Lstat(filepath.Join(mt.target, d)); !errors.Is(err, fs.ErrNotExist) {
+			kept = append(kept, d)
+			continue
+		}
+		delete(f.dirs, d)
+		s.tracef("%s removed %s", mt.inst.name, d)
+		for _, p := range slices.Sorted(maps.Keys(mt.reached)) {
+			if nested(p, d) {
+				s.violate("data: %s removed %s, which %s reached (live then)", mt.inst.name, d, strings.Join(mt.reached[p], ", "))
+			}
+		}
+	}
+	mt.dirs = kept
 }

@@ -138,8 +138,9 @@ type Sim struct {
 	start      time.Time
 	bgTag      *callTag
 
-	tmp          string               // root removal: parent of the mount points
-	mounts       map[string]*mount    // root removal: mounted targets
+	tmp          string            // root removal: parent of the mount points
+	mounts       map[string]*mount // root removal: mounted targets
+	mountSeq     int
 	forged       map[journal.Key]bool // entries forged into a record (not the driver's)
 	answers      []*answered
 	deleteIssued map[string]bool // volume IDs whose DeleteVolume was called

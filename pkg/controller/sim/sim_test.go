@@ -18,6 +18,7 @@ var (
 	first       = flag.Uint64("sim.first", 1, "first seed")
 	duration    = flag.Duration("sim.duration", 0, "run seeds for this long instead of -sim.seeds")
 	oneSeed     = flag.Uint64("sim.seed", 0, "run only this seed, with its trace")
+	detSeeds    = flag.Int("sim.detseeds", 0, "seeds TestDeterminism runs (0: 40, 8 under -race)")
 	shrink      = flag.Bool("sim.shrink", true, "shrink a failing seed of a kind not known (knownBulk) and write it under testdata/found/")
 	shrinkKnown = flag.Bool("sim.shrinkknown", false, "with -sim.shrink, shrink seeds of known kinds too")
 )
@@ -109,22 +110,32 @@ func TestSchedules(t *testing.T) {
 }
 
 // TestDeterminism: a seed replays exactly (same decisions, same trace), and
-// its decisions replayed as a script give the same trace again.
+// its decisions replayed as a script give the same verdict again.
+//
+// Not every seed does: about 3 in 10,000 (-sim.detseeds=10000) differ
+// between two runs, mostly with root removal (the controller's real file
+// system calls hand the P to another goroutine woken in the same step) or
+// a kill (several goroutines woken at once). The fixed set here replays
+// exactly (checked with -count=30).
 func TestDeterminism(t *testing.T) {
 	n := 40
 	if raceEnabled {
 		n = 8
+	}
+	if *detSeeds > 0 {
+		n = *detSeeds
 	}
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		cfg := RandomConfig(seed * 7919)
 		a := runOne(t, cfg, nil, true)
 		b := runOne(t, cfg, nil, true)
 		if ha, hb := hashOf(a.Trace), hashOf(b.Trace); ha != hb {
-			t.Fatalf("seed %d: two runs differ:\n%s", cfg.Seed, firstDiff(a.Trace, b.Trace))
+			t.Errorf("seed %d (%s): two runs differ:\n%s", cfg.Seed, cfg, firstDiff(a.Trace, b.Trace))
+			continue
 		}
 		c := runOne(t, cfg, a.Decisions, true)
 		if !sameVerdict(a, c) {
-			t.Fatalf("seed %d: replaying its decisions gives %v, want %v", cfg.Seed, c.Violations, a.Violations)
+			t.Errorf("seed %d (%s): replaying its decisions gives %v, want %v", cfg.Seed, cfg, c.Violations, a.Violations)
 		}
 	}
 }
@@ -149,4 +160,34 @@ func firstDiff(a, b []string) string {
 		}
 	}
 	return fmt.Sprintf("lengths %d and %d", len(a), len(b))
+}
+
+// TestDeterminismInParallel: runs in bubbles side by side (as TestSchedules
+// runs them, one per core) give the traces runs alone give.
+func TestDeterminismInParallel(t *testing.T) {
+	n := 120
+	if raceEnabled {
+		n = 16
+	}
+	alone := make([]uint64, n)
+	for i := range n {
+		alone[i] = hashOf(runOne(t, RandomConfig(uint64(i)*104729+3), nil, true).Trace)
+	}
+	together := make([]uint64, n)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 4 {
+				together[i] = hashOf(runOne(t, RandomConfig(uint64(i)*104729+3), nil, true).Trace)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if alone[i] != together[i] {
+			t.Errorf("seed %d: its trace differs when run beside others", uint64(i)*104729+3)
+		}
+	}
 }
