@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 )
 
 // The invariants (docs/design.md, "Invariants"), each violation named by
@@ -60,15 +61,18 @@ func (s *Sim) check() {
 			s.violate("name: %s answered with two live access points: %s (to %s) and %s (to %s)", an.name, o.apID, o.by, an.apID, an.by)
 		}
 		byName[an.name] = an
-		if v := recordOf(an.inst.st, FS, an.token); v != nil && v.Deleting {
+		if v := recordOf(an.inst.st, FS, an.apID, an.token, an.name); v != nil && v.Deleting {
 			s.violate("phantom: %s answered to %s (%s) but its record in %s is marked deleting", an.apID, an.by, an.name, an.inst.st.name)
 		}
 	}
 }
 
-// recordOf decodes the volume record of token in st, nil if none.
-func recordOf(st *store, fs, token string) *journal.Volume {
-	e, ok := st.m[journal.Key{Kind: journal.KindVolume, FileSystem: fs, Name: token}]
+// recordOf decodes the volume record in st of the access point apID, of
+// client token token, of the volume name: the entry its key names (by
+// token, or by name: which one is the controller's business) or that its
+// index names; nil if none.
+func recordOf(st *store, fs, apID, token, name string) *journal.Volume {
+	e, ok := recordEntry(st, fs, apID, token, name)
 	if !ok {
 		return nil
 	}
@@ -77,6 +81,23 @@ func recordOf(st *store, fs, token string) *journal.Volume {
 		return nil
 	}
 	return &v
+}
+
+func recordEntry(st *store, fs, apID, token, name string) (journal.Entry, bool) {
+	for _, k := range []string{token, name} {
+		if k == "" {
+			continue
+		}
+		if e, ok := st.m[journal.Key{Kind: journal.KindVolume, FileSystem: fs, Name: k}]; ok {
+			return e, true
+		}
+	}
+	for k, e := range st.m {
+		if k.Kind == journal.KindVolume && k.FileSystem == fs && e.Index == apID && apID != "" {
+			return e, true
+		}
+	}
+	return journal.Entry{}, false
 }
 
 // final checks the world at rest: every actor done, no request in flight.
@@ -134,7 +155,7 @@ func (s *Sim) checkNamed(fs *fileSystem) {
 	for _, a := range unnamed {
 		named := false
 		for _, st := range live {
-			if _, ok := st.m[journal.Key{Kind: journal.KindVolume, FileSystem: FS, Name: a.ap.ClientToken}]; ok {
+			if _, ok := recordEntry(st, FS, a.ap.ID, a.ap.ClientToken, a.ap.Tags[ownership.TagVolumeName]); ok {
 				named = true
 				break
 			}

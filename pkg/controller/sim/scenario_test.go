@@ -61,6 +61,12 @@ var knownBulk = map[string]string{
 	"data/one":          "rootdir-listing-lag; forged records with root removal",
 	"data/own":          "rootdir-listing-lag",
 	"data/clusters":     "rootdir-listing-lag",
+	// Seen on main 4c844cc (GID tokens), not on f0c1d55: with records per
+	// pod or several clusters, one name's creates on two controllers make
+	// two access points. The same in one cluster on one record
+	// (name-twice-dup-on-gid-tokens, name/one) is deliberately not listed.
+	"name/own":      "main 4c844cc: one name answered with two access points (records per pod)",
+	"name/clusters": "main 4c844cc: as name/own",
 }
 
 func knownKind(kind string) bool { return knownBulk[kind] != "" }
