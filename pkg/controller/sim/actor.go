@@ -253,19 +253,21 @@ func (s *Sim) runDup(a *actor) {
 }
 
 // runWriter makes an access point as upstream's driver (token = PV name,
-// GID from the class range, upstream's tag) or by hand (no token, no tag)
-// would, and deletes it later.
+// GID from the class range, upstream's tag) or by hand (the console's
+// token, no tag) would, and deletes it later. An "upgrade" writer is
+// upstream's controller during an in-place upgrade, provisioning volume
+// 0's own claim: its access point is the claim's if it wins the token.
 func (s *Sim) runWriter(a *actor) {
 	defer s.finish(a)
 	path := "/" + a.pv
-	if s.cfg.Share && s.cfg.Volumes > 0 {
+	if s.cfg.Share && s.cfg.Volumes > 0 && a.kind != "upgrade" {
 		path = fmt.Sprintf("/pvc-%d", a.idx%s.cfg.Volumes) // a volume's directory, shared by hand
 	}
 	in := efs.CreateAccessPointInput{
 		FileSystemID: FS, Path: path,
 		PosixUser: &efs.PosixUser{UID: a.gid, GID: a.gid},
 	}
-	if a.kind == "upstream" {
+	if a.kind == "upstream" || a.kind == "upgrade" {
 		in.ClientToken = a.pv
 		in.Tags = map[string]string{ownership.TagCluster: "true", ownership.TagVolumeName: a.pv}
 	} else {
@@ -280,6 +282,9 @@ func (s *Sim) runWriter(a *actor) {
 	}
 	made := v.(*efs.AccessPoint)
 	id := made.ID
+	if a.kind == "upgrade" {
+		return // the claim's volume now: its DeleteVolume deletes it
+	}
 	if a.idx < s.cfg.Forge {
 		// Anyone who may create ConfigMaps in the controller's namespace
 		// writes a record naming this access point, for a claim that never

@@ -45,6 +45,7 @@ type Config struct {
 	Only        string        // faults only on ops whose description contains one of these (comma-separated)
 	Earlier     bool          // an earlier release provisions volume 0 too, in generations
 	Abandon     int           // the first provisioners give their claim up when they forget a call (orphans)
+	Upgrade     bool          // upstream's controller provisions volume 0's claim too (in-place upgrade)
 	Steps       int           // decisions with faults; then faults stop
 	MaxSteps    int           // liveness bound on all decisions
 }
@@ -91,6 +92,9 @@ func RandomConfig(seed uint64) Config {
 	}
 	if c.Forgets > 0 && r.IntN(4) == 0 {
 		c.Abandon = 1 + r.IntN(c.Volumes)
+	}
+	if r.IntN(12) == 0 {
+		c.Upgrade = true
 	}
 	if r.IntN(16) == 0 {
 		c.Forge = 1
@@ -143,6 +147,9 @@ func (c Config) String() string {
 	}
 	if c.Abandon > 0 {
 		fmt.Fprintf(&b, " abandon=%d", c.Abandon)
+	}
+	if c.Upgrade {
+		b.WriteString(" upgrade=true")
 	}
 	return b.String()
 }
@@ -208,6 +215,8 @@ func ParseConfig(fields []string) (Config, error) {
 			c.Earlier, err = strconv.ParseBool(v)
 		case "abandon":
 			atoi(&c.Abandon)
+		case "upgrade":
+			c.Upgrade, err = strconv.ParseBool(v)
 		case "steps":
 			atoi(&c.Steps)
 		case "maxsteps":
@@ -283,6 +292,10 @@ func Run(cfg Config, script []string, trace bool) *Result {
 			gid: int64(GIDStart + s.wrng.IntN(max(cfg.GIDs, 1))), done: make(chan struct{})}
 		s.actors = append(s.actors, a)
 	}
+	if cfg.Upgrade && cfg.Volumes > 0 {
+		s.actors = append(s.actors, &actor{name: "u0", kind: "upgrade", pv: mains[0].pv,
+			gid: int64(GIDStart + s.wrng.IntN(max(cfg.GIDs, 1))), done: make(chan struct{})})
+	}
 	if cfg.Earlier && cfg.Volumes > 0 {
 		s.actors = append(s.actors, &actor{name: "e0", kind: "earlier", pv: mains[0].pv, done: make(chan struct{})})
 	}
@@ -295,6 +308,8 @@ func Run(cfg Config, script []string, trace bool) *Result {
 			go s.runDup(a)
 		case "earlier":
 			go s.runEarlier(a)
+		case "upgrade":
+			go s.runWriter(a)
 		default:
 			go s.runWriter(a)
 		}
