@@ -103,11 +103,13 @@ func RandomConfig(seed uint64) Config {
 	return c
 }
 
-// Topology classes the config: "one" (one cluster, one shared record),
-// "own" (one cluster, a record per controller), "clusters" (more than one
-// cluster).
+// Topology classes the config: "upgrade" (upstream's controller provisions
+// a claim too), else "one" (one cluster, one shared record), "own" (one
+// cluster, a record per controller), "clusters" (more than one cluster).
 func (c Config) Topology() string {
 	switch {
+	case c.Upgrade:
+		return "upgrade" // upstream's GIDs are outside every record
 	case len(c.Controllers) > 1:
 		return "clusters"
 	case c.Own[0]:
