@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION) \
 	-X github.com/efs-csi/efs-csi-driver/pkg/driver.GitCommit=$(GIT_COMMIT) \
 	-X github.com/efs-csi/efs-csi-driver/pkg/driver.BuildDate=$(BUILD_DATE)
 
-.PHONY: build run test test-short fuzz bench e2e soak lint image-check readme clean
+.PHONY: build run test test-short fuzz bench e2e soak lint image-check readme clean sim
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -22,6 +22,21 @@ run: build
 test: build image-check
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+	GO=$(GO) hack/sim.sh $(SIM_SEEDS) 1 $(SIM_PROCS)
+
+# The deterministic simulator (pkg/controller/sim, docs/design.md): make test
+# runs a fixed set of SIM_SEEDS schedules without the race detector, in
+# SIM_PROCS processes (a small set runs under it with the other tests);
+# make sim runs SEEDS more from FIRST, or as many as DURATION (e.g.
+# DURATION=10m) allows. A failing seed of a kind not known is shrunk and
+# written to pkg/controller/sim/testdata/found/.
+SIM_SEEDS ?= 100000
+SIM_PROCS ?= 2
+SEEDS     ?= 1000000
+FIRST     ?= 100001
+DURATION  ?= 0
+sim:
+	GO=$(GO) hack/sim.sh $(SEEDS) $(FIRST) $(SIM_PROCS) $(DURATION)
 
 # README.md's flag tables, rewritten from efs-csi-driver's FlagSet (make test fails when
 # they differ).
