@@ -748,10 +748,7 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 		UID: uid, GID: g, Allocated: alloc, ClaimNamespace: p.params.PVCNamespace, ClaimName: p.params.PVCName,
 	}
 	if gidToken {
-		// EFS holds the id by the token: no id entry (two writes fewer a
-		// volume), and no decision any writer with another record would not
-		// make alike (probe.go).
-		v.ClientToken, v.Probe, v.TokenHeld = volume.GIDToken(fsID, alloc), probe, true
+		v.ClientToken, v.Probe = volume.GIDToken(fsID, alloc), probe
 	}
 	rec, made, err := s.journal.Begin(ctx, v)
 	if err != nil {
@@ -830,11 +827,9 @@ func (s *Service) moveID(ctx context.Context, p *plan, rec *journal.Record, atte
 			r.Release()
 		}
 	}
-	if !rec.TokenHeld {
-		if err := s.journal.ReleaseUnsentID(ctx, fsID, rec.Allocated, rec.Token); err != nil {
-			release()
-			return nil, err
-		}
+	if err := s.journal.ReleaseUnsentID(ctx, fsID, rec.Allocated, rec.Token); err != nil {
+		release()
+		return nil, err
 	}
 	nu, ng := p.params.Identity(next)
 	if err := s.journal.SetIDs(ctx, rec, rec.Allocated, nu, ng, next, token, probe); err != nil {

@@ -41,11 +41,6 @@ type Volume struct {
 	// sequence of ids (GID tokens: every writer of the volume tries the
 	// same ids in the same order, so they send one token).
 	Probe int `json:"probe,omitempty"`
-	// TokenHeld: the allocated id is held by the GID token alone (EFS
-	// binds it to one access point), not by an id entry: HoldID and Finish
-	// write none. Records of earlier releases, and of classes without GID
-	// tokens, hold theirs in the id table.
-	TokenHeld bool `json:"tokenHeld,omitempty"`
 	Name        string `json:"name"` // the CO's volume name
 	API         string `json:"api,omitempty"`
 	Path        string `json:"path"`
@@ -182,7 +177,7 @@ func (j *Journal) Begin(ctx context.Context, v Volume) (*Record, bool, error) {
 // nil. Held by another volume: ErrIDTaken, naming its token. Until HoldID
 // returned nil, no access point may be created with the id.
 func (j *Journal) HoldID(ctx context.Context, r *Record) error {
-	if r.Allocated == NoID || r.TokenHeld {
+	if r.Allocated == NoID {
 		return nil
 	}
 	got, err := j.s.Create(ctx, Entry{Key: idKey(r.FileSystem, r.Allocated), Value: []byte(r.Token)})
@@ -417,10 +412,8 @@ func (j *Journal) MarkBound(ctx context.Context, r *Record) error {
 // a volume record (retried) and never an id held for nobody... and never
 // an id free while a record still names it as sent.
 func (j *Journal) Finish(ctx context.Context, r *Record) error {
-	if !r.TokenHeld {
-		if err := j.releaseID(ctx, r.FileSystem, r.Allocated, r.Token); err != nil {
-			return err
-		}
+	if err := j.releaseID(ctx, r.FileSystem, r.Allocated, r.Token); err != nil {
+		return err
 	}
 	for range maxConflicts {
 		err := j.s.Delete(ctx, r.entry)
@@ -434,7 +427,7 @@ func (j *Journal) Finish(ctx context.Context, r *Record) error {
 		if err != nil {
 			return err
 		}
-		if fresh.Allocated != r.Allocated && !fresh.TokenHeld {
+		if fresh.Allocated != r.Allocated {
 			if err := j.releaseID(ctx, fresh.FileSystem, fresh.Allocated, fresh.Token); err != nil {
 				return err
 			}
