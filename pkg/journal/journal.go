@@ -13,6 +13,11 @@ import (
 // ErrIDTaken: the id is held by another volume of the record.
 var ErrIDTaken = errors.New("journal: id held by another volume")
 
+// ErrStaleToken: the access point was made under a client token the
+// record no longer sends (it moved to another id meanwhile): it is not the
+// record's, and nobody answered it.
+var ErrStaleToken = errors.New("journal: access point made under a token the record no longer sends")
+
 // ErrDeleting: the volume's DeleteVolume has begun (MarkDeleting): no
 // create may answer it or change its record any more.
 var ErrDeleting = errors.New("journal: volume is being deleted")
@@ -354,6 +359,10 @@ type Made struct {
 	// Token is the client token it carries.
 	Token               string
 	UID, GID, Allocated int64
+	// Sent, if set, is the record's token the access point was found or
+	// made under: SetAccessPoint refuses it (ErrStaleToken) if the record
+	// sends another by now.
+	Sent string
 }
 
 // SetAccessPoint records that access point ap is r's, with its ids (an
@@ -371,6 +380,9 @@ func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, ap Made, replac
 		if v.AccessPoint == ap.ID && v.Path == ap.Path && v.ClientToken == ap.Token && v.UID == ap.UID &&
 			v.GID == ap.GID && v.Allocated == ap.Allocated {
 			return false, nil
+		}
+		if ap.Sent != "" && v.SentToken() != ap.Sent {
+			return false, fmt.Errorf("%w: %s on %s, token %q, the record's is %q", ErrStaleToken, ap.ID, v.FileSystem, ap.Sent, v.SentToken())
 		}
 		if v.AccessPoint != "" && v.AccessPoint != ap.ID && !replace {
 			return false, fmt.Errorf("journal: token %q on %s is recorded for %s, not %s", v.Token, v.FileSystem, v.AccessPoint, ap.ID)
