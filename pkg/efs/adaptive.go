@@ -16,10 +16,15 @@ import (
 // not collapse BBR, which paces at the delivery rate it measures.
 //
 // Rate-caused throttling is told from the rest in two ways:
-//   - it engages only when the throttled share of the last second is high
-//     (engageShare above the learned noise, and at least engageThrottles
-//     throttles), which a burst overrunning a token bucket gives at once
-//     and a few percent of random 429s never do;
+//   - it engages only when the throttled share of the requests sent over
+//     the last second is high (engageShare above the learned noise, and at
+//     least engageThrottles throttles), which a burst overrunning a token
+//     bucket gives at once and a few percent of random 429s never do. The
+//     requests still in flight count in that share as not throttled: a
+//     throttle is answered at once, a success after EFS's work, so the
+//     first answers to a burst are mostly its few random throttles (5 of
+//     the first 6 answers to 100 requests at 5%, issue 30), while the
+//     requests that overran a bucket are most of those sent;
 //   - engaged, each time the rate sent has fallen by a fifth (a second
 //     apart at least), it checks whether slowing down helped: throttling
 //     that this driver's rate causes falls to the share its own pace
@@ -113,8 +118,9 @@ func (d *delivery) rate(now time.Time) float64 {
 }
 
 // answered records one answer at now; throttled: EFS answered that it
-// throttled the request; waited: the request waited for its rate token.
-func (d *delivery) answered(now time.Time, throttled, waited bool) {
+// throttled the request; waited: the request waited for its rate token;
+// pending: the operation's other requests sent and not answered yet.
+func (d *delivery) answered(now time.Time, throttled, waited bool, pending int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.first.IsZero() {
@@ -131,7 +137,9 @@ func (d *delivery) answered(now time.Time, throttled, waited bool) {
 	span := min(max(now.Sub(d.first), bucketLen), d.win.span(now)).Seconds()
 	sent, deliv := float64(ok+thr)/span, float64(ok)/span
 	if !d.engaged {
-		if throttled && thr >= engageThrottles && share >= d.noise+engageShare {
+		// Of the requests sent, not of those answered (see delivery).
+		sentShare := float64(thr) / float64(ok+thr+max(pending, 0))
+		if throttled && thr >= engageThrottles && sentShare >= d.noise+engageShare {
 			// The test's reference is taken a second later: what was
 			// sent and delivered before held a burst, and a token
 			// bucket's burst delivers more than its rate.

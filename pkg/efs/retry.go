@@ -152,7 +152,7 @@ func (p *pacer) took(d time.Duration) {
 // its slot goes to the next waiter.
 func (p *pacer) done(answered, throttled, waited bool) {
 	if p.adaptive != nil && answered {
-		p.adaptive.answered(time.Now(), throttled, waited)
+		p.adaptive.answered(time.Now(), throttled, waited, p.gate.busy()-1)
 	}
 	p.gate.release()
 }
