@@ -1,6 +1,7 @@
 package efs
 
 import (
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -119,8 +120,10 @@ func (d *delivery) rate(now time.Time) float64 {
 
 // answered records one answer at now; throttled: EFS answered that it
 // throttled the request; waited: the request waited for its rate token;
-// pending: the operation's other requests sent and not answered yet.
-func (d *delivery) answered(now time.Time, throttled, waited bool, pending int) {
+// pending: the operation's other requests sent and not answered yet. It
+// says whether the answer engaged or released the limit, and why, for the
+// log ("": neither).
+func (d *delivery) answered(now time.Time, throttled, waited bool, pending int) (change string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.first.IsZero() {
@@ -145,8 +148,9 @@ func (d *delivery) answered(now time.Time, throttled, waited bool, pending int) 
 			// bucket's burst delivers more than its rate.
 			d.engaged, d.testAt, d.sent0, d.deliv0 = true, now, 0, 0
 			d.calmSince = time.Time{}
+			return fmt.Sprintf("engaged: %d of the last second's %d requests throttled (%d of them in flight)", thr, ok+thr+max(pending, 0), max(pending, 0))
 		}
-		return
+		return ""
 	}
 	switch {
 	case share >= d.noise+releaseShare || waited:
@@ -155,25 +159,26 @@ func (d *delivery) answered(now time.Time, throttled, waited bool, pending int) 
 		d.calmSince = now
 	case now.Sub(d.calmSince) >= calmFor:
 		d.engaged = false
-		return
+		return fmt.Sprintf("released: throttled share %.2f, within %.2f of the noise for %v", share, releaseShare, calmFor)
 	}
 	if now.Sub(d.testAt) < windowLen {
-		return
+		return ""
 	}
 	if d.sent0 == 0 {
 		d.testAt, d.sent0, d.deliv0 = now, sent, deliv
-		return
+		return ""
 	}
 	if sent > slowedTo*d.sent0 {
-		return
+		return ""
 	}
 	paceShare := 1 - deliv/(deliveryGain*deliv+deliveryProbe)
 	if share > paceShare+foreignMargin && deliv < keptDelivery*d.deliv0 {
 		d.noise, d.noiseAt = share, now
 		d.engaged = false
-		return
+		return fmt.Sprintf("released: sending %.0f/s instead of %.0f/s left the throttled share at %.2f, now taken as noise", sent, d.sent0, share)
 	}
 	d.testAt, d.sent0, d.deliv0 = now, sent, deliv
+	return ""
 }
 
 // window counts answers over the last windowLen in windowBuckets buckets.
