@@ -17,15 +17,20 @@ import (
 // not collapse BBR, which paces at the delivery rate it measures.
 //
 // Rate-caused throttling is told from the rest in two ways:
-//   - it engages only when the throttled share of the requests sent over
-//     the last second is high (engageShare above the learned noise, and at
-//     least engageThrottles throttles), which a burst overrunning a token
-//     bucket gives at once and a few percent of random 429s never do. The
-//     requests still in flight count in that share as not throttled: a
-//     throttle is answered at once, a success after EFS's work, so the
-//     first answers to a burst are mostly its few random throttles (5 of
-//     the first 6 answers to 100 requests at 5%, issue 30), while the
-//     requests that overran a bucket are most of those sent;
+//   - it engages only when the throttled share of the last engageSample
+//     requests sent is high (engageShare above the learned noise), which a
+//     burst overrunning a token bucket gives at once and a few percent of
+//     random 429s never do (issue 30):
+//   - the share is of requests sent, those still in flight counting as
+//     not throttled: a throttle is answered at once, a success after
+//     EFS's work, so the first answers to a burst are mostly its few
+//     random throttles (5 of the first 6 answers to 100 requests at 5%),
+//     while the requests that overran a bucket are most of those sent;
+//   - the sample is large: 20 throttles of 100 requests happen at random
+//     at 5% once in 10^7 samples, 5 of 25 (a second of a slow
+//     operation's answers) once in 150; it reaches back historyLen at
+//     most, so an operation sent at under engageSample per historyLen is
+//     never paced (its throttles cost little);
 //   - engaged, each time the rate sent has fallen by a fifth (a second
 //     apart at least), it checks whether slowing down helped: throttling
 //     that this driver's rate causes falls to the share its own pace
@@ -76,11 +81,11 @@ const (
 	// deliveryGain and deliveryProbe: the pace is gain x delivered + probe.
 	deliveryGain  = 1.1
 	deliveryProbe = 1.0
-	// engageShare and engageThrottles: the throttled share of the last
-	// second (above the learned noise) and the throttles in it that engage
-	// the limit.
-	engageShare     = 0.2
-	engageThrottles = 5
+	// engageShare and engageSample: the throttled share (above the learned
+	// noise) of the last engageSample requests sent that engages the
+	// limit.
+	engageShare  = 0.2
+	engageSample = 100
 	// releaseShare and calmFor: a share less than this above the noise for
 	// this long, with no request waiting for its token, releases the limit.
 	releaseShare = 0.08
@@ -140,15 +145,17 @@ func (d *delivery) answered(now time.Time, throttled, waited bool, pending int) 
 	span := min(max(now.Sub(d.first), bucketLen), d.win.span(now)).Seconds()
 	sent, deliv := float64(ok+thr)/span, float64(ok)/span
 	if !d.engaged {
-		// Of the requests sent, not of those answered (see delivery).
-		sentShare := float64(thr) / float64(ok+thr+max(pending, 0))
-		if throttled && thr >= engageThrottles && sentShare >= d.noise+engageShare {
+		// Of the last requests sent, not of those answered (see delivery).
+		pending = max(pending, 0)
+		lok, lthr := d.win.recent(engageSample - pending)
+		n := lok + lthr + pending
+		if throttled && n >= engageSample && float64(lthr)/float64(n) >= d.noise+engageShare {
 			// The test's reference is taken a second later: what was
 			// sent and delivered before held a burst, and a token
 			// bucket's burst delivers more than its rate.
 			d.engaged, d.testAt, d.sent0, d.deliv0 = true, now, 0, 0
 			d.calmSince = time.Time{}
-			return fmt.Sprintf("engaged: %d of the last second's %d requests throttled (%d of them in flight)", thr, ok+thr+max(pending, 0), max(pending, 0))
+			return fmt.Sprintf("engaged: %d of the last %d requests throttled (%d of them still in flight)", lthr, n, pending)
 		}
 		return ""
 	}
@@ -181,20 +188,23 @@ func (d *delivery) answered(now time.Time, throttled, waited bool, pending int) 
 	return ""
 }
 
-// window counts answers over the last windowLen in windowBuckets buckets.
+// window counts answers in buckets of bucketLen over the last historyLen,
+// and sums them over the last windowLen.
 type window struct {
 	start    time.Time // start of the current bucket
 	cur      int
-	ok, thr  [windowBuckets]int
-	okSum    int
+	ok, thr  [historyBuckets]int
+	okSum    int // over the last windowBuckets buckets
 	thrSum   int
 	hasStart bool
 }
 
 const (
-	windowLen     = time.Second
-	windowBuckets = 10
-	bucketLen     = windowLen / windowBuckets
+	windowLen      = time.Second
+	windowBuckets  = 10
+	bucketLen      = windowLen / windowBuckets
+	historyLen     = 5 * time.Second
+	historyBuckets = int(historyLen / bucketLen)
 )
 
 // roll moves the window forward to now, emptying the buckets it passes.
@@ -207,14 +217,17 @@ func (w *window) roll(now time.Time) {
 	if steps <= 0 {
 		return
 	}
-	if steps >= windowBuckets {
+	if steps >= historyBuckets {
 		*w = window{start: now, hasStart: true}
 		return
 	}
 	for range steps {
-		w.cur = (w.cur + 1) % windowBuckets
-		w.okSum -= w.ok[w.cur]
-		w.thrSum -= w.thr[w.cur]
+		// The oldest bucket of the last second leaves the sums; the
+		// oldest of the history is emptied for the new one.
+		leaving := (w.cur - (windowBuckets - 1) + historyBuckets) % historyBuckets
+		w.okSum -= w.ok[leaving]
+		w.thrSum -= w.thr[leaving]
+		w.cur = (w.cur + 1) % historyBuckets
 		w.ok[w.cur], w.thr[w.cur] = 0, 0
 	}
 	w.start = w.start.Add(time.Duration(steps) * bucketLen)
@@ -231,6 +244,19 @@ func (w *window) add(throttled bool) {
 }
 
 func (w *window) sums() (ok, thr int) { return w.okSum, w.thrSum }
+
+// recent sums the answers of the most recent buckets, back from the
+// current one, until they hold at least n answers or the history ends.
+func (w *window) recent(n int) (ok, thr int) {
+	for i := range historyBuckets {
+		if ok+thr >= n {
+			break
+		}
+		b := (w.cur - i + historyBuckets) % historyBuckets
+		ok, thr = ok+w.ok[b], thr+w.thr[b]
+	}
+	return ok, thr
+}
 
 // span is the time the window's buckets cover at now: the full buckets and
 // the current one's part (dividing by windowLen instead would read a steady

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -66,6 +67,7 @@ type simClient struct {
 	last     time.Time
 	requests int
 	done     int
+	engages  int // times the controller engaged its limit
 	doneAt   []time.Time
 }
 
@@ -121,8 +123,8 @@ func (s *sim) step(c *simClient, now time.Time) {
 		if w.inFlight && !now.Before(w.busyUntil) {
 			w.inFlight = false
 			pending--
-			if c.d != nil {
-				c.d.answered(now, w.throttled, w.waited, pending)
+			if c.d != nil && strings.HasPrefix(c.d.answered(now, w.throttled, w.waited, pending), "engaged") {
+				c.engages++
 			}
 			w.waited = false
 			if w.throttled {
@@ -241,6 +243,23 @@ func TestDeliveryRandomThrottlesAnsweredFirstDoNotEngage(t *testing.T) {
 				t.Errorf("paced %v, unpaced %v: %.2f of the unpaced rate, want at least 0.8", took[1], took[0], ratio)
 			}
 		})
+	}
+}
+
+// An operation sent at a low rate (one request at a time, about 28/s, as
+// the reads of a phase's tail) under 5% random throttles: a second of its
+// answers is a small sample, and 5 throttles of 25 (20%) happen at random
+// every few minutes; they engaged a limit that then held the operation
+// below its demand. In 10 runs of 5 minutes it never engages.
+func TestDeliverySmallSamplesOfRandomThrottlesDoNotEngage(t *testing.T) {
+	for seed := range uint64(10) {
+		s := newSim(randomServer(0.05, seed), true, 1, 1, -1)
+		s.rng = rand.New(rand.NewPCG(seed, 3))
+		s.rtt, s.throttleRTT = 35*time.Millisecond, time.Millisecond
+		s.run(t0, t0.Add(5*time.Minute))
+		if c := s.clients[0]; c.engages > 0 {
+			t.Errorf("seed %d: engaged %d times in %d requests, %d throttled at random", seed, c.engages, c.requests, c.requests-c.done)
+		}
 	}
 }
 
@@ -365,26 +384,31 @@ func TestDeliveryRules(t *testing.T) {
 	})
 	t.Run("a burst overrunning a bucket engages while the rest are in flight", func(t *testing.T) {
 		var d delivery
-		// 64 sent at once into a bucket of 20: 44 throttled, answered first.
-		for i := range 44 {
-			d.answered(t0.Add(time.Duration(i)*time.Millisecond/10), true, false, 63-i)
+		// 100 sent at once into a bucket of 20: 80 throttled, answered
+		// first; 20 throttles of 100 requests sent engage.
+		for i := range 20 {
+			if r := d.rate(t0.Add(time.Duration(i) * time.Millisecond / 10)); !math.IsInf(r, 1) {
+				t.Fatalf("engaged after %d throttles of 100 requests, want 20", i)
+			}
+			d.answered(t0.Add(time.Duration(i)*time.Millisecond/10), true, false, 99-i)
 		}
 		if r := d.rate(t0.Add(5 * time.Millisecond)); math.IsInf(r, 1) {
-			t.Fatal("44 throttles of 64 requests did not engage")
+			t.Fatal("20 throttles of 100 requests did not engage")
 		}
 	})
 	t.Run("a share that slowing down does not reduce is noise", func(t *testing.T) {
 		var d delivery
 		now := t0
-		// 100/s with 30% throttled, then paced: 60/s, still 30%.
-		for i := range 100 {
+		// 100/s with 30% throttled (it engages once 100 were sent, and
+		// takes its reference a second later), then paced: 60/s, still 30%.
+		for i := range 210 {
 			now = t0.Add(time.Duration(i) * 10 * time.Millisecond)
 			d.answered(now, i%10 < 3, true, 0)
 		}
 		if math.IsInf(d.rate(now), 1) {
 			t.Fatal("30% did not engage")
 		}
-		for i := range 120 {
+		for i := range 180 {
 			now = now.Add(1000 * time.Millisecond / 60)
 			d.answered(now, i%10 < 3, true, 0)
 		}
@@ -484,5 +508,48 @@ func TestGateServesFollowUpsFirst(t *testing.T) {
 	}
 	for range 3 {
 		<-order
+	}
+}
+
+// The window's two sums: the last second's (the rates) and the most recent
+// answers back to historyLen (the engage sample), across gaps.
+func TestWindowSumsTheLastSecondAndRecentTheHistory(t *testing.T) {
+	var w window
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	add := func(ms, ok, thr int) {
+		w.roll(at(ms))
+		for range ok {
+			w.add(false)
+		}
+		for range thr {
+			w.add(true)
+		}
+	}
+	add(0, 10, 1)    // leaves the last second at 1000 ms, the history at 5000
+	add(950, 20, 2)  // leaves the last second at 1900 ms
+	add(1500, 30, 3) // in the last second at 1900 ms, with the 950 ms bucket
+	w.roll(at(1500))
+	for _, tc := range []struct {
+		ms            int
+		ok, thr       int // last second
+		want          int // recent(want)...
+		recOK, recThr int // ...sums these
+	}{
+		{1500, 50, 5, 1, 30, 3},
+		{1500, 50, 5, 34, 50, 5},
+		{1500, 50, 5, 1000, 60, 6},
+		{1900, 30, 3, 1000, 60, 6},
+		{4999, 0, 0, 1000, 60, 6},
+		{5100, 0, 0, 1000, 50, 5},
+		{6100, 0, 0, 1000, 30, 3},
+		{7000, 0, 0, 1000, 0, 0},
+	} {
+		w.roll(at(tc.ms))
+		if ok, thr := w.sums(); ok != tc.ok || thr != tc.thr {
+			t.Errorf("at %d ms: last second %d ok, %d throttled; want %d, %d", tc.ms, ok, thr, tc.ok, tc.thr)
+		}
+		if ok, thr := w.recent(tc.want); ok != tc.recOK || thr != tc.recThr {
+			t.Errorf("at %d ms: recent(%d) = %d ok, %d throttled; want %d, %d", tc.ms, tc.want, ok, thr, tc.recOK, tc.recThr)
+		}
 	}
 }
