@@ -18,19 +18,20 @@ import (
 //
 // Rate-caused throttling is told from the rest in two ways:
 //   - it engages only when the throttled share of the last engageSample
-//     requests sent is high (engageShare above the learned noise), which a
-//     burst overrunning a token bucket gives at once and a few percent of
-//     random 429s never do (issue 30):
+//     requests sent is high (engageShare above the learned noise), with
+//     at least engageThrottles throttles, which a burst overrunning a
+//     token bucket gives at once and random 429s practically never do
+//     (issue 30):
 //   - the share is of requests sent, those still in flight counting as
 //     not throttled: a throttle is answered at once, a success after
 //     EFS's work, so the first answers to a burst are mostly its few
 //     random throttles (5 of the first 6 answers to 100 requests at 5%),
 //     while the requests that overran a bucket are most of those sent;
-//   - the sample is large: 20 throttles of 100 requests happen at random
-//     at 5% once in 10^7 samples, 5 of 25 (a second of a slow
-//     operation's answers) once in 150; it reaches back historyLen at
-//     most, so an operation sent at under engageSample per historyLen is
-//     never paced (its throttles cost little);
+//   - the sample is not small: 5 throttles of 25 requests (a second of a
+//     slow operation's answers, the old test) happen at random at 5% once
+//     in 140 samples; 12 of 60 (the likeliest the new test allows) once
+//     in 28,000, 20 of 100 once in 10^7. It reaches back historyLen at
+//     most;
 //   - engaged, each time the rate sent has fallen by a fifth (a second
 //     apart at least), it checks whether slowing down helped: throttling
 //     that this driver's rate causes falls to the share its own pace
@@ -65,8 +66,11 @@ type delivery struct {
 	// be taken a second after testAt).
 	engaged bool
 	testAt  time.Time
-	sent0   float64
-	deliv0  float64
+	// engagedAt: when the limit engaged; an answer to a request sent
+	// since is counted apart (rate).
+	engagedAt time.Time
+	sent0     float64
+	deliv0    float64
 	// calmSince starts the run of answers with a share close to the noise,
 	// and no request waiting for its token, that releases the limit after
 	// calmFor.
@@ -81,11 +85,12 @@ const (
 	// deliveryGain and deliveryProbe: the pace is gain x delivered + probe.
 	deliveryGain  = 1.1
 	deliveryProbe = 1.0
-	// engageShare and engageSample: the throttled share (above the learned
-	// noise) of the last engageSample requests sent that engages the
-	// limit.
-	engageShare  = 0.2
-	engageSample = 100
+	// engageShare, engageSample and engageThrottles: the throttled share
+	// (above the learned noise) of the last engageSample requests sent,
+	// and the throttles among them, that engage the limit.
+	engageShare     = 0.2
+	engageSample    = 100
+	engageThrottles = 12
 	// releaseShare and calmFor: a share less than this above the noise for
 	// this long, with no request waiting for its token, releases the limit.
 	releaseShare = 0.08
@@ -108,6 +113,12 @@ const (
 // rate is the limit at now: +Inf when not engaged. In the process's first
 // second the deliveries are counted over the whole second: a burst's first
 // answers then read as a low rate, the cautious side.
+//
+// The answers to requests sent before the limit engaged (the burst that
+// engaged it) and those sent since are not added up: the larger of the two
+// counts. A token bucket's burst passes more than its rate, and its 50 at
+// once then 50/s, added, read as 100/s for the limit's first second,
+// twice the bucket's rate: a storm of throttles (issue 30).
 func (d *delivery) rate(now time.Time) float64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -115,7 +126,8 @@ func (d *delivery) rate(now time.Time) float64 {
 		return math.Inf(1)
 	}
 	d.win.roll(now)
-	ok, _ := d.win.sums()
+	all, _ := d.win.sums()
+	ok := max(all-d.win.postSum, d.win.postSum)
 	span := windowLen
 	if now.Sub(d.first) >= windowLen {
 		span = d.win.span(now)
@@ -125,17 +137,18 @@ func (d *delivery) rate(now time.Time) float64 {
 
 // answered records one answer at now; throttled: EFS answered that it
 // throttled the request; waited: the request waited for its rate token;
-// pending: the operation's other requests sent and not answered yet. It
+// pending: the operation's other requests sent and not answered yet;
+// sentAt: when the request answered was sent. It
 // says whether the answer engaged or released the limit, and why, for the
 // log ("": neither).
-func (d *delivery) answered(now time.Time, throttled, waited bool, pending int) (change string) {
+func (d *delivery) answered(now, sentAt time.Time, throttled, waited bool, pending int) (change string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.first.IsZero() {
 		d.first = now
 	}
 	d.win.roll(now)
-	d.win.add(throttled)
+	d.win.add(throttled, d.engaged && !sentAt.Before(d.engagedAt))
 	ok, thr := d.win.sums()
 	share := float64(thr) / float64(ok+thr)
 	if !d.noiseAt.IsZero() && now.Sub(d.noiseAt) > noiseMemory {
@@ -149,11 +162,13 @@ func (d *delivery) answered(now time.Time, throttled, waited bool, pending int) 
 		pending = max(pending, 0)
 		lok, lthr := d.win.recent(engageSample - pending)
 		n := lok + lthr + pending
-		if throttled && n >= engageSample && float64(lthr)/float64(n) >= d.noise+engageShare {
+		if throttled && lthr >= engageThrottles && float64(lthr)/float64(n) >= d.noise+engageShare {
 			// The test's reference is taken a second later: what was
 			// sent and delivered before held a burst, and a token
 			// bucket's burst delivers more than its rate.
 			d.engaged, d.testAt, d.sent0, d.deliv0 = true, now, 0, 0
+			d.engagedAt = now
+			d.win.clearPost()
 			d.calmSince = time.Time{}
 			return fmt.Sprintf("engaged: %d of the last %d requests throttled (%d of them still in flight)", lthr, n, pending)
 		}
@@ -197,6 +212,10 @@ type window struct {
 	okSum    int // over the last windowBuckets buckets
 	thrSum   int
 	hasStart bool
+	// post counts the answers in ok to requests sent after the limit
+	// engaged; postSum over the last windowBuckets buckets.
+	post    [historyBuckets]int
+	postSum int
 }
 
 const (
@@ -227,13 +246,15 @@ func (w *window) roll(now time.Time) {
 		leaving := (w.cur - (windowBuckets - 1) + historyBuckets) % historyBuckets
 		w.okSum -= w.ok[leaving]
 		w.thrSum -= w.thr[leaving]
+		w.postSum -= w.post[leaving]
 		w.cur = (w.cur + 1) % historyBuckets
-		w.ok[w.cur], w.thr[w.cur] = 0, 0
+		w.ok[w.cur], w.thr[w.cur], w.post[w.cur] = 0, 0, 0
 	}
 	w.start = w.start.Add(time.Duration(steps) * bucketLen)
 }
 
-func (w *window) add(throttled bool) {
+// add counts an answer; post: to a request sent after the limit engaged.
+func (w *window) add(throttled, post bool) {
 	if throttled {
 		w.thr[w.cur]++
 		w.thrSum++
@@ -241,7 +262,15 @@ func (w *window) add(throttled bool) {
 	}
 	w.ok[w.cur]++
 	w.okSum++
+	if post {
+		w.post[w.cur]++
+		w.postSum++
+	}
 }
+
+// clearPost counts every answer so far as to a request sent before the
+// limit engaged.
+func (w *window) clearPost() { w.post, w.postSum = [historyBuckets]int{}, 0 }
 
 func (w *window) sums() (ok, thr int) { return w.okSum, w.thrSum }
 

@@ -50,6 +50,7 @@ func (s *server) throttles(now time.Time) bool {
 
 type simWorker struct {
 	busyUntil time.Time // in flight (or backing off) until then
+	sentAt    time.Time
 	inFlight  bool
 	throttled bool
 	waited    bool // waited for its token
@@ -123,7 +124,7 @@ func (s *sim) step(c *simClient, now time.Time) {
 		if w.inFlight && !now.Before(w.busyUntil) {
 			w.inFlight = false
 			pending--
-			if c.d != nil && strings.HasPrefix(c.d.answered(now, w.throttled, w.waited, pending), "engaged") {
+			if c.d != nil && strings.HasPrefix(c.d.answered(now, w.sentAt, w.throttled, w.waited, pending), "engaged") {
 				c.engages++
 			}
 			w.waited = false
@@ -163,7 +164,7 @@ func (s *sim) step(c *simClient, now time.Time) {
 			c.tokens--
 		}
 		c.requests++
-		w.inFlight, w.throttled = true, s.srv.throttles(now)
+		w.inFlight, w.throttled, w.sentAt = true, s.srv.throttles(now), now
 		w.busyUntil = now.Add(s.rtt)
 		if w.throttled && s.throttleRTT > 0 {
 			w.busyUntil = now.Add(s.throttleRTT)
@@ -263,6 +264,33 @@ func TestDeliverySmallSamplesOfRandomThrottlesDoNotEngage(t *testing.T) {
 	}
 }
 
+// Issue 30's second storm: a burst of work (100 workers, 3 jobs each)
+// into a bucket of 50/s, burst 50, with 5% random throttles. The window
+// that engaged the limit holds the bucket's burst; added to what the
+// bucket passed since, it read as twice the bucket's rate in the limit's
+// first second, and the pace overran it. Paced, the work takes the 5 s
+// the bucket allows, with few requests wasted.
+func TestDeliveryBurstIntoABucketWastesFewRequests(t *testing.T) {
+	for seed := range uint64(5) {
+		s := newSim(bucketServer(50, 50, 0.05, seed), true, 1, 100, 3)
+		s.rng = rand.New(rand.NewPCG(seed, 4))
+		s.throttleRTT = time.Millisecond
+		s.run(t0, t0.Add(20*time.Second))
+		c := s.clients[0]
+		if c.done != 300 {
+			t.Fatalf("seed %d: %d of 300 jobs done", seed, c.done)
+		}
+		// 50 of the first 100 throttled, 5% at random, the pace's
+		// overshoot: 1.25; the overrun first second made it 1.32.
+		if ps := c.perSuccess(); ps > 1.28 {
+			t.Errorf("seed %d: %.3f requests per job, want at most 1.28", seed, ps)
+		}
+		if took := c.lastDone().Sub(t0); took > 5500*time.Millisecond {
+			t.Errorf("seed %d: 300 jobs took %v, want 5 s (50 at once, then 50/s)", seed, took)
+		}
+	}
+}
+
 // A token bucket the driver overruns: the paced driver gets the bucket's
 // whole rate, wasting few requests on throttles; with random throttles on
 // top, likewise.
@@ -355,7 +383,7 @@ func TestDeliveryRules(t *testing.T) {
 	t.Run("a few throttles do not engage", func(t *testing.T) {
 		var d delivery
 		for i := range 200 { // 5%: one in twenty, 100/s
-			d.answered(t0.Add(time.Duration(i)*10*time.Millisecond), i%20 == 0, false, 0)
+			d.answered(t0.Add(time.Duration(i)*10*time.Millisecond), t0.Add(time.Duration(i)*10*time.Millisecond), i%20 == 0, false, 0)
 		}
 		if r := d.rate(t0.Add(2 * time.Second)); !math.IsInf(r, 1) {
 			t.Fatalf("rate %v after 5%% throttles, want no limit", r)
@@ -364,11 +392,29 @@ func TestDeliveryRules(t *testing.T) {
 	t.Run("a burst overrunning a bucket engages at the delivered rate", func(t *testing.T) {
 		var d delivery
 		for i := range 100 { // 20 answered, 80 throttled
-			d.answered(t0.Add(time.Duration(i)*time.Millisecond), i >= 20, false, 0)
+			d.answered(t0.Add(time.Duration(i)*time.Millisecond), t0.Add(time.Duration(i)*time.Millisecond), i >= 20, false, 0)
 		}
 		r := d.rate(t0.Add(100 * time.Millisecond))
 		if want := deliveryGain*20 + deliveryProbe; math.Abs(r-want) > 0.01 {
 			t.Fatalf("rate %v, want %v", r, want)
+		}
+	})
+	t.Run("a bucket's burst and what it passed since are not added up", func(t *testing.T) {
+		var d delivery
+		// 100 sent at once into a bucket of 50/s, burst 50: 50 pass, 50
+		// throttled; then paced requests, 50/s of them passing.
+		for i := range 100 {
+			at := t0.Add(time.Duration(i) * time.Millisecond / 10)
+			d.answered(at, t0, i >= 50, false, 99-i)
+		}
+		want := deliveryGain*50 + deliveryProbe
+		now := t0.Add(10 * time.Millisecond)
+		for range 45 {
+			now = now.Add(20 * time.Millisecond)
+			d.answered(now, now.Add(-time.Millisecond), false, true, 0)
+			if r := d.rate(now); math.Abs(r-want) > 0.01 {
+				t.Fatalf("rate %.1f at %v, want %.1f: the burst's 50 and the 50/s since are one bucket", r, now.Sub(t0), want)
+			}
 		}
 	})
 	t.Run("a burst's random throttles, answered before its successes, do not engage", func(t *testing.T) {
@@ -376,7 +422,7 @@ func TestDeliveryRules(t *testing.T) {
 		// 64 requests sent at once, 5 throttled at random: their answers
 		// come first, the other 59 are still in flight.
 		for i := range 5 {
-			d.answered(t0.Add(time.Duration(i)*time.Millisecond), true, false, 63-i)
+			d.answered(t0.Add(time.Duration(i)*time.Millisecond), t0.Add(time.Duration(i)*time.Millisecond), true, false, 63-i)
 		}
 		if r := d.rate(t0.Add(5 * time.Millisecond)); !math.IsInf(r, 1) {
 			t.Fatalf("rate %v after 5 throttles of 64 requests, want no limit", r)
@@ -390,7 +436,7 @@ func TestDeliveryRules(t *testing.T) {
 			if r := d.rate(t0.Add(time.Duration(i) * time.Millisecond / 10)); !math.IsInf(r, 1) {
 				t.Fatalf("engaged after %d throttles of 100 requests, want 20", i)
 			}
-			d.answered(t0.Add(time.Duration(i)*time.Millisecond/10), true, false, 99-i)
+			d.answered(t0.Add(time.Duration(i)*time.Millisecond/10), t0.Add(time.Duration(i)*time.Millisecond/10), true, false, 99-i)
 		}
 		if r := d.rate(t0.Add(5 * time.Millisecond)); math.IsInf(r, 1) {
 			t.Fatal("20 throttles of 100 requests did not engage")
@@ -403,14 +449,14 @@ func TestDeliveryRules(t *testing.T) {
 		// takes its reference a second later), then paced: 60/s, still 30%.
 		for i := range 210 {
 			now = t0.Add(time.Duration(i) * 10 * time.Millisecond)
-			d.answered(now, i%10 < 3, true, 0)
+			d.answered(now, now, i%10 < 3, true, 0)
 		}
 		if math.IsInf(d.rate(now), 1) {
 			t.Fatal("30% did not engage")
 		}
 		for i := range 180 {
 			now = now.Add(1000 * time.Millisecond / 60)
-			d.answered(now, i%10 < 3, true, 0)
+			d.answered(now, now, i%10 < 3, true, 0)
 		}
 		if r := d.rate(now); !math.IsInf(r, 1) {
 			t.Fatalf("rate %v: still limited though slowing down did not help", r)
@@ -422,12 +468,12 @@ func TestDeliveryRules(t *testing.T) {
 	t.Run("calm releases", func(t *testing.T) {
 		var d delivery
 		for i := range 100 {
-			d.answered(t0.Add(time.Duration(i)*time.Millisecond), i >= 20, false, 0)
+			d.answered(t0.Add(time.Duration(i)*time.Millisecond), t0.Add(time.Duration(i)*time.Millisecond), i >= 20, false, 0)
 		}
 		now := t0.Add(time.Second)
 		for i := range 400 {
 			now = now.Add(10 * time.Millisecond)
-			d.answered(now, false, false, 0)
+			d.answered(now, now, false, false, 0)
 			_ = i
 		}
 		if r := d.rate(now); !math.IsInf(r, 1) {
@@ -519,10 +565,10 @@ func TestWindowSumsTheLastSecondAndRecentTheHistory(t *testing.T) {
 	add := func(ms, ok, thr int) {
 		w.roll(at(ms))
 		for range ok {
-			w.add(false)
+			w.add(false, false)
 		}
 		for range thr {
-			w.add(true)
+			w.add(true, false)
 		}
 	}
 	add(0, 10, 1)    // leaves the last second at 1000 ms, the history at 5000
