@@ -37,8 +37,9 @@ import (
 //     that this driver's rate causes falls to the share its own pace
 //     causes (paceShare: it sends gain x what gets through), while random
 //     throttling keeps its share and delivers less as less is sent. If
-//     slowing down did not help, the limit is released and the share is
-//     remembered as noise for noiseMemory.
+//     slowing down did not help, by at least engageThrottles throttles of
+//     the last second, the limit is released and the share is remembered
+//     as noise for noiseMemory.
 //
 // A share close to the noise for calmFor, with no request waiting for its
 // token, also releases it: demand fell under the budget.
@@ -138,9 +139,8 @@ func (d *delivery) rate(now time.Time) float64 {
 // answered records one answer at now; throttled: EFS answered that it
 // throttled the request; waited: the request waited for its rate token;
 // pending: the operation's other requests sent and not answered yet;
-// sentAt: when the request answered was sent. It
-// says whether the answer engaged or released the limit, and why, for the
-// log ("": neither).
+// sentAt: when the request answered was sent. It says whether the answer
+// engaged or released the limit, and why, for the log ("": neither).
 func (d *delivery) answered(now, sentAt time.Time, throttled, waited bool, pending int) (change string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -193,8 +193,10 @@ func (d *delivery) answered(now, sentAt time.Time, throttled, waited bool, pendi
 	if sent > slowedTo*d.sent0 {
 		return ""
 	}
+	// Noise needs as much evidence as engaging did: a few answers (a
+	// starved process's) say nothing.
 	paceShare := 1 - deliv/(deliveryGain*deliv+deliveryProbe)
-	if share > paceShare+foreignMargin && deliv < keptDelivery*d.deliv0 {
+	if thr >= engageThrottles && share > paceShare+foreignMargin && deliv < keptDelivery*d.deliv0 {
 		d.noise, d.noiseAt = share, now
 		d.engaged = false
 		return fmt.Sprintf("released: sending %.0f/s instead of %.0f/s left the throttled share at %.2f, now taken as noise", sent, d.sent0, share)

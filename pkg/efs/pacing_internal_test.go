@@ -465,6 +465,32 @@ func TestDeliveryRules(t *testing.T) {
 			t.Errorf("noise %.2f, want the share, 0.3", d.noise)
 		}
 	})
+	t.Run("a starved process's few answers are no proof of noise", func(t *testing.T) {
+		var d delivery
+		for i := range 100 { // a burst into a bucket of 20: engaged
+			d.answered(t0.Add(time.Duration(i)*time.Millisecond), t0, i >= 20, false, 0)
+		}
+		if math.IsInf(d.rate(t0.Add(100*time.Millisecond)), 1) {
+			t.Fatal("the burst did not engage")
+		}
+		now := t0.Add(100 * time.Millisecond)
+		for i := range 44 { // 2 s paced at 22/s into the bucket: 2 of 22 throttled
+			now = now.Add(time.Second / 22)
+			d.answered(now, now, i%11 == 0, true, 0)
+		}
+		// The process is starved (a busy machine): 7 answers a second for
+		// 1.5 s, 4 of each 7 throttled. The share of the window's few
+		// answers rises as the paced ones leave it (4 of 14 at 15/s),
+		// which read as "slowing down did not help": the limit was
+		// released and the bucket overrun at once (issue 30's
+		// throttle-mix run at 1.56 CreateAccessPoint requests a volume).
+		for i := range 10 {
+			now = now.Add(time.Second / 7)
+			if ch := d.answered(now, now, i%7 < 4, true, 0); ch != "" {
+				t.Fatalf("at %v: %s", now.Sub(t0), ch)
+			}
+		}
+	})
 	t.Run("calm releases", func(t *testing.T) {
 		var d delivery
 		for i := range 100 {
