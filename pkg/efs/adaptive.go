@@ -127,13 +127,22 @@ func (d *delivery) rate(now time.Time) float64 {
 		return math.Inf(1)
 	}
 	d.win.roll(now)
-	all, _ := d.win.sums()
+	all, thr := d.win.sums()
 	ok := max(all-d.win.postSum, d.win.postSum)
 	span := windowLen
 	if now.Sub(d.first) >= windowLen {
 		span = d.win.span(now)
 	}
-	return max(deliveryGain*float64(ok)/span.Seconds()+deliveryProbe, minRate)
+	r := max(deliveryGain*float64(ok)/span.Seconds()+deliveryProbe, minRate)
+	// A second in which the driver sent under the pace it had (a process
+	// starved of CPU, demand that paused) says nothing about what EFS lets
+	// through: the pace does not fall on it (BBR's app-limited samples).
+	// A bucket whose rate falls is seen while the pace is used up.
+	if mean, top := d.win.paces(); float64(all+thr)/span.Seconds() < slowedTo*mean {
+		r = max(r, top)
+	}
+	d.win.setPace(r)
+	return r
 }
 
 // answered records one answer at now; throttled: EFS answered that it
@@ -168,6 +177,7 @@ func (d *delivery) answered(now, sentAt time.Time, throttled, waited bool, pendi
 			// bucket's burst delivers more than its rate.
 			d.engaged, d.testAt, d.sent0, d.deliv0 = true, now, 0, 0
 			d.engagedAt = now
+			d.win.clearPaces()
 			d.win.clearPost()
 			d.calmSince = time.Time{}
 			return fmt.Sprintf("engaged: %d of the last %d requests throttled (%d of them still in flight)", lthr, n, pending)
@@ -218,6 +228,8 @@ type window struct {
 	// engaged; postSum over the last windowBuckets buckets.
 	post    [historyBuckets]int
 	postSum int
+	// pace is the last pace given in each bucket (0: none).
+	pace [historyBuckets]float64
 }
 
 const (
@@ -250,7 +262,7 @@ func (w *window) roll(now time.Time) {
 		w.thrSum -= w.thr[leaving]
 		w.postSum -= w.post[leaving]
 		w.cur = (w.cur + 1) % historyBuckets
-		w.ok[w.cur], w.thr[w.cur], w.post[w.cur] = 0, 0, 0
+		w.ok[w.cur], w.thr[w.cur], w.post[w.cur], w.pace[w.cur] = 0, 0, 0, 0
 	}
 	w.start = w.start.Add(time.Duration(steps) * bucketLen)
 }
@@ -268,6 +280,27 @@ func (w *window) add(throttled, post bool) {
 		w.post[w.cur]++
 		w.postSum++
 	}
+}
+
+// setPace records the pace given now (after roll).
+func (w *window) setPace(r float64) { w.pace[w.cur] = r }
+
+// clearPaces forgets the paces given.
+func (w *window) clearPaces() { w.pace = [historyBuckets]float64{} }
+
+// paces is the mean and the largest of the paces given over the last
+// windowBuckets buckets, those in which one was given.
+func (w *window) paces() (mean, top float64) {
+	n := 0
+	for i := range windowBuckets {
+		if p := w.pace[(w.cur-i+historyBuckets)%historyBuckets]; p > 0 {
+			mean, top, n = mean+p, max(top, p), n+1
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return mean / float64(n), top
 }
 
 // clearPost counts every answer so far as to a request sent before the

@@ -291,6 +291,29 @@ func TestDeliveryBurstIntoABucketWastesFewRequests(t *testing.T) {
 	}
 }
 
+// A driver paced by a bucket of 20/s stops sending for a second (a
+// process starved of CPU, a pause in demand): the deliveries of that
+// second fall, and the pace followed them down and climbed back at about
+// 5% a second (a throttle-mix run: 10-15/s for 12 s with the bucket
+// passing 20/s). A second in which the driver sent under its pace is no
+// news about EFS: the pace holds, and the 3 s after the pause get the
+// bucket's rate.
+func TestDeliveryPauseDoesNotLowerThePace(t *testing.T) {
+	s := newSim(bucketServer(20, 20, 0.05, 17), true, 1, 100, -1)
+	pause := t0.Add(10 * time.Second)
+	s.run(t0, pause)
+	for _, w := range s.clients[0].workers {
+		if !w.inFlight {
+			w.busyUntil = pause.Add(time.Second)
+		}
+	}
+	end := pause.Add(4 * time.Second)
+	s.run(pause, end)
+	if got := s.clients[0].rate(pause.Add(time.Second), end); got < 0.9*20 {
+		t.Errorf("%.1f/s in the 3 s after a 1 s pause, want the bucket's 20/s", got)
+	}
+}
+
 // A token bucket the driver overruns: the paced driver gets the bucket's
 // whole rate, wasting few requests on throttles; with random throttles on
 // top, likewise.
