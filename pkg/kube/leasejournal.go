@@ -1,0 +1,709 @@
+package kube
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	coordinationv1api "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+)
+
+// The record in Leases (LeaseJournalStore): entries sharded by a hash of
+// their key into a fixed set of Lease objects, each entry an annotation.
+const (
+	// LeaseShards is the number of Lease objects of one owner's record. A
+	// power of two; fixed, since an entry's shard is its hash modulo it.
+	LeaseShards = 64
+	// annotationEntryPrefix starts the annotation of an entry:
+	// journal.efs.csi.aws.com/<40 hex digits of sha256(kind NUL fs NUL name)>.
+	annotationEntryPrefix = "journal.efs.csi.aws.com/"
+	// Annotations of a shard: the owner (the driver's name, unhashed), the
+	// shard's place ("i/n"), the epoch (random, drawn when the Lease is
+	// made) and the sequence number of its last write. An entry's version
+	// is "<epoch>.<seq>" of the write that last wrote it: unique within a
+	// Lease's life (seq only grows) and across lives (a new epoch).
+	annotationLeaseOwner = "efs.csi.aws.com/journal-owner"
+	annotationLeaseShard = "efs.csi.aws.com/journal-shard"
+	annotationLeaseEpoch = "efs.csi.aws.com/journal-epoch"
+	annotationLeaseSeq   = "efs.csi.aws.com/journal-seq"
+	// MaxLeaseShardBytes is what a shard's entries may take: the API
+	// server refuses an object whose annotations (keys and values) exceed
+	// 256 KiB; 4 KiB are left for the shard's own annotations.
+	MaxLeaseShardBytes = 256<<10 - 4<<10
+	// leaseListPage is the Leases one list request answers: at most 1 MiB.
+	leaseListPage = 4
+	// leaseCallTimeout bounds one request of a commit, which no caller's
+	// context bounds (it serves many).
+	leaseCallTimeout = 30 * time.Second
+)
+
+// Journal client rate defaults (--journal-kube-api-qps, -burst): the
+// journal's own budget, apart from the collector's reads. Each request
+// carries every operation queued on its shard meanwhile (group commit), so
+// a busier controller sends fuller requests, not more of them.
+const (
+	DefaultJournalQPS   = 300
+	DefaultJournalBurst = 600
+)
+
+// LeaseJournalStore is the journal's store in Leases (coordination.k8s.io/v1)
+// of namespace, shared by every replica: what upstream's RBAC grants the
+// controller (leases: get, list, watch, create, update, delete), where
+// ConfigMaps are only get.
+//
+// Layout: LeaseShards Leases efs-csi-journal-<8 hex digits of
+// sha256(owner)>-<shard, 2 hex digits>, labelled LabelJournalOwner; an
+// entry lives in shard sha256(kind NUL fs NUL name) mod LeaseShards, as
+// the annotation journal.efs.csi.aws.com/<40 hex digits of that hash>,
+// whose value is a JSON header (kind, file system, name, index, version)
+// and, after a newline, the value (base64 when it is not UTF-8).
+//
+// Writes are group commits: every operation on a shard waits in the
+// shard's queue; one committer per shard takes all that are queued, applies
+// them in order to the shard as last read or written (each checked against
+// its entry's own version: the per-key compare-and-swap), and writes the
+// Lease once, with its resourceVersion as precondition. A conflict (another
+// replica wrote the shard) reads it again and applies the batch again. So
+// the operations of a batch all take effect at the write, or none does.
+//
+// Reads (Get) queue too: a batch with a write answers them from the state
+// it wrote; a batch of reads is answered by one quorum GET of the Lease,
+// started after each of them was queued. Both are linearizable, and
+// concurrent reads of one shard share one request. List is a quorum list
+// of the Leases, in pages.
+//
+// Limits: a shard's entries take at most MaxLeaseShardBytes; an operation
+// that would exceed it fails (definitively) and names the shard.
+func (c *Client) LeaseJournalStore(namespace, owner string) journal.Store {
+	qps, burst := c.journalRate()
+	s := &leaseStore{leases: c.journalLeases().Leases(namespace), ns: namespace, owner: owner,
+		ownerLabel: labelValueOf(owner), page: pageSize, ownerHash: ownerHash(owner),
+		limiter: flowcontrol.NewTokenBucketRateLimiter(qps, burst)}
+	for i := range s.shards {
+		s.shards[i].name = fmt.Sprintf("efs-csi-journal-%s-%02x", s.ownerHash, i)
+		s.shards[i].index = i
+	}
+	return s
+}
+
+func ownerHash(owner string) string {
+	sum := sha256.Sum256([]byte(owner))
+	return hex.EncodeToString(sum[:4])
+}
+
+// LeaseJournalStats are a Lease store's requests so far, for benchmarks.
+type LeaseJournalStats struct {
+	Gets, Lists, Creates, Updates int64 // requests sent
+	Conflicts                         int64 // writes refused for a changed resourceVersion
+	Operations                        int64 // Store calls answered through the queues
+	BytesWritten                      int64 // annotation bytes of the Leases written
+}
+
+// LeaseJournalStatsOf returns the counters of a store LeaseJournalStore
+// made (ok false for another store).
+func LeaseJournalStatsOf(s journal.Store) (LeaseJournalStats, bool) {
+	ls, ok := s.(*leaseStore)
+	if !ok {
+		return LeaseJournalStats{}, false
+	}
+	return LeaseJournalStats{Gets: ls.stats.gets.Load(), Lists: ls.stats.lists.Load(), Creates: ls.stats.creates.Load(),
+		Updates: ls.stats.updates.Load(), Conflicts: ls.stats.conflicts.Load(), Operations: ls.stats.ops.Load(),
+		BytesWritten: ls.stats.bytes.Load()}, true
+}
+
+type leaseStore struct {
+	leases     coordinationv1.LeaseInterface
+	ns, owner  string
+	ownerLabel string
+	ownerHash  string
+	page       int64
+	limiter    flowcontrol.RateLimiter
+	shards     [LeaseShards]leaseShard
+	stats      struct {
+		gets, lists, creates, updates, conflicts, ops, bytes atomic.Int64
+	}
+}
+
+// leaseShard is one Lease: its queue and what this process last knew of it.
+type leaseShard struct {
+	name  string
+	index int
+
+	mu      sync.Mutex
+	queue   []*leaseOp
+	running bool // a committer is draining queue
+	// known: cur is the Lease as last read or written (nil: there was
+	// none). A write whose outcome is unknown forgets it.
+	known bool
+	cur   *coordinationv1api.Lease
+}
+
+type opKind int
+
+const (
+	opGet opKind = iota
+	opCreate
+	opUpdate
+	opDelete
+)
+
+type leaseOp struct {
+	kind opKind
+	e    journal.Entry
+	ann  string // the entry's annotation
+	// queued: when it entered the queue; a read answers it only if the
+	// read was sent after.
+	done      chan leaseResult
+	abandoned atomic.Bool // its caller is gone: skip it if not yet taken
+}
+
+type leaseResult struct {
+	e   journal.Entry
+	err error
+}
+
+// PageSize is the most entries one call of List's fn gets.
+func (s *leaseStore) PageSize() int { return int(s.page) }
+
+// entryAnnotation is the annotation and shard of key k.
+func entryAnnotation(k journal.Key) (string, int) {
+	h := sha256.New()
+	h.Write([]byte(k.Kind))
+	h.Write([]byte{0})
+	h.Write([]byte(k.FileSystem))
+	h.Write([]byte{0})
+	h.Write([]byte(k.Name))
+	sum := h.Sum(nil)
+	return annotationEntryPrefix + hex.EncodeToString(sum)[:40], int(sum[0]) % LeaseShards
+}
+
+// entryHeader is the first line of an entry's annotation. A name or value
+// that is not UTF-8 (the API keeps strings only) is stored in base64.
+type entryHeader struct {
+	Kind       string `json:"k"`
+	FileSystem string `json:"f"`
+	Name       string `json:"n,omitempty"`
+	NameB64    bool   `json:"nb,omitempty"`
+	Index      string `json:"i,omitempty"`
+	Version    string `json:"v"`
+	ValueB64   bool   `json:"vb,omitempty"`
+}
+
+func encodeEntry(e journal.Entry) string {
+	h := entryHeader{Kind: string(e.Key.Kind), FileSystem: e.Key.FileSystem, Name: e.Key.Name, Index: e.Index, Version: e.Version}
+	if !utf8.ValidString(h.Name) {
+		h.Name, h.NameB64 = base64.StdEncoding.EncodeToString([]byte(h.Name)), true
+	}
+	v := string(e.Value)
+	if !utf8.Valid(e.Value) {
+		v, h.ValueB64 = base64.StdEncoding.EncodeToString(e.Value), true
+	}
+	b, _ := json.Marshal(&h) // strings only: cannot fail
+	return string(b) + "\n" + v
+}
+
+func decodeEntry(s string) (journal.Entry, error) {
+	head, v, ok := strings.Cut(s, "\n")
+	if !ok {
+		return journal.Entry{}, errors.New("no header line")
+	}
+	var h entryHeader
+	if err := json.Unmarshal([]byte(head), &h); err != nil {
+		return journal.Entry{}, err
+	}
+	if h.NameB64 {
+		b, err := base64.StdEncoding.DecodeString(h.Name)
+		if err != nil {
+			return journal.Entry{}, err
+		}
+		h.Name = string(b)
+	}
+	value := []byte(v)
+	if h.ValueB64 {
+		var err error
+		if value, err = base64.StdEncoding.DecodeString(v); err != nil {
+			return journal.Entry{}, err
+		}
+	}
+	return journal.Entry{Key: journal.Key{Kind: journal.Kind(h.Kind), FileSystem: h.FileSystem, Name: h.Name},
+		Value: value, Index: h.Index, Version: h.Version}, nil
+}
+
+func (s *leaseStore) Get(ctx context.Context, k journal.Key) (journal.Entry, error) {
+	return s.do(ctx, opGet, journal.Entry{Key: k})
+}
+
+func (s *leaseStore) Create(ctx context.Context, e journal.Entry) (journal.Entry, error) {
+	return s.do(ctx, opCreate, e)
+}
+
+func (s *leaseStore) Update(ctx context.Context, e journal.Entry) (journal.Entry, error) {
+	return s.do(ctx, opUpdate, e)
+}
+
+func (s *leaseStore) Delete(ctx context.Context, e journal.Entry) error {
+	_, err := s.do(ctx, opDelete, e)
+	return err
+}
+
+// do queues an operation on its shard and waits for its answer. A caller
+// whose context ends first gets ErrUnavailable: its operation may still be
+// in a write under way.
+func (s *leaseStore) do(ctx context.Context, kind opKind, e journal.Entry) (journal.Entry, error) {
+	if s.ns == "" {
+		return journal.Entry{}, errors.New("kube: journal: no namespace for the journal's Leases")
+	}
+	if err := ctx.Err(); err != nil {
+		return journal.Entry{}, fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, e.Key, err)
+	}
+	ann, i := entryAnnotation(e.Key)
+	op := &leaseOp{kind: kind, e: e, ann: ann, done: make(chan leaseResult, 1)}
+	sh := &s.shards[i]
+	sh.mu.Lock()
+	sh.queue = append(sh.queue, op)
+	if !sh.running {
+		sh.running = true
+		go s.commitLoop(sh)
+	}
+	sh.mu.Unlock()
+	select {
+	case r := <-op.done:
+		return r.e, r.err
+	case <-ctx.Done():
+		op.abandoned.Store(true)
+		return journal.Entry{}, fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, e.Key, ctx.Err())
+	}
+}
+
+// commitLoop drains sh's queue, a batch at a time, until it is empty. It
+// waits for the rate limiter before it takes a batch, so that what is
+// queued meanwhile joins it: above the rate, batches grow instead of
+// requests.
+func (s *leaseStore) commitLoop(sh *leaseShard) {
+	for {
+		_ = s.limiter.Wait(context.Background()) // no deadline: never fails
+		sh.mu.Lock()
+		var batch []*leaseOp
+		for _, op := range sh.queue {
+			if !op.abandoned.Load() {
+				batch = append(batch, op)
+			}
+		}
+		sh.queue = nil
+		if len(batch) == 0 {
+			sh.running = false
+			sh.mu.Unlock()
+			return
+		}
+		known, cur := sh.known, sh.cur
+		sh.mu.Unlock()
+		s.stats.ops.Add(int64(len(batch)))
+		s.commit(sh, batch, known, cur)
+	}
+}
+
+// commit answers every operation of batch, starting from cur (the shard as
+// last known, if known). The limiter's token for the first request is
+// already taken.
+func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *coordinationv1api.Lease) {
+	token := true
+	wait := func() {
+		if !token {
+			_ = s.limiter.Wait(context.Background())
+		}
+		token = false
+	}
+	// fresh: cur was read by a request sent after every op of batch was
+	// queued, so it answers reads and failed checks linearizably.
+	fresh := false
+	for {
+		if !known {
+			wait()
+			l, err := s.getShard(sh)
+			if err != nil {
+				s.answerAll(batch, err)
+				return
+			}
+			known, cur, fresh = true, l, true
+			s.remember(sh, true, cur)
+		}
+		results, next, size, changed := s.apply(sh, cur, batch)
+		if !changed {
+			if fresh {
+				s.answer(batch, results)
+				return
+			}
+			known = false // read it now: what it says may be stale
+			continue
+		}
+		if size > MaxLeaseShardBytes {
+			// apply drops what does not fit, one op at a time; a batch that
+			// still does not fit cannot be written.
+			s.answerAll(batch, fmt.Errorf("kube: journal: Lease %s/%s would hold %d bytes of entries, over %d", s.ns, sh.name, size, MaxLeaseShardBytes))
+			return
+		}
+		wait()
+		written, err := s.writeShard(sh, cur, next)
+		switch {
+		case err == nil:
+			s.remember(sh, true, written)
+			for i, r := range results {
+				if r.err == nil && batch[i].kind != opDelete {
+					r.e.Version = entryVersion(written, batch[i].ann, r.e.Version)
+					results[i] = r
+				}
+			}
+			s.answer(batch, results)
+			return
+		case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err), apierrors.IsNotFound(err) && cur != nil:
+			s.stats.conflicts.Add(1)
+			known = false // another replica wrote it: read it and apply again
+		default:
+			// The outcome is unknown (or the write was refused): forget
+			// the shard, so that the next batch reads it first.
+			s.remember(sh, false, nil)
+			s.answerAll(batch, s.failed("write", sh.name, err))
+			return
+		}
+	}
+}
+
+// entryVersion is the version the written Lease holds for annotation ann
+// (the one apply set; read back to be sure of what the server stored).
+func entryVersion(l *coordinationv1api.Lease, ann, fallback string) string {
+	if v, ok := l.Annotations[ann]; ok {
+		if e, err := decodeEntry(v); err == nil {
+			return e.Version
+		}
+	}
+	return fallback
+}
+
+func (s *leaseStore) remember(sh *leaseShard, known bool, l *coordinationv1api.Lease) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !known || !sh.known || sh.cur == nil || l == nil || newer(l.ResourceVersion, sh.cur.ResourceVersion) {
+		sh.known, sh.cur = known, l
+	}
+}
+
+// newer reports whether resourceVersion a is later than b. They are etcd's
+// revisions (integers); if either is not, a is taken as later (a stale
+// Lease only costs a conflict: writes compare resourceVersions).
+func newer(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA != nil || errB != nil || x >= y
+}
+
+// apply applies batch to cur (nil: no Lease yet) in order, each op checked
+// against its entry's version. It returns each op's answer (versions of
+// writes still to be set), the Lease to write if any op changed it, and
+// the size its entries would take.
+func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch []*leaseOp) ([]leaseResult, *coordinationv1api.Lease, int, bool) {
+	var ann map[string]string
+	epoch, seq := "", uint64(0)
+	if cur != nil {
+		ann = cur.Annotations
+		epoch = ann[annotationLeaseEpoch]
+		seq, _ = strconv.ParseUint(ann[annotationLeaseSeq], 10, 64)
+	}
+	if epoch == "" {
+		epoch = rand.Text()[:12]
+	}
+	version := epoch + "." + strconv.FormatUint(seq+1, 10)
+	next := maps.Clone(ann)
+	if next == nil {
+		next = map[string]string{}
+	}
+	size := 0
+	for k, v := range next {
+		if strings.HasPrefix(k, annotationEntryPrefix) {
+			size += len(k) + len(v)
+		}
+	}
+	results := make([]leaseResult, len(batch))
+	changed := false
+	for i, op := range batch {
+		var found journal.Entry
+		raw, exists := next[op.ann]
+		if exists {
+			var err error
+			if found, err = decodeEntry(raw); err != nil || found.Key != op.e.Key {
+				results[i].err = fmt.Errorf("kube: journal: %s: annotation %s of Lease %s/%s holds another entry (a hash collision?)", op.e.Key, op.ann, s.ns, sh.name)
+				continue
+			}
+		}
+		switch op.kind {
+		case opGet:
+			if !exists {
+				results[i].err = fmt.Errorf("%w: %s", journal.ErrNotFound, op.e.Key)
+				continue
+			}
+			results[i].e = found
+			continue
+		case opCreate:
+			if exists {
+				results[i] = leaseResult{e: found, err: fmt.Errorf("%w: %s", journal.ErrExists, op.e.Key)}
+				continue
+			}
+		case opUpdate:
+			if !exists {
+				results[i].err = fmt.Errorf("%w: %s", journal.ErrNotFound, op.e.Key)
+				continue
+			}
+			if op.e.Version != found.Version {
+				results[i].err = fmt.Errorf("%w: %s: version %q, now %q", journal.ErrConflict, op.e.Key, op.e.Version, found.Version)
+				continue
+			}
+		case opDelete:
+			if !exists {
+				continue // gone already
+			}
+			if op.e.Version != found.Version {
+				results[i].err = fmt.Errorf("%w: %s: version %q, now %q", journal.ErrConflict, op.e.Key, op.e.Version, found.Version)
+				continue
+			}
+			size -= len(op.ann) + len(raw)
+			delete(next, op.ann)
+			changed = true
+			continue
+		}
+		e := journal.Entry{Key: op.e.Key, Value: op.e.Value, Index: op.e.Index, Version: version}
+		v := encodeEntry(e)
+		grown := size - len(raw)*btoi(exists) - len(op.ann)*btoi(exists) + len(op.ann) + len(v)
+		if grown > MaxLeaseShardBytes {
+			results[i].err = fmt.Errorf("kube: journal: %s: Lease %s/%s holds %d bytes of entries: no room for %d more (at most %d; docs/design.md, The record)",
+				op.e.Key, s.ns, sh.name, size, len(op.ann)+len(v), MaxLeaseShardBytes)
+			continue
+		}
+		size = grown
+		next[op.ann] = v
+		results[i].e = e
+		changed = true
+	}
+	if !changed {
+		return results, nil, size, false
+	}
+	next[annotationLeaseOwner] = s.owner
+	next[annotationLeaseShard] = fmt.Sprintf("%d/%d", sh.index, LeaseShards)
+	next[annotationLeaseEpoch] = epoch
+	next[annotationLeaseSeq] = strconv.FormatUint(seq+1, 10)
+	l := &coordinationv1api.Lease{ObjectMeta: metav1.ObjectMeta{Name: sh.name, Namespace: s.ns,
+		Labels: map[string]string{LabelJournalOwner: s.ownerLabel}, Annotations: next}}
+	if cur != nil {
+		l.ResourceVersion = cur.ResourceVersion
+		l.Spec = cur.Spec
+		l.Labels = maps.Clone(cur.Labels)
+		if l.Labels == nil {
+			l.Labels = map[string]string{}
+		}
+		l.Labels[LabelJournalOwner] = s.ownerLabel
+	}
+	return results, l, size, true
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (s *leaseStore) answer(batch []*leaseOp, results []leaseResult) {
+	for i, op := range batch {
+		op.done <- results[i]
+	}
+}
+
+func (s *leaseStore) answerAll(batch []*leaseOp, err error) {
+	for _, op := range batch {
+		op.done <- leaseResult{err: fmt.Errorf("%s: %w", op.e.Key, err)}
+	}
+}
+
+// getShard reads the shard's Lease (nil: none) from etcd (a quorum read).
+func (s *leaseStore) getShard(sh *leaseShard) (*coordinationv1api.Lease, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	s.stats.gets.Add(1)
+	l, err := s.leases.Get(ctx, sh.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.failed("get", sh.name, err)
+	}
+	if err := s.ours(l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// ours checks that l is a shard of this store's owner.
+func (s *leaseStore) ours(l *coordinationv1api.Lease) error {
+	if o, ok := l.Annotations[annotationLeaseOwner]; ok && o != s.owner {
+		return fmt.Errorf("kube: journal: Lease %s/%s is a shard of %q's record, not %q's", s.ns, l.Name, o, s.owner)
+	}
+	return nil
+}
+
+// writeShard creates the Lease (cur nil) or updates it with cur's
+// resourceVersion as precondition.
+func (s *leaseStore) writeShard(sh *leaseShard, cur, next *coordinationv1api.Lease) (*coordinationv1api.Lease, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	n := 0
+	for k, v := range next.Annotations {
+		n += len(k) + len(v)
+	}
+	s.stats.bytes.Add(int64(n))
+	if cur == nil {
+		s.stats.creates.Add(1)
+		return s.leases.Create(ctx, next, metav1.CreateOptions{})
+	}
+	s.stats.updates.Add(1)
+	return s.leases.Update(ctx, next, metav1.UpdateOptions{})
+}
+
+func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index string, fn func([]journal.Entry) error) error {
+	if s.ns == "" {
+		return errors.New("kube: journal: no namespace for the journal's Leases")
+	}
+	sel := labels.SelectorFromValidatedSet(labels.Set{LabelJournalOwner: s.ownerLabel}).String()
+	opts := metav1.ListOptions{LabelSelector: sel, Limit: leaseListPage}
+	seen := map[string]bool{}
+	restarts := 0
+	page := make([]journal.Entry, 0, s.page)
+	flush := func() error {
+		if len(page) == 0 {
+			return nil
+		}
+		err := fn(page)
+		page = make([]journal.Entry, 0, s.page)
+		return err
+	}
+	for {
+		if err := s.limiter.Wait(ctx); err != nil {
+			return fmt.Errorf("%w: kube: journal: list Leases in %s: %w", journal.ErrUnavailable, s.ns, err)
+		}
+		s.stats.lists.Add(1)
+		l, err := s.leases.List(ctx, opts)
+		if err != nil && opts.Continue != "" && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) && restarts < maxListRestarts {
+			restarts++
+			opts.Continue = ""
+			continue
+		}
+		if err != nil {
+			return s.failed("list", "", err)
+		}
+		for i := range l.Items {
+			lease := &l.Items[i]
+			if seen[lease.Name] || !strings.HasPrefix(lease.Name, "efs-csi-journal-"+s.ownerHash+"-") || s.ours(lease) != nil {
+				continue
+			}
+			seen[lease.Name] = true
+			for k, v := range lease.Annotations {
+				if !strings.HasPrefix(k, annotationEntryPrefix) {
+					continue
+				}
+				e, err := decodeEntry(v)
+				if err != nil || e.Key.Kind != kind || fs != "" && e.Key.FileSystem != fs || index != "" && e.Index != index {
+					continue
+				}
+				if a, _ := entryAnnotation(e.Key); a != k {
+					continue // not where its key puts it: not an entry of this store
+				}
+				page = append(page, e)
+				if len(page) == int(s.page) {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if l.Continue == "" {
+			return flush()
+		}
+		opts.Continue = l.Continue
+	}
+}
+
+// failed is the error of a request (verb on Lease name, "" for the
+// collection) the API server did not serve.
+func (s *leaseStore) failed(verb, name string, err error) error {
+	what := fmt.Sprintf("kube: journal: %s Lease %s/%s", verb, s.ns, name)
+	if name == "" {
+		what = fmt.Sprintf("kube: journal: %s Leases in %s", verb, s.ns)
+	}
+	if verb == "write" {
+		verb = "create and update"
+	}
+	switch {
+	case unavailable(err):
+		return fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, what, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("%s: the controller's service account may not %s leases (coordination.k8s.io) in namespace %s: grant them (the chart's Role efs-csi-external-provisioner-leases, or upstream's ClusterRole efs-csi-external-provisioner-role do): %w",
+			what, verb, s.ns, err)
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("%s: the API server did not accept the controller's credentials: %w", what, err)
+	case apierrors.IsInvalid(err):
+		return fmt.Errorf("%s: the API server refused the shard: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// journalRate is the journal's client-side rate (SetJournalRate).
+func (c *Client) journalRate() (float32, int) {
+	c.rateMu.Lock()
+	defer c.rateMu.Unlock()
+	return cmp.Or(c.qps, DefaultJournalQPS), cmp.Or(c.burst, DefaultJournalBurst)
+}
+
+// journalCore is CoreV1 for the ConfigMaps store, limited by client-go at
+// the journal's rate.
+func (c *Client) journalCore() corev1.CoreV1Interface {
+	jc := rest.CopyConfig(c.journalConfig)
+	qps, burst := c.journalRate()
+	jc.QPS, jc.Burst = qps, burst
+	cs, err := corev1.NewForConfig(jc)
+	if err != nil {
+		panic(fmt.Sprintf("kube: a configuration NewForConfig accepted: %v", err)) // validated in NewForConfig
+	}
+	return cs
+}
+
+// journalLeases is CoordinationV1 for the Lease store, which paces itself
+// (a batch waits for its token before it is taken): client-go's limiter
+// would only delay requests already built.
+func (c *Client) journalLeases() coordinationv1.CoordinationV1Interface {
+	jc := rest.CopyConfig(c.journalConfig)
+	jc.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	cs, err := coordinationv1.NewForConfig(jc)
+	if err != nil {
+		panic(fmt.Sprintf("kube: a configuration NewForConfig accepted: %v", err))
+	}
+	return cs
+}
