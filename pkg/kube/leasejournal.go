@@ -116,9 +116,9 @@ func ownerHash(owner string) string {
 // LeaseJournalStats are a Lease store's requests so far, for benchmarks.
 type LeaseJournalStats struct {
 	Gets, Lists, Creates, Updates int64 // requests sent
-	Conflicts                         int64 // writes refused for a changed resourceVersion
-	Operations                        int64 // Store calls answered through the queues
-	BytesWritten                      int64 // annotation bytes of the Leases written
+	Conflicts                     int64 // writes refused for a changed resourceVersion
+	Operations                    int64 // Store calls answered through the queues
+	BytesWritten                  int64 // annotation bytes of the Leases written
 }
 
 // LeaseJournalStatsOf returns the counters of a store LeaseJournalStore
