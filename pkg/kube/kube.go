@@ -38,6 +38,9 @@ type Config struct {
 	URL       string // https://host:port
 	TokenFile string
 	CAFile    string
+	// The journal's client-side rate (SetJournalRate); 0: the default.
+	JournalQPS   float32
+	JournalBurst int
 }
 
 // Configured reports whether there is an API server to talk to: a URL was
@@ -101,12 +104,17 @@ func New(cfg Config) (*Client, error) {
 	if _, err := os.Stat(cfg.TokenFile); err != nil {
 		return nil, fmt.Errorf("kube: token: %w", err)
 	}
-	return NewForConfig(&rest.Config{
+	c, err := NewForConfig(&rest.Config{
 		Host: cfg.URL,
 		// client-go re-reads the file: projected service account tokens rotate.
 		BearerTokenFile: cfg.TokenFile,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: cfg.CAFile},
 	})
+	if err != nil {
+		return nil, err
+	}
+	c.SetJournalRate(cfg.JournalQPS, cfg.JournalBurst)
+	return c, nil
 }
 
 // NewForConfig builds a client on rc (a kubeconfig's, LoadConfig), with
