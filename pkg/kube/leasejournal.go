@@ -35,10 +35,10 @@ import (
 const (
 	// LeaseShards is the number of Lease objects of one owner's record. A
 	// power of two; fixed, since an entry's shard is its hash modulo it.
-	LeaseShards = 64
+	LeaseShards = 32
 	// annotationEntryPrefix starts the annotation of an entry:
-	// journal.efs.csi.aws.com/<40 hex digits of sha256(kind NUL fs NUL name)>.
-	annotationEntryPrefix = "journal.efs.csi.aws.com/"
+	// j.efs.csi.aws.com/<32 hex digits of sha256(kind NUL fs NUL name)>.
+	annotationEntryPrefix = "j.efs.csi.aws.com/"
 	// Annotations of a shard: the owner (the driver's name, unhashed), the
 	// shard's place ("i/n"), the epoch (random, drawn when the Lease is
 	// made) and the sequence number of its last write. An entry's version
@@ -76,7 +76,7 @@ const (
 // Layout: LeaseShards Leases efs-csi-journal-<8 hex digits of
 // sha256(owner)>-<shard, 2 hex digits>, labelled LabelJournalOwner; an
 // entry lives in shard sha256(kind NUL fs NUL name) mod LeaseShards, as
-// the annotation journal.efs.csi.aws.com/<40 hex digits of that hash>,
+// the annotation j.efs.csi.aws.com/<32 hex digits of that hash>,
 // whose value is a JSON header (kind, file system, name, index, version)
 // and, after a newline, the value (base64 when it is not UTF-8).
 //
@@ -196,7 +196,7 @@ func entryAnnotation(k journal.Key) (string, int) {
 	h.Write([]byte{0})
 	h.Write([]byte(k.Name))
 	sum := h.Sum(nil)
-	return annotationEntryPrefix + hex.EncodeToString(sum)[:40], int(sum[0]) % LeaseShards
+	return annotationEntryPrefix + hex.EncodeToString(sum)[:32], int(sum[31]) % LeaseShards
 }
 
 // entryHeader is the first line of an entry's annotation. A name or value
@@ -431,7 +431,7 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 		seq, _ = strconv.ParseUint(ann[annotationLeaseSeq], 10, 64)
 	}
 	if epoch == "" {
-		epoch = rand.Text()[:12]
+		epoch = rand.Text()[:8]
 	}
 	version := epoch + "." + strconv.FormatUint(seq+1, 10)
 	next := maps.Clone(ann)
@@ -625,6 +625,7 @@ func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index stri
 				continue
 			}
 			seen[lease.Name] = true
+			s.warm(lease)
 			for k, v := range lease.Annotations {
 				if !strings.HasPrefix(k, annotationEntryPrefix) {
 					continue
@@ -648,6 +649,22 @@ func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index stri
 			return flush()
 		}
 		opts.Continue = l.Continue
+	}
+}
+
+// warm keeps l, a shard read by a List, as the shard's state if nothing
+// is known of it yet: its next write then needs no read first (a stale
+// state costs a conflict, never a lost write).
+func (s *leaseStore) warm(l *coordinationv1api.Lease) {
+	i, err := strconv.ParseUint(strings.TrimPrefix(l.Name, "efs-csi-journal-"+s.ownerHash+"-"), 16, 8)
+	if err != nil || int(i) >= LeaseShards || s.shards[i].name != l.Name {
+		return
+	}
+	sh := &s.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.known {
+		sh.known, sh.cur = true, l.DeepCopy()
 	}
 }
 

@@ -126,7 +126,7 @@ func TestLeaseJournalGroupCommit(t *testing.T) {
 	}
 	for _, l := range k.Leases(journalNS) {
 		for a := range l.Annotations {
-			if strings.HasPrefix(a, "journal.efs.csi.aws.com/") {
+			if strings.HasPrefix(a, "j.efs.csi.aws.com/") {
 				t.Errorf("Lease %s still holds %s", l.Name, a)
 			}
 		}
