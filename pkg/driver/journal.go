@@ -79,7 +79,7 @@ func journalStore(ctx context.Context, cfg Config, kc *kube.Client) (journal.Sto
 		return kc.JournalStore(ns, cfg.DriverName), nil
 	}
 	store := kc.LeaseJournalStore(ns, cfg.DriverName)
-	cfg.Logger.Info("the record is kept in Leases", slog.String("namespace", ns), slog.Int("shards", kube.LeaseShards))
+	cfg.Logger.Info("the record is kept in Leases", slog.String("namespace", ns), slog.Int("rootShards", kube.RootShards))
 	if err := importFile(ctx, cfg, fileDir, store); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -31,29 +32,48 @@ import (
 )
 
 // The record in Leases (LeaseJournalStore): entries sharded by a hash of
-// their key into a fixed set of Lease objects, each entry an annotation.
+// their key into Lease objects that split as they fill (extendible
+// hashing), each entry an annotation.
 const (
-	// LeaseShards is the number of Lease objects of one owner's record. A
-	// power of two; fixed, since an entry's shard is its hash modulo it.
-	LeaseShards = 32
+	// RootShards is the number of shards a record starts with: the Leases
+	// of depth rootDepth. Few, so that concurrent operations share writes.
+	RootShards = 1 << rootDepth
+	rootDepth  = 3
+	// maxDepth bounds splitting (2^24 shards).
+	maxDepth = 24
+	// SplitBytes is the size of a shard's entries over which it splits in
+	// two: what one write of a shard sends is bounded by about this, however
+	// large the record grows.
+	SplitBytes = 64 << 10
 	// annotationEntryPrefix starts the annotation of an entry:
 	// j.efs.csi.aws.com/<32 hex digits of sha256(kind NUL fs NUL name)>.
 	annotationEntryPrefix = "j.efs.csi.aws.com/"
 	// Annotations of a shard: the owner (the driver's name, unhashed), the
-	// shard's place ("i/n"), the epoch (random, drawn when the Lease is
-	// made) and the sequence number of its last write. An entry's version
-	// is "<epoch>.<seq>" of the write that last wrote it: unique within a
-	// Lease's life (seq only grows) and across lives (a new epoch).
+	// shard's place ("depth/prefix"), the epoch (random, drawn when the
+	// Lease is made) and the sequence number of its last write. An entry's
+	// version is "<epoch>.<seq>" of the write that last wrote it: unique
+	// within a Lease's life (seq only grows) and across lives (a new epoch);
+	// an entry moved by a split keeps its version.
 	annotationLeaseOwner = "efs.csi.aws.com/journal-owner"
 	annotationLeaseShard = "efs.csi.aws.com/journal-shard"
 	annotationLeaseEpoch = "efs.csi.aws.com/journal-epoch"
 	annotationLeaseSeq   = "efs.csi.aws.com/journal-seq"
+	// annotationLeaseSplit is "frozen" on a shard being split (no write
+	// but the split's own) and "done" on one whose entries are in its two
+	// children (depth+1, prefix*2 and prefix*2+1), which are written from
+	// then on; annotationLeaseFrom on a child names the frozen parent it
+	// was made from ("name@resourceVersion").
+	annotationLeaseSplit = "efs.csi.aws.com/journal-split"
+	annotationLeaseFrom  = "efs.csi.aws.com/journal-from"
+	splitFrozen          = "frozen"
+	splitDone            = "done"
 	// MaxLeaseShardBytes is what a shard's entries may take: the API
 	// server refuses an object whose annotations (keys and values) exceed
 	// 256 KiB; 4 KiB are left for the shard's own annotations.
 	MaxLeaseShardBytes = 256<<10 - 4<<10
-	// leaseListPage is the Leases one list request answers: at most 1 MiB.
-	leaseListPage = 4
+	// leaseListPage is the Leases one list request answers: at most about
+	// 1 MiB (split shards hold at most about SplitBytes each).
+	leaseListPage = 16
 	// leaseCallTimeout bounds one request of a commit, which no caller's
 	// context bounds (it serves many).
 	leaseCallTimeout = 30 * time.Second
@@ -98,14 +118,15 @@ const (
 // that would exceed it fails (definitively) and names the shard.
 func (c *Client) LeaseJournalStore(namespace, owner string) journal.Store {
 	qps, burst := c.journalRate()
-	s := &leaseStore{leases: c.journalLeases().Leases(namespace), ns: namespace, owner: owner,
+	return &leaseStore{leases: c.journalLeases().Leases(namespace), ns: namespace, owner: owner,
 		ownerLabel: labelValueOf(owner), page: pageSize, ownerHash: ownerHash(owner),
-		limiter: flowcontrol.NewTokenBucketRateLimiter(qps, burst)}
-	for i := range s.shards {
-		s.shards[i].name = fmt.Sprintf("efs-csi-journal-%s-%02x", s.ownerHash, i)
-		s.shards[i].index = i
-	}
-	return s
+		limiter: flowcontrol.NewTokenBucketRateLimiter(qps, burst), shards: map[shardID]*leaseShard{}}
+}
+
+// LeaseShardName is the Lease of the shard of owner's record at depth
+// and prefix (the top depth bits of an entry's hash).
+func LeaseShardName(owner string, depth int, prefix uint64) string {
+	return fmt.Sprintf("efs-csi-journal-%s-%d-%x", ownerHash(owner), depth, prefix)
 }
 
 func ownerHash(owner string) string {
@@ -117,6 +138,7 @@ func ownerHash(owner string) string {
 type LeaseJournalStats struct {
 	Gets, Lists, Creates, Updates int64 // requests sent
 	Conflicts                     int64 // writes refused for a changed resourceVersion
+	Splits                        int64 // shards this store split
 	Operations                    int64 // Store calls answered through the queues
 	BytesWritten                  int64 // annotation bytes of the Leases written
 }
@@ -130,7 +152,7 @@ func LeaseJournalStatsOf(s journal.Store) (LeaseJournalStats, bool) {
 	}
 	return LeaseJournalStats{Gets: ls.stats.gets.Load(), Lists: ls.stats.lists.Load(), Creates: ls.stats.creates.Load(),
 		Updates: ls.stats.updates.Load(), Conflicts: ls.stats.conflicts.Load(), Operations: ls.stats.ops.Load(),
-		BytesWritten: ls.stats.bytes.Load()}, true
+		BytesWritten: ls.stats.bytes.Load(), Splits: ls.stats.splits.Load()}, true
 }
 
 type leaseStore struct {
@@ -140,16 +162,34 @@ type leaseStore struct {
 	ownerHash  string
 	page       int64
 	limiter    flowcontrol.RateLimiter
-	shards     [LeaseShards]leaseShard
+	mu         sync.Mutex
+	shards     map[shardID]*leaseShard
 	stats      struct {
-		gets, lists, creates, updates, conflicts, ops, bytes atomic.Int64
+		gets, lists, creates, updates, conflicts, ops, bytes, splits atomic.Int64
 	}
+}
+
+type shardID struct {
+	depth  int
+	prefix uint64
+}
+
+// shard is the shard at id, made on first use.
+func (s *leaseStore) shard(id shardID) *leaseShard {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sh := s.shards[id]
+	if sh == nil {
+		sh = &leaseShard{id: id, name: fmt.Sprintf("efs-csi-journal-%s-%d-%x", s.ownerHash, id.depth, id.prefix)}
+		s.shards[id] = sh
+	}
+	return sh
 }
 
 // leaseShard is one Lease: its queue and what this process last knew of it.
 type leaseShard struct {
-	name  string
-	index int
+	name string
+	id   shardID
 
 	mu      sync.Mutex
 	queue   []*leaseOp
@@ -170,11 +210,10 @@ const (
 )
 
 type leaseOp struct {
-	kind opKind
-	e    journal.Entry
-	ann  string // the entry's annotation
-	// queued: when it entered the queue; a read answers it only if the
-	// read was sent after.
+	kind      opKind
+	e         journal.Entry
+	ann       string // the entry's annotation
+	bits      uint64 // the entry's hash, whose top bits pick its shard
 	done      chan leaseResult
 	abandoned atomic.Bool // its caller is gone: skip it if not yet taken
 }
@@ -187,8 +226,9 @@ type leaseResult struct {
 // PageSize is the most entries one call of List's fn gets.
 func (s *leaseStore) PageSize() int { return int(s.page) }
 
-// entryAnnotation is the annotation and shard of key k.
-func entryAnnotation(k journal.Key) (string, int) {
+// entryAnnotation is the annotation of key k and the hash bits that
+// place it.
+func entryAnnotation(k journal.Key) (string, uint64) {
 	h := sha256.New()
 	h.Write([]byte(k.Kind))
 	h.Write([]byte{0})
@@ -196,7 +236,16 @@ func entryAnnotation(k journal.Key) (string, int) {
 	h.Write([]byte{0})
 	h.Write([]byte(k.Name))
 	sum := h.Sum(nil)
-	return annotationEntryPrefix + hex.EncodeToString(sum)[:32], int(sum[31]) % LeaseShards
+	return annotationEntryPrefix + hex.EncodeToString(sum[:16]), binary.BigEndian.Uint64(sum[16:24])
+}
+
+func prefixOf(bits uint64, depth int) uint64 { return bits >> (64 - depth) }
+
+func splitState(l *coordinationv1api.Lease) string {
+	if l == nil {
+		return ""
+	}
+	return l.Annotations[annotationLeaseSplit]
 }
 
 // entryHeader is the first line of an entry's annotation. A name or value
@@ -278,22 +327,35 @@ func (s *leaseStore) do(ctx context.Context, kind opKind, e journal.Entry) (jour
 	if err := ctx.Err(); err != nil {
 		return journal.Entry{}, fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, e.Key, err)
 	}
-	ann, i := entryAnnotation(e.Key)
-	op := &leaseOp{kind: kind, e: e, ann: ann, done: make(chan leaseResult, 1)}
-	sh := &s.shards[i]
-	sh.mu.Lock()
-	sh.queue = append(sh.queue, op)
-	if !sh.running {
-		sh.running = true
-		go s.commitLoop(sh)
-	}
-	sh.mu.Unlock()
+	ann, bits := entryAnnotation(e.Key)
+	op := &leaseOp{kind: kind, e: e, ann: ann, bits: bits, done: make(chan leaseResult, 1)}
+	s.route(op)
 	select {
 	case r := <-op.done:
 		return r.e, r.err
 	case <-ctx.Done():
 		op.abandoned.Store(true)
 		return journal.Entry{}, fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, e.Key, ctx.Err())
+	}
+}
+
+// route queues op on the shard that holds its key: from the root, down
+// through the shards known to be split.
+func (s *leaseStore) route(op *leaseOp) {
+	for d := rootDepth; ; d++ {
+		sh := s.shard(shardID{d, prefixOf(op.bits, d)})
+		sh.mu.Lock()
+		if d < maxDepth && sh.known && splitState(sh.cur) == splitDone {
+			sh.mu.Unlock()
+			continue
+		}
+		sh.queue = append(sh.queue, op)
+		if !sh.running {
+			sh.running = true
+			go s.commitLoop(sh)
+		}
+		sh.mu.Unlock()
+		return
 	}
 }
 
@@ -349,6 +411,24 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 			known, cur, fresh = true, l, true
 			s.remember(sh, true, cur)
 		}
+		switch splitState(cur) {
+		case splitDone:
+			// Its entries are in its children now: route the batch there.
+			for _, op := range batch {
+				s.route(op)
+			}
+			return
+		case splitFrozen:
+			// A split under way (this process's or another's, which may have
+			// died): finish it, then route the batch to the children.
+			wait()
+			if err := s.finishSplit(sh, cur); err != nil {
+				s.answerAll(batch, err)
+				return
+			}
+			known = false
+			continue
+		}
 		results, next, size, changed := s.apply(sh, cur, batch)
 		if !changed {
 			if fresh {
@@ -374,6 +454,12 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 					r.e.Version = entryVersion(written, batch[i].ann, r.e.Version)
 					results[i] = r
 				}
+			}
+			if size > SplitBytes && sh.id.depth < maxDepth {
+				// Before answering: when a caller has its answer, the
+				// shard it wrote no longer exceeds SplitBytes.
+				wait()
+				s.split(sh, written)
 			}
 			s.answer(batch, results)
 			return
@@ -508,7 +594,7 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 		return results, nil, size, false
 	}
 	next[annotationLeaseOwner] = s.owner
-	next[annotationLeaseShard] = fmt.Sprintf("%d/%d", sh.index, LeaseShards)
+	next[annotationLeaseShard] = fmt.Sprintf("%d/%x", sh.id.depth, sh.id.prefix)
 	next[annotationLeaseEpoch] = epoch
 	next[annotationLeaseSeq] = strconv.FormatUint(seq+1, 10)
 	l := &coordinationv1api.Lease{ObjectMeta: metav1.ObjectMeta{Name: sh.name, Namespace: s.ns,
@@ -594,7 +680,10 @@ func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index stri
 	}
 	sel := labels.SelectorFromValidatedSet(labels.Set{LabelJournalOwner: s.ownerLabel}).String()
 	opts := metav1.ListOptions{LabelSelector: sel, Limit: leaseListPage}
-	seen := map[string]bool{}
+	// A Lease answered once, an entry listed once: while a shard is
+	// frozen, its entries may be in its children too (the same ones:
+	// children are written only once the parent is done).
+	seen, listed := map[string]bool{}, map[string]bool{}
 	restarts := 0
 	page := make([]journal.Entry, 0, s.page)
 	flush := func() error {
@@ -634,9 +723,10 @@ func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index stri
 				if err != nil || e.Key.Kind != kind || fs != "" && e.Key.FileSystem != fs || index != "" && e.Index != index {
 					continue
 				}
-				if a, _ := entryAnnotation(e.Key); a != k {
-					continue // not where its key puts it: not an entry of this store
+				if a, _ := entryAnnotation(e.Key); a != k || listed[k] {
+					continue // not where its key puts it (not an entry of this store), or listed already
 				}
+				listed[k] = true
 				page = append(page, e)
 				if len(page) == int(s.page) {
 					if err := flush(); err != nil {
@@ -654,18 +744,114 @@ func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index stri
 
 // warm keeps l, a shard read by a List, as the shard's state if nothing
 // is known of it yet: its next write then needs no read first (a stale
-// state costs a conflict, never a lost write).
+// state costs a conflict, never a lost write), and a split shard is
+// routed through without a read.
 func (s *leaseStore) warm(l *coordinationv1api.Lease) {
-	i, err := strconv.ParseUint(strings.TrimPrefix(l.Name, "efs-csi-journal-"+s.ownerHash+"-"), 16, 8)
-	if err != nil || int(i) >= LeaseShards || s.shards[i].name != l.Name {
+	var id shardID
+	if _, err := fmt.Sscanf(l.Annotations[annotationLeaseShard], "%d/%x", &id.depth, &id.prefix); err != nil ||
+		id.depth < rootDepth || id.depth > maxDepth {
 		return
 	}
-	sh := &s.shards[i]
+	sh := s.shard(id)
+	if sh.name != l.Name {
+		return
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if !sh.known {
 		sh.known, sh.cur = true, l.DeepCopy()
 	}
+}
+
+// split splits sh, whose entries outgrew SplitBytes, in two: it freezes
+// it (a write with its resourceVersion as precondition: no other write
+// can then land), makes its children from the frozen entries and marks it
+// done (finishSplit). Best effort: a split that fails is left for the next
+// commit of the shard, which finishes a frozen one before anything else.
+func (s *leaseStore) split(sh *leaseShard, cur *coordinationv1api.Lease) {
+	frozen := cur.DeepCopy()
+	frozen.Annotations[annotationLeaseSplit] = splitFrozen
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	s.stats.updates.Add(1)
+	got, err := s.leases.Update(ctx, frozen, metav1.UpdateOptions{})
+	if err != nil {
+		s.remember(sh, false, nil)
+		return
+	}
+	s.remember(sh, true, got)
+	_ = s.limiter.Wait(context.Background())
+	if s.finishSplit(sh, got) == nil {
+		s.stats.splits.Add(1)
+	}
+}
+
+// finishSplit makes the two children of frozen (the Lease of sh, frozen)
+// from its entries, unless made already from this frozen state, and marks
+// it done. Children are written only once their parent is done, so a
+// child that exists with this parent's marker holds exactly its entries
+// or later writes, and is left as it is.
+func (s *leaseStore) finishSplit(sh *leaseShard, frozen *coordinationv1api.Lease) error {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	from := frozen.Name + "@" + frozen.ResourceVersion
+	d := sh.id.depth + 1
+	children := [2]*coordinationv1api.Lease{}
+	epoch := rand.Text()[:8]
+	for i := range children {
+		id := shardID{d, sh.id.prefix<<1 | uint64(i)}
+		children[i] = &coordinationv1api.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns,
+			Name:   s.shard(id).name,
+			Labels: map[string]string{LabelJournalOwner: s.ownerLabel},
+			Annotations: map[string]string{annotationLeaseOwner: s.owner, annotationLeaseShard: fmt.Sprintf("%d/%x", id.depth, id.prefix),
+				annotationLeaseEpoch: epoch, annotationLeaseSeq: "0", annotationLeaseFrom: from}}}
+	}
+	for k, v := range frozen.Annotations {
+		if !strings.HasPrefix(k, annotationEntryPrefix) {
+			continue
+		}
+		e, err := decodeEntry(v)
+		if err != nil {
+			continue // not an entry: dropped
+		}
+		_, bits := entryAnnotation(e.Key)
+		children[prefixOf(bits, d)&1].Annotations[k] = v
+	}
+	for i, child := range children {
+		s.stats.creates.Add(1)
+		made, err := s.leases.Create(ctx, child, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			s.stats.gets.Add(1)
+			made, err = s.leases.Get(ctx, child.Name, metav1.GetOptions{})
+			if err == nil && made.Annotations[annotationLeaseFrom] != from {
+				return fmt.Errorf("kube: journal: Lease %s/%s, a child of %s, was made from %q: not from this split (made by hand?)",
+					s.ns, child.Name, from, made.Annotations[annotationLeaseFrom])
+			}
+		}
+		if err != nil {
+			return s.failed("create", child.Name, err)
+		}
+		s.remember(s.shard(shardID{d, sh.id.prefix<<1 | uint64(i)}), true, made)
+	}
+	done := &coordinationv1api.Lease{ObjectMeta: *frozen.ObjectMeta.DeepCopy(), Spec: frozen.Spec}
+	for k := range done.Annotations {
+		if strings.HasPrefix(k, annotationEntryPrefix) {
+			delete(done.Annotations, k)
+		}
+	}
+	done.Annotations[annotationLeaseSplit] = splitDone
+	s.stats.updates.Add(1)
+	got, err := s.leases.Update(ctx, done, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		s.remember(sh, true, got)
+	case apierrors.IsConflict(err):
+		s.remember(sh, false, nil) // another process finished it
+	default:
+		s.remember(sh, false, nil)
+		return s.failed("update", sh.name, err)
+	}
+	return nil
 }
 
 // failed is the error of a request (verb on Lease name, "" for the

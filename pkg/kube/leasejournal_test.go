@@ -1,13 +1,16 @@
 package kube_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -39,18 +42,7 @@ func TestLeaseJournalConformance(t *testing.T) {
 // EFS_JOURNAL_KUBECONFIG names a kubeconfig (make bench-record sets it):
 // each subtest is a record of an owner of its own, in namespace default.
 func TestLeaseJournalConformanceRealAPIServer(t *testing.T) {
-	cfg := os.Getenv("EFS_JOURNAL_KUBECONFIG")
-	if cfg == "" {
-		t.Skip("EFS_JOURNAL_KUBECONFIG is not set: no real API server")
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kube.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := realAPIServer(t)
 	n := 0
 	journaltest.Conformance(t, func(t *testing.T) journal.Store {
 		n++
@@ -74,13 +66,13 @@ func TestLeaseJournalObjects(t *testing.T) {
 	if len(ls) != 1 {
 		t.Fatalf("%d Leases, want the one shard written", len(ls))
 	}
-	shard, ann := kube.LeaseShardOf(key)
+	name, ann := kube.LeaseRootShardOf(driver, key)
 	l := ls[0]
-	if !strings.HasPrefix(l.Name, "efs-csi-journal-") || !strings.HasSuffix(l.Name, fmt.Sprintf("-%02x", shard)) {
-		t.Errorf("Lease %s, want shard %d", l.Name, shard)
+	if l.Name != name || !strings.HasPrefix(l.Name, "efs-csi-journal-") {
+		t.Errorf("Lease %s, want %s", l.Name, name)
 	}
 	if l.Labels[kube.LabelJournalOwner] != driver || l.Annotations["efs.csi.aws.com/journal-owner"] != driver ||
-		l.Annotations["efs.csi.aws.com/journal-shard"] != fmt.Sprintf("%d/%d", shard, kube.LeaseShards) {
+		!strings.HasPrefix(l.Annotations["efs.csi.aws.com/journal-shard"], "3/") {
 		t.Errorf("labels %v annotations %v", l.Labels, l.Annotations)
 	}
 	v := l.Annotations[ann]
@@ -222,29 +214,195 @@ func TestLeaseJournalForbiddenNamesTheGrant(t *testing.T) {
 	}
 }
 
-// A shard holds at most 252 KiB of entries: an entry that would not fit is
-// refused, definitively, and names the limit; the others of its batch are
-// written.
-func TestLeaseJournalShardFull(t *testing.T) {
+// A shard whose entries outgrow SplitBytes splits in two, so that what
+// a write sends stays bounded however large the record grows: every entry
+// stays readable and listable, at the version its writer holds.
+func TestLeaseJournalShardsSplit(t *testing.T) {
 	k := kubetest.Start(t)
 	s := leaseStore(t, k, driver, 0)
 	ctx := t.Context()
-	big := strings.Repeat("x", 100<<10)
-	// Three keys of one shard.
-	var keys []journal.Key
-	for i := 0; len(keys) < 3; i++ {
-		key := journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: fmt.Sprint("pvc-", i)}
-		if sh, _ := kube.LeaseShardOf(key); sh == 0 {
-			keys = append(keys, key)
+	value := []byte(strings.Repeat("v", 1000))
+	const n = 600 // about 600 KB: several splits
+	entries := make([]journal.Entry, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			e, err := s.Create(ctx, journal.Entry{Key: journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: fmt.Sprint("pvc-", i)}, Value: value})
+			if err != nil {
+				t.Error(err)
+			}
+			entries[i] = e
+		})
+	}
+	wg.Wait()
+	largest, done := 0, 0
+	for _, l := range k.Leases(journalNS) {
+		size := 0
+		for a, v := range l.Annotations {
+			size += len(a) + len(v)
+		}
+		largest = max(largest, size)
+		if l.Annotations["efs.csi.aws.com/journal-split"] == "done" {
+			done++
 		}
 	}
-	for i, key := range keys {
-		_, err := s.Create(ctx, journal.Entry{Key: key, Value: []byte(big)})
-		switch {
-		case i < 2 && err != nil:
-			t.Fatalf("entry %d: %v", i, err)
-		case i == 2 && (err == nil || errors.Is(err, journal.ErrUnavailable) || !strings.Contains(err.Error(), "no room")):
-			t.Fatalf("entry %d of a full shard: %v", i, err)
+	st, _ := kube.LeaseJournalStatsOf(s)
+	t.Logf("%d Leases, %d split, largest %d bytes", len(k.Leases(journalNS)), done, largest)
+	if done == 0 || st.Splits == 0 || largest > kube.SplitBytes+64<<10 {
+		t.Fatalf("%d shards split (%d by the store), the largest holds %d bytes", done, st.Splits, largest)
+	}
+	// A fresh store (another replica) reads, lists and updates every one.
+	other := leaseStore(t, k, driver, 0)
+	got := listAll(t, other, journal.KindVolume)
+	if len(got) != n {
+		t.Fatalf("listed %d entries, want %d", len(got), n)
+	}
+	for _, e := range entries[:50] {
+		e.Value = []byte("updated")
+		if _, err := other.Update(ctx, e); err != nil {
+			t.Fatalf("Update at the version written before the splits: %v", err)
 		}
+	}
+}
+
+// A split that a process left half done (the shard frozen, no children
+// yet) is finished by the next write of the shard, by any replica: nothing
+// is lost and the shard is written again.
+func TestLeaseJournalFinishesAFrozenSplit(t *testing.T) {
+	k := kubetest.Start(t)
+	s := leaseStore(t, k, driver, 0)
+	ctx := t.Context()
+	key := journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: "pvc-1"}
+	e, err := s.Create(ctx, journal.Entry{Key: key, Value: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := kube.LeaseRootShardOf(driver, key)
+	l, _ := k.Lease(journalNS, name)
+	l.Annotations["efs.csi.aws.com/journal-split"] = "frozen"
+	k.SetLease(l)
+	other := leaseStore(t, k, driver, 0)
+	e.Value = []byte("2")
+	if _, err := other.Update(ctx, e); err != nil {
+		t.Fatalf("Update of an entry of a frozen shard: %v", err)
+	}
+	if l, _ := k.Lease(journalNS, name); l.Annotations["efs.csi.aws.com/journal-split"] != "done" {
+		t.Fatalf("the frozen shard is %q, want done", l.Annotations["efs.csi.aws.com/journal-split"])
+	}
+	if got, err := s.Get(ctx, key); err != nil || string(got.Value) != "2" {
+		t.Fatalf("Get through the first store: %q, %v", got.Value, err)
+	}
+}
+
+func listAll(t *testing.T, s journal.Store, kind journal.Kind) map[journal.Key]journal.Entry {
+	t.Helper()
+	out := map[journal.Key]journal.Entry{}
+	if err := s.List(t.Context(), kind, "", "", func(es []journal.Entry) error {
+		for _, e := range es {
+			if _, dup := out[e.Key]; dup {
+				t.Errorf("%s listed twice", e.Key)
+			}
+			out[e.Key] = e
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// realAPIServer is a client of the kube-apiserver EFS_JOURNAL_KUBECONFIG
+// names, or skips.
+func realAPIServer(t *testing.T) *kube.Client {
+	t.Helper()
+	cfg := os.Getenv("EFS_JOURNAL_KUBECONFIG")
+	if cfg == "" {
+		t.Skip("EFS_JOURNAL_KUBECONFIG is not set: no real API server")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kube.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// 10,000 volumes at rest in a real API server (EFS_JOURNAL_AT_REST=N
+// volumes, make bench-record): the objects and bytes the record takes and
+// how long a controller starting up takes to list it. Entries are the
+// controller's (journal.Volume as it encodes them, and the id entries).
+func TestLeaseJournalAtRestRealAPIServer(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("EFS_JOURNAL_AT_REST"))
+	if n <= 0 {
+		t.Skip("EFS_JOURNAL_AT_REST is not set")
+	}
+	c := realAPIServer(t)
+	owner := fmt.Sprintf("at-rest-%d.efs.csi.aws.com", time.Now().UnixNano())
+	s := c.LeaseJournalStore("default", owner)
+	ctx := t.Context()
+	start := time.Now()
+	var wg sync.WaitGroup
+	work := make(chan int)
+	errs := make(chan error, 100)
+	for range 100 {
+		wg.Go(func() {
+			for i := range work {
+				token := fmt.Sprintf("pvc-%08x-8b4b-4e8e-9a55-3f1f0e7d2b61", i)
+				now := time.Date(2026, 12, 4, 17, 0, 0, 123456789, time.UTC)
+				v := journal.Volume{FileSystem: fs1, Token: token, Name: token, Path: "/dynamic_provisioning/" + token,
+					UID: 50000 + int64(i), GID: 50000 + int64(i), Allocated: 50000 + int64(i), AccessPoint: fmt.Sprintf("fsap-%017x", i),
+					Recorded: now, ClaimNamespace: "default", ClaimName: fmt.Sprintf("claim-%d", i), Bound: true, Created: now}
+				b, _ := json.Marshal(&v)
+				if _, err := s.Create(ctx, journal.Entry{Key: journal.Key{Kind: journal.KindID, FileSystem: fs1, Name: fmt.Sprint(50000 + i)}, Value: []byte(token)}); err != nil {
+					errs <- err
+				}
+				if _, err := s.Create(ctx, journal.Entry{Key: journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: token}, Value: b, Index: v.AccessPoint}); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st, _ := kube.LeaseJournalStatsOf(s)
+	t.Logf("wrote %d volumes (%d entries) in %v: %d Lease writes (%d bytes), %d gets, %d splits", n, 2*n, time.Since(start).Round(time.Millisecond), st.Creates+st.Updates, st.BytesWritten, st.Gets, st.Splits)
+
+	// A controller starting up: a new store lists every volume and id.
+	fresh := c.LeaseJournalStore("default", owner)
+	start = time.Now()
+	counts := map[journal.Kind]int{}
+	for _, kind := range []journal.Kind{journal.KindVolume, journal.KindID} {
+		if err := fresh.List(ctx, kind, "", "", func(es []journal.Entry) error { counts[kind] += len(es); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed := time.Since(start)
+	if counts[journal.KindVolume] != n || counts[journal.KindID] != n {
+		t.Fatalf("listed %v, want %d of each", counts, n)
+	}
+	names, sizes, err := c.RawLeases(ctx, "default", owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects, bytes, most := len(names), 0, 0
+	for _, n := range sizes {
+		bytes += n
+		most = max(most, n)
+	}
+	t.Logf("AT REST: %d volumes: %d Lease objects, %d bytes as stored (JSON; largest %d), %d bytes a volume; start-up listing of both kinds %v (%d list requests)",
+		n, objects, bytes, most, bytes/n, listed.Round(time.Millisecond), func() int64 { st, _ := kube.LeaseJournalStatsOf(fresh); return st.Lists }())
+	// Clean up: delete the shards.
+	for _, name := range names {
+		_ = c.DeleteLease(ctx, "default", name)
 	}
 }

@@ -50,6 +50,13 @@ func (s *Server) Leases(ns string) []coordinationv1.Lease {
 	return out
 }
 
+// SetLease stores l (at a new resourceVersion), as another client would.
+func (s *Server) SetLease(l coordinationv1.Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.store(l.Namespace+"/"+l.Name, l.Namespace, l.DeepCopy())
+}
+
 // DeleteLease deletes the Lease ns/name, as another client would.
 func (s *Server) DeleteLease(ns, name string) {
 	s.mu.Lock()
