@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,10 +44,18 @@ func TestLeaseJournalConformance(t *testing.T) {
 // each subtest is a record of an owner of its own, in namespace default.
 func TestLeaseJournalConformanceRealAPIServer(t *testing.T) {
 	c := realAPIServer(t)
+	run := time.Now().UnixNano() // an owner of its own for each subtest of each run
 	n := 0
 	journaltest.Conformance(t, func(t *testing.T) journal.Store {
 		n++
-		s := c.LeaseJournalStore("default", fmt.Sprintf("conformance.%s.%d", strings.ReplaceAll(t.Name(), "/", "."), n))
+		owner := fmt.Sprintf("conformance-%d-%d.efs.csi.aws.com", run, n)
+		t.Cleanup(func() {
+			names, _, _ := c.RawLeases(context.Background(), "default", owner)
+			for _, name := range names {
+				_ = c.DeleteLease(context.Background(), "default", name)
+			}
+		})
+		s := c.LeaseJournalStore("default", owner)
 		kube.SetLeaseJournalPageSize(s, 7)
 		return s
 	})
