@@ -455,13 +455,14 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 					results[i] = r
 				}
 			}
+			s.answer(batch, results)
 			if size > SplitBytes && sh.id.depth < maxDepth {
-				// Before answering: when a caller has its answer, the
-				// shard it wrote no longer exceeds SplitBytes.
+				// After answering (the batch is written; a split is the
+				// shard's business), before the next batch of the shard,
+				// which then goes to the children.
 				wait()
 				s.split(sh, written)
 			}
-			s.answer(batch, results)
 			return
 		case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err), apierrors.IsNotFound(err) && cur != nil:
 			s.stats.conflicts.Add(1)

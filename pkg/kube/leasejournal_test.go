@@ -244,6 +244,13 @@ func TestLeaseJournalShardsSplit(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// A shard splits after it answers the batch that filled it, before its
+	// next batch: a read of every entry waits for every split.
+	for _, e := range entries {
+		if got, err := s.Get(ctx, e.Key); err != nil || got.Version != e.Version {
+			t.Fatalf("Get %s: %v, %v", e.Key, got, err)
+		}
+	}
 	largest, done := 0, 0
 	for _, l := range k.Leases(journalNS) {
 		size := 0
