@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -16,6 +18,8 @@ import (
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -107,7 +111,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, caller, ns string
 		s.listLeases(w, r, ns)
 	case "create":
 		var in coordinationv1.Lease
-		if !decodeBody(w, r, &in) {
+		if !decodeLease(w, r, &in) {
 			return
 		}
 		if in.Namespace != "" && in.Namespace != ns {
@@ -134,7 +138,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, caller, ns string
 		reply(w, http.StatusCreated, &in)
 	case "update":
 		var in coordinationv1.Lease
-		if !decodeBody(w, r, &in) {
+		if !decodeLease(w, r, &in) {
 			return
 		}
 		in.Namespace = ns
@@ -164,7 +168,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, caller, ns string
 		reply(w, http.StatusOK, &in)
 	case "delete":
 		var opts metav1.DeleteOptions
-		if r.ContentLength != 0 && !decodeBody(w, r, &opts) {
+		if r.ContentLength != 0 && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/vnd.kubernetes.protobuf") && !decodeBody(w, r, &opts) {
 			return
 		}
 		old := s.leases[key]
@@ -182,6 +186,31 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, caller, ns string
 		reply(w, http.StatusOK, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusSuccess})
 	}
 }
+
+// decodeLease decodes a Lease sent as JSON or, as client-go sends it with
+// ContentType protobuf, in the API server's protobuf envelope.
+func decodeLease(w http.ResponseWriter, r *http.Request, into *coordinationv1.Lease) bool {
+	if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/vnd.kubernetes.protobuf") {
+		return decodeBody(w, r, into)
+	}
+	body, err := io.ReadAll(r.Body)
+	if err == nil {
+		_, _, err = leaseProtobuf.Decode(body, nil, into)
+	}
+	if err != nil {
+		fail(w, apierrors.NewBadRequest(err.Error()))
+		return false
+	}
+	return true
+}
+
+var leaseProtobuf = func() *protobuf.Serializer {
+	sc := runtime.NewScheme()
+	if err := coordinationv1.AddToScheme(sc); err != nil {
+		panic(err)
+	}
+	return protobuf.NewSerializer(sc, sc)
+}()
 
 // validLease is the API server's validation of a Lease's metadata: a name,
 // labels, annotations of at most 256 KiB in all.
