@@ -24,7 +24,7 @@ func LeaseRootShardOf(owner string, k journal.Key) (string, string) {
 }
 
 // RawLeases are the Leases of owner's record in ns as the API server
-// answers them (JSON), and their names.
+// answers them (protobuf), their names and sizes.
 func (c *Client) RawLeases(ctx context.Context, ns, owner string) (names []string, sizes []int, err error) {
 	l, err := c.journalLeases().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelJournalOwner + "=" + labelValueOf(owner)})
 	if err != nil {

@@ -415,7 +415,7 @@ func TestLeaseJournalAtRestRealAPIServer(t *testing.T) {
 		bytes += n
 		most = max(most, n)
 	}
-	t.Logf("AT REST: %d volumes: %d Lease objects, %d bytes as stored (JSON; largest %d), %d bytes a volume; start-up listing of both kinds %v (%d list requests)",
+	t.Logf("AT REST: %d volumes: %d Lease objects, %d bytes as the API server sends them (protobuf, as etcd stores them; largest %d), %d bytes a volume; start-up listing of both kinds %v (%d list requests)",
 		n, objects, bytes, most, bytes/n, listed.Round(time.Millisecond), func() int64 { st, _ := kube.LeaseJournalStatsOf(fresh); return st.Lists }())
 	// Clean up: delete the shards.
 	for _, name := range names {
