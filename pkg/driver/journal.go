@@ -20,6 +20,11 @@ import (
 // be read, before it is imported.
 const journalCheckTimeout = 10 * time.Second
 
+// inPod reports whether the process runs in a pod (its service account's
+// namespace is mounted): then the default file record's directory is the
+// pod's own.
+var inPod = func() bool { return kube.PodNamespace() != "" }
+
 // Re-imports of the ConfigMaps record: during a rolling upgrade the old
 // controller (maxSurge 1) may still write ConfigMaps after the new one has
 // imported them, until it stops.
@@ -80,8 +85,13 @@ func journalStore(ctx context.Context, cfg Config, kc *kube.Client) (journal.Sto
 	}
 	store := kc.LeaseJournalStore(ns, cfg.DriverName)
 	cfg.Logger.Info("the record is kept in Leases", slog.String("namespace", ns), slog.Int("rootShards", kube.RootShards))
-	if err := importFile(ctx, cfg, fileDir, store); err != nil {
-		return nil, err
+	// Only a pod's own file: outside a pod the default directory is the
+	// host's, which the file record of another controller (make run, a
+	// stress run) may be using.
+	if inPod() || dir != "" {
+		if err := importFile(ctx, cfg, fileDir, store); err != nil {
+			return nil, err
+		}
 	}
 	cms := kc.JournalStore(ns, cfg.DriverName)
 	cctx, cancel := context.WithTimeout(ctx, journalCheckTimeout)

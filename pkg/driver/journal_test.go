@@ -184,8 +184,11 @@ func TestJournalImportsAgainWhatTheOldControllerWrites(t *testing.T) {
 
 // An upgrade from the pod's file record (earlier releases under upstream's
 // RBAC) keeps its entries: imported into the Leases and removed from the
-// file, so that they are never imported twice.
+// file, so that they are never imported twice. Outside a pod the host's
+// directory is left alone: another controller's file record may be there.
 func TestJournalImportsTheFileRecord(t *testing.T) {
+	defer func(f func() bool) { inPod = f }(inPod)
+	inPod = func() bool { return true }
 	api := kubetest.Start(t)
 	api.Forbid("configmaps", "list", "create", "update", "delete") // upstream's RBAC
 	kc := testKube(t, api)
@@ -205,5 +208,14 @@ func TestJournalImportsTheFileRecord(t *testing.T) {
 	}
 	if left := entriesOf(t, fs); len(left) != 0 {
 		t.Errorf("the file still holds %d entries", len(left))
+	}
+
+	inPod = func() bool { return false }
+	more := fill(t, fs, "host", 100, 2)
+	if _, err := journalStore(t.Context(), cfg, kc); err != nil {
+		t.Fatal(err)
+	}
+	if left := entriesOf(t, fs); fmt.Sprint(left) != fmt.Sprint(more) {
+		t.Errorf("outside a pod the host's file record was imported: it holds %v, want %v", left, more)
 	}
 }
