@@ -17,7 +17,7 @@ func SetJournalPageSize(s journal.Store, n int) { s.(*configMapStore).page = int
 func SetLeaseJournalPageSize(s journal.Store, n int) { s.(*leaseStore).page = int64(n) }
 
 // LeaseRootShardOf is the root shard's Lease (of owner's record) and
-// the annotation of key k.
+// the key of k in its entries.
 func LeaseRootShardOf(owner string, k journal.Key) (string, string) {
 	a, bits := entryAnnotation(k)
 	return LeaseShardName(owner, rootDepth, prefixOf(bits, rootDepth)), a

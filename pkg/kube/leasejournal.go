@@ -45,9 +45,12 @@ const (
 	// two: what one write of a shard sends is bounded by about this, however
 	// large the record grows.
 	SplitBytes = 64 << 10
-	// annotationEntryPrefix starts the annotation of an entry:
-	// j.efs.csi.aws.com/<32 hex digits of sha256(kind NUL fs NUL name)>.
-	annotationEntryPrefix = "j.efs.csi.aws.com/"
+	// annotationEntries holds a shard's entries: a JSON object whose keys
+	// are the entries' hashes (32 hex digits of sha256(kind NUL fs NUL
+	// name)). One annotation, not one an entry: the API server tracks
+	// every annotation key in managedFields and validates each, on every
+	// write.
+	annotationEntries = "efs.csi.aws.com/journal-entries"
 	// Annotations of a shard: the owner (the driver's name, unhashed), the
 	// shard's place ("depth/prefix"), the epoch (random, drawn when the
 	// Lease is made) and the sequence number of its last write. An entry's
@@ -93,12 +96,14 @@ const (
 // controller (leases: get, list, watch, create, update, delete), where
 // ConfigMaps are only get.
 //
-// Layout: LeaseShards Leases efs-csi-journal-<8 hex digits of
-// sha256(owner)>-<shard, 2 hex digits>, labelled LabelJournalOwner; an
-// entry lives in shard sha256(kind NUL fs NUL name) mod LeaseShards, as
-// the annotation j.efs.csi.aws.com/<32 hex digits of that hash>,
-// whose value is a JSON header (kind, file system, name, index, version)
-// and, after a newline, the value (base64 when it is not UTF-8).
+// Layout: Leases efs-csi-journal-<8 hex digits of sha256(owner)>-<depth>-
+// <prefix>, labelled LabelJournalOwner: RootShards at first, each split in
+// two once its entries pass SplitBytes; an entry lives in the shard whose
+// prefix its hash (sha256(kind NUL fs NUL name)) starts with, in the JSON
+// object of the shard's annotation efs.csi.aws.com/journal-entries, under
+// 32 hex digits of that hash: a JSON header (kind, file system, name,
+// index, version) and, after a newline, the value (base64 when it is not
+// UTF-8).
 //
 // Writes are group commits: every operation on a shard waits in the
 // shard's queue; one committer per shard takes all that are queued, applies
@@ -226,8 +231,8 @@ type leaseResult struct {
 // PageSize is the most entries one call of List's fn gets.
 func (s *leaseStore) PageSize() int { return int(s.page) }
 
-// entryAnnotation is the annotation of key k and the hash bits that
-// place it.
+// entryAnnotation is the key of k in its shard's entries and the hash
+// bits that place it.
 func entryAnnotation(k journal.Key) (string, uint64) {
 	h := sha256.New()
 	h.Write([]byte(k.Kind))
@@ -236,10 +241,40 @@ func entryAnnotation(k journal.Key) (string, uint64) {
 	h.Write([]byte{0})
 	h.Write([]byte(k.Name))
 	sum := h.Sum(nil)
-	return annotationEntryPrefix + hex.EncodeToString(sum[:16]), binary.BigEndian.Uint64(sum[16:24])
+	return hex.EncodeToString(sum[:16]), binary.BigEndian.Uint64(sum[16:24])
 }
 
 func prefixOf(bits uint64, depth int) uint64 { return bits >> (64 - depth) }
+
+// entriesOf is the entries l holds (none for nil), by hash key.
+func entriesOf(l *coordinationv1api.Lease) (map[string]string, error) {
+	entries := map[string]string{}
+	if l == nil || l.Annotations[annotationEntries] == "" {
+		return entries, nil
+	}
+	if err := json.Unmarshal([]byte(l.Annotations[annotationEntries]), &entries); err != nil {
+		return nil, fmt.Errorf("kube: journal: Lease %s/%s: its entries are not a JSON object: %w", l.Namespace, l.Name, err)
+	}
+	return entries, nil
+}
+
+// setEntries stores entries in ann (drops the annotation when none).
+func setEntries(ann, entries map[string]string) {
+	if len(entries) == 0 {
+		delete(ann, annotationEntries)
+		return
+	}
+	b, _ := json.Marshal(entries) // strings only: cannot fail
+	ann[annotationEntries] = string(b)
+}
+
+// entrySize is what an entry adds to its shard's annotation: its key and
+// value as JSON strings, a colon and a comma.
+func entrySize(k, v string) int {
+	kb, _ := json.Marshal(k)
+	vb, _ := json.Marshal(v)
+	return len(kb) + len(vb) + 2
+}
 
 func splitState(l *coordinationv1api.Lease) string {
 	if l == nil {
@@ -449,12 +484,6 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 		switch {
 		case err == nil:
 			s.remember(sh, true, written)
-			for i, r := range results {
-				if r.err == nil && batch[i].kind != opDelete {
-					r.e.Version = entryVersion(written, batch[i].ann, r.e.Version)
-					results[i] = r
-				}
-			}
 			s.answer(batch, results)
 			if size > SplitBytes && sh.id.depth < maxDepth {
 				// After answering (the batch is written; a split is the
@@ -475,17 +504,6 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 			return
 		}
 	}
-}
-
-// entryVersion is the version the written Lease holds for annotation ann
-// (the one apply set; read back to be sure of what the server stored).
-func entryVersion(l *coordinationv1api.Lease, ann, fallback string) string {
-	if v, ok := l.Annotations[ann]; ok {
-		if e, err := decodeEntry(v); err == nil {
-			return e.Version
-		}
-	}
-	return fallback
 }
 
 func (s *leaseStore) remember(sh *leaseShard, known bool, l *coordinationv1api.Lease) {
@@ -510,28 +528,25 @@ func newer(a, b string) bool {
 // writes still to be set), the Lease to write if any op changed it, and
 // the size its entries would take.
 func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch []*leaseOp) ([]leaseResult, *coordinationv1api.Lease, int, bool) {
-	var ann map[string]string
 	epoch, seq := "", uint64(0)
+	results := make([]leaseResult, len(batch))
+	next, err := entriesOf(cur)
+	if err != nil {
+		for i := range results {
+			results[i].err = err
+		}
+		return results, nil, 0, false
+	}
+	size := 2
 	if cur != nil {
-		ann = cur.Annotations
-		epoch = ann[annotationLeaseEpoch]
-		seq, _ = strconv.ParseUint(ann[annotationLeaseSeq], 10, 64)
+		epoch = cur.Annotations[annotationLeaseEpoch]
+		seq, _ = strconv.ParseUint(cur.Annotations[annotationLeaseSeq], 10, 64)
+		size = max(len(cur.Annotations[annotationEntries]), 2)
 	}
 	if epoch == "" {
 		epoch = rand.Text()[:8]
 	}
 	version := epoch + "." + strconv.FormatUint(seq+1, 10)
-	next := maps.Clone(ann)
-	if next == nil {
-		next = map[string]string{}
-	}
-	size := 0
-	for k, v := range next {
-		if strings.HasPrefix(k, annotationEntryPrefix) {
-			size += len(k) + len(v)
-		}
-	}
-	results := make([]leaseResult, len(batch))
 	changed := false
 	for i, op := range batch {
 		var found journal.Entry
@@ -539,7 +554,7 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 		if exists {
 			var err error
 			if found, err = decodeEntry(raw); err != nil || found.Key != op.e.Key {
-				results[i].err = fmt.Errorf("kube: journal: %s: annotation %s of Lease %s/%s holds another entry (a hash collision?)", op.e.Key, op.ann, s.ns, sh.name)
+				results[i].err = fmt.Errorf("kube: journal: %s: entry %s of Lease %s/%s holds another key (a hash collision?)", op.e.Key, op.ann, s.ns, sh.name)
 				continue
 			}
 		}
@@ -573,17 +588,20 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 				results[i].err = fmt.Errorf("%w: %s: version %q, now %q", journal.ErrConflict, op.e.Key, op.e.Version, found.Version)
 				continue
 			}
-			size -= len(op.ann) + len(raw)
+			size -= entrySize(op.ann, raw)
 			delete(next, op.ann)
 			changed = true
 			continue
 		}
 		e := journal.Entry{Key: op.e.Key, Value: op.e.Value, Index: op.e.Index, Version: version}
 		v := encodeEntry(e)
-		grown := size - len(raw)*btoi(exists) - len(op.ann)*btoi(exists) + len(op.ann) + len(v)
+		grown := size + entrySize(op.ann, v)
+		if exists {
+			grown -= entrySize(op.ann, raw)
+		}
 		if grown > MaxLeaseShardBytes {
 			results[i].err = fmt.Errorf("kube: journal: %s: Lease %s/%s holds %d bytes of entries: no room for %d more (at most %d; docs/design.md, The record)",
-				op.e.Key, s.ns, sh.name, size, len(op.ann)+len(v), MaxLeaseShardBytes)
+				op.e.Key, s.ns, sh.name, size, entrySize(op.ann, v), MaxLeaseShardBytes)
 			continue
 		}
 		size = grown
@@ -594,12 +612,17 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 	if !changed {
 		return results, nil, size, false
 	}
-	next[annotationLeaseOwner] = s.owner
-	next[annotationLeaseShard] = fmt.Sprintf("%d/%x", sh.id.depth, sh.id.prefix)
-	next[annotationLeaseEpoch] = epoch
-	next[annotationLeaseSeq] = strconv.FormatUint(seq+1, 10)
+	ann := map[string]string{}
+	if cur != nil {
+		ann = maps.Clone(cur.Annotations)
+	}
+	setEntries(ann, next)
+	ann[annotationLeaseOwner] = s.owner
+	ann[annotationLeaseShard] = fmt.Sprintf("%d/%x", sh.id.depth, sh.id.prefix)
+	ann[annotationLeaseEpoch] = epoch
+	ann[annotationLeaseSeq] = strconv.FormatUint(seq+1, 10)
 	l := &coordinationv1api.Lease{ObjectMeta: metav1.ObjectMeta{Name: sh.name, Namespace: s.ns,
-		Labels: map[string]string{LabelJournalOwner: s.ownerLabel}, Annotations: next}}
+		Labels: map[string]string{LabelJournalOwner: s.ownerLabel}, Annotations: ann}}
 	if cur != nil {
 		l.ResourceVersion = cur.ResourceVersion
 		l.Spec = cur.Spec
@@ -610,13 +633,6 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 		l.Labels[LabelJournalOwner] = s.ownerLabel
 	}
 	return results, l, size, true
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func (s *leaseStore) answer(batch []*leaseOp, results []leaseResult) {
@@ -716,10 +732,11 @@ func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index stri
 			}
 			seen[lease.Name] = true
 			s.warm(lease)
-			for k, v := range lease.Annotations {
-				if !strings.HasPrefix(k, annotationEntryPrefix) {
-					continue
-				}
+			entries, err := entriesOf(lease)
+			if err != nil {
+				continue // not a shard of this store
+			}
+			for k, v := range entries {
 				e, err := decodeEntry(v)
 				if err != nil || e.Key.Kind != kind || fs != "" && e.Key.FileSystem != fs || index != "" && e.Index != index {
 					continue
@@ -807,16 +824,21 @@ func (s *leaseStore) finishSplit(sh *leaseShard, frozen *coordinationv1api.Lease
 			Annotations: map[string]string{annotationLeaseOwner: s.owner, annotationLeaseShard: fmt.Sprintf("%d/%x", id.depth, id.prefix),
 				annotationLeaseEpoch: epoch, annotationLeaseSeq: "0", annotationLeaseFrom: from}}}
 	}
-	for k, v := range frozen.Annotations {
-		if !strings.HasPrefix(k, annotationEntryPrefix) {
-			continue
-		}
+	entries, err := entriesOf(frozen)
+	if err != nil {
+		return err
+	}
+	halves := [2]map[string]string{{}, {}}
+	for k, v := range entries {
 		e, err := decodeEntry(v)
 		if err != nil {
 			continue // not an entry: dropped
 		}
 		_, bits := entryAnnotation(e.Key)
-		children[prefixOf(bits, d)&1].Annotations[k] = v
+		halves[prefixOf(bits, d)&1][k] = v
+	}
+	for i := range children {
+		setEntries(children[i].Annotations, halves[i])
 	}
 	for i, child := range children {
 		s.stats.creates.Add(1)
@@ -835,11 +857,7 @@ func (s *leaseStore) finishSplit(sh *leaseShard, frozen *coordinationv1api.Lease
 		s.remember(s.shard(shardID{d, sh.id.prefix<<1 | uint64(i)}), true, made)
 	}
 	done := &coordinationv1api.Lease{ObjectMeta: *frozen.ObjectMeta.DeepCopy(), Spec: frozen.Spec}
-	for k := range done.Annotations {
-		if strings.HasPrefix(k, annotationEntryPrefix) {
-			delete(done.Annotations, k)
-		}
-	}
+	delete(done.Annotations, annotationEntries)
 	done.Annotations[annotationLeaseSplit] = splitDone
 	s.stats.updates.Add(1)
 	got, err := s.leases.Update(ctx, done, metav1.UpdateOptions{})

@@ -61,8 +61,9 @@ func TestLeaseJournalConformanceRealAPIServer(t *testing.T) {
 	})
 }
 
-// An entry is an annotation of the Lease its key's hash picks, named by
-// that hash; the Lease carries the owner's label and its place.
+// An entry is kept in the Lease its key's hash picks, under that hash, in
+// the Lease's one entries annotation; the Lease carries the owner's label
+// and its place.
 func TestLeaseJournalObjects(t *testing.T) {
 	k := kubetest.Start(t)
 	s := leaseStore(t, k, driver, 0)
@@ -84,10 +85,14 @@ func TestLeaseJournalObjects(t *testing.T) {
 		!strings.HasPrefix(l.Annotations["efs.csi.aws.com/journal-shard"], "3/") {
 		t.Errorf("labels %v annotations %v", l.Labels, l.Annotations)
 	}
-	v := l.Annotations[ann]
+	var entries map[string]string
+	if err := json.Unmarshal([]byte(l.Annotations["efs.csi.aws.com/journal-entries"]), &entries); err != nil || len(entries) != 1 {
+		t.Fatalf("entries %q: %v", l.Annotations["efs.csi.aws.com/journal-entries"], err)
+	}
+	v := entries[ann]
 	head, value, _ := strings.Cut(v, "\n")
 	if value != `{"token":"pvc-1"}` || !strings.Contains(head, `"i":"fsap-0123456789abcdef0"`) || !strings.Contains(head, `"v":"`+e.Version+`"`) {
-		t.Errorf("annotation %s = %q", ann, v)
+		t.Errorf("entry %s = %q", ann, v)
 	}
 }
 
@@ -126,10 +131,8 @@ func TestLeaseJournalGroupCommit(t *testing.T) {
 		t.Errorf("%d Lease writes for %d operations: no group commit", writes, 2*n)
 	}
 	for _, l := range k.Leases(journalNS) {
-		for a := range l.Annotations {
-			if strings.HasPrefix(a, "j.efs.csi.aws.com/") {
-				t.Errorf("Lease %s still holds %s", l.Name, a)
-			}
+		if e, ok := l.Annotations["efs.csi.aws.com/journal-entries"]; ok {
+			t.Errorf("Lease %s still holds entries %s", l.Name, e)
 		}
 	}
 }
