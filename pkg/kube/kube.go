@@ -2,8 +2,9 @@
 // client-go: the few reads the orphan collector needs (PersistentVolumes,
 // claims, StorageClasses), the cluster's identity (the kube-system
 // namespace's UID), a Lease to elect the one replica that collects, and a
-// node's zone label; and the journal's store, ConfigMaps of the release
-// namespace (journal.go).
+// node's zone label; and the journal's stores in the release namespace:
+// Leases (leasejournal.go), and the ConfigMaps of earlier releases
+// (journal.go).
 package kube
 
 import (
