@@ -55,6 +55,12 @@ func (s *Service) Journal() *journal.Journal { return s.journal }
 // provisioner secret names a role (awsRoleArn) is in another account,
 // which they do not see, and is never collected (ErrNotCollectable).
 func (s *Service) CollectOrphan(ctx context.Context, rec *journal.Record) error {
+	if rec.Dir {
+		// A directory volume's PersistentVolume names no access point, by
+		// which the collector marks records bound: it is never collected
+		// (docs/design.md, "Directory volumes").
+		return fmt.Errorf("%w: %s/%q is a directory volume", ErrNotCollectable, rec.FileSystem, rec.Token)
+	}
 	var b Backend
 	switch API(rec.API) {
 	case APIEFS, "efs":

@@ -207,6 +207,12 @@ type shared struct {
 	// no request either (finished.go). A create drops its name's entries
 	// under its locks.
 	finished *finishedDeletes
+
+	// dirs: the file systems mounted for making directory volumes
+	// (createdir.go); dirFSs: the file systems this process provisioned
+	// a directory volume on (dirSource).
+	dirs   *dirMounts
+	dirFSs sync.Map
 }
 
 // listKey is a listing of a file system through one client.
@@ -282,7 +288,7 @@ func New(cfg Config) (*Service, error) {
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
 			answers: map[string]answer{}, answerOf: map[string]string{}, invisible: map[string]time.Time{}, outside: map[string]string{}, finished: newFinishedDeletes(),
-			otherClusters: &otherClusters{fss: map[string]otherIDs{}},
+			otherClusters: &otherClusters{fss: map[string]otherIDs{}}, dirs: &dirMounts{},
 		},
 	}, nil
 }

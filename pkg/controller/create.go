@@ -32,6 +32,9 @@ type plan struct {
 	input        efs.CreateAccessPointInput // PosixUser is filled once a GID is reserved
 	backend      Backend
 	crossAccount bool // provisioner secret crossaccount (see volumeContext)
+	// dir: a directory volume (provisioningMode efs-dir, createdir.go);
+	// input.ClientToken is then its record key (volume.DirToken), never sent.
+	dir bool
 }
 
 // locks are the name locks a create of the volume holds: its name's, and
@@ -90,6 +93,9 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	defer unlock()
 	// Whatever this create answers, a delete of it must go the whole way.
 	s.finished.dropNames(p.locks())
+	if p.dir {
+		return s.createDirVolume(ctx, p)
+	}
 
 	ap := s.repeat(ctx, p)
 	if ap == nil {
@@ -236,6 +242,9 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 	if err != nil {
 		return nil, err
 	}
+	if params.Dir() {
+		return s.dirPlan(name, capacity, crossAccount, params, root, topology)
+	}
 	tags, err := s.tagsFor(name, capacity, params)
 	if err != nil {
 		return nil, err
@@ -292,7 +301,7 @@ const maxIDAttempts = 8
 // by the token is). reuseAccessPoint keeps upstream's claim-name token, by
 // which a re-created claim finds its access point.
 func (p *plan) usesGIDToken() bool {
-	return p.params.NeedsGIDAllocation() && p.params.EnableTagging && !p.params.ReuseAccessPoint
+	return p.params.NeedsGIDAllocation() && p.params.EnableTagging && !p.params.ReuseAccessPoint && !p.dir
 }
 
 // ours reports whether ap, which holds the GID token this volume's record
@@ -681,6 +690,9 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 	v := journal.Volume{
 		FileSystem: fsID, Token: p.input.ClientToken, Name: p.name, API: string(s.api), Path: p.input.Path,
 		UID: uid, GID: g, Allocated: alloc, ClaimNamespace: p.params.PVCNamespace, ClaimName: p.params.PVCName,
+	}
+	if p.dir {
+		v.Dir, v.Capacity = true, p.capacity
 	}
 	if p.usesGIDToken() {
 		v.ClientToken = volume.GIDToken(fsID, alloc)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 )
 
 // Other clusters on one file system (docs/design.md, "Other clusters on
@@ -81,8 +82,9 @@ func (o *otherClusters) inRange(fsID string, lo, hi int64) (int, string) {
 }
 
 // gidSource is the allocator's Source for this Service's client.
-func (s *Service) gidSource() watchedSource {
-	return watchedSource{EFS: s.efs, own: s.cluster, other: s.otherClusters}
+// It adds the record's directory volumes (dirSource).
+func (s *Service) gidSource() gid.Source {
+	return dirSource{Source: watchedSource{EFS: s.efs, own: s.cluster, other: s.otherClusters}, j: s.journal, fss: &s.dirFSs}
 }
 
 // warnOtherClusters logs, once per (file system, range), that another

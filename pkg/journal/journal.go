@@ -67,6 +67,15 @@ type Volume struct {
 	// too, counts EFS's listing lag from there (--listing-lag).
 	DeletingSince time.Time `json:"deletingSince,omitzero"`
 	Created       time.Time `json:"created"`
+	// Dir: a directory volume (provisioningMode efs-dir): no access point
+	// ever; Token is the path's (DirToken), so one directory is one
+	// volume; Recorded is when its directory was first known made
+	// (SetDirMade).
+	Dir bool `json:"dir,omitempty"`
+	// Capacity is the capacity a directory volume was created with (an
+	// access point carries it in a tag): a create of the same name with
+	// another is refused.
+	Capacity int64 `json:"capacity,omitempty"`
 }
 
 // SentToken is the client token the volume's access point carries (or
@@ -278,6 +287,21 @@ func (j *Journal) write(ctx context.Context, r *Record, deleting bool, change fu
 // without reading this create's write first. ErrDeleting if it is marked.
 func (j *Journal) Touch(ctx context.Context, r *Record) error {
 	return j.mutate(ctx, r, func(*Volume) (bool, error) { return true, nil })
+}
+
+// SetDirMade records, by a compare-and-swap write whatever the record
+// holds, that the directory of r (a directory volume) exists: a create
+// writes it after making (or finding) the directory and before answering,
+// so that a delete that marked r deleting before (ErrDeleting here) is
+// never answered past, and one that marks it after removes what this
+// create made.
+func (j *Journal) SetDirMade(ctx context.Context, r *Record) error {
+	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
+		if v.Recorded.IsZero() {
+			v.Recorded = j.now().UTC()
+		}
+		return true, nil
+	})
 }
 
 // MarkDeleting records that r's access point is being deleted: from now

@@ -49,6 +49,10 @@ const (
 	// ProvisioningModeS3FilesAccessPoint provisions S3 Files access points,
 	// through the same protocol.
 	ProvisioningModeS3FilesAccessPoint = "s3files-ap"
+	// ProvisioningModeDirectory provisions a directory of the file system,
+	// made by the controller through its own mount, without an access
+	// point (docs/design.md, "Directory volumes").
+	ProvisioningModeDirectory = "efs-dir"
 	// DefaultGIDRangeStart and DefaultGIDRangeEnd are upstream's defaults:
 	// 50000 plus the per-file-system access point limit (10,000).
 	DefaultGIDRangeStart = 50000
@@ -90,6 +94,9 @@ func paramErr(key, format string, args ...any) error {
 
 // Params are the parsed StorageClass parameters of a CreateVolume call.
 type Params struct {
+	// Mode is the provisioningMode: ProvisioningModeAccessPoint,
+	// ProvisioningModeS3FilesAccessPoint or ProvisioningModeDirectory.
+	Mode           string
 	FileSystemID   string
 	DirectoryPerms string // octal, 3 or 4 digits, e.g. "700"
 	// UID and GID are -1 when not given. A missing one is allocated from
@@ -150,9 +157,10 @@ func ParseParams(m map[string]string) (Params, error) {
 	switch {
 	case !ok:
 		return Params{}, paramErr(ParamProvisioningMode, "missing; use %q", ProvisioningModeAccessPoint)
-	case mode != ProvisioningModeAccessPoint && mode != ProvisioningModeS3FilesAccessPoint:
-		return Params{}, paramErr(ParamProvisioningMode, "provisioning mode %q is not supported, only %q and %q", mode, ProvisioningModeAccessPoint, ProvisioningModeS3FilesAccessPoint)
+	case mode != ProvisioningModeAccessPoint && mode != ProvisioningModeS3FilesAccessPoint && mode != ProvisioningModeDirectory:
+		return Params{}, paramErr(ParamProvisioningMode, "provisioning mode %q is not supported, only %q, %q and %q", mode, ProvisioningModeAccessPoint, ProvisioningModeS3FilesAccessPoint, ProvisioningModeDirectory)
 	}
+	p.Mode = mode
 
 	// A reference must have been resolved into fileSystemId by the caller
 	// (FileSystemRef), which also removes it.
@@ -222,6 +230,11 @@ func ParseParams(m map[string]string) (Params, error) {
 			return Params{}, paramErr(f.key, "%q contains a control character", truncate(v, 64))
 		}
 		*f.dst = v
+	}
+	if p.ReuseAccessPoint && p.Mode == ProvisioningModeDirectory {
+		// A directory volume has no access point, hence no client token by
+		// which a re-created claim would find it.
+		return Params{}, paramErr(ParamReuseAccessPoint, "needs access points; provisioning mode %q makes none", ProvisioningModeDirectory)
 	}
 	if p.ReuseAccessPoint && p.PVCName == "" {
 		// Upstream hashes the empty string: every claim would share one token.
@@ -319,6 +332,9 @@ func parseBasePath(v string) (string, error) {
 	return base, nil
 }
 
+// Dir reports whether the class provisions directory volumes (efs-dir).
+func (p Params) Dir() bool { return p.Mode == ProvisioningModeDirectory }
+
 // NeedsGIDAllocation reports whether the POSIX identity is not fully fixed by
 // the class. As upstream, a missing uid or gid is taken from the allocated
 // GID: see Identity.
@@ -372,4 +388,19 @@ func NameToken(volumeName string) string {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// DirToken is the record key (and name lock) of the directory volume at
+// path (provisioningMode efs-dir): a function of the path alone, so that
+// one directory is one volume (a create of another name at the same path
+// finds this record and is refused) and DeleteVolume finds the record from
+// the volume ID, which names the path. "dir:" and 48 hex digits of the
+// path's SHA-256 (no client token has that shape: EFS sends none for it).
+func DirToken(path string) string {
+	return "dir:" + sha256Hex(path)[:48]
+}
+
+// IsDirToken reports whether token is a DirToken.
+func IsDirToken(token string) bool {
+	return len(token) == 52 && strings.HasPrefix(token, "dir:")
 }

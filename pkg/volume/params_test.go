@@ -33,7 +33,7 @@ func TestParseParamsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Params{
-		FileSystemID: fsID, DirectoryPerms: "700", UID: -1, GID: -1,
+		Mode: ProvisioningModeAccessPoint, FileSystemID: fsID, DirectoryPerms: "700", UID: -1, GID: -1,
 		GIDRangeStart: 50000, GIDRangeEnd: 60000, EnsureUniqueDirectory: true, EnableTagging: true,
 	}
 	if p != want {
@@ -94,7 +94,12 @@ func TestParseParamsRejectsNamingTheParameter(t *testing.T) {
 		wantMsg string
 	}{
 		{"missing provisioningMode", without(ParamProvisioningMode), ParamProvisioningMode, "missing"},
-		{"other provisioningMode", with(ParamProvisioningMode, "efs-dir"), ParamProvisioningMode, "not supported"},
+		{"other provisioningMode", with(ParamProvisioningMode, "efs-nfs"), ParamProvisioningMode, "not supported"},
+		{"reuseAccessPoint with efs-dir", func() map[string]string {
+			m := with(ParamProvisioningMode, ProvisioningModeDirectory)
+			m[ParamReuseAccessPoint], m[ParamPVCName] = "true", "claim"
+			return m
+		}(), ParamReuseAccessPoint, "needs access points"},
 		{"missing fileSystemId", without(ParamFileSystemID), ParamFileSystemID, "missing"},
 		{"fileSystemId and a reference", with(ParamFileSystemIDConfigRef, "ns/cm/key"), ParamFileSystemIDConfigRef, "exactly one"},
 		{"enableTagging not a boolean", with(ParamEnableTagging, "no"), ParamEnableTagging, "boolean"},
