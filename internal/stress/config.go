@@ -121,6 +121,9 @@ type Config struct {
 // through the S3 Files API, and the audit lists it there.
 func (c *Config) S3Files() bool { return c.Parameters["provisioningMode"] == "s3files-ap" }
 
+// Dirs reports whether the class provisions directory volumes (efs-dir).
+func (c *Config) Dirs() bool { return c.Parameters["provisioningMode"] == "efs-dir" }
+
 // DefaultParameters is the StorageClass the workload provisions from; the
 // file system ID is the run's.
 func DefaultParameters() map[string]string {

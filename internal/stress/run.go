@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -24,6 +25,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/internal/stress/workload"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // MarkerFile is written into each live volume's root directory right after
@@ -412,6 +414,9 @@ func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
 		FileSystemID: r.t.fsID, AccessPoints: aps, Live: r.eng.Live(), RunNames: r.eng.Names(),
 		Exclusive: r.cfg.Exclusive, Answers: map[string][]string{}, Mounts: mounts, TmpDirs: dirs, Gauges: gauges,
 	}
+	if r.cfg.Dirs() && r.t.dataDir != "" {
+		in.Dirs, in.DirsOwned = r.dirs(in.Live), r.t.rootDirDel
+	}
 	results := r.eng.Results()
 	for _, v := range results {
 		// A claim deleted during provisioning may rightly get two volumes:
@@ -446,6 +451,60 @@ func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
 	return nil
 }
 
+// dirs is what the audit sees of directory volumes' directories, through
+// the emulator's data directory: each live volume's, and every directory
+// beside them (their parents' entries: the class's base directory), named
+// by the volume name their last component starts with.
+func (r *run) dirs(live map[string]string) map[string]audit.Dir {
+	fsDir := filepath.Join(r.t.dataDir, r.t.fsID)
+	out := map[string]audit.Dir{}
+	parents := map[string]bool{}
+	for _, id := range live {
+		vid, err := volume.ParseID(id)
+		if err != nil || !vid.Dir {
+			continue
+		}
+		out[vid.Path] = statDir(filepath.Join(fsDir, vid.Path))
+		parents[filepath.Dir(vid.Path)] = true
+	}
+	if base := r.cfg.Parameters[volume.ParamBasePath]; base != "" {
+		parents[filepath.Clean("/"+base)] = true
+	}
+	names := r.eng.Names()
+	for parent := range parents {
+		entries, _ := os.ReadDir(filepath.Join(fsDir, parent))
+		for _, e := range entries {
+			p := filepath.Join(parent, e.Name())
+			if !e.IsDir() {
+				continue
+			}
+			d, ok := out[p]
+			if !ok {
+				d = statDir(filepath.Join(fsDir, p))
+			}
+			for n := range names {
+				if strings.HasPrefix(e.Name(), n) {
+					d.Name = n
+				}
+			}
+			out[p] = d
+		}
+	}
+	return out
+}
+
+func statDir(p string) audit.Dir {
+	fi, err := os.Stat(p)
+	if err != nil || !fi.IsDir() {
+		return audit.Dir{}
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return audit.Dir{Exists: true, UID: -1, GID: -1}
+	}
+	return audit.Dir{Exists: true, UID: int64(st.Uid), GID: int64(st.Gid)}
+}
+
 // writeMarker puts a file into a new live volume's root directory, through
 // the emulator's data directory: if a later delete of another volume (or a
 // buggy retry) removes it, the checkpoint audit says so.
@@ -456,15 +515,20 @@ func (r *run) writeMarker(ctx context.Context, v *workload.Volume) {
 		r.mu.Unlock()
 	}
 	_, apID, ok := audit.ParseVolumeID(v.ID())
+	var ap *efs.AccessPoint
+	var err error
+	if id, perr := volume.ParseID(v.ID()); perr == nil && id.Dir {
+		ap, ok = &efs.AccessPoint{Path: id.Path}, true // a directory volume's root is its path
+	}
 	if !ok {
 		fail("volume ID %q", v.ID())
 		return
 	}
-	var ap *efs.AccessPoint
-	var err error
-	if r.t.s3 != nil {
+	switch {
+	case ap != nil:
+	case r.t.s3 != nil:
 		ap, err = audit.DescribeS3FilesAccessPoint(ctx, r.t.s3, apID)
-	} else {
+	default:
 		ap, err = audit.DescribeAccessPoint(ctx, r.t.efs, apID)
 	}
 	if err != nil {

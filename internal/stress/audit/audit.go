@@ -17,6 +17,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // Marker is a file the workload wrote into a live volume's root directory
@@ -50,6 +51,23 @@ type Inputs struct {
 	// RootDirsLeft lists root directories of deleted volumes still present
 	// although the driver removes root directories on delete.
 	RootDirsLeft []string
+	// Dirs are the directories of the file system that directory volumes
+	// (efs-dir) of the run may be, by path below its root ("/stress/x"):
+	// each live one's, and every directory of the run's base directory.
+	// Nil when the run has no directory volumes.
+	Dirs map[string]Dir
+	// DirsOwned: a directory of a run's volume name that no live volume
+	// owns is a leak (the driver removes a deleted volume's directory).
+	DirsOwned bool
+}
+
+// Dir is a directory of the file system as the audit sees it.
+type Dir struct {
+	Exists   bool  `json:"exists"`
+	UID, GID int64 `json:"-"`
+	// Name is the volume name it was made for (its last component's
+	// prefix, as the stress tool names volumes), "" if none of the run's.
+	Name string `json:"-"`
 }
 
 // Finding is one thing wrong, named so that a reader can look it up.
@@ -150,8 +168,13 @@ func Check(in Inputs) *Report {
 
 	// Every live volume exists, on the right file system, and is its own.
 	owned := map[string]string{} // access point → live volume name
+	dirGIDs := map[int64][]string{}
 	for _, name := range sortedKeys(in.Live) {
 		id := in.Live[name]
+		if vid, err := volume.ParseID(id); err == nil && vid.Dir {
+			r.checkDir(in, name, vid, owned, dirGIDs)
+			continue
+		}
 		fsID, apID, ok := ParseVolumeID(id)
 		switch ap := byID[apID]; {
 		case !ok:
@@ -180,12 +203,31 @@ func Check(in Inputs) *Report {
 		}
 		r.Leaked = append(r.Leaked, Finding{ap.ID, fmt.Sprintf("volume name %q, path %s, no live volume owns it", name, ap.Path)})
 	}
+	// Nor a directory of the run's.
+	for _, p := range sortedKeys(in.Dirs) {
+		if d := in.Dirs[p]; in.DirsOwned && d.Exists && owned["dir:"+p] == "" && in.RunNames[d.Name] {
+			r.Leaked = append(r.Leaked, Finding{p, fmt.Sprintf("directory of volume name %q, no live volume owns it", d.Name)})
+		}
+	}
 
 	// GIDs are unique among the access points the driver created.
 	for _, g := range SharedGIDs(in.AccessPoints, func(ap *efs.AccessPoint) bool {
 		return ap.Tags[ownership.TagCluster] == "true" || in.RunNames[ap.Tags[ownership.TagVolumeName]]
 	}) {
 		r.DuplicateGIDs = append(r.DuplicateGIDs, Finding{strconv.FormatInt(g.GID, 10), "shared by " + strings.Join(g.AccessPoints, ", ")})
+	}
+	// And among the live directory volumes and the access points.
+	if len(dirGIDs) > 0 {
+		for _, ap := range in.AccessPoints {
+			if ap.PosixUser != nil && len(dirGIDs[ap.PosixUser.GID]) > 0 {
+				dirGIDs[ap.PosixUser.GID] = append(dirGIDs[ap.PosixUser.GID], ap.ID)
+			}
+		}
+		for _, g := range sortedKeys(dirGIDs) {
+			if who := dirGIDs[g]; len(who) > 1 {
+				r.DuplicateGIDs = append(r.DuplicateGIDs, Finding{strconv.FormatInt(g, 10), "shared by " + strings.Join(who, ", ")})
+			}
+		}
 	}
 
 	for _, name := range sortedKeys(in.Answers) {
@@ -220,6 +262,23 @@ func Check(in Inputs) *Report {
 		r.RootDirsLeft = append(r.RootDirsLeft, Finding{d, "root directory of a deleted volume still exists"})
 	}
 	return r
+}
+
+// checkDir audits the live directory volume name with ID id: its
+// directory exists, is no other live volume's, and carries its GID.
+func (r *Report) checkDir(in Inputs, name string, id volume.ID, owned map[string]string, gids map[int64][]string) {
+	d := in.Dirs[id.Path]
+	switch {
+	case in.FileSystemID != "" && id.FileSystemID != in.FileSystemID:
+		r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("volume %s is on file system %s, want %s", id, id.FileSystemID, in.FileSystemID)})
+	case !d.Exists:
+		r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("directory %s of volume %s does not exist", id.Path, id)})
+	case owned["dir:"+id.Path] != "":
+		r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("directory %s is also volume %s", id.Path, owned["dir:"+id.Path])})
+	default:
+		owned["dir:"+id.Path] = name
+		gids[d.GID] = append(gids[d.GID], id.Path)
+	}
 }
 
 // SharedGID is a GID that more than one access point carries.
