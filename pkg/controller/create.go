@@ -35,6 +35,9 @@ type plan struct {
 	// dir: a directory volume (provisioningMode efs-dir, createdir.go);
 	// input.ClientToken is then its record key (volume.DirToken), never sent.
 	dir bool
+	// placed: the class names several file systems, and the place entry
+	// of this key says which holds the volume (placement.go).
+	placed string
 }
 
 // locks are the name locks a create of the volume holds: its name's, and
@@ -232,6 +235,13 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 		return nil, err
 	}
 	s.warnIgnored(params.FileSystemID, volume.IgnoredParams(classParams))
+	placed := ""
+	if params.FileSystemIDs != "" {
+		if params.FileSystemID, err = s.place(ctx, name, params, req.GetAccessibilityRequirements()); err != nil {
+			return nil, err
+		}
+		placed = volume.NameToken(name)
+	}
 	root, err := params.RootDir(name)
 	if err != nil {
 		return nil, err
@@ -243,14 +253,18 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 		return nil, err
 	}
 	if params.Dir() {
-		return s.dirPlan(name, capacity, crossAccount, params, root, topology)
+		p, err := s.dirPlan(name, capacity, crossAccount, params, root, topology)
+		if p != nil {
+			p.placed = placed
+		}
+		return p, err
 	}
 	tags, err := s.tagsFor(name, capacity, params)
 	if err != nil {
 		return nil, err
 	}
 	return &plan{
-		name: name, params: params, capacity: capacity, cluster: s.cluster, crossAccount: crossAccount, topology: topology,
+		name: name, params: params, capacity: capacity, cluster: s.cluster, crossAccount: crossAccount, topology: topology, placed: placed,
 		input: efs.CreateAccessPointInput{
 			FileSystemID: params.FileSystemID,
 			ClientToken:  params.ClientToken(name),
@@ -694,6 +708,7 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 	if p.dir {
 		v.Dir, v.Capacity = true, p.capacity
 	}
+	v.Placed = p.placed
 	if p.usesGIDToken() {
 		v.ClientToken = volume.GIDToken(fsID, alloc)
 	}

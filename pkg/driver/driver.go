@@ -43,20 +43,23 @@ const (
 
 // Config is everything the command line sets.
 type Config struct {
-	Endpoint        string // unix:///path/csi.sock or a plain path
-	DriverName      string
-	Mode            string
-	NodeID          string
-	Zone            string            // --zone, reported by NodeGetInfo; "": discovered (zone.go), maybe unknown
-	Tags            map[string]string // parsed --tags
-	DeleteRootDir   bool
-	ListingLag      time.Duration // --listing-lag: see controller.Config.ListingLag
-	LocalRoot       string        // emulator data directory: bind mounts instead of mount -t efs
-	TempDir         string        // parent of the controller's temporary mount points
-	MetricsAddress  string        // "" = no metrics server
-	MetricsCertFile string        // with MetricsKeyFile: serve metrics over TLS
-	MetricsKeyFile  string
-	VolMetricsOptIn bool
+	Endpoint      string // unix:///path/csi.sock or a plain path
+	DriverName    string
+	Mode          string
+	NodeID        string
+	Zone          string            // --zone, reported by NodeGetInfo; "": discovered (zone.go), maybe unknown
+	Tags          map[string]string // parsed --tags
+	DeleteRootDir bool
+	// AccessPointLimit (--access-point-limit): access points per file
+	// system; a class over several places no volume on one at it.
+	AccessPointLimit int
+	ListingLag       time.Duration // --listing-lag: see controller.Config.ListingLag
+	LocalRoot        string        // emulator data directory: bind mounts instead of mount -t efs
+	TempDir          string        // parent of the controller's temporary mount points
+	MetricsAddress   string        // "" = no metrics server
+	MetricsCertFile  string        // with MetricsKeyFile: serve metrics over TLS
+	MetricsKeyFile   string
+	VolMetricsOptIn  bool
 	// VolMetricsRefresh and VolMetricsFSRateLimit are upstream's per-volume
 	// usage settings (--vol-metrics-refresh-period, --vol-metrics-fs-rate-limit).
 	VolMetricsRefresh     time.Duration
@@ -282,7 +285,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			return nil, err
 		}
 		d.controller, err = controller.New(controller.Config{
-			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
+			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir, AccessPointLimit: cfg.AccessPointLimit,
 			ListingLag: cfg.ListingLag, TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {

@@ -76,6 +76,10 @@ type Volume struct {
 	// access point carries it in a tag): a create of the same name with
 	// another is refused.
 	Capacity int64 `json:"capacity,omitempty"`
+	// Placed: the volume's class names several file systems, and the
+	// place entry of this key (Place) says this one holds it; Finish
+	// removes it.
+	Placed string `json:"placed,omitempty"`
 }
 
 // SentToken is the client token the volume's access point carries (or
@@ -435,6 +439,13 @@ func (j *Journal) Finish(ctx context.Context, r *Record) error {
 	if err := j.releaseID(ctx, r.FileSystem, r.Allocated, r.Token); err != nil {
 		return err
 	}
+	if r.Placed != "" {
+		// Before the volume entry: a crash in between leaves the record,
+		// whose delete is retried, never a place entry of nothing.
+		if err := j.Unplace(ctx, r.Placed, r.FileSystem); err != nil {
+			return err
+		}
+	}
 	for range maxConflicts {
 		err := j.s.Delete(ctx, r.entry)
 		if !errors.Is(err, ErrConflict) {
@@ -455,6 +466,56 @@ func (j *Journal) Finish(ctx context.Context, r *Record) error {
 		*r = *fresh
 	}
 	return fmt.Errorf("%w: %s/%q kept changing", ErrUnavailable, r.FileSystem, r.Token)
+}
+
+// placeKey is the place entry of the volume named name. Its file system
+// field is not one: the entry says which one.
+func placeKey(name string) Key { return Key{Kind: KindPlace, FileSystem: "any", Name: name} }
+
+// Place records that file system fs holds the volume named name, unless
+// another is recorded already: it returns the one recorded (a retry's, a
+// restart's, another controller's choice wins, so every create of a
+// volume goes to one file system).
+func (j *Journal) Place(ctx context.Context, name, fs string) (string, error) {
+	got, err := j.s.Create(ctx, Entry{Key: placeKey(name), Value: []byte(fs)})
+	switch {
+	case err == nil:
+		return fs, nil
+	case errors.Is(err, ErrExists):
+		return string(got.Value), nil
+	}
+	return "", err
+}
+
+// Placement is the file system Place recorded for the volume named name;
+// ErrNotFound if none.
+func (j *Journal) Placement(ctx context.Context, name string) (string, error) {
+	e, err := j.s.Get(ctx, placeKey(name))
+	if err != nil {
+		return "", err
+	}
+	return string(e.Value), nil
+}
+
+// Unplace removes the place entry of the volume named name if it names
+// fs.
+func (j *Journal) Unplace(ctx context.Context, name, fs string) error {
+	for range maxConflicts {
+		e, err := j.s.Get(ctx, placeKey(name))
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if string(e.Value) != fs {
+			return nil
+		}
+		if err := j.s.Delete(ctx, e); !errors.Is(err, ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: place of %q kept changing", ErrUnavailable, name)
 }
 
 // ByAccessPoint is the record naming access point apID on fs; ErrNotFound

@@ -96,8 +96,13 @@ func paramErr(key, format string, args ...any) error {
 type Params struct {
 	// Mode is the provisioningMode: ProvisioningModeAccessPoint,
 	// ProvisioningModeS3FilesAccessPoint or ProvisioningModeDirectory.
-	Mode           string
-	FileSystemID   string
+	Mode         string
+	FileSystemID string
+	// FileSystemIDs is the class's list when fileSystemId names several
+	// ("fs-a,fs-b", as upstream PR #761 proposed), "" when it names one:
+	// each CreateVolume places its volume on one of them (FileSystemID is
+	// then the first until the controller chooses).
+	FileSystemIDs  string
 	DirectoryPerms string // octal, 3 or 4 digits, e.g. "700"
 	// UID and GID are -1 when not given. A missing one is allocated from
 	// [GIDRangeStart, GIDRangeEnd] (see NeedsGIDAllocation and Identity).
@@ -171,14 +176,21 @@ func ParseParams(m map[string]string) (Params, error) {
 	case isRef:
 		return Params{}, paramErr(ref.Param, "a reference needs the Kubernetes API, which this controller has no client for")
 	}
-	fsID := m[ParamFileSystemID]
-	switch {
-	case strings.TrimSpace(fsID) == "":
-		return Params{}, paramErr(ParamFileSystemID, "cannot be empty")
-	case !ValidFileSystemID(fsID):
-		return Params{}, paramErr(ParamFileSystemID, "%q is not a file system ID of the form fs-<hex>", truncate(fsID, 64))
+	fsIDs := strings.Split(m[ParamFileSystemID], ",")
+	for i, fsID := range fsIDs {
+		switch {
+		case strings.TrimSpace(fsID) == "":
+			return Params{}, paramErr(ParamFileSystemID, "cannot be empty")
+		case !ValidFileSystemID(fsID):
+			return Params{}, paramErr(ParamFileSystemID, "%q is not a file system ID of the form fs-<hex>", truncate(fsID, 64))
+		case slices.Contains(fsIDs[:i], fsID):
+			return Params{}, paramErr(ParamFileSystemID, "names %s twice", fsID)
+		}
 	}
-	p.FileSystemID = fsID
+	p.FileSystemID = fsIDs[0]
+	if len(fsIDs) > 1 {
+		p.FileSystemIDs = strings.Join(fsIDs, ",")
+	}
 
 	if v, ok := m[ParamDirectoryPerms]; ok {
 		if !octalModeRe.MatchString(v) {
@@ -235,6 +247,11 @@ func ParseParams(m map[string]string) (Params, error) {
 		// A directory volume has no access point, hence no client token by
 		// which a re-created claim would find it.
 		return Params{}, paramErr(ParamReuseAccessPoint, "needs access points; provisioning mode %q makes none", ProvisioningModeDirectory)
+	}
+	if p.ReuseAccessPoint && p.FileSystemIDs != "" {
+		// The claim's token finds its earlier access point account-wide,
+		// wherever it is: one file system per class keeps it findable.
+		return Params{}, paramErr(ParamReuseAccessPoint, "needs a single file system, %s names several", ParamFileSystemID)
 	}
 	if p.ReuseAccessPoint && p.PVCName == "" {
 		// Upstream hashes the empty string: every claim would share one token.
