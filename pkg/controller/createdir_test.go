@@ -360,3 +360,22 @@ func TestDirCreateAndDeleteAtOnceLeaveNothing(t *testing.T) {
 	r.mounter.afterMount = nil
 	r.mustCreateDir("pvc-1")
 }
+
+// Root removal of an access point volume keeps its directory when a
+// directory volume (recorded) lives inside it: the record's directory
+// volumes are in the view a removal is checked against.
+func TestAccessPointRootKeptForADirectoryVolumeInside(t *testing.T) {
+	r := newRootBed(t)
+	outer, err := r.svc.CreateVolume(r.ctx(), createReq("pvc-outer", 1<<30, params("subPathPattern", "team", "ensureUniqueDirectory", "false")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := r.mustCreateDir("pvc-inner", "basePath", "/team")
+	write(t, filepath.Join(r.dirOf(inner), "data"), "keep me")
+	if err := r.delete(outer.GetVolume().GetVolumeId()); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(r.dirOf(inner), "data")); err != nil || string(b) != "keep me" {
+		t.Errorf("directory volume's data after its parent access point's delete: %q, %v", b, err)
+	}
+}
