@@ -161,7 +161,7 @@ func (r *run) run(ctx context.Context) (err error) {
 	for k, v := range cfg.Parameters {
 		params[k] = v
 	}
-	params["fileSystemId"] = r.t.fsID
+	params["fileSystemId"] = strings.Join(r.t.fsIDs, ",")
 	wcfg := workload.Config{
 		Volumes: cfg.Volumes, Concurrency: cfg.Concurrency, Timeout: cfg.Timeout,
 		Backoff:       workload.Backoff{Initial: cfg.BackoffInitial, Max: cfg.BackoffMax, Factor: 2},
@@ -394,13 +394,17 @@ func (r *run) settle(ctx context.Context) map[string]float64 {
 func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
 	r.rec.Event("phase", name+" audit")
 	gauges := r.settle(ctx)
-	list := func() ([]efs.AccessPoint, error) { return audit.ListAccessPoints(ctx, r.t.efs, r.t.fsID) }
+	list := func(fsID string) ([]efs.AccessPoint, error) { return audit.ListAccessPoints(ctx, r.t.efs, fsID) }
 	if r.t.s3 != nil {
-		list = func() ([]efs.AccessPoint, error) { return audit.ListS3FilesAccessPoints(ctx, r.t.s3, r.t.fsID) }
+		list = func(fsID string) ([]efs.AccessPoint, error) { return audit.ListS3FilesAccessPoints(ctx, r.t.s3, fsID) }
 	}
-	aps, err := list()
-	if err != nil {
-		return err
+	var aps []efs.AccessPoint
+	for _, fsID := range r.t.fsIDs {
+		more, err := list(fsID)
+		if err != nil {
+			return err
+		}
+		aps = append(aps, more...)
 	}
 	mounts, err := audit.ProcessTempMounts(r.t.tmpDir)
 	if err != nil {
@@ -411,7 +415,7 @@ func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
 		return err
 	}
 	in := audit.Inputs{
-		FileSystemID: r.t.fsID, AccessPoints: aps, Live: r.eng.Live(), RunNames: r.eng.Names(),
+		FileSystemIDs: r.t.fsIDs, AccessPoints: aps, Live: r.eng.Live(), RunNames: r.eng.Names(),
 		Exclusive: r.cfg.Exclusive, Answers: map[string][]string{}, Mounts: mounts, TmpDirs: dirs, Gauges: gauges,
 	}
 	if r.cfg.Dirs() && r.t.dataDir != "" {
@@ -456,29 +460,31 @@ func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
 // beside them (their parents' entries: the class's base directory), named
 // by the volume name their last component starts with.
 func (r *run) dirs(live map[string]string) map[string]audit.Dir {
-	fsDir := filepath.Join(r.t.dataDir, r.t.fsID)
-	out := map[string]audit.Dir{}
-	parents := map[string]bool{}
+	out := map[string]audit.Dir{} // by audit.DirKey
+	parents := map[[2]string]bool{} // file system, directory
 	for _, id := range live {
 		vid, err := volume.ParseID(id)
 		if err != nil || !vid.Dir {
 			continue
 		}
-		out[vid.Path] = statDir(filepath.Join(fsDir, vid.Path))
-		parents[filepath.Dir(vid.Path)] = true
+		out[audit.DirKey(vid.FileSystemID, vid.Path)] = statDir(filepath.Join(r.t.dataDir, vid.FileSystemID, vid.Path))
+		parents[[2]string{vid.FileSystemID, filepath.Dir(vid.Path)}] = true
 	}
 	if base := r.cfg.Parameters[volume.ParamBasePath]; base != "" {
-		parents[filepath.Clean("/"+base)] = true
+		for _, fsID := range r.t.fsIDs {
+			parents[[2]string{fsID, filepath.Clean("/" + base)}] = true
+		}
 	}
 	names := r.eng.Names()
-	for parent := range parents {
+	for fp := range parents {
+		fsDir, parent := filepath.Join(r.t.dataDir, fp[0]), fp[1]
 		entries, _ := os.ReadDir(filepath.Join(fsDir, parent))
 		for _, e := range entries {
 			p := filepath.Join(parent, e.Name())
 			if !e.IsDir() {
 				continue
 			}
-			d, ok := out[p]
+			d, ok := out[audit.DirKey(fp[0], p)]
 			if !ok {
 				d = statDir(filepath.Join(fsDir, p))
 			}
@@ -487,7 +493,7 @@ func (r *run) dirs(live map[string]string) map[string]audit.Dir {
 					d.Name = n
 				}
 			}
-			out[p] = d
+			out[audit.DirKey(fp[0], p)] = d
 		}
 	}
 	return out
@@ -514,11 +520,11 @@ func (r *run) writeMarker(ctx context.Context, v *workload.Volume) {
 		r.markerFailures = append(r.markerFailures, v.Name+": "+fmt.Sprintf(format, a...))
 		r.mu.Unlock()
 	}
-	_, apID, ok := audit.ParseVolumeID(v.ID())
+	fsID, apID, ok := audit.ParseVolumeID(v.ID())
 	var ap *efs.AccessPoint
 	var err error
 	if id, perr := volume.ParseID(v.ID()); perr == nil && id.Dir {
-		ap, ok = &efs.AccessPoint{Path: id.Path}, true // a directory volume's root is its path
+		fsID, ap, ok = id.FileSystemID, &efs.AccessPoint{Path: id.Path}, true // a directory volume's root is its path
 	}
 	if !ok {
 		fail("volume ID %q", v.ID())
@@ -535,7 +541,7 @@ func (r *run) writeMarker(ctx context.Context, v *workload.Volume) {
 		fail("%v", err)
 		return
 	}
-	fsDir := filepath.Join(r.t.dataDir, r.t.fsID)
+	fsDir := filepath.Join(r.t.dataDir, fsID)
 	root := filepath.Join(fsDir, ap.Path)
 	if !strings.HasPrefix(root, fsDir+string(filepath.Separator)) {
 		fail("root directory %q is not below the file system", ap.Path)

@@ -182,6 +182,30 @@ func TestEmbeddedDirRunWithKillsIsClean(t *testing.T) {
 	}
 }
 
+// A class over two file systems, each with room for less than the run's
+// volumes: the driver places volumes on both (past the first one's
+// limit), the audit lists both and comes out clean.
+func TestEmbeddedClassOverTwoFileSystemsIsClean(t *testing.T) {
+	cfg := embedded(t, buildDriver(t))
+	cfg.Chaos = Off
+	cfg.FileSystems, cfg.AccessPointLimit = 2, 20
+	var summary strings.Builder
+	cfg.Stdout = &summary
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, summary.String())
+	}
+	if rep.Outcome != "clean" || rep.Findings() != 0 || len(rep.Audits) != 2 {
+		t.Fatalf("outcome %s with %d findings in %d audits\n%s", rep.Outcome, rep.Findings(), len(rep.Audits), summary.String())
+	}
+	if v := rep.Volumes; v.Created != v.Requested || v.Failed != 0 {
+		t.Errorf("volumes %+v: want all %d created", v, v.Requested)
+	}
+	if cp := rep.Audits[0].Report; cp.AccessPoints <= cfg.AccessPointLimit {
+		t.Errorf("checkpoint saw %d access points: not past one file system's limit of %d", cp.AccessPoints, cfg.AccessPointLimit)
+	}
+}
+
 // The remote mode, with the driver run by --driver-cmd so that chaos can
 // kill it, faults set through the emulator's control endpoint, and markers
 // through its data directory. Every retried create must find its access

@@ -306,8 +306,8 @@ func TestCheckDirectoryVolumes(t *testing.T) {
 			Live:         map[string]string{"pvc-a": dirID("/stress/pvc-a"), "pvc-b": dirID("/stress/pvc-b"), "pvc-ap": vid("fsap-1")},
 			RunNames:     map[string]bool{"pvc-a": true, "pvc-b": true, "pvc-c": true, "pvc-ap": true},
 			Dirs: map[string]Dir{
-				"/stress/pvc-a": {Exists: true, GID: 50002, Name: "pvc-a"},
-				"/stress/pvc-b": {Exists: true, GID: 50003, Name: "pvc-b"},
+				fsID + ":/stress/pvc-a": {Exists: true, GID: 50002, Name: "pvc-a"},
+				fsID + ":/stress/pvc-b": {Exists: true, GID: 50003, Name: "pvc-b"},
 			},
 			DirsOwned: true,
 		}
@@ -320,17 +320,17 @@ func TestCheckDirectoryVolumes(t *testing.T) {
 		dupGIDs int
 	}{
 		{"clean", func(*Inputs) {}, 0, 0, 0},
-		{"a live volume's directory is gone", func(in *Inputs) { in.Dirs["/stress/pvc-a"] = Dir{} }, 1, 0, 0},
+		{"a live volume's directory is gone", func(in *Inputs) { in.Dirs[fsID+":/stress/pvc-a"] = Dir{} }, 1, 0, 0},
 		{"a deleted volume's directory is left", func(in *Inputs) {
-			in.Dirs["/stress/pvc-c"] = Dir{Exists: true, GID: 50004, Name: "pvc-c"}
+			in.Dirs[fsID+":/stress/pvc-c"] = Dir{Exists: true, GID: 50004, Name: "pvc-c"}
 		}, 0, 1, 0},
 		{"left, but the driver keeps directories", func(in *Inputs) {
-			in.Dirs["/stress/pvc-c"] = Dir{Exists: true, GID: 50004, Name: "pvc-c"}
+			in.Dirs[fsID+":/stress/pvc-c"] = Dir{Exists: true, GID: 50004, Name: "pvc-c"}
 			in.DirsOwned = false
 		}, 0, 0, 0},
-		{"a directory not of the run", func(in *Inputs) { in.Dirs["/stress/other"] = Dir{Exists: true} }, 0, 0, 0},
-		{"two directories carry one GID", func(in *Inputs) { in.Dirs["/stress/pvc-b"] = Dir{Exists: true, GID: 50002, Name: "pvc-b"} }, 0, 0, 1},
-		{"a directory carries an access point's GID", func(in *Inputs) { in.Dirs["/stress/pvc-b"] = Dir{Exists: true, GID: 50001, Name: "pvc-b"} }, 0, 0, 1},
+		{"a directory not of the run", func(in *Inputs) { in.Dirs[fsID+":/stress/other"] = Dir{Exists: true} }, 0, 0, 0},
+		{"two directories carry one GID", func(in *Inputs) { in.Dirs[fsID+":/stress/pvc-b"] = Dir{Exists: true, GID: 50002, Name: "pvc-b"} }, 0, 0, 1},
+		{"a directory carries an access point's GID", func(in *Inputs) { in.Dirs[fsID+":/stress/pvc-b"] = Dir{Exists: true, GID: 50001, Name: "pvc-b"} }, 0, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := base()
