@@ -83,13 +83,13 @@ type Config struct {
 	// the class names (fileSystemId: fs-a,fs-b); AccessPointLimit (0: the
 	// emulator's 10,000) is each one's limit, in the emulator and the
 	// driver (--access-point-limit).
-	FileSystems      int `json:"fileSystems,omitempty"`
-	AccessPointLimit int `json:"accessPointLimit,omitempty"`
-	MetricsURL        string   `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
-	TmpDir            string   `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
-	DataDir           string   `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
-	Exclusive         bool     `json:"exclusive"`            // every access point on the file system belongs to the run
-	KeepWorkDir       bool     `json:"keepWorkDir,omitempty"`
+	FileSystems      int    `json:"fileSystems,omitempty"`
+	AccessPointLimit int    `json:"accessPointLimit,omitempty"`
+	MetricsURL       string `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
+	TmpDir           string `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
+	DataDir          string `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
+	Exclusive        bool   `json:"exclusive"`            // every access point on the file system belongs to the run
+	KeepWorkDir      bool   `json:"keepWorkDir,omitempty"`
 
 	// Workload.
 	Volumes                int               `json:"volumes"`

@@ -460,7 +460,7 @@ func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
 // beside them (their parents' entries: the class's base directory), named
 // by the volume name their last component starts with.
 func (r *run) dirs(live map[string]string) map[string]audit.Dir {
-	out := map[string]audit.Dir{} // by audit.DirKey
+	out := map[string]audit.Dir{}   // by audit.DirKey
 	parents := map[[2]string]bool{} // file system, directory
 	for _, id := range live {
 		vid, err := volume.ParseID(id)
