@@ -399,7 +399,7 @@ func (s *Service) mountRoot(ctx context.Context, fsID string) (string, error) {
 		// Released as a mount point all the same: a mount cut short (a
 		// cancelled call, a helper that failed late) may have happened.
 		s.releaseMount(ctx, mnt)
-		return "", fmt.Errorf("%w: mount %s: %w", ErrDirCreation, fsID, err)
+		return "", fmt.Errorf("%w: mount %s (directory volumes need a controller that may mount file systems: the chart's controller.directoryVolumes): %w", ErrDirCreation, fsID, err)
 	}
 	return mnt, nil
 }
