@@ -130,14 +130,16 @@ type Config struct {
 	// that an access point another writer made on the directory just
 	// before the delete is seen. 0: none.
 	ListingLag time.Duration
-	TempDir    string // parent of per-call mount points; "" = os.TempDir()
+	TempDir    string      // parent of per-call mount points; "" = os.TempDir()
+	GIDOptions gid.Options // how stale the allocator's listing may get
+	GIDVerify  string      // accepted for compatibility: VerifyAuto (""), VerifyAlways or VerifyNever
+
 	// AccessPointLimit (--access-point-limit) is how many access points a
 	// file system may have (EFS's quota, 10,000 unless raised): a class
 	// over several file systems places no new volume on one at it. 0: no
 	// limit known (EFS's answer alone says it).
 	AccessPointLimit int
-	GIDOptions       gid.Options // how stale the allocator's listing may get
-	GIDVerify        string      // accepted for compatibility: VerifyAuto (""), VerifyAlways or VerifyNever
+
 	// Journal is the record of this cluster's volumes and GIDs (required in
 	// production: the Kubernetes store, or a local file outside Kubernetes;
 	// nil: one in this process's memory, for tests of one controller).

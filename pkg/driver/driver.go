@@ -43,23 +43,25 @@ const (
 
 // Config is everything the command line sets.
 type Config struct {
-	Endpoint      string // unix:///path/csi.sock or a plain path
-	DriverName    string
-	Mode          string
-	NodeID        string
-	Zone          string            // --zone, reported by NodeGetInfo; "": discovered (zone.go), maybe unknown
-	Tags          map[string]string // parsed --tags
-	DeleteRootDir bool
+	Endpoint        string // unix:///path/csi.sock or a plain path
+	DriverName      string
+	Mode            string
+	NodeID          string
+	Zone            string            // --zone, reported by NodeGetInfo; "": discovered (zone.go), maybe unknown
+	Tags            map[string]string // parsed --tags
+	DeleteRootDir   bool
+	ListingLag      time.Duration // --listing-lag: see controller.Config.ListingLag
+	LocalRoot       string        // emulator data directory: bind mounts instead of mount -t efs
+	TempDir         string        // parent of the controller's temporary mount points
+	MetricsAddress  string        // "" = no metrics server
+	MetricsCertFile string        // with MetricsKeyFile: serve metrics over TLS
+	MetricsKeyFile  string
+	VolMetricsOptIn bool
+
 	// AccessPointLimit (--access-point-limit): access points per file
 	// system; a class over several places no volume on one at it.
 	AccessPointLimit int
-	ListingLag       time.Duration // --listing-lag: see controller.Config.ListingLag
-	LocalRoot        string        // emulator data directory: bind mounts instead of mount -t efs
-	TempDir          string        // parent of the controller's temporary mount points
-	MetricsAddress   string        // "" = no metrics server
-	MetricsCertFile  string        // with MetricsKeyFile: serve metrics over TLS
-	MetricsKeyFile   string
-	VolMetricsOptIn  bool
+
 	// VolMetricsRefresh and VolMetricsFSRateLimit are upstream's per-volume
 	// usage settings (--vol-metrics-refresh-period, --vol-metrics-fs-rate-limit).
 	VolMetricsRefresh     time.Duration

@@ -94,15 +94,7 @@ func paramErr(key, format string, args ...any) error {
 
 // Params are the parsed StorageClass parameters of a CreateVolume call.
 type Params struct {
-	// Mode is the provisioningMode: ProvisioningModeAccessPoint,
-	// ProvisioningModeS3FilesAccessPoint or ProvisioningModeDirectory.
-	Mode         string
-	FileSystemID string
-	// FileSystemIDs is the class's list when fileSystemId names several
-	// ("fs-a,fs-b", as upstream PR #761 proposed), "" when it names one:
-	// each CreateVolume places its volume on one of them (FileSystemID is
-	// then the first until the controller chooses).
-	FileSystemIDs  string
+	FileSystemID   string
 	DirectoryPerms string // octal, 3 or 4 digits, e.g. "700"
 	// UID and GID are -1 when not given. A missing one is allocated from
 	// [GIDRangeStart, GIDRangeEnd] (see NeedsGIDAllocation and Identity).
@@ -125,6 +117,15 @@ type Params struct {
 	PVCName       string
 	PVCNamespace  string
 	PVName        string
+
+	// Mode is the provisioningMode: ProvisioningModeAccessPoint,
+	// ProvisioningModeS3FilesAccessPoint or ProvisioningModeDirectory.
+	Mode string
+	// FileSystemIDs is the class's list when fileSystemId names several
+	// ("fs-a,fs-b", as upstream PR #761 proposed), "" when it names one:
+	// each CreateVolume places its volume on one of them (FileSystemID is
+	// then the first until the controller chooses).
+	FileSystemIDs string
 }
 
 var octalModeRe = regexp.MustCompile(`^[0-7]{3,4}$`)
