@@ -379,3 +379,37 @@ func TestAccessPointRootKeptForADirectoryVolumeInside(t *testing.T) {
 		t.Errorf("directory volume's data after its parent access point's delete: %q, %v", b, err)
 	}
 }
+
+// The orphan collector collects a directory volume as DeleteVolume deletes
+// it (its directory too, with root removal), only while the record is the
+// orphan it judged: one marked bound since is left.
+func TestCollectOrphanDirectoryVolume(t *testing.T) {
+	r := newRootBed(t)
+	p := dirParams("csi.storage.k8s.io/pvc/name", "gone", "csi.storage.k8s.io/pvc/namespace", "ns")
+	if _, err := r.svc.CreateVolume(r.ctx(), createReq("pvc-orphan", 1<<30, p)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.svc.CreateVolume(r.ctx(), createReq("pvc-bound", 1<<30, p)); err != nil {
+		t.Fatal(err)
+	}
+	orphan, bound := r.recordOf("pvc-orphan"), r.recordOf("pvc-bound")
+	seenBound := *bound
+	if err := r.svc.journal.MarkBound(r.ctx(), bound); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.svc.CollectOrphan(r.ctx(), &seenBound); !errors.Is(err, ErrNotOrphan) {
+		t.Errorf("collecting a volume bound since: %v, want ErrNotOrphan", err)
+	}
+	if err := r.svc.CollectOrphan(r.ctx(), orphan); err != nil {
+		t.Fatal(err)
+	}
+	if r.recordOf("pvc-orphan") != nil {
+		t.Error("orphan's record left")
+	}
+	if _, err := os.Stat(filepath.Join(r.data, testFS, orphan.Path)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("orphan's directory left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(r.data, testFS, bound.Path)); err != nil {
+		t.Errorf("bound volume's directory: %v", err)
+	}
+}
