@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -12,7 +14,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
-const testFS2 = "fs-0123456789abcdef1"
+const testFS2 = "fs-0123456789abcdef2"
 
 // A class over two file systems whose first is at its access point limit
 // keeps provisioning on the second; a retry and a restarted controller
@@ -80,5 +82,33 @@ func TestClassOverTwoFileSystemsProvisionsPastTheFirstOnesLimit(t *testing.T) {
 	}
 	if n := store.Len(); n != 0 {
 		t.Errorf("%d record entries left (place entries too) after every volume was deleted", n)
+	}
+}
+
+// A class over a regional and a One Zone file system: a volume required
+// in another zone than the One Zone one's goes to the regional one, even
+// when the One Zone one is emptier; one required in its zone may go to
+// either (the emptier).
+func TestPlacementSkipsAOneZoneFileSystemOutsideTheRequiredZones(t *testing.T) {
+	b := newZoneBed(t)
+	class := params(volume.ParamFileSystemID, testFS+","+oneZoneFS)
+	b.mustCreate("pvc-filler") // on testFS (the class of params() names it alone)
+	for _, tc := range []struct {
+		name, zone, want string
+	}{
+		{"required in another zone", "us-east-1a", testFS},
+		{"required in its zone", oneZone, oneZoneFS},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := createReq("pvc-"+tc.zone, 1<<30, class)
+			req.AccessibilityRequirements = &csi.TopologyRequirement{Requisite: zones(tc.zone), Preferred: zones(tc.zone)}
+			resp, err := b.svc.CreateVolume(b.ctx(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id, _ := volume.ParseID(resp.GetVolume().GetVolumeId()); id.FileSystemID != tc.want {
+				t.Errorf("placed on %s, want %s", id.FileSystemID, tc.want)
+			}
+		})
 	}
 }
