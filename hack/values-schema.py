@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Writes charts/efs-csi-driver/values.schema.json from values.yaml.
+"""Writes charts/efs-csi-driver/values.schema.json and files/values-keys.json from values.yaml.
 
-Every object of values.yaml, except the free-form ones (tags, labels, annotations,
-resources, selectors, affinity, ...), admits exactly its own keys plus the upstream
-aws-efs-csi-driver chart's keys at the same place (../shared/reference/upstream-surface.md),
-so that a mistyped key fails `helm install` instead of being ignored. Values are not typed:
-the templates accept what upstream's do (a number or a string for durations and counts).
+The known keys of every object of values.yaml, except the free-form ones (tags, labels,
+annotations, resources, selectors, affinity, ...), are its own keys plus the upstream
+aws-efs-csi-driver chart's keys at the same place (../shared/reference/upstream-surface.md).
+A key outside them does not fail `helm install` (upstream's chart has no schema and ignores
+keys it does not know, so its users' values files may carry keys copied from other charts):
+templates/values-warnings.yaml and NOTES.txt name it, with the known key it is close to
+when it looks mistyped. values-keys.json is that tree of known keys, read by the templates
+(.Files: helm keeps values.schema.json from them): an object maps each known key to its
+own tree, a free-form object or a leaf is true. The schema lists the same properties (for
+editors) and requires each provisionerSecrets item's name. Values are not typed: the
+templates accept what upstream's do (a number or a string for durations and counts).
 
-Run after changing values.yaml: python3 hack/values-schema.py [OUT]
-(hack/check-manifests.sh fails when the committed schema differs from the generated one).
+Run after changing values.yaml: python3 hack/values-schema.py [SCHEMA [KEYS]]
+(hack/check-manifests.sh fails when the committed files differ from the generated ones).
 """
 import json
 import os
@@ -18,7 +24,7 @@ import yaml
 CHART = os.path.join(os.path.dirname(__file__), "..", "charts", "efs-csi-driver")
 
 # Keys whose values are maps the user fills (any key).
-OPEN = {"tags", "podAnnotations", "podLabels", "nodeSelector", "affinity", "annotations",
+OPEN = {"global", "tags", "podAnnotations", "podLabels", "nodeSelector", "affinity", "annotations",
         "resources", "labels", "updateStrategy", "securityContext", "containerSecurityContext",
         "dnsConfig", "livenessProbe", "readinessProbe", "startupProbe", "rollingUpdate",
         "socketDirVolume", "fileSystemIdRefs", "additionalLabels", "hostAliases"}
@@ -49,6 +55,10 @@ UPSTREAM = {
 }
 
 
+# Helm's own key: a parent chart's global values reach every subchart.
+HELM = {"": ["global"]}
+
+
 # Lists of objects whose items admit exactly the keys of the default's first item.
 ITEMS = {"controller.provisionerSecrets": ["name"]}
 
@@ -61,9 +71,16 @@ def schema(value, path):
     if not isinstance(value, dict) or key in OPEN:
         return {}
     props = {k: schema(v, f"{path}.{k}" if path else k) for k, v in value.items()}
-    for k in UPSTREAM.get(path, []):
+    for k in UPSTREAM.get(path, []) + HELM.get(path, []):
         props.setdefault(k, {})
-    return {"type": "object", "properties": dict(sorted(props.items())), "additionalProperties": False}
+    return {"type": "object", "properties": dict(sorted(props.items()))}
+
+
+def known(s):
+    """The tree of known keys of schema s: a map per closed object, true for the rest."""
+    if s.get("type") != "object":
+        return True
+    return {k: known(v) for k, v in s["properties"].items()}
 
 
 with open(os.path.join(CHART, "values.yaml")) as f:
@@ -72,4 +89,7 @@ out = schema(values, "")
 out = {"$schema": "http://json-schema.org/draft-07/schema#", "title": "efs-csi-driver chart values", **out}
 with open(sys.argv[1] if len(sys.argv) > 1 else os.path.join(CHART, "values.schema.json"), "w") as f:
     json.dump(out, f, indent=2)
+    f.write("\n")
+with open(sys.argv[2] if len(sys.argv) > 2 else os.path.join(CHART, "files", "values-keys.json"), "w") as f:
+    json.dump(known(out), f, indent=1, sort_keys=True)
     f.write("\n")

@@ -119,10 +119,15 @@ func CollectorLease(driver string) string {
 // part of it could not be read (its Errors say what; Outcome "error"); the
 // error is only for an audit that could not start (no Kubernetes API).
 func (a *Audit) Run(ctx context.Context) (*Report, error) {
-	disp := a.startProgress()
+	start := time.Now()
+	disp := a.startProgress(start)
 	defer disp.Close()
 	err := a.run(ctx)
-	disp.Close()
+	end := "audit done"
+	if err != nil {
+		end = "audit stopped (" + err.Error() + ")"
+	}
+	disp.Done(a.progressLine(time.Since(start), end))
 	a.finish()
 	return a.rep, err
 }
@@ -137,21 +142,37 @@ func (a *Audit) setStep(s string, done, total int) {
 	a.rec.mu.Unlock()
 }
 
-func (a *Audit) startProgress() *progress.Display {
-	start := time.Now()
-	return progress.Start(a.cfg.Progress, a.cfg.Progress != nil, a.cfg.Bar, func(bar bool) string {
-		st := a.rec.now()
-		head := ""
-		if bar {
-			frac := 0.0
-			if st.total > 0 {
-				frac = float64(st.done) / float64(st.total)
-			}
-			head = progress.Bar(frac, 20)
-		}
-		return fmt.Sprintf("%s%s  access points %d (%d pages)  EFS requests %d, throttled %d  %s",
-			head, st.step, st.listed, st.pages, st.requests, st.throttled, time.Since(start).Truncate(100*time.Millisecond))
+// startProgress shows the audit moving: on a terminal a line redrawn in
+// place, in a log a line every few seconds, each with the step, what was
+// read and how fast; Run ends it with a final line.
+func (a *Audit) startProgress(start time.Time) *progress.Display {
+	return progress.Start(a.cfg.Progress, a.cfg.Progress != nil, a.cfg.Bar, func(bool) string {
+		return a.progressLine(time.Since(start), "")
 	})
+}
+
+// progressLine is the progress line after elapsed; the last one says end
+// instead of the step.
+func (a *Audit) progressLine(elapsed time.Duration, end string) string {
+	st := a.rec.now()
+	secs := max(elapsed.Seconds(), 1e-3)
+	step := st.step
+	if end != "" {
+		step = fmt.Sprintf("%s, %d of %d file systems listed", end, st.done, st.total)
+	}
+	took := elapsed.Truncate(100 * time.Millisecond)
+	if elapsed < time.Second {
+		took = elapsed.Round(time.Millisecond)
+	}
+	return fmt.Sprintf("%s: %d access points in %s (%.0f/s), EFS requests %d (%.1f/s, %d throttled), %s",
+		step, st.listed, plural(st.pages, "page"), float64(st.listed)/secs, st.requests, float64(st.requests)/secs, st.throttled, took)
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func (a *Audit) run(ctx context.Context) error {
@@ -270,6 +291,7 @@ func (a *Audit) run(ctx context.Context) error {
 			cluster: c.ID, now: a.cfg.Now(), grace: a.cfg.Grace})
 		a.rep.FileSystems = append(a.rep.FileSystems, fs)
 	}
+	a.setStep("listed", len(ids), len(ids))
 	return nil
 }
 
@@ -493,32 +515,19 @@ func (a *Audit) finish() {
 	r := a.rep
 	r.Seconds = a.cfg.Now().Sub(r.Started).Seconds()
 	r.Requests = a.rec.figures(a.cfg.Now().Sub(r.Started))
+	r.addUp()
+}
+
+// addUp counts each file system's lists, adds them up, and judges the
+// outcome.
+func (r *Report) addUp() {
 	t := &r.Totals
 	*t = Totals{ByOwner: map[Owner]int{}}
 	for _, fs := range r.FileSystems {
-		t.AccessPoints += fs.AccessPoints
-		for o, n := range fs.ByOwner {
-			t.ByOwner[o] += n
-		}
-		t.Referenced += fs.Referenced
-		t.Unreferenced += len(fs.Unreferenced)
-		for _, u := range fs.Unreferenced {
-			if u.Leak {
-				t.Leaks++
-			}
-		}
-		t.Phantoms += len(fs.Phantoms)
-		for _, g := range fs.SharedGIDs {
-			if !g.Intended {
-				t.SharedGIDs++
-			}
-		}
-		t.StaleRecords += len(fs.StaleRecords)
-		if d := fs.Directories; d != nil {
-			t.OrphanDirs += len(d.Orphans) + d.More
-		}
-		t.Findings += fs.Findings
+		fs.Counts = countsOf(fs)
+		t.add(fs.Counts)
 	}
+	r.Omits = jsonOmits
 	if p := r.Plan; p != nil {
 		for _, act := range p.Actions {
 			if act.Result == ResultDone {

@@ -330,5 +330,5 @@ func join(ss []string) string {
 	if len(ss) == 0 {
 		return "-"
 	}
-	return strings.Join(ss, ",")
+	return strings.Join(ss, ", ")
 }

@@ -71,8 +71,20 @@ PVs whose access point is gone, GIDs carried by more than one access point,
 records whose access point is gone, directories under the classes' base
 paths that no access point reaches (with --fs-root or --local-root), other
 clusters' and the upstream driver's access points, and the access point
-limit. Read-only; --fix prints the plan that deletes the provable leaks,
---fix --yes applies it.
+limit. The table and --html list at most 20 of each kind per file system;
+--output json lists every one.
+
+Read-only; --fix prints the plan that deletes the provable leaks, --fix
+--yes applies it. What --fix needs to prove a leak: an orphan collector
+(the controller's --orphan-gc-interval, the chart's
+controller.orphanCollection) holding its Lease
+<namespace>/<driver-name>-orphan-collector (dots as dashes) now, and since
+before the volume was created: only it can say that no PersistentVolume
+ever named the volume. Without one, --fix plans only what needs no
+such proof (records whose create never answered, with the access point
+it made; records whose access point is gone) and lists the rest as
+findings to check by hand; the report's "orphan collector" line says
+whether one holds the Lease.
 
 Exit status: 0 clean, 1 findings, 2 error (usage, or something could not
 be read or fixed).
@@ -133,8 +145,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&o.LocalRoot, "local-root", "", "scan every file system's directories at DIR/<fs-id> (the driver's --local-root layout, the emulator's data)")
 	fl.StringVar(&o.Output, "output", "table", "table or json (stdout)")
 	fl.StringVar(&o.HTML, "html", "", "also write the HTML report (charts of the EFS requests) to this file")
-	fl.StringVar(&o.Progress, "progress", "auto", "progress on stderr while listing: auto (a bar on a terminal), true, false")
-	fl.BoolVar(&o.Fix, "fix", false, "print the plan that deletes this cluster's provable leaks (nothing is changed without --yes)")
+	fl.StringVar(&o.Progress, "progress", "auto", "progress on stderr: auto (on a terminal: a line redrawn in place), true (also off a terminal: a line every 5s), false; each a line of counts and rates, and a final line")
+	fl.BoolVar(&o.Fix, "fix", false, "print the plan that deletes this cluster's provable leaks (nothing is changed without --yes); proving a leak needs an orphan collector holding its Lease since before the volume was created (see above)")
 	fl.BoolVar(&o.Yes, "yes", false, "with --fix: apply the plan")
 	fl.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	fl.BoolVar(&verbose, "v", false, "log the EFS client's and, with --fix --yes, the controller's lines to stderr")

@@ -70,6 +70,9 @@ type Report struct {
 	Requests Requests `json:"requests"`
 	Errors   []string `json:"errors,omitempty"`
 	Options  any      `json:"options"`
+	// Omits says what this JSON leaves out; the table and the HTML page
+	// say what they leave out, and both point here for the full lists.
+	Omits string `json:"omits"`
 }
 
 // Cluster is what the audit read of Kubernetes and the record.
@@ -112,17 +115,24 @@ type Class struct {
 	Error       string `json:"error,omitempty"`
 }
 
-// Totals add up every file system.
+// Totals add up every file system (and, as a FileSystem's Counts, one).
 type Totals struct {
 	AccessPoints int           `json:"accessPoints"`
 	ByOwner      map[Owner]int `json:"byOwner"`
 	Referenced   int           `json:"referenced"`
 	Unreferenced int           `json:"unreferenced"`
-	Leaks        int           `json:"provableLeaks"`
-	Phantoms     int           `json:"phantoms"`
-	SharedGIDs   int           `json:"sharedGIDs"`
-	StaleRecords int           `json:"staleRecords"`
-	OrphanDirs   int           `json:"orphanDirectories"`
+	// UnreferencedFindings are the unreferenced access points that count
+	// as findings (not another cluster's, no one's, nor on their way).
+	UnreferencedFindings int `json:"unreferencedFindings"`
+	Leaks                int `json:"provableLeaks"` // unreferenced access points in the plan
+	Phantoms             int `json:"phantoms"`
+	SharedGIDs           int `json:"sharedGIDs"` // those no class fixes: findings
+	// IntendedSharedGIDs are shared GIDs a class's gid parameter fixes:
+	// shared on purpose, not findings.
+	IntendedSharedGIDs int `json:"intendedSharedGIDs"`
+	StaleRecords       int `json:"staleRecords"`
+	StaleLeaks         int `json:"staleRecordLeaks"` // stale records in the plan
+	OrphanDirs         int `json:"orphanDirectories"`
 	// Findings counts what is wrong: provable leaks, the other unreferenced
 	// access points of this cluster, this driver or upstream that are not
 	// on their way (provisioning, being deleted), phantoms, shared GIDs that
@@ -152,6 +162,9 @@ type FileSystem struct {
 	StaleRecords []StaleRecord  `json:"staleRecords"`
 	Directories  *DirScan       `json:"directories,omitempty"`
 	Findings     int            `json:"findings"`
+	// Counts add up the lists above, as the table and the HTML page show
+	// them.
+	Counts Totals `json:"counts"`
 }
 
 // Unreferenced is an access point no PersistentVolume names.
@@ -260,7 +273,11 @@ type Action struct {
 
 // Requests are the EFS API requests the audit made.
 type Requests struct {
-	Total      int            `json:"total"`
+	Total int `json:"total"`
+	// ByOutcome counts them by pkg/efs's outcome, except the answers the
+	// audit expects: "not_found_expected" are DescribeAccessPoints' "not
+	// found" for a PV's access point missing from the listing, each the
+	// proof of a phantom, not an error.
 	ByOutcome  map[string]int `json:"byOutcome"`
 	Retries    int            `json:"retries"`
 	Latency    []plot.Latency `json:"latency"` // per operation, every attempt

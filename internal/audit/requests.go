@@ -37,6 +37,7 @@ type recorder struct {
 	step            string
 	fsDone, fsTotal int
 	pages, listed   int
+	expected        int // expected "not found" answers
 }
 
 // status is what the progress line shows.
@@ -45,7 +46,21 @@ type status struct {
 	done, total, requests, throttled, pages, listed int
 }
 
-var _ efs.Observer = (*recorder)(nil)
+var (
+	_ efs.Observer      = (*recorder)(nil)
+	_ efs.ErrorObserver = (*recorder)(nil)
+)
+
+// outcomeExpectedNotFound is the outcome of an answer the audit expects:
+// "this access point does not exist", asked of a PV's access point the
+// listing does not show, is the proof of a phantom, not an error.
+const outcomeExpectedNotFound = "not_found_expected"
+
+// expectedNotFound are the (operation, error code) pairs of those answers.
+var expectedNotFound = map[[2]string]bool{
+	{efs.OpDescribeAccessPoints, "AccessPointNotFound"}:     true,
+	{efs.OpS3GetAccessPoint, "ResourceNotFoundException"}: true,
+}
 
 func newRecorder(start time.Time) *recorder {
 	return &recorder{start: start, outcomes: map[string]int{}}
@@ -61,6 +76,31 @@ func (r *recorder) APICall(op, outcome string, d time.Duration) {
 		r.samples = append(r.samples, sample{op, outcome, end, d})
 	} else {
 		r.dropped++
+	}
+}
+
+// APIError follows the APICall of a failed attempt: an expected "not
+// found" is counted apart from the errors.
+func (r *recorder) APIError(op, code string) {
+	if !expectedNotFound[[2]string{op, code}] {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.outcomes[efs.OutcomeClientError] == 0 {
+		return
+	}
+	r.outcomes[efs.OutcomeClientError]--
+	if r.outcomes[efs.OutcomeClientError] == 0 {
+		delete(r.outcomes, efs.OutcomeClientError)
+	}
+	r.outcomes[outcomeExpectedNotFound]++
+	r.expected++
+	for i := len(r.samples) - 1; i >= 0; i-- {
+		if s := &r.samples[i]; s.op == op && s.outcome == efs.OutcomeClientError {
+			s.outcome = outcomeExpectedNotFound
+			break
+		}
 	}
 }
 
@@ -93,7 +133,7 @@ func (r *recorder) now() status {
 }
 
 // timelineSeries are the timeline's lines, by outcome.
-var timelineSeries = []string{"ok", "throttled", "other errors"}
+var timelineSeries = []string{"ok", "not found, as expected", "throttled", "errors"}
 
 // figures are the requests' figures, over total.
 func (r *recorder) figures(total time.Duration) Requests {
@@ -107,10 +147,12 @@ func (r *recorder) figures(total time.Duration) Requests {
 		switch s.outcome {
 		case efs.OutcomeOK:
 			rq.Timeline.Add(0, s.end)
-		case efs.OutcomeThrottled:
+		case outcomeExpectedNotFound:
 			rq.Timeline.Add(1, s.end)
-		default:
+		case efs.OutcomeThrottled:
 			rq.Timeline.Add(2, s.end)
+		default:
+			rq.Timeline.Add(3, s.end)
 		}
 	}
 	for _, op := range slices.Sorted(maps.Keys(byOp)) {

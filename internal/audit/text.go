@@ -4,14 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 )
-
-// maxLines bounds the lines of each kind of finding the table lists per
-// file system; the JSON and HTML have them all.
-const maxLines = 20
 
 // WriteJSON writes the report, indented.
 func (r *Report) WriteJSON(w io.Writer) error {
@@ -22,8 +18,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", f*100) }
 
-// WriteTable writes the report for a terminal: what was read, a row per
-// file system, then each finding, the plan, and the result.
+// WriteTable writes the report for a terminal: what was read, the
+// figures by file system, each file system's lists (at most listCap lines
+// of a kind, as the HTML page), the plan, and the result.
 func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
@@ -42,43 +39,25 @@ func (r *Report) WriteTable(w io.Writer) {
 			p("  StorageClass %s: %s\n", cl.Name, cl.Error)
 		}
 	}
-	p("\n")
-	p("file system\tAPI\tcredentials\taccess points\tof the limit\tthis cluster\tunrecorded\tother clusters\tupstream\tother\n")
 	for _, fs := range r.FileSystems {
-		if fs.Error != "" {
-			p("%s\t%s\t%s\tERROR: %s\t\t\t\t\t\t\n", fs.ID, fs.API, fs.Credentials, fs.Error)
-			continue
+		p("file system %s: %s API, %s credentials", fs.ID, fs.API, fs.Credentials)
+		if len(fs.Classes) > 0 {
+			p(", StorageClasses %s", join(fs.Classes))
 		}
-		p("%s\t%s\t%s\t%d / %d\t%s\t%d\t%d\t%d\t%d\t%d\n", fs.ID, fs.API, fs.Credentials, fs.AccessPoints, fs.Limit,
-			pct(fs.LimitUsed), fs.ByOwner[OwnerThisCluster], fs.ByOwner[OwnerUnrecorded], fs.ByOwner[OwnerOtherCluster],
-			fs.ByOwner[OwnerUpstream], fs.ByOwner[OwnerOther])
+		if fs.Error != "" {
+			p(": ERROR: %s", fs.Error)
+		}
+		p("\n")
 	}
 	p("\n")
-	p("file system\tno PV\tprovable leaks\tphantom PVs\tshared GIDs\tstale records\torphan dirs\tfindings\n")
-	for _, fs := range r.FileSystems {
-		if fs.Error != "" {
-			continue
-		}
-		dirs := "not scanned"
-		if d := fs.Directories; d != nil {
-			dirs = fmt.Sprint(len(d.Orphans) + d.More)
-		}
-		leaks, gids := 0, 0
-		for _, u := range fs.Unreferenced {
-			if u.Leak {
-				leaks++
-			}
-		}
-		for _, g := range fs.SharedGIDs {
-			if !g.Intended {
-				gids++
-			}
-		}
-		p("%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", fs.ID, len(fs.Unreferenced), leaks, len(fs.Phantoms), gids, len(fs.StaleRecords), dirs, fs.Findings)
+	sum := r.summary()
+	p("%s\n", strings.Join(sum.Head, "\t"))
+	for _, row := range sum.Rows {
+		p("%s\n", strings.Join(row, "\t"))
 	}
 	tw.Flush()
 	for _, fs := range r.FileSystems {
-		r.writeFindings(w, fs)
+		writeSections(w, fs)
 	}
 	if pl := r.Plan; pl != nil {
 		r.writePlan(w, pl)
@@ -86,7 +65,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "error: %s\n", e)
 	}
-	fmt.Fprintf(w, "\nEFS requests: %d (%s), %d retries\n", r.Requests.Total, outcomes(r.Requests.ByOutcome), r.Requests.Retries)
+	fmt.Fprintf(w, "\nEFS requests: %s\n", r.Requests.line())
+	fmt.Fprintf(w, "This table %s.\n", omits)
 	fixed := ""
 	if r.Plan != nil && r.Plan.Applied {
 		fixed = fmt.Sprintf(", %d of them fixed by the plan", r.Totals.Fixed)
@@ -101,96 +81,40 @@ func orDash(s string) string {
 	return s
 }
 
-func outcomes(m map[string]int) string {
-	var parts []string
-	for _, k := range sortedKeys(m) {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
-	}
-	if parts == nil {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
-// writeFindings lists one file system's findings, at most maxLines of each
-// kind.
-func (r *Report) writeFindings(w io.Writer, fs *FileSystem) {
-	if fs.Findings == 0 && fs.LimitUsed < 0.8 {
+// writeSections writes one file system's lists, each line's reason at its
+// end.
+func writeSections(w io.Writer, fs *FileSystem) {
+	secs := fs.sections()
+	if len(secs) == 0 && fs.LimitUsed < 0.8 {
 		return
 	}
 	fmt.Fprintf(w, "\n%s:\n", fs.ID)
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	defer tw.Flush()
-	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
 	if fs.LimitUsed >= 0.8 {
-		p("  limit\t%d of %d access points (%s): %d left\n", fs.AccessPoints, fs.Limit, pct(fs.LimitUsed), fs.Limit-fs.AccessPoints)
+		fmt.Fprintf(w, "  limit: %d of %d access points (%s): %d left\n", fs.AccessPoints, fs.Limit, pct(fs.LimitUsed), fs.Limit-fs.AccessPoints)
 	}
-	n := 0
-	for _, u := range fs.Unreferenced {
-		if !u.Finding {
+	for _, s := range secs {
+		fmt.Fprintf(w, "  %s\n", s.Title)
+		if len(s.Head) == 0 {
 			continue
 		}
-		if n++; n > maxLines {
-			continue
+		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		why := slices.ContainsFunc(s.Rows, func(r row) bool { return r.Why != "" })
+		head := s.Head
+		if why {
+			head = append(slices.Clone(head), "why")
 		}
-		kind := "no PV"
-		if u.Leak {
-			kind = "LEAK"
-		}
-		p("  %s\t%s\t%s\t%s\t%s\n", kind, u.AccessPoint, u.Path, u.Owner, u.Why)
-	}
-	more(p, n, "access points without a PV")
-	tw.Flush()
-	for i, ph := range fs.Phantoms {
-		if i < maxLines {
-			p("  phantom\tPV %s\t%s\t%s\t%s\n", ph.PV, orDash(ph.Claim), ph.AccessPoint, ph.Why)
-		}
-	}
-	more(p, len(fs.Phantoms), "phantoms")
-	tw.Flush()
-	n = 0
-	for _, g := range fs.SharedGIDs {
-		if g.Intended {
-			continue
-		}
-		if n++; n > maxLines {
-			continue
-		}
-		var hs []string
-		for _, h := range g.Holders {
-			hs = append(hs, fmt.Sprintf("%s (%s, PV %s, ns %s)", h.AccessPoint, h.Owner, join(h.PVs), join(h.Namespaces)))
-		}
-		p("  shared GID\t%d\t%d access points\t%s\n", g.GID, len(g.Holders), strings.Join(hs, "; "))
-	}
-	more(p, n, "shared GIDs")
-	tw.Flush()
-	for i, s := range fs.StaleRecords {
-		if i < maxLines {
-			kind := "stale record"
-			if s.Leak {
-				kind = "STALE RECORD"
+		fmt.Fprintf(tw, "    %s\n", strings.Join(head, "\t"))
+		for _, r := range s.Rows {
+			cells := r.Cells
+			if why {
+				cells = append(slices.Clone(cells), r.Why)
 			}
-			p("  %s\t%s\t%s\t%s\n", kind, s.Volume, orDash(s.Claim), s.Why)
+			fmt.Fprintf(tw, "    %s\n", strings.Join(cells, "\t"))
 		}
-	}
-	more(p, len(fs.StaleRecords), "stale records")
-	tw.Flush()
-	if d := fs.Directories; d != nil {
-		for i, o := range d.Orphans {
-			if i < maxLines {
-				p("  orphan dir\t%s\tno access point reaches it\n", o)
-			}
+		tw.Flush()
+		if s.More != "" {
+			fmt.Fprintf(w, "    %s\n", s.More)
 		}
-		more(p, len(d.Orphans)+d.More, "orphan directories")
-		if d.Error != "" {
-			p("  directories\t%s\n", d.Error)
-		}
-	}
-}
-
-func more(p func(string, ...any), n int, what string) {
-	if n > maxLines {
-		p("  ...\t%d more %s (see --output json or --html)\n", n-maxLines, what)
 	}
 }
 
@@ -208,19 +132,11 @@ func (r *Report) writePlan(w io.Writer, pl *Plan) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	defer tw.Flush()
-	for _, a := range pl.Actions {
-		result := ""
+	for _, c := range pl.Rows() {
+		fmt.Fprintf(tw, "  %s\t%s\tvolume %s\tclaim %s\tcreated %s\t%s", c[0], c[1], c[2], c[3], c[4], c[5])
 		if pl.Applied {
-			result = "\t" + a.Result
-			if a.Error != "" {
-				result += ": " + a.Error
-			}
+			fmt.Fprintf(tw, "\t%s", c[6])
 		}
-		what := "delete access point " + a.AccessPoint + " (" + a.Path + ")"
-		if a.Kind == ActionReleaseRecord {
-			what = "release the record of " + a.Volume
-		}
-		fmt.Fprintf(tw, "  %s\t%s\tvolume %s\tclaim %s\tcreated %s\t%s%s\n", a.FileSystem, what, a.Volume, a.Claim,
-			a.Created.Format(time.RFC3339), a.Why, result)
+		fmt.Fprintln(tw)
 	}
 }

@@ -139,15 +139,32 @@ var Palette = []string{"#2b6cb0", "#2f855a", "#d69e2e", "#c53030", "#6b46c1"}
 // Colour is the i-th colour of the palette, round.
 func Colour(i int) string { return Palette[i%len(Palette)] }
 
-// CSS is the reports' style sheet.
-const CSS = `body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1a202c;max-width:1000px}
-h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:8px 0;font-size:13px} td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
-th{background:#f0f3f7} td:first-child,th:first-child{text-align:left}
+// CSS is the reports' style sheet (the stress tool's and the audit's):
+// the page fits its window (tables shrink by wrapping their cells, charts
+// scale, preformatted text wraps), text is left-aligned and numbers
+// (cells of class num) right-aligned, numbers and short tokens (class
+// word) unbroken, names (class name) broken between words only, any
+// other cell anywhere (a path, a volume name), a finding's reason is a full-width
+// row under it (class why).
+const CSS = `*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;padding:16px 24px;color:#1a202c;max-width:1240px;line-height:1.4}
+h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd} h3{font-size:14px;margin:18px 0 4px}
+p,li,code{overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:8px 0;font-size:13px;max-width:100%}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th{background:#f0f3f7;font-weight:600}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num,td.word,th.num,th.word{white-space:nowrap;overflow-wrap:normal}
+td.name{overflow-wrap:normal}
+tr.why td{color:#4a5568;font-size:12px;border-top:0;padding-left:24px}
+tr.more td{font-style:italic}
 .badge{display:inline-block;padding:3px 10px;border-radius:4px;color:#fff;font-weight:bold}
 .clean{background:#2f855a} .findings,.error,.interrupted{background:#c53030}
-.bad{color:#c53030;font-weight:bold} pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
-.charts{display:flex;flex-wrap:wrap;gap:12px}`
+.bad{color:#c53030;font-weight:bold} .note{color:#4a5568;font-size:13px}
+pre{background:#f7f7f7;padding:8px;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}
+svg{display:block;max-width:100%;height:auto}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
+.charts svg{flex:0 1 470px;min-width:0}`
 
 // WritePage executes t with data and writes the page to path: executed
 // first, so that a template error leaves no half-written file.
@@ -211,11 +228,13 @@ func TimelineSVG(t Timeline, events []Event, text TimelineText) string {
 		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#e2e2e2"/>`, left, left+pw, y(v), y(v))
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" text-anchor="end">%g</text>`, left-6, y(v)+4, v)
 	}
+	// Ticks at a round step, each labelled as a duration to the step's
+	// precision (a 0.1 s audit: 0s 10ms 20ms ..., not 0s 0s 0s ... 0.1s).
 	step := niceMax(total / 10)
-	for s := 0.0; s <= total+1e-9; s += step {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" text-anchor="middle">%gs</text>`, x(s), top+ph+16, math.Round(s*10)/10)
+	for i := 0; float64(i)*step <= total+1e-9; i++ {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" text-anchor="middle">%s</text>`, x(float64(i)*step), top+ph+16, tick(float64(i), step))
 	}
-	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="12" text-anchor="middle">time since start (bucket %gs)</text>`, left+pw/2, h-4, t.BucketSeconds)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="12" text-anchor="middle">time since start (bucket %s)</text>`, left+pw/2, h-4, Duration(seconds(t.BucketSeconds)))
 	fmt.Fprintf(&b, `<text x="14" y="%.1f" font-size="12" text-anchor="middle" transform="rotate(-90 14 %.1f)">%s</text>`, top+ph/2, top+ph/2, esc(text.YAxis))
 	// Phases are full-height lines with staggered labels; other events
 	// are ticks under the top edge, readable even when there are hundreds.
@@ -253,6 +272,17 @@ func TimelineSVG(t Timeline, events []Event, text TimelineText) string {
 	}
 	b.WriteString(`</svg>`)
 	return b.String()
+}
+
+// seconds is s seconds as a Duration, rounded to the microsecond.
+func seconds(s float64) time.Duration {
+	return time.Duration(math.Round(s*1e6)) * time.Microsecond
+}
+
+// tick labels the i-th tick of a step (seconds): i*step as a duration,
+// computed from integers so that steps do not accumulate rounding.
+func tick(i, step float64) string {
+	return Duration(time.Duration(i) * seconds(step))
 }
 
 // bucketLabel names a histogram bucket by its upper bound.

@@ -216,10 +216,8 @@ type shared struct {
 	finished *finishedDeletes
 
 	// dirs: the file systems mounted for making directory volumes
-	// (createdir.go); dirFSs: the file systems this process provisioned
-	// a directory volume on (dirSource).
-	dirs   *dirMounts
-	dirFSs sync.Map
+	// (createdir.go).
+	dirs *dirMounts
 }
 
 // listKey is a listing of a file system through one client.
@@ -295,7 +293,7 @@ func New(cfg Config) (*Service, error) {
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
 			answers: map[string]answer{}, answerOf: map[string]string{}, invisible: map[string]time.Time{}, outside: map[string]string{}, finished: newFinishedDeletes(),
-			otherClusters: &otherClusters{fss: map[string]otherIDs{}}, dirs: &dirMounts{},
+			otherClusters: &otherClusters{fss: map[string]otherIDs{}, nameTokens: map[string]bool{}, outsideIDs: map[string][]int64{}}, dirs: &dirMounts{},
 		},
 	}, nil
 }

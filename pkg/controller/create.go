@@ -497,6 +497,19 @@ func (s *Service) holder(ctx context.Context, token string, err error) (*efs.Acc
 // does not compare with ours.
 const unrecordedWindow = 10 * time.Minute
 
+// upgrading reports whether a new record of p sends the volume name's
+// token rather than a GID token: in the controller's first minutes on a
+// file system whose last listing showed access points under name tokens,
+// where upstream's driver or a release before GID tokens may be creating
+// the same volumes right now (a rolling update, an in-place upgrade).
+// EFS then makes both writers converge on one access point per volume, as
+// before GID tokens; GIDs are then unique by the record, the allocator's
+// view and the other writer's own check, not by construction (docs/design.md,
+// "Writers outside the record").
+func (s *Service) upgrading(p *plan) bool {
+	return s.inWindow(p) && s.otherClusters.nameTokensOn(p.params.FileSystemID)
+}
+
 // inWindow reports whether creates of p are checked against writers
 // outside the protocol now: in the controller's first minutes, for a class
 // that allocates ids.
@@ -575,6 +588,41 @@ func (p *plan) madeOutside(ap *efs.AccessPoint) bool {
 	return generationOf(p.input.ClientToken, ap.ClientToken) >= 0
 }
 
+// windowToken is, for a record this call just made, the token of an
+// access point a writer outside the GID token protocol made for the
+// volume (its latest generation), "" if none is known: the create then
+// sends it and adopts that access point, as that writer answers it,
+// instead of making a second one. Known: seen by this process's outsider
+// check (outsideToken); or, in the controller's first minutes on a file
+// system whose last listing showed access points under name tokens (an
+// upgrade from upstream's driver or a release before GID tokens, which may
+// be creating the same volumes right now), in a listing that starts now.
+// A file system only GID tokens are on pays no listing. The listing only
+// narrows the race with a concurrent outside create: the outsider check
+// after the create sees one made before its own listing.
+func (s *Service) windowToken(ctx context.Context, p *plan, rec *journal.Record) (string, error) {
+	if !volume.IsGIDToken(rec.SentToken()) {
+		return "", nil
+	}
+	if tok := s.outsideToken(p); tok != "" || !s.inWindow(p) || !s.otherClusters.nameTokensOn(p.params.FileSystemID) {
+		return tok, nil
+	}
+	aps, err := s.listAfterNow(ctx, p.params.FileSystemID)
+	if err != nil {
+		return "", err
+	}
+	best, token := -1, ""
+	for i := range aps {
+		if !p.madeOutside(&aps[i]) {
+			continue
+		}
+		if g := generationOf(p.input.ClientToken, aps[i].ClientToken); g > best {
+			best, token = g, aps[i].ClientToken
+		}
+	}
+	return token, nil
+}
+
 // maxOutsiders bounds the volumes whose outside writer's token this
 // process remembers (outsideToken).
 const maxOutsiders = 1024
@@ -645,10 +693,14 @@ func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Re
 			return nil, res, fmt.Errorf("%w: %w: %s/%q", keylock.ErrBusy, journal.ErrDeleting, rec.FileSystem, rec.Token)
 		}
 		if made {
-			if tok := s.outsideToken(p); tok != "" && p.usesGIDToken() {
+			tok, err := s.windowToken(efs.WithPriority(ctx, efs.PriorityFollowUp), p, rec)
+			if err != nil {
+				return nil, res, err
+			}
+			if tok != "" {
 				// Sent under that token: EFS answers with its access point,
 				// which adopt records (with its own ids).
-				if err := s.journal.SetIDs(ctx, rec, rec.Allocated, rec.UID, rec.GID, rec.Allocated, tok); err != nil {
+				if err := s.journal.SetIDs(ctx, rec, rec.Allocated, rec.UID, rec.GID, rec.Allocated, tok, rec.Probe); err != nil {
 					return nil, res, err
 				}
 			}
@@ -683,6 +735,7 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 	fsID := p.params.FileSystemID
 	uid, g, alloc := p.params.UID, p.params.GID, int64(journal.NoID)
 	var res *gid.Reservation
+	var err error
 	if p.params.NeedsGIDAllocation() {
 		r, err := s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name)
 		if errors.Is(err, gid.ErrExhausted) {
@@ -699,6 +752,18 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 		}
 		res, alloc = r, r.GID()
 		s.warnOtherClusters(fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd)
+	}
+	probe, gidToken := 0, p.usesGIDToken() && !s.upgrading(p)
+	if gidToken {
+		// The allocator only refreshed the view and said the range is not
+		// full: the volume's own sequence chooses (probe.go).
+		res.Release()
+		res = nil
+		if alloc, probe, err = s.candidate(p, 0); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	if alloc != journal.NoID {
 		uid, g = p.params.Identity(alloc)
 	}
 	v := journal.Volume{
@@ -709,8 +774,11 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 		v.Dir, v.Capacity = true, p.capacity
 	}
 	v.Placed = p.placed
-	if p.usesGIDToken() {
-		v.ClientToken = volume.GIDToken(fsID, alloc)
+	if gidToken {
+		// EFS holds the id by the token: no id entry (two writes fewer a
+		// volume), and no decision any writer with another record would not
+		// make alike (probe.go).
+		v.ClientToken, v.Probe, v.TokenHeld = volume.GIDToken(fsID, alloc), probe, true
 	}
 	rec, made, err := s.journal.Begin(ctx, v)
 	if err != nil {
@@ -766,21 +834,38 @@ func (s *Service) hold(ctx context.Context, p *plan, rec *journal.Record, res **
 // record's ids first; use what it chose.
 func (s *Service) moveID(ctx context.Context, p *plan, rec *journal.Record, attempt int) (*gid.Reservation, error) {
 	fsID := p.params.FileSystemID
-	r, err := s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name+"#"+strconv.Itoa(attempt))
-	if err != nil {
-		return nil, err
-	}
-	if err := s.journal.ReleaseUnsentID(ctx, fsID, rec.Allocated, rec.Token); err != nil {
-		r.Release()
-		return nil, err
-	}
-	token := ""
+	var r *gid.Reservation
+	var next int64
+	token, probe := "", 0
 	if volume.IsGIDToken(rec.SentToken()) {
-		token = volume.GIDToken(fsID, r.GID())
+		// The next of the volume's own sequence, as every writer of it
+		// takes (probe.go).
+		var err error
+		if next, probe, err = s.candidate(p, rec.Probe+1); err != nil {
+			return nil, err
+		}
+		token = volume.GIDToken(fsID, next)
+	} else {
+		var err error
+		if r, err = s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name+"#"+strconv.Itoa(attempt)); err != nil {
+			return nil, err
+		}
+		next = r.GID()
 	}
-	nu, ng := p.params.Identity(r.GID())
-	if err := s.journal.SetIDs(ctx, rec, rec.Allocated, nu, ng, r.GID(), token); err != nil {
-		r.Release()
+	release := func() {
+		if r != nil {
+			r.Release()
+		}
+	}
+	if !rec.TokenHeld {
+		if err := s.journal.ReleaseUnsentID(ctx, fsID, rec.Allocated, rec.Token); err != nil {
+			release()
+			return nil, err
+		}
+	}
+	nu, ng := p.params.Identity(next)
+	if err := s.journal.SetIDs(ctx, rec, rec.Allocated, nu, ng, next, token, probe); err != nil {
+		release()
 		if errors.Is(err, journal.ErrConflict) {
 			return nil, nil // another writer changed the record first: hold what it chose
 		}

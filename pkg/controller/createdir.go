@@ -25,7 +25,6 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/dirfd"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
-	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -43,7 +42,6 @@ func (s *Service) dirPlan(name string, capacity int64, crossAccount bool, params
 		return nil, &volume.ParamError{Key: volume.ParamProvisioningMode,
 			Reason: fmt.Sprintf("%q needs the controller to mount file systems, and this one has no mounter", volume.ProvisioningModeDirectory)}
 	}
-	s.dirFSs.Store(params.FileSystemID, struct{}{})
 	return &plan{
 		name: name, params: params, capacity: capacity, cluster: s.cluster, crossAccount: crossAccount, topology: topology, dir: true,
 		input: efs.CreateAccessPointInput{FileSystemID: params.FileSystemID, ClientToken: volume.DirToken(root), Path: root},
@@ -112,6 +110,9 @@ func (s *Service) createDir(ctx context.Context, p *plan) (*journal.Record, erro
 	// allocator's listings add the record's directory volumes too:
 	// dirSource).
 	s.gids.Record(*dirStandIn(rec))
+	// And access point creates of this process skip it from now on (every
+	// listing tells the others: dirSource).
+	s.otherClusters.addOutside(rec.FileSystem, rec.UID, rec.GID)
 	made, err := s.makeDir(ctx, rec, p.params.DirectoryPerms)
 	if err != nil {
 		return nil, err
@@ -485,34 +486,32 @@ func (s *Service) dirVolumeIDs(ctx context.Context) ([]string, error) {
 	return ids, err
 }
 
-// dirSource is the allocator's Source with the record's directory
-// volumes: each listing of a file system's access points is followed by a
+// dirSource is the EFS client with the record's directory volumes in
+// every listing of a file system, under the allocator's Source
+// (watchedSource): each listing of its access points is followed by a
 // page of stand-ins carrying their ids (dirStandIn), so that no create
-// (of either kind) picks an id a directory volume holds, after a restart
-// too, rather than finding it held (HoldID) and moving on.
+// picks an id a directory volume holds, after a restart too: the
+// allocator's (directory volumes) count them used, and access point
+// creates under GID tokens, which hold no id entry and walk their own
+// sequence of ids, skip them as ids carried outside the GID token
+// protocol (a stand-in's token is no GID token: carriedOutside).
 //
-// Only on file systems this process has provisioned a directory volume on
-// (dirFSs): a cluster without directory volumes reads nothing more. After
-// a restart the first listings of a file system may miss them: a create
-// then finds such an id held (HoldID) and takes another, as for access
-// points.
+// The record is read by its index of directory volumes (one List per
+// listing, once a minute per file system, that answers nothing on a file
+// system without any).
 type dirSource struct {
-	gid.Source
-	j   *journal.Journal
-	fss *sync.Map
+	EFS
+	j *journal.Journal
 }
 
 func (d dirSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
-	if err := d.Source.ListAccessPoints(ctx, fsID, fn); err != nil {
+	if err := d.EFS.ListAccessPoints(ctx, fsID, fn); err != nil {
 		return err
 	}
-	if _, ok := d.fss.Load(fsID); !ok {
-		return nil
-	}
 	var page []efs.AccessPoint
-	err := d.j.Volumes(ctx, fsID, func(recs []*journal.Record) error {
+	err := d.j.DirVolumes(ctx, fsID, func(recs []*journal.Record) error {
 		for _, r := range recs {
-			if r.Dir && r.Allocated != journal.NoID {
+			if r.Allocated != journal.NoID {
 				page = append(page, *dirStandIn(r))
 			}
 		}

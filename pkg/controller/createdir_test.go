@@ -413,3 +413,37 @@ func TestCollectOrphanDirectoryVolume(t *testing.T) {
 		t.Errorf("bound volume's directory: %v", err)
 	}
 }
+
+// Access points made after directory volumes in the same range never take
+// a directory volume's GID: their GID token sequence skips the ids the
+// record's directory volumes hold (noted at once in this process, and by
+// every listing: dirSource), in this process and in a restarted one.
+func TestAccessPointsAfterDirectoryVolumesNeverShareAGID(t *testing.T) {
+	r := newRootBed(t)
+	rng := []string{"gidRangeStart", "50000", "gidRangeEnd", "50060"}
+	for i := range 25 {
+		r.mustCreateDir(fmt.Sprintf("pvc-dir-%d", i), rng...)
+	}
+	for i := range 8 {
+		if _, err := r.svc.CreateVolume(r.ctx(), createReq(fmt.Sprintf("pvc-ap-%d", i), 1<<30, params(rng...))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r2 := newBedOn(t, r.url, r.emu, func(c *Config) { c.Mounter, c.TempDir = r.mounter, r.tmp })
+	for i := range 8 {
+		if _, err := r2.svc.CreateVolume(r2.ctx(), createReq(fmt.Sprintf("pvc-ap-later-%d", i), 1<<30, params(rng...))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dirs := map[int64]string{}
+	for _, rec := range r.records() {
+		if rec.Dir {
+			dirs[rec.GID] = rec.Name
+		}
+	}
+	for _, ap := range r.accessPoints() {
+		if name, dup := dirs[ap.PosixUser.GID]; dup {
+			t.Errorf("gid %d on access point %s (%s, token %s) and directory volume %s", ap.PosixUser.GID, ap.ID, ap.Tags[TagVolumeName], ap.ClientToken, name)
+		}
+	}
+}

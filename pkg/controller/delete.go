@@ -171,14 +171,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 // first; upstream's reuseAccessPoint hash) is looked up by the record's
 // index of access points.
 func (s *Service) recordOf(ctx context.Context, ap *efs.AccessPoint) (*journal.Record, error) {
-	key := ap.ClientToken
-	if volume.IsGIDToken(key) {
-		key = ""
-		if name := ap.Tags[TagVolumeName]; name != "" {
-			key = volume.NameToken(name)
-		}
-	}
-	if key != "" {
+	if key := volumeKeyOf(ap); key != "" && !volume.IsGIDToken(key) {
 		rec, err := s.journal.Volume(ctx, ap.FileSystemID, key)
 		switch {
 		case err == nil && ownership.Agrees(rec, ap):

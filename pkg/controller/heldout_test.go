@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -159,26 +160,37 @@ func TestFirstMinutesNeverAnswerAGIDAnOutsideWriterCarries(t *testing.T) {
 	}
 }
 
+// twoOwnRecords starts two controllers on one EFS, each with a record of
+// its own, past their first minutes or not, with lost answers and 500s on
+// creates and listings until stop.
+func twoOwnRecords(t *testing.T, past bool) (a, b *bed, clk *clock, stop func()) {
+	clk = newClock()
+	own := func(c *Config) { c.Journal, c.Now = journal.NewMemory(), clk.Now }
+	a = newBed(t, own)
+	b = newBedOn(t, a.url, a.emu, own)
+	if past {
+		clk.Advance(unrecordedWindow + time.Minute)
+	}
+	ops := []emulator.Op{emulator.OpCreateAccessPoint, "DescribeAccessPoints"}
+	for _, op := range ops {
+		a.emu.SetFault(op, emulator.Fault{LostAnswerRate: 0.2, ErrorRate: 0.1})
+	}
+	return a, b, clk, func() {
+		for _, op := range ops {
+			a.emu.SetFault(op, emulator.Fault{})
+		}
+	}
+}
+
 // The red team's finding: two controllers keeping records of their own
 // (replicas whose record is a file per pod, two hosts) answered GIDs twice
 // with lost answers and errors, in their first minutes and after. GID
 // tokens make EFS the compare-and-swap of each id, whatever record each
-// keeps. (One volume created by both converges on one access point by the
-// shared record, or, without one, when both start its GID search at the
-// same id: docs/design.md, "Two controllers at once".)
+// keeps.
 func TestTwoControllersWithRecordsOfTheirOwnNeverShareAGID(t *testing.T) {
 	for _, past := range []bool{false, true} {
 		t.Run(fmt.Sprintf("past the first minutes=%v", past), func(t *testing.T) {
-			clk := newClock()
-			own := func(c *Config) { c.Journal, c.Now = journal.NewMemory(), clk.Now }
-			a := newBed(t, own)
-			b := newBedOn(t, a.url, a.emu, own)
-			if past {
-				clk.Advance(unrecordedWindow + time.Minute)
-			}
-			for _, op := range []emulator.Op{emulator.OpCreateAccessPoint, "DescribeAccessPoints"} {
-				a.emu.SetFault(op, emulator.Fault{LostAnswerRate: 0.2, ErrorRate: 0.1})
-			}
+			a, b, clk, stop := twoOwnRecords(t, past)
 			p := params("gidRangeStart", "50000", "gidRangeEnd", "50100")
 			var wg sync.WaitGroup
 			for i := range 40 {
@@ -200,8 +212,7 @@ func TestTwoControllersWithRecordsOfTheirOwnNeverShareAGID(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			a.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{})
-			a.emu.SetFault("DescribeAccessPoints", emulator.Fault{})
+			stop()
 			if aps := a.accessPoints(); len(aps) != 80 {
 				t.Errorf("%d access points for 80 volumes", len(aps))
 			}
@@ -242,5 +253,77 @@ func TestBurnedGIDTokenIsLeftForAnotherID(t *testing.T) {
 		if ap.PosixUser.GID == gone {
 			t.Errorf("the burned id %d is on %s", gone, ap.ID)
 		}
+	}
+}
+
+// A writer outside the GID token protocol (an earlier release, upstream's
+// driver) made an access point for the volume after this controller's
+// last listing: the create makes its own, its outsider check sees the
+// other and withdraws it (never answered), and the retry adopts the other
+// writer's, which that writer answers too: one access point per volume.
+func TestOutsideWritersAccessPointForTheVolumeIsAdopted(t *testing.T) {
+	b := newBed(t)
+	if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-x", 1<<30, params())); err != nil {
+		t.Fatal(err)
+	}
+	name := "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f"
+	theirs, err := b.client.CreateAccessPoint(b.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
+		ClientToken: name, Path: "/" + name, PosixUser: &efs.PosixUser{UID: 50001, GID: 50001},
+		CreationInfo: &efs.CreationInfo{OwnerUID: 50001, OwnerGID: 50001, Permissions: "700"},
+		Tags:         map[string]string{TagCluster: "true", TagVolumeName: name, TagCapacity: "1073741824"}})
+	must(t, err)
+	if _, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, params())); !errors.Is(err, ErrGIDContention) {
+		t.Fatalf("first attempt: %v, want %v (withdrawn)", err, ErrGIDContention)
+	}
+	r, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, params()))
+	must(t, err)
+	if got := apOf(t, r.Volume.VolumeId); got != theirs.ID {
+		t.Errorf("answered %s, want the other writer's %s", got, theirs.ID)
+	}
+	b.wantAccessPoints(2)
+}
+
+// A volume's own earlier create attempt (its answer lost) does not keep its
+// directory on delete: the deletes of this process see creates until 2
+// minutes after they end, and tell the volume's own from another's (by its
+// access point, or its record key, which a GID-token access point carries
+// in its volume-name tag: volumeKeyOf).
+func TestDeleteAfterALostCreateAnswerRemovesTheRoot(t *testing.T) {
+	r := newRootBed(t)
+	var lost atomic.Bool
+	r.hook.set("CreateAccessPoint", nil, func(_ any, err error) error {
+		if err == nil && !lost.Swap(true) {
+			return fmt.Errorf("%w: injected: answer lost", efs.ErrUnavailable)
+		}
+		return err
+	})
+	if _, err := r.create("pvc-a"); err == nil {
+		t.Fatal("first attempt answered")
+	}
+	vol := r.mustCreate("pvc-a")
+	root := r.rootOf(vol)
+	must(t, r.delete(vol))
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("root directory kept after its volume's delete: %v (kept %d)", err, r.svc.RootDirsKept())
+	}
+}
+
+// Two controllers keeping records of their own (mid-upgrade from a file
+// record per pod to the shared one; the e2e upgrade from upstream's chart
+// saw 50 of 170 volumes made twice) create every volume from both, with
+// lost answers and errors: each volume converges on one access point,
+// since both try its ids in the same order and move past one only on
+// EFS's answer (probe.go), and no GID is on two.
+func TestTwoControllersWithRecordsOfTheirOwnConvergeOnOneAccessPoint(t *testing.T) {
+	for _, past := range []bool{false, true} {
+		t.Run(fmt.Sprintf("past the first minutes=%v", past), func(t *testing.T) {
+			a, b, clk, stop := twoOwnRecords(t, past)
+			names := createFromBoth(t, a, b, clk, 60, params("gidRangeStart", "50000", "gidRangeEnd", "50300"), 200)
+			stop()
+			if aps := a.accessPoints(); len(aps) != names {
+				t.Errorf("%d access points for %d volumes", len(aps), names)
+			}
+			a.wantUniqueIDs(false)
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // Other clusters on one file system (docs/design.md, "Other clusters on
@@ -25,6 +26,16 @@ import (
 type otherClusters struct {
 	mu  sync.Mutex
 	fss map[string]otherIDs
+	// nameTokens: file systems whose last complete listing showed an
+	// access point under a volume name's token (upstream's, a release
+	// before GID tokens, or this one's classes without them): where a
+	// writer outside the GID token protocol may be making access points
+	// for the same volumes (windowToken).
+	nameTokens map[string]bool
+	// outsideIDs: per file system, the ids (uid and gid), sorted, that
+	// access points under tokens other than GID tokens carried in the last
+	// complete listing (carriedOutside).
+	outsideIDs map[string][]int64
 }
 
 // otherIDs: the ids (uid and gid) other clusters' access points on one file
@@ -45,8 +56,16 @@ type watchedSource struct {
 
 func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	var seen otherIDs
+	nameTokens := false
+	var outside []int64
 	err := w.EFS.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
 		for i := range page {
+			tok := page[i].ClientToken
+			nameTokens = nameTokens || volume.IsProvisionerVolumeName(tok) || volume.IsClaimNameHash(tok)
+			if !volume.IsGIDToken(tok) {
+				uid, g := posixIDs(&page[i])
+				outside = append(outside, uid, g)
+			}
 			id, ok := page[i].Tags[TagClusterID]
 			if !ok || id == w.own || w.own == "" {
 				continue
@@ -60,6 +79,17 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 	if err == nil {
 		slices.Sort(seen.ids)
 		w.other.mu.Lock()
+		if nameTokens {
+			w.other.nameTokens[fsID] = true
+		} else {
+			delete(w.other.nameTokens, fsID)
+		}
+		slices.Sort(outside)
+		if outside = slices.Compact(outside); len(outside) > 0 {
+			w.other.outsideIDs[fsID] = outside
+		} else {
+			delete(w.other.outsideIDs, fsID)
+		}
 		if len(seen.ids) == 0 {
 			delete(w.other.fss, fsID)
 		} else {
@@ -82,9 +112,9 @@ func (o *otherClusters) inRange(fsID string, lo, hi int64) (int, string) {
 }
 
 // gidSource is the allocator's Source for this Service's client.
-// It adds the record's directory volumes (dirSource).
+// Its listings include the record's directory volumes (dirSource).
 func (s *Service) gidSource() gid.Source {
-	return dirSource{Source: watchedSource{EFS: s.efs, own: s.cluster, other: s.otherClusters}, j: s.journal, fss: &s.dirFSs}
+	return watchedSource{EFS: dirSource{EFS: s.efs, j: s.journal}, own: s.cluster, other: s.otherClusters}
 }
 
 // warnOtherClusters logs, once per (file system, range), that another
@@ -98,4 +128,36 @@ func (s *Service) warnOtherClusters(fsID string, lo, hi int64) {
 	s.log.Warn("another cluster's access points carry GIDs in this class's range: creates that pick one GID at the same moment contend for it (and an earlier release there can share it); give each cluster a disjoint gidRangeStart-gidRangeEnd",
 		slog.String("fileSystemId", fsID), slog.Int64("gidRangeStart", lo), slog.Int64("gidRangeEnd", hi),
 		slog.Int("ids", n), slog.String("otherCluster", cluster))
+}
+
+// nameTokensOn reports whether the last listing of fsID showed an access
+// point under a volume name's token.
+func (o *otherClusters) nameTokensOn(fsID string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.nameTokens[fsID]
+}
+
+// carriedOutside reports whether the last listing of fsID showed id on an
+// access point under a token other than a GID token.
+// addOutside notes ids as carried outside the GID token protocol on fsID
+// until the next complete listing (which shows them again if they still
+// are): a directory volume's, made by this process.
+func (o *otherClusters) addOutside(fsID string, ids ...int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	cur := o.outsideIDs[fsID]
+	for _, id := range ids {
+		if i, found := slices.BinarySearch(cur, id); !found {
+			cur = slices.Insert(cur, i, id)
+		}
+	}
+	o.outsideIDs[fsID] = cur
+}
+
+func (o *otherClusters) carriedOutside(fsID string, id int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, found := slices.BinarySearch(o.outsideIDs[fsID], id)
+	return found
 }

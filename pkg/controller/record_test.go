@@ -18,7 +18,9 @@ import (
 
 // The record's cost: writes per CreateVolume and DeleteVolume, as the
 // Kubernetes store would send them (one request per write), and nothing
-// of the record is left once every volume is deleted.
+// of the record is left once every volume is deleted. A GID token holds
+// the id (no id entry): two writes a create (the volume, its access point),
+// two a delete (mark, remove); before GID tokens, three each.
 func TestRecordWritesPerCallAndNothingLeftAtRest(t *testing.T) {
 	store, reads, writes := countingStore()
 	b := newBed(t, func(c *Config) { c.Journal = store })
@@ -27,11 +29,14 @@ func TestRecordWritesPerCallAndNothingLeftAtRest(t *testing.T) {
 	for i := range n {
 		ids = append(ids, b.mustCreate("pvc-"+string(rune('a'+i))))
 	}
-	if w := writes.Load(); w != 3*n {
-		t.Errorf("%d record writes for %d creates, want 3 each", w, n)
+	if w := writes.Load(); w != 2*n {
+		t.Errorf("%d record writes for %d creates, want 2 each", w, n)
 	}
-	if r := reads.Load(); r != 0 {
-		t.Errorf("%d record reads for %d first creates, want none", r, n)
+	// One: the allocator's listing of the file system (one for the 20)
+	// looks for its directory volumes in the record (dirSource), by an
+	// index that answers nothing here.
+	if r := reads.Load(); r != 1 {
+		t.Errorf("%d record reads for %d first creates, want 1", r, n)
 	}
 	writes.Store(0)
 	for _, id := range ids {
@@ -39,8 +44,8 @@ func TestRecordWritesPerCallAndNothingLeftAtRest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if w := writes.Load(); w != 3*n {
-		t.Errorf("%d record writes for %d deletes, want 3 each (mark, id, volume)", w, n)
+	if w := writes.Load(); w != 2*n {
+		t.Errorf("%d record writes for %d deletes, want 2 each (mark, volume)", w, n)
 	}
 	if store.Len() != 0 {
 		t.Errorf("%d record entries left after every volume was deleted", store.Len())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // rootDirs is the state root-directory removal keeps between deletes.
@@ -159,10 +160,20 @@ func (s *Service) createSharer(ap *efs.AccessPoint) string {
 // volume than ap's.
 func (s *Service) reaches(h holder, ap *efs.AccessPoint) bool {
 	switch {
-	case !h.live, h.apID == ap.ID, h.token != "" && h.token == ap.ClientToken:
+	case !h.live, h.apID == ap.ID, h.token != "" && h.token == volumeKeyOf(ap):
 		return false // ap itself, its own record or create, or gone
 	}
 	return h.apID == "" || !s.roots.beingDeleted(h.apID)
+}
+
+// volumeKeyOf is the key of ap's volume in the record and in its creates'
+// name locks (plan.input.ClientToken): its client token, or for a GID
+// token the name token of its volume-name tag.
+func volumeKeyOf(ap *efs.AccessPoint) string {
+	if name := ap.Tags[TagVolumeName]; volume.IsGIDToken(ap.ClientToken) && name != "" {
+		return volume.NameToken(name)
+	}
+	return ap.ClientToken
 }
 
 // live: an access point being deleted gives its users no access any more.

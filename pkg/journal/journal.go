@@ -37,11 +37,20 @@ type Volume struct {
 	// or the token of an access point adopted with another (an earlier
 	// release's later generation). SentToken reads it.
 	ClientToken string `json:"clientToken,omitempty"`
-	Name        string `json:"name"` // the CO's volume name
-	API         string `json:"api,omitempty"`
-	Path        string `json:"path"`
-	UID         int64  `json:"uid"`
-	GID         int64  `json:"gid"`
+	// Probe is the index of Allocated in the volume's deterministic
+	// sequence of ids (GID tokens: every writer of the volume tries the
+	// same ids in the same order, so they send one token).
+	Probe int `json:"probe,omitempty"`
+	// TokenHeld: the allocated id is held by the GID token alone (EFS
+	// binds it to one access point), not by an id entry: HoldID and Finish
+	// write none. Records of earlier releases, and of classes without GID
+	// tokens, hold theirs in the id table.
+	TokenHeld bool   `json:"tokenHeld,omitempty"`
+	Name      string `json:"name"` // the CO's volume name
+	API       string `json:"api,omitempty"`
+	Path      string `json:"path"`
+	UID       int64  `json:"uid"`
+	GID       int64  `json:"gid"`
 	// Allocated is the id this volume holds in the id table (its GID, or
 	// its UID when the class fixes the GID); NoID for fixed ids.
 	Allocated int64 `json:"allocated"`
@@ -144,7 +153,30 @@ func encode(v *Volume) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	return Entry{Key: volumeKey(v.FileSystem, v.Token), Value: b, Index: v.AccessPoint}, nil
+	index := v.AccessPoint
+	if v.Dir {
+		index = DirIndex
+	}
+	return Entry{Key: volumeKey(v.FileSystem, v.Token), Value: b, Index: index}, nil
+}
+
+// DirIndex is the index of every directory volume's entry (no access
+// point ID is "dir"): DirVolumes lists them alone.
+const DirIndex = "dir"
+
+// DirVolumes calls fn with the records of the directory volumes of fs, by
+// the store's index: a file system without any costs one List that
+// answers nothing.
+func (j *Journal) DirVolumes(ctx context.Context, fs string, fn func([]*Record) error) error {
+	return j.s.List(ctx, KindVolume, fs, DirIndex, func(es []Entry) error {
+		rs := make([]*Record, 0, len(es))
+		for _, e := range es {
+			if r, err := decode(e); err == nil && r.Dir {
+				rs = append(rs, r)
+			}
+		}
+		return fn(rs)
+	})
 }
 
 // Volume reads the record of the volume whose access point has token on
@@ -186,7 +218,7 @@ func (j *Journal) Begin(ctx context.Context, v Volume) (*Record, bool, error) {
 // nil. Held by another volume: ErrIDTaken, naming its token. Until HoldID
 // returned nil, no access point may be created with the id.
 func (j *Journal) HoldID(ctx context.Context, r *Record) error {
-	if r.Allocated == NoID {
+	if r.Allocated == NoID || r.TokenHeld {
 		return nil
 	}
 	got, err := j.s.Create(ctx, Entry{Key: idKey(r.FileSystem, r.Allocated), Value: []byte(r.Token)})
@@ -349,7 +381,7 @@ func (j *Journal) Withdraw(ctx context.Context, r *Record, apID string) error {
 // made an access point with its ids (never sent, or EFS answered that
 // another writer's access point holds the record's GID token).
 // ErrConflict, with r re-read, if another writer changed them first.
-func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string) error {
+func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int) error {
 	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
 		if v.Allocated != from || v.AccessPoint != "" {
 			return false, fmt.Errorf("%w: ids of %s/%q changed", ErrConflict, v.FileSystem, v.Token)
@@ -357,10 +389,10 @@ func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocat
 		if clientToken == v.Token {
 			clientToken = ""
 		}
-		if v.UID == uid && v.GID == gid && v.Allocated == allocated && v.ClientToken == clientToken {
+		if v.UID == uid && v.GID == gid && v.Allocated == allocated && v.ClientToken == clientToken && v.Probe == probe {
 			return false, nil
 		}
-		v.UID, v.GID, v.Allocated, v.ClientToken = uid, gid, allocated, clientToken
+		v.UID, v.GID, v.Allocated, v.ClientToken, v.Probe = uid, gid, allocated, clientToken, probe
 		return true, nil
 	})
 }
@@ -436,8 +468,10 @@ func (j *Journal) MarkBound(ctx context.Context, r *Record) error {
 // a volume record (retried) and never an id held for nobody... and never
 // an id free while a record still names it as sent.
 func (j *Journal) Finish(ctx context.Context, r *Record) error {
-	if err := j.releaseID(ctx, r.FileSystem, r.Allocated, r.Token); err != nil {
-		return err
+	if !r.TokenHeld {
+		if err := j.releaseID(ctx, r.FileSystem, r.Allocated, r.Token); err != nil {
+			return err
+		}
 	}
 	if r.Placed != "" {
 		// Before the volume entry: a crash in between leaves the record,
@@ -458,7 +492,7 @@ func (j *Journal) Finish(ctx context.Context, r *Record) error {
 		if err != nil {
 			return err
 		}
-		if fresh.Allocated != r.Allocated {
+		if fresh.Allocated != r.Allocated && !fresh.TokenHeld {
 			if err := j.releaseID(ctx, fresh.FileSystem, fresh.Allocated, fresh.Token); err != nil {
 				return err
 			}

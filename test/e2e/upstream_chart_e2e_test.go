@@ -454,12 +454,21 @@ func recordedTokens(t *testing.T, dirs []string) map[string]bool {
 		}
 		for line := range strings.Lines(string(data)) {
 			var rec struct {
-				Op   string `json:"op"`
-				Kind string `json:"k"`
-				Name string `json:"n"`
+				Op    string `json:"op"`
+				Kind  string `json:"k"`
+				Name  string `json:"n"`
+				Value []byte `json:"v"`
 			}
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Op == "put" && rec.Kind == "volume" {
 				tokens[rec.Name] = true
+				// The token its access point carries, when not the key: a
+				// GID token (journal.Volume.ClientToken).
+				var v struct {
+					ClientToken string `json:"clientToken"`
+				}
+				if json.Unmarshal(rec.Value, &v) == nil && v.ClientToken != "" {
+					tokens[v.ClientToken] = true
+				}
 			}
 		}
 	}

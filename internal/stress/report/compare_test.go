@@ -111,7 +111,7 @@ func TestComparisonIsInTheJSONTheSummaryAndTheHTML(t *testing.T) {
 	}
 	page, _ := os.ReadFile(filepath.Join(dir, "report.html"))
 	for _, want := range []string{"<h2>Comparison</h2>", `<a href="compared/report.html">`,
-		"<tr><td>CreateAccessPoint requests/volume</td><td>1.20</td><td>3.00</td><td>0.40</td></tr>"} {
+		`<tr><td>CreateAccessPoint requests/volume</td><td class="num">1.20</td><td class="num">3.00</td><td class="num">0.40</td></tr>`} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("HTML lacks %q", want)
 		}

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/json"
 	"html/template"
 	"path/filepath"
 	"strings"
@@ -27,8 +26,8 @@ type view struct {
 func (r *Report) view() view {
 	var sb strings.Builder
 	r.Summary(&sb)
-	cfg, _ := json.MarshalIndent(r.Config, "", "  ")
-	v := view{Report: r, Summary: sb.String(), ConfigJSON: string(cfg),
+	cfg := plot.ConfigJSON(r.Config)
+	v := view{Report: r, Summary: sb.String(), ConfigJSON: cfg,
 		Timeline: template.HTML(plot.TimelineSVG(r.Timeline, r.Events, plot.TimelineText{YAxis: "answers per second", Tick: "driver killed"}))}
 	if c := r.Comparison; c != nil && c.Files[1].HTML != "" {
 		if rel, err := filepath.Rel(filepath.Dir(r.Files.HTML), c.Files[1].HTML); err == nil {
@@ -53,6 +52,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"css":      func() template.CSS { return template.CSS(plot.CSS) },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <title>efs-csi-stress report {{.Started.Format "2006-01-02 15:04:05"}}</title>
 <style>
 {{css}}
@@ -66,25 +66,25 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 {{with .Comparison}}<h2>Comparison</h2>
 <p>Default driver flags vs <code>{{join .DriverArgs " "}}</code> added: the same workload and seed, a fresh emulator and driver each.
 {{if $.ComparedHTML}}The compared run's report: <a href="{{$.ComparedHTML}}">{{$.ComparedHTML}}</a>.{{end}}</p>
-<table><tr><th>figure</th><th>default</th><th>compared</th><th>default/compared</th></tr>
+<table><tr><th>figure</th><th class="num">default</th><th class="num">compared</th><th class="num">default/compared</th></tr>
 <tr><td>outcome</td><td>{{index .Outcomes 0}}</td><td>{{index .Outcomes 1}}</td><td></td></tr>
-<tr><td>audit findings</td><td {{if index .Findings 0}}class="bad"{{end}}>{{index .Findings 0}}</td><td {{if index .Findings 1}}class="bad"{{end}}>{{index .Findings 1}}</td><td></td></tr>
-{{range .Figures}}<tr><td>{{.Name}}</td><td>{{.Show .Default}}</td><td>{{.Show .Compared}}</td><td>{{ratio .Ratio}}</td></tr>{{end}}
+<tr><td>audit findings</td><td class="num{{if index .Findings 0}} bad{{end}}">{{index .Findings 0}}</td><td class="num{{if index .Findings 1}} bad{{end}}">{{index .Findings 1}}</td><td></td></tr>
+{{range .Figures}}<tr><td>{{.Name}}</td><td class="num">{{.Show .Default}}</td><td class="num">{{.Show .Compared}}</td><td class="num">{{ratio .Ratio}}</td></tr>{{end}}
 </table>{{end}}
 
 <h2>Volumes</h2>
-<table><tr><th>requested</th><th>created</th><th>failed</th><th>duplicated</th><th>deleted during provisioning</th><th>deleted</th><th>undeleted</th></tr>
-<tr><td>{{.Volumes.Requested}}</td><td>{{.Volumes.Created}}</td><td>{{.Volumes.Failed}} ({{codeList .Volumes.FailedByCode}})</td><td>{{.Volumes.Duplicated}}</td>
-<td>{{.Volumes.DeleteDuringCreate}}</td><td>{{.Volumes.Deleted}}</td><td {{if .Volumes.Undeleted}}class="bad"{{end}}>{{.Volumes.Undeleted}}</td></tr></table>
+<table><tr><th class="num">requested</th><th class="num">created</th><th class="num">failed</th><th class="num">duplicated</th><th class="num">deleted during provisioning</th><th class="num">deleted</th><th class="num">undeleted</th></tr>
+<tr><td class="num">{{.Volumes.Requested}}</td><td class="num">{{.Volumes.Created}}</td><td class="num">{{.Volumes.Failed}}{{with .Volumes.FailedByCode}} ({{codeList .}}){{end}}</td><td class="num">{{.Volumes.Duplicated}}</td>
+<td class="num">{{.Volumes.DeleteDuringCreate}}</td><td class="num">{{.Volumes.Deleted}}</td><td class="num{{if .Volumes.Undeleted}} bad{{end}}">{{.Volumes.Undeleted}}</td></tr></table>
 
 <h2>Phases</h2>
-<table><tr><th>phase</th><th>volumes</th><th>duration</th><th>throughput</th></tr>
-{{range .Phases}}<tr><td>{{.Name}}</td><td>{{.Volumes}}</td><td>{{secs .Seconds}}</td><td>{{printf "%.1f" .Throughput}} vol/s</td></tr>{{end}}</table>
+<table><tr><th>phase</th><th class="num">volumes</th><th class="num">duration</th><th class="num">throughput</th></tr>
+{{range .Phases}}<tr><td>{{.Name}}</td><td class="num">{{.Volumes}}</td><td class="num">{{secs .Seconds}}</td><td class="num">{{printf "%.1f" .Throughput}} vol/s</td></tr>{{end}}</table>
 
 <h2>Latency</h2>
-<table><tr><th></th><th>count</th><th>ok</th><th>retries</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>mean</th><th>errors by code</th></tr>
-{{range .RPCs}}<tr><td>{{.Name}} call</td><td>{{.Count}}</td><td>{{.OK}}</td><td>{{.Retries}}</td><td>{{secs .P50}}</td><td>{{secs .P95}}</td><td>{{secs .P99}}</td><td>{{secs .Max}}</td><td>{{secs .Mean}}</td><td>{{codeList .ByCode}}</td></tr>{{end}}
-{{range .Ops}}<tr><td>{{.Name}} operation</td><td>{{.Count}}</td><td>{{.OK}}</td><td>{{.Retries}}</td><td>{{secs .P50}}</td><td>{{secs .P95}}</td><td>{{secs .P99}}</td><td>{{secs .Max}}</td><td>{{secs .Mean}}</td><td>{{codeList .ByCode}}</td></tr>{{end}}
+<table><tr><th></th><th class="num">count</th><th class="num">ok</th><th class="num">retries</th><th class="num">p50</th><th class="num">p95</th><th class="num">p99</th><th class="num">max</th><th class="num">mean</th><th>errors by code</th></tr>
+{{range .RPCs}}<tr><td class="name">{{.Name}} call</td><td class="num">{{.Count}}</td><td class="num">{{.OK}}</td><td class="num">{{.Retries}}</td><td class="num">{{secs .P50}}</td><td class="num">{{secs .P95}}</td><td class="num">{{secs .P99}}</td><td class="num">{{secs .Max}}</td><td class="num">{{secs .Mean}}</td><td>{{codeList .ByCode}}</td></tr>{{end}}
+{{range .Ops}}<tr><td class="name">{{.Name}} operation</td><td class="num">{{.Count}}</td><td class="num">{{.OK}}</td><td class="num">{{.Retries}}</td><td class="num">{{secs .P50}}</td><td class="num">{{secs .P95}}</td><td class="num">{{secs .P99}}</td><td class="num">{{secs .Max}}</td><td class="num">{{secs .Mean}}</td><td>{{codeList .ByCode}}</td></tr>{{end}}
 </table>
 <div class="charts">{{range .Histograms}}{{.}}{{end}}</div>
 
@@ -95,11 +95,11 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 {{if .Emulator.Counts}}<p>Emulator requests: {{range $k, $v := .Emulator.Counts}}{{if $v}}{{$k}} {{$v}} · {{end}}{{end}}</p>{{end}}
 
 <h2>Audits</h2>
-{{if .Audits}}<table><tr><th>figure</th>{{range .Audits}}<th>{{.Name}}</th>{{end}}</tr>
-<tr><td>access points seen</td>{{range .Audits}}<td>{{.Report.AccessPoints}}</td>{{end}}</tr>
-<tr><td>live volumes</td>{{range .Audits}}<td>{{.Report.LiveVolumes}}</td>{{end}}</tr>
-<tr><td>markers checked</td>{{range .Audits}}<td>{{.Report.Markers}}</td>{{end}}</tr>
-{{$audits := .Audits}}{{range $i, $f := (index .Audits 0).Report.Figures}}<tr><td>{{$f.Name}}</td>{{range $audits}}{{with index .Report.Figures $i}}<td {{if .Value}}class="bad"{{end}}>{{.Value}}</td>{{end}}{{end}}</tr>{{end}}
+{{if .Audits}}<table><tr><th>figure</th>{{range .Audits}}<th class="num">{{.Name}}</th>{{end}}</tr>
+<tr><td>access points seen</td>{{range .Audits}}<td class="num">{{.Report.AccessPoints}}</td>{{end}}</tr>
+<tr><td>live volumes</td>{{range .Audits}}<td class="num">{{.Report.LiveVolumes}}</td>{{end}}</tr>
+<tr><td>markers checked</td>{{range .Audits}}<td class="num">{{.Report.Markers}}</td>{{end}}</tr>
+{{$audits := .Audits}}{{range $i, $f := (index .Audits 0).Report.Figures}}<tr><td>{{$f.Name}}</td>{{range $audits}}{{with index .Report.Figures $i}}<td class="num{{if .Value}} bad{{end}}">{{.Value}}</td>{{end}}{{end}}</tr>{{end}}
 </table>
 {{range .Audits}}{{$name := .Name}}{{range .Report.All}}<p class="bad">{{$name}}: {{.}}</p>{{end}}{{end}}
 {{else}}<p>No audit ran.</p>{{end}}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/json"
+	"html"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/efs-csi/efs-csi-driver/internal/plot/browsertest"
 	"github.com/efs-csi/efs-csi-driver/internal/stress/audit"
 	"github.com/efs-csi/efs-csi-driver/internal/stress/workload"
 )
@@ -142,4 +144,35 @@ func TestJSONRoundTripsAndSummaryNamesEveryAuditFigure(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", f.Name, sb.String())
 		}
 	}
+}
+
+// The page, opened in a browser 1280 and 800 px wide, fits the window: no
+// element reaches past its container (the timeline chart was a fixed 984
+// px), numbers are right-aligned and text left-aligned; the configuration
+// writes durations as durations.
+func TestHTMLFitsTheWindowAt1280And800Pixels(t *testing.T) {
+	r := sample()
+	r.Config = struct {
+		Volumes  int           `json:"volumes"`
+		Timeout  time.Duration `json:"timeout"`
+		Settle   time.Duration `json:"settle"`
+		Backoffs []time.Duration
+	}{100, 30 * time.Minute, 1500 * time.Millisecond, []time.Duration{time.Hour + 30*time.Minute}}
+	path := filepath.Join(t.TempDir(), "stress-report.html")
+	if err := r.WriteHTML(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"timeout": "30m"`, `"settle": "1.5s"`, `"1h30m"`} {
+		if !strings.Contains(html.UnescapeString(string(b)), want) {
+			t.Errorf("the configuration lacks %s", want)
+		}
+	}
+	if strings.Contains(string(b), "1800000000000") {
+		t.Error("the configuration writes 30 minutes in nanoseconds")
+	}
+	browsertest.Check(t, path, 1280, 800)
 }

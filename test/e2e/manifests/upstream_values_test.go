@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -435,6 +436,25 @@ node:
     limits:
       memory: 512Mi
 `,
+	// Keys upstream's chart never had, copied from other drivers' charts (and one
+	// misspelt): upstream ignores them, so this chart installs the file too and names them
+	// (TestChartNamesValuesKeysItDoesNotKnow).
+	"keys upstream never had": `
+controller:
+  extraArgs: [--v=5]
+  replicaCout: 3
+  podSecurityContext:
+    fsGroup: 1000
+  serviceAccount:
+    annotations:
+      eks.amazonaws.com/role-arn: arn:aws:iam::111122223333:role/efs-csi-role
+node:
+  extraArgs: [--vol-metrics-opt-in]
+  toleratons:
+    - operator: Exists
+global:
+  imageRegistry: registry.example.com
+`,
 	"monitoring and hardened controller": `
 controller:
   replicaCount: 3
@@ -702,4 +722,84 @@ func TestChartUpstreamMeanings(t *testing.T) {
 			t.Error("ServiceMonitor selects every Service")
 		}
 	})
+}
+
+// TestChartNamesValuesKeysItDoesNotKnow: a values key neither this chart nor upstream's
+// has is not a failed install (upstream's chart, without a schema, ignores it): the
+// rendering carries a comment naming it, NOTES.txt names it, and a key one letter away
+// from a known one names the known one. Known keys, keys inside free-form maps (tags,
+// resources, annotations) and Helm's global (a parent chart's) are not named.
+func TestChartNamesValuesKeysItDoesNotKnow(t *testing.T) {
+	var values map[string]any
+	if err := yaml.Unmarshal([]byte(userFiles["keys upstream never had"]), &values); err != nil {
+		t.Fatal(err)
+	}
+	values["controller"].(map[string]any)["tags"] = map[string]any{"extraArgs": "a tag, not a key"}
+	values["controller"].(map[string]any)["leaderElection"] = map[string]any{"leaseDuraton": "20s"}
+	want := []string{
+		"controller.extraArgs",
+		"controller.leaderElection.leaseDuraton (did you mean controller.leaderElection.leaseDuration?)",
+		"controller.podSecurityContext",
+		"controller.replicaCout (did you mean controller.replicaCount?)",
+		"node.extraArgs",
+		"node.toleratons (did you mean node.tolerations?)",
+	}
+	data, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The chart, with NOTES.txt also rendered as a template of comments: helm template
+	// does not render NOTES.txt, and helm install --dry-run needs a cluster.
+	chart := filepath.Join(t.TempDir(), "efs-csi-driver")
+	if err := os.CopyFS(chart, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	notes, err := os.ReadFile(filepath.Join(chart, "templates", "NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asComments := `{{- define "test.notes" -}}` + string(notes) + "{{- end -}}\n" +
+		`{{ include "test.notes" . | replace "\n" "\n#NOTES " | printf "#NOTES %s" }}` + "\n"
+	if err := os.WriteFile(filepath.Join(chart, "templates", "zz-notes.yaml"), []byte(asComments), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(helm(t), "template", "efs-csi-driver", chart, "--namespace", "kube-system", "-f", file).Output()
+	if err != nil {
+		t.Fatalf("helm template with keys upstream never had: %v\n%s", err, out)
+	}
+	var warned, noted []string
+	inNotes := false
+	for _, line := range strings.Split(string(out), "\n") {
+		if k, ok := strings.CutPrefix(line, "#   "); ok {
+			warned = append(warned, k)
+		}
+		if n, ok := strings.CutPrefix(line, "#NOTES "); ok {
+			if inNotes && strings.HasPrefix(n, "  ") {
+				noted = append(noted, strings.TrimSpace(n))
+			}
+			inNotes = inNotes || strings.HasPrefix(n, "WARNING: values keys")
+		}
+	}
+	if !slices.Equal(warned, want) {
+		t.Errorf("the rendering's warning names\n%s\nwant\n%s", strings.Join(warned, "\n"), strings.Join(want, "\n"))
+	}
+	if !slices.Equal(noted, want) {
+		t.Errorf("NOTES.txt names\n%s\nwant\n%s", strings.Join(noted, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(string(out), "# WARNING: values keys this chart does not know") {
+		t.Errorf("no warning comment in the rendering")
+	}
+
+	// Known keys only (every upstream key, this chart's defaults): no warning.
+	plain, err := exec.Command(helm(t), "template", "efs-csi-driver", chartDir, "--namespace", "kube-system").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(plain), "WARNING") {
+		t.Errorf("the default values are warned about:\n%s", plain)
+	}
 }

@@ -1,0 +1,80 @@
+package controller
+
+import (
+	"fmt"
+	"hash/fnv"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+)
+
+// GID tokens make EFS the compare-and-swap of each id; for every writer of
+// one volume to send one token (replicas whose records differ mid-upgrade,
+// a file record per pod), they must try the same ids in the same order and
+// move past one only on what they all see alike: EFS's answer that another
+// volume's access point holds its token. So a volume's ids are a fixed
+// sequence, a function of its file system, name and class range (double
+// hashing: every id of the range once), not of this process's view. The
+// view is used only to skip ids that access points under other tokens
+// carry (upstream's, earlier releases', classes without GID tokens), which
+// EFS cannot compare with ours; those are long-lived, so writers skip them
+// alike. What can still part two writers of one volume: an access point
+// holding an id deleted between their two tries of it, or two volumes of
+// one record contending for an id (the id table) that another record's
+// writer does not see (docs/design.md, Known limits).
+
+// gidProbe is a volume's sequence of ids in [lo, lo+size).
+type gidProbe struct {
+	lo          int64
+	size, start uint64
+	step        uint64
+}
+
+func newGIDProbe(fsID, name string, lo, hi int64) gidProbe {
+	size := uint64(hi - lo + 1)
+	h := fnv.New64a()
+	h.Write([]byte(fsID + "\x00" + name))
+	h1 := h.Sum64()
+	h.Write([]byte("\x00step"))
+	h2 := h.Sum64()
+	step := uint64(1)
+	if size > 2 {
+		step = 1 + h2%(size-1)
+		for gcd(step, size) != 1 {
+			step = step%(size-1) + 1
+		}
+	}
+	return gidProbe{lo: lo, size: size, start: h1 % size, step: step}
+}
+
+// at is the i-th id of the sequence.
+func (g gidProbe) at(i int) int64 {
+	off := (g.start + (uint64(i)%g.size)*g.step%g.size) % g.size
+	return g.lo + int64(off)
+}
+
+// maxProbeSkips bounds the ids one call skips (carried by access points
+// under other tokens) before it gives the call back as contention.
+const maxProbeSkips = 1 << 16
+
+// candidate is the first id of p's sequence at or after index from that
+// no listed access point under another token carries, and its index.
+func (s *Service) candidate(p *plan, from int) (int64, int, error) {
+	fsID, lo, hi := p.params.FileSystemID, p.params.GIDRangeStart, p.params.GIDRangeEnd
+	seq := newGIDProbe(fsID, p.name, lo, hi)
+	for i := from; i < from+maxProbeSkips; i++ {
+		if uint64(i) >= seq.size {
+			return 0, 0, fmt.Errorf("%w in [%d, %d] on %s: every id of volume %q's sequence tried", gid.ErrExhausted, lo, hi, fsID, p.name)
+		}
+		if id := seq.at(i); !s.otherClusters.carriedOutside(fsID, id) {
+			return id, i, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("%w: %d ids of volume %q's sequence on %s are carried by access points under other tokens", ErrGIDContention, maxProbeSkips, p.name, fsID)
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
