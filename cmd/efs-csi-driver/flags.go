@@ -12,6 +12,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/driver"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/efsutils"
+	"github.com/efs-csi/efs-csi-driver/pkg/kube"
 )
 
 // minutes is a flag.Value in upstream's syntax for
@@ -36,6 +37,20 @@ func (m *minutes) Set(s string) error {
 		return fmt.Errorf("%q: want a positive number of minutes (or a duration such as 4h)", s)
 	}
 	*m = minutes(d)
+	return nil
+}
+
+// qps is a flag.Value of a positive rate (requests per second).
+type qps float32
+
+func (q *qps) String() string { return strconv.FormatFloat(float64(*q), 'g', -1, 32) }
+
+func (q *qps) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 32)
+	if err != nil || f <= 0 {
+		return fmt.Errorf("%q: want a positive number of requests per second", s)
+	}
+	*q = qps(f)
 	return nil
 }
 
@@ -109,10 +124,13 @@ func driverFlags(fs *flag.FlagSet, cfg *driver.Config, o *options) {
 	fs.BoolVar(&o.attachOptIn, "volume-attach-limit-opt-in", false, "report --volume-attach-limit as the node's MaxVolumesPerNode in NodeGetInfo (without the opt-in: no limit)")
 	fs.IntVar(&o.attachLimit, "volume-attach-limit", 0, "with --volume-attach-limit-opt-in: MaxVolumesPerNode in NodeGetInfo (without the opt-in: no limit)")
 	fs.StringVar(&o.rateLimits, "api-rate-limits", "", `ceilings on the EFS API request rate over the adaptive rate, for an account other clients share: Operation=perSecond[:burst],... ("*" for the rest, 0 = none; default none: pacing adapts to EFS's throttles)`)
-	fs.BoolVar(&o.adaptive, "adaptive-retry-mode", true, "adapt each EFS operation's request rate to EFS's throttles: unpaced until EFS throttles, then cut at once and grown back along a CUBIC curve (docs/design.md, Pacing); false: throttles are only retried")
+	fs.BoolVar(&o.adaptive, "adaptive-retry-mode", true, "adapt each EFS operation's request rate to EFS's throttles: unpaced until throttles follow this driver's own rate (20% of its last 100 requests, at least 12), then paced at 1.1 x what EFS lets through (docs/design.md, Pacing); false: throttles are only retried")
 	fs.IntVar(&cfg.EFS.MaxInFlight, "api-max-inflight", efs.DefaultMaxInFlight, "bound on EFS API requests in flight per operation (-1: unbounded)")
 	fs.StringVar(&cfg.GIDVerify, "gid-verify", "auto", "GIDs are unique by construction across every controller and cluster running this release (each access point's client token is its file system and GID: EFS binds it to one access point); auto and always also check new access points in a controller's first 10 minutes against writers outside that protocol (an earlier release or upstream's driver mid-upgrade), never turns that check off")
-	fs.StringVar(&cfg.Journal, "journal", "auto", `where the record of this cluster's volumes and GIDs (ownership: each volume's token, path, GID, access point, claim; each GID's holder) is kept, before any access point is made: kubernetes (ConfigMaps efs-csi-journal-* in the controller's namespace; the chart's Role efs-csi-controller-journal grants them), file[:DIR] (controllers of one host; default DIR: --tmp-dir/efs-csi-journal, mode 0700), auto (kubernetes when the API and namespace are known and the service account may list ConfigMaps there, else file: with upstream's RBAC, which grants no ConfigMaps, the record is the pod's file and a warning names the Role); docs/design.md, "The record"`)
+	fs.StringVar(&cfg.Journal, "journal", "auto", `where the record of this cluster's volumes and GIDs (ownership: each volume's token, path, GID, access point, claim; each GID's holder) is kept, before any access point is made: kubernetes or leases (Leases efs-csi-journal-* in the controller's namespace, shared by every replica; upstream's RBAC grants them as the chart's does; a record left in ConfigMaps or in the pod's file is imported first), configmaps (one ConfigMap efs-csi-journal-* per entry, earlier releases' record; the chart's Role efs-csi-controller-journal grants them), file[:DIR] (controllers of one host; default DIR: --tmp-dir/efs-csi-journal, mode 0700), auto (leases when the Kubernetes API and the controller's namespace are known, else file); docs/design.md, "The record"`)
+	cfg.Kube.JournalQPS = kube.DefaultJournalQPS
+	fs.Var((*qps)(&cfg.Kube.JournalQPS), "journal-kube-api-qps", "requests per second the record (--journal leases or configmaps) may send the Kubernetes API; with Leases each request carries every operation queued on its shard meanwhile, so above this rate requests grow fuller, not more numerous")
+	fs.IntVar(&cfg.Kube.JournalBurst, "journal-kube-api-burst", kube.DefaultJournalBurst, "requests the record may send the Kubernetes API at once above --journal-kube-api-qps")
 	fs.DurationVar(&cfg.OrphanInterval, "orphan-gc-interval", 0, "delete the volumes this cluster's record holds that never had a PersistentVolume and whose claim is gone (docs/design.md), checking this often, in the replica holding the collector's Lease (0: off; needs the Kubernetes API)")
 	fs.DurationVar(&cfg.OrphanGrace, "orphan-gc-grace", 10*time.Minute, "how long an access point must stay orphaned before it is deleted")
 	fs.StringVar(&cfg.ClusterID, "cluster-id", "", "this cluster's identity, written as the efs.csi.aws.com/cluster-id tag on every access point (default: the UID of the kube-system namespace when the Kubernetes API is reachable; without either no tag is written, ListVolumes lists untagged access points and nothing is collected)")

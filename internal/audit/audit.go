@@ -27,7 +27,7 @@ import (
 type Config struct {
 	Driver string // the CSI driver name in PVs and StorageClasses
 	// Namespace is the controller's: where the Kubernetes record keeps its
-	// ConfigMaps; LeaseNamespace ("" = Namespace) holds the orphan
+	// Leases (or ConfigMaps); LeaseNamespace ("" = Namespace) holds the orphan
 	// collector's Lease.
 	Namespace, LeaseNamespace string
 	ClusterID                 string   // "" = the kube-system namespace's UID

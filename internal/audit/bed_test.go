@@ -44,7 +44,7 @@ const (
 var unlimited = map[string]efs.RateLimit{"*": {}}
 
 // bed is a cluster with this driver: an emulator, a fake Kubernetes API,
-// a controller on the cluster's record (ConfigMaps, through the real
+// a controller on the cluster's record (Leases, through the real
 // client), and optionally the orphan collector under its Lease.
 type bed struct {
 	t       testing.TB
@@ -75,7 +75,7 @@ func newBed(t testing.TB, emuCfg ...func(*emulator.Config)) *bed {
 	if b.kc, err = kube.New(kube.Config{URL: b.k.URL, TokenFile: b.k.TokenFile("controller"), CAFile: b.k.CAFile}); err != nil {
 		t.Fatal(err)
 	}
-	b.useJournal(b.kc.JournalStore(testNS, driverName))
+	b.useJournal(b.kc.LeaseJournalStore(testNS, driverName))
 	b.sdk = upstreamtest.Client(b.url)
 	b.k.AddStorageClass(classDyn, driverName, map[string]string{"provisioningMode": "efs-ap", "fileSystemId": testFS, "basePath": "/dynamic"})
 	b.k.AddStorageClass(classFixed, driverName, map[string]string{"provisioningMode": "efs-ap", "fileSystemId": testFS, "basePath": "/fixed",

@@ -175,6 +175,7 @@ const (
 	ProfileTokenBucket    = "token-bucket"
 	ProfileThrottleMix    = "throttle-mix"
 	ProfileFaultMix       = "fault-mix"
+	ProfileFaultMixBucket = "fault-mix-bucket"
 	ProfileListingLag     = "listing-lag"
 )
 
@@ -190,6 +191,7 @@ var profiles = []struct{ name, about string }{
 	{ProfileTokenBucket, "slower buckets: creates and deletes 20/s burst 20, describes 50/s"},
 	{ProfileThrottleMix, "token-bucket and random-throttle together"},
 	{ProfileFaultMix, "a fault proxy's storm: creates, deletes and tags applied then answered 500 (15%), random 429s (5%) and unapplied 500s (3%) on every call"},
+	{ProfileFaultMixBucket, "fault-mix with CreateAccessPoint also limited by a token bucket of 50/s burst 50"},
 }
 
 // Profiles lists the fault profile names.

@@ -39,13 +39,12 @@ func profile(name string, rate float64) (faultSet, error) {
 	case ProfileThrottleMix:
 		return combine(buckets(20, 20, 50, 50), randomThrottles(rate)), nil
 	case ProfileFaultMix:
-		// Issue 21's "fault proxy" storm: mutations applied and answered
-		// 500 (15%), random throttles (5%) and unapplied 500s (3%) on
-		// every operation.
-		return combine(
-			each(emulator.Fault{LostAnswerRate: 0.15, LostAnswerMode: emulator.Lost500}, append(mutations, tagging...)...),
-			faultSet{emulator.AllOps: {RandomThrottleRate: 0.05, ErrorRate: 0.03}},
-		), nil
+		return faultMix(), nil
+	case ProfileFaultMixBucket:
+		// Issue 30's storm: throttles that the driver's rate causes (one
+		// operation's bucket) among those it does not, and lost answers.
+		return combine(faultMix(), each(emulator.Fault{ThrottleRate: 50, ThrottleBurst: 50},
+			emulator.OpCreateAccessPoint, emulator.OpS3CreateAccessPoint)), nil
 	case ProfileErrors:
 		// InternalServerError before applying, on every operation.
 		return faultSet{emulator.AllOps: {ErrorRate: rate}}, nil
@@ -58,6 +57,16 @@ func profile(name string, rate float64) (faultSet, error) {
 		return each(emulator.Fault{LostAnswerRate: rate}, mutations...), nil
 	}
 	return nil, fmt.Errorf("--fault-profile %q: want one of %s", name, strings.Join(Profiles(), ", "))
+}
+
+// faultMix is issue 21's "fault proxy" storm: mutations applied and answered
+// 500 (15%), random throttles (5%) and unapplied 500s (3%) on every
+// operation.
+func faultMix() faultSet {
+	return combine(
+		each(emulator.Fault{LostAnswerRate: 0.15, LostAnswerMode: emulator.Lost500}, append(mutations, tagging...)...),
+		faultSet{emulator.AllOps: {RandomThrottleRate: 0.05, ErrorRate: 0.03}},
+	)
 }
 
 // The operations that change access points (EFS's, and an s3files-ap

@@ -50,6 +50,10 @@ func TestProfilesPutEveryAspectInForceOnEachOperation(t *testing.T) {
 			emulator.AllOps:              storm,
 			emulator.OpCreateAccessPoint: lostAs500, emulator.OpDeleteAccessPoint: lostAs500, emulator.OpTagResource: lostAs500,
 			emulator.OpS3CreateAccessPoint: lostAs500, emulator.OpS3DeleteAccessPoint: lostAs500, emulator.OpS3TagResource: lostAs500}},
+		{ProfileFaultMixBucket, map[emulator.Op]emulator.Fault{
+			emulator.AllOps:              storm,
+			emulator.OpCreateAccessPoint: lostAs500.Refine(bucket(50, 50)), emulator.OpDeleteAccessPoint: lostAs500, emulator.OpTagResource: lostAs500,
+			emulator.OpS3CreateAccessPoint: lostAs500.Refine(bucket(50, 50)), emulator.OpS3DeleteAccessPoint: lostAs500, emulator.OpS3TagResource: lostAs500}},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			set, err := profile(tc.profile, rate)

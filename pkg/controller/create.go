@@ -383,15 +383,18 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 			if err := s.outsiders(efs.WithPriority(ctx, efs.PriorityFollowUp), p, rec, ap); err != nil {
 				return nil, err
 			}
-			made := journal.Made{ID: ap.ID, Path: ap.Path, Token: ap.ClientToken, UID: rec.UID, GID: rec.GID, Allocated: rec.Allocated}
+			made := journal.Made{ID: ap.ID, Path: ap.Path, Token: ap.ClientToken, UID: rec.UID, GID: rec.GID, Allocated: rec.Allocated,
+				Sent: stale(in.ClientToken)}
 			if err := s.journal.SetAccessPoint(ctx, rec, made, true); err != nil {
-				if errors.Is(err, journal.ErrDeleting) {
+				if errors.Is(err, journal.ErrDeleting) || errors.Is(err, journal.ErrStaleToken) {
 					// The volume's delete began after this create read the
 					// record and deleted the access point before this one
 					// was made: nobody can answer this one (every create
 					// refuses a record being deleted), so it goes.
+					// Or a request sent under a token the record has moved
+					// from (ErrStaleToken): not the record's, never answered.
 					s.log.Info("access point deleted", slog.String("accessPoint", ap.ID),
-						slog.String("reason", "created while its volume was being deleted; never answered"))
+						slog.String("reason", "created while its volume was being deleted, or under a token its record moved from; never answered"))
 					if derr := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ap.FileSystemID, ap.ID); derr != nil {
 						err = errors.Join(err, derr)
 					}
@@ -775,10 +778,7 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 	}
 	v.Placed = p.placed
 	if gidToken {
-		// EFS holds the id by the token: no id entry (two writes fewer a
-		// volume), and no decision any writer with another record would not
-		// make alike (probe.go).
-		v.ClientToken, v.Probe, v.TokenHeld = volume.GIDToken(fsID, alloc), probe, true
+		v.ClientToken, v.Probe = volume.GIDToken(fsID, alloc), probe
 	}
 	rec, made, err := s.journal.Begin(ctx, v)
 	if err != nil {
@@ -839,10 +839,19 @@ func (s *Service) moveID(ctx context.Context, p *plan, rec *journal.Record, atte
 	token, probe := "", 0
 	if volume.IsGIDToken(rec.SentToken()) {
 		// The next of the volume's own sequence, as every writer of it
-		// takes (probe.go).
-		var err error
+		// takes (probe.go), if the allocator's view says the range is not
+		// full.
+		full, err := s.gids.ReserveFrom(ctx, s.gidSource(), fsID, p.params.GIDRangeStart, p.params.GIDRangeEnd, p.name)
+		if err != nil {
+			return nil, err
+		}
+		full.Release()
 		if next, probe, err = s.candidate(p, rec.Probe+1); err != nil {
 			return nil, err
+		}
+		if next == rec.Allocated {
+			return nil, fmt.Errorf("%w in [%d, %d] on %s: volume %q's sequence came round to %d, which another volume holds",
+				gid.ErrExhausted, p.params.GIDRangeStart, p.params.GIDRangeEnd, fsID, p.name, next)
 		}
 		token = volume.GIDToken(fsID, next)
 	} else {
@@ -857,11 +866,9 @@ func (s *Service) moveID(ctx context.Context, p *plan, rec *journal.Record, atte
 			r.Release()
 		}
 	}
-	if !rec.TokenHeld {
-		if err := s.journal.ReleaseUnsentID(ctx, fsID, rec.Allocated, rec.Token); err != nil {
-			release()
-			return nil, err
-		}
+	if err := s.journal.ReleaseUnsentID(ctx, fsID, rec.Allocated, rec.Token); err != nil {
+		release()
+		return nil, err
 	}
 	nu, ng := p.params.Identity(next)
 	if err := s.journal.SetIDs(ctx, rec, rec.Allocated, nu, ng, next, token, probe); err != nil {
@@ -917,7 +924,8 @@ func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, found
 	if err := s.outsiders(efs.WithPriority(ctx, efs.PriorityFollowUp), p, rec, found); err != nil {
 		return nil, err
 	}
-	made := journal.Made{ID: found.ID, Path: found.Path, Token: found.ClientToken, UID: uid, GID: g, Allocated: alloc}
+	made := journal.Made{ID: found.ID, Path: found.Path, Token: found.ClientToken, UID: uid, GID: g, Allocated: alloc,
+		Sent: stale(rec.SentToken())}
 	if alloc != rec.Allocated {
 		// The token is bound to found, so no attempt of ours made another
 		// access point: the id the record planned is on none of ours.
@@ -936,13 +944,13 @@ func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, found
 			made.Allocated = journal.NoID
 		}
 		if err := s.journal.SetAccessPoint(ctx, rec, made, false); err != nil {
-			return nil, err
+			return nil, s.dropStale(ctx, found, err)
 		}
 		if err := s.journal.ReleaseUnsentID(ctx, rec.FileSystem, planned, rec.Token); err != nil {
 			return nil, err
 		}
 	} else if err := s.journal.SetAccessPoint(ctx, rec, made, false); err != nil {
-		return nil, err
+		return nil, s.dropStale(ctx, found, err)
 	}
 	if p.params.ReuseAccessPoint {
 		if err := s.journal.SetClaim(ctx, rec, p.name, p.params.PVCNamespace); err != nil {
@@ -950,6 +958,33 @@ func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, found
 		}
 	}
 	return found, nil
+}
+
+// dropStale deletes found, an access point of this volume made under a
+// GID token its record no longer sends (err wraps journal.ErrStaleToken):
+// the record never named it, so nobody answered it. Other errors pass.
+func (s *Service) dropStale(ctx context.Context, found *efs.AccessPoint, err error) error {
+	if !errors.Is(err, journal.ErrStaleToken) {
+		return err
+	}
+	if derr := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), found.FileSystemID, found.ID); derr != nil {
+		return errors.Join(err, derr)
+	}
+	s.log.Info("access point deleted", slog.String("accessPoint", found.ID),
+		slog.String("reason", "made under a GID token its volume's record moved from; never answered"))
+	return fmt.Errorf("%w: %w", keylock.ErrBusy, err)
+}
+
+// stale is the token a GID-token create's SetAccessPoint must still find
+// the record sending (journal.Made.Sent), "" for other tokens: another
+// create of the volume may have moved the record to another id meanwhile,
+// and an access point made under the old token (a request delayed past
+// that move) is then nobody's answer.
+func stale(token string) string {
+	if volume.IsGIDToken(token) {
+		return token
+	}
+	return ""
 }
 
 // madeWith reports whether found was made with rec's planned request: it

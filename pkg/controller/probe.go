@@ -56,18 +56,21 @@ func (g gidProbe) at(i int) int64 {
 // under other tokens) before it gives the call back as contention.
 const maxProbeSkips = 1 << 16
 
-// candidate is the first id of p's sequence at or after index from that
-// no listed access point under another token carries, and its index.
+// candidate is the first id of p's sequence at or after index from (the
+// sequence wraps) that no listed access point under another token
+// carries, and its index.
 func (s *Service) candidate(p *plan, from int) (int64, int, error) {
 	fsID, lo, hi := p.params.FileSystemID, p.params.GIDRangeStart, p.params.GIDRangeEnd
 	seq := newGIDProbe(fsID, p.name, lo, hi)
-	for i := from; i < from+maxProbeSkips; i++ {
-		if uint64(i) >= seq.size {
-			return 0, 0, fmt.Errorf("%w in [%d, %d] on %s: every id of volume %q's sequence tried", gid.ErrExhausted, lo, hi, fsID, p.name)
-		}
+	// The sequence wraps: an id taken when tried may be free on the next
+	// round (whether the range is full is the allocator's view's to say).
+	for i := from; i < from+maxProbeSkips && uint64(i-from) < seq.size; i++ {
 		if id := seq.at(i); !s.otherClusters.carriedOutside(fsID, id) {
 			return id, i, nil
 		}
+	}
+	if uint64(maxProbeSkips) >= seq.size {
+		return 0, 0, fmt.Errorf("%w in [%d, %d] on %s: access points under other tokens carry every id", gid.ErrExhausted, lo, hi, fsID)
 	}
 	return 0, 0, fmt.Errorf("%w: %d ids of volume %q's sequence on %s are carried by access points under other tokens", ErrGIDContention, maxProbeSkips, p.name, fsID)
 }

@@ -18,9 +18,7 @@ import (
 
 // The record's cost: writes per CreateVolume and DeleteVolume, as the
 // Kubernetes store would send them (one request per write), and nothing
-// of the record is left once every volume is deleted. A GID token holds
-// the id (no id entry): two writes a create (the volume, its access point),
-// two a delete (mark, remove); before GID tokens, three each.
+// of the record is left once every volume is deleted.
 func TestRecordWritesPerCallAndNothingLeftAtRest(t *testing.T) {
 	store, reads, writes := countingStore()
 	b := newBed(t, func(c *Config) { c.Journal = store })
@@ -29,8 +27,8 @@ func TestRecordWritesPerCallAndNothingLeftAtRest(t *testing.T) {
 	for i := range n {
 		ids = append(ids, b.mustCreate("pvc-"+string(rune('a'+i))))
 	}
-	if w := writes.Load(); w != 2*n {
-		t.Errorf("%d record writes for %d creates, want 2 each", w, n)
+	if w := writes.Load(); w != 3*n {
+		t.Errorf("%d record writes for %d creates, want 3 each", w, n)
 	}
 	// One: the allocator's listing of the file system (one for the 20)
 	// looks for its directory volumes in the record (dirSource), by an
@@ -44,8 +42,8 @@ func TestRecordWritesPerCallAndNothingLeftAtRest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if w := writes.Load(); w != 2*n {
-		t.Errorf("%d record writes for %d deletes, want 2 each (mark, volume)", w, n)
+	if w := writes.Load(); w != 3*n {
+		t.Errorf("%d record writes for %d deletes, want 3 each (mark, id, volume)", w, n)
 	}
 	if store.Len() != 0 {
 		t.Errorf("%d record entries left after every volume was deleted", store.Len())

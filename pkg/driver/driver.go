@@ -78,9 +78,9 @@ type Config struct {
 	AbortInflightMounts bool   // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
 	GIDVerify           string // controller.VerifyAuto, VerifyAlways or VerifyNever (never: no check against writers outside the record)
 	// Journal is where the record of this cluster's volumes and GIDs is
-	// kept (--journal): "auto" or "" (Kubernetes ConfigMaps when the API
-	// is reachable, else a file in TempDir), "kubernetes", "file" or
-	// "file:DIR".
+	// kept (--journal): "auto" or "" (Leases when the Kubernetes API and
+	// the controller's namespace are known, else a file in TempDir),
+	// "kubernetes" (= "leases"), "configmaps", "file" or "file:DIR".
 	Journal        string
 	OrphanInterval time.Duration // 0: no orphan collection
 	OrphanGrace    time.Duration

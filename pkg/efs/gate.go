@@ -195,6 +195,13 @@ func (g *gate) acquire(ctx context.Context, p Priority, bounded bool, need time.
 	return false, wait
 }
 
+// busy is the number of permits out: requests sent and not yet done.
+func (g *gate) busy() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inFlight
+}
+
 // release gives a permit's slot back.
 func (g *gate) release() {
 	g.mu.Lock()

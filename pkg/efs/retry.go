@@ -148,13 +148,24 @@ func (p *pacer) took(d time.Duration) {
 
 // done ends an attempt that had a permit: the adaptive rate learns how it
 // was answered (answered: EFS answered it, throttled: with a throttle,
-// waited: it waited for its token), then
-// its slot goes to the next waiter.
-func (p *pacer) done(answered, throttled, waited bool) {
+// waited: it waited for its token; sentAt: when it was sent), then its
+// slot goes to the next waiter.
+// It says whether the adaptive limit engaged or released, and why ("":
+// neither).
+func (p *pacer) done(sentAt time.Time, answered, throttled, waited bool) (change string) {
 	if p.adaptive != nil && answered {
-		p.adaptive.answered(time.Now(), throttled, waited)
+		change = p.adaptive.answered(time.Now(), sentAt, throttled, waited, p.gate.busy()-1)
 	}
 	p.gate.release()
+	return change
+}
+
+// logChange logs an adaptive limit's engaging or release: rare, and what
+// explains a run's pace.
+func (p *retryPolicy) logChange(op, change string) {
+	if change != "" {
+		p.log.Info("adaptive pacing "+change, "op", op)
+	}
 }
 
 // backoff is "full jitter": uniform in [0, min(maxBackoff, base*2^retry)].
@@ -221,7 +232,7 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 		took := time.Since(t0)
 		if err == nil {
 			pc.took(took)
-			pc.done(true, false, wait > 0)
+			p.logChange(op, pc.done(t0, true, false, wait > 0))
 			p.observer.APICall(op, OutcomeOK, took)
 			return out, nil
 		}
@@ -231,7 +242,7 @@ func call[T any](ctx context.Context, p *retryPolicy, op, subject string, attemp
 		}
 		// Every answer of EFS's, errors included, is delivery: only lost
 		// connections and timeouts say nothing about the rate.
-		pc.done(cl.outcome == OutcomeThrottled || cl.outcome == OutcomeServerError || cl.outcome == OutcomeClientError, cl.sentinel == ErrThrottled, wait > 0)
+		p.logChange(op, pc.done(t0, cl.outcome == OutcomeThrottled || cl.outcome == OutcomeServerError || cl.outcome == OutcomeClientError, cl.sentinel == ErrThrottled, wait > 0))
 		p.observer.APICall(op, cl.outcome, took)
 		if eo, ok := p.observer.(ErrorObserver); ok {
 			eo.APIError(op, errorCode(err, cl))

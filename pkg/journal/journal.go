@@ -13,6 +13,11 @@ import (
 // ErrIDTaken: the id is held by another volume of the record.
 var ErrIDTaken = errors.New("journal: id held by another volume")
 
+// ErrStaleToken: the access point was made under a client token the
+// record no longer sends (it moved to another id meanwhile): it is not the
+// record's, and nobody answered it.
+var ErrStaleToken = errors.New("journal: access point made under a token the record no longer sends")
+
 // ErrDeleting: the volume's DeleteVolume has begun (MarkDeleting): no
 // create may answer it or change its record any more.
 var ErrDeleting = errors.New("journal: volume is being deleted")
@@ -40,17 +45,12 @@ type Volume struct {
 	// Probe is the index of Allocated in the volume's deterministic
 	// sequence of ids (GID tokens: every writer of the volume tries the
 	// same ids in the same order, so they send one token).
-	Probe int `json:"probe,omitempty"`
-	// TokenHeld: the allocated id is held by the GID token alone (EFS
-	// binds it to one access point), not by an id entry: HoldID and Finish
-	// write none. Records of earlier releases, and of classes without GID
-	// tokens, hold theirs in the id table.
-	TokenHeld bool   `json:"tokenHeld,omitempty"`
-	Name      string `json:"name"` // the CO's volume name
-	API       string `json:"api,omitempty"`
-	Path      string `json:"path"`
-	UID       int64  `json:"uid"`
-	GID       int64  `json:"gid"`
+	Probe int    `json:"probe,omitempty"`
+	Name  string `json:"name"` // the CO's volume name
+	API   string `json:"api,omitempty"`
+	Path  string `json:"path"`
+	UID   int64  `json:"uid"`
+	GID   int64  `json:"gid"`
 	// Allocated is the id this volume holds in the id table (its GID, or
 	// its UID when the class fixes the GID); NoID for fixed ids.
 	Allocated int64 `json:"allocated"`
@@ -218,7 +218,7 @@ func (j *Journal) Begin(ctx context.Context, v Volume) (*Record, bool, error) {
 // nil. Held by another volume: ErrIDTaken, naming its token. Until HoldID
 // returned nil, no access point may be created with the id.
 func (j *Journal) HoldID(ctx context.Context, r *Record) error {
-	if r.Allocated == NoID || r.TokenHeld {
+	if r.Allocated == NoID {
 		return nil
 	}
 	got, err := j.s.Create(ctx, Entry{Key: idKey(r.FileSystem, r.Allocated), Value: []byte(r.Token)})
@@ -410,6 +410,10 @@ type Made struct {
 	// Token is the client token it carries.
 	Token               string
 	UID, GID, Allocated int64
+	// Sent, if set, is the record's token the access point was found or
+	// made under: SetAccessPoint refuses it (ErrStaleToken) if the record
+	// sends another by now.
+	Sent string
 }
 
 // SetAccessPoint records that access point ap is r's, with its ids (an
@@ -427,6 +431,9 @@ func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, ap Made, replac
 		if v.AccessPoint == ap.ID && v.Path == ap.Path && v.ClientToken == ap.Token && v.UID == ap.UID &&
 			v.GID == ap.GID && v.Allocated == ap.Allocated {
 			return false, nil
+		}
+		if ap.Sent != "" && v.SentToken() != ap.Sent {
+			return false, fmt.Errorf("%w: %s on %s, token %q, the record's is %q", ErrStaleToken, ap.ID, v.FileSystem, ap.Sent, v.SentToken())
 		}
 		if v.AccessPoint != "" && v.AccessPoint != ap.ID && !replace {
 			return false, fmt.Errorf("journal: token %q on %s is recorded for %s, not %s", v.Token, v.FileSystem, v.AccessPoint, ap.ID)
@@ -468,10 +475,8 @@ func (j *Journal) MarkBound(ctx context.Context, r *Record) error {
 // a volume record (retried) and never an id held for nobody... and never
 // an id free while a record still names it as sent.
 func (j *Journal) Finish(ctx context.Context, r *Record) error {
-	if !r.TokenHeld {
-		if err := j.releaseID(ctx, r.FileSystem, r.Allocated, r.Token); err != nil {
-			return err
-		}
+	if err := j.releaseID(ctx, r.FileSystem, r.Allocated, r.Token); err != nil {
+		return err
 	}
 	if r.Placed != "" {
 		// Before the volume entry: a crash in between leaves the record,
@@ -492,7 +497,7 @@ func (j *Journal) Finish(ctx context.Context, r *Record) error {
 		if err != nil {
 			return err
 		}
-		if fresh.Allocated != r.Allocated && !fresh.TokenHeld {
+		if fresh.Allocated != r.Allocated {
 			if err := j.releaseID(ctx, fresh.FileSystem, fresh.Allocated, fresh.Token); err != nil {
 				return err
 			}

@@ -67,7 +67,7 @@ type Entry struct {
 
 // Store keeps entries with compare-and-swap. Implementations: Memory (one
 // process), File (processes of one host, a local file), and pkg/kube's
-// ConfigMaps (every replica of a cluster). Contract:
+// Leases and ConfigMaps (every replica of a cluster). Contract:
 //   - Create stores the entry if the key is free, else ErrExists with the
 //     entry found (its Value and Version); exactly one of any number of
 //     concurrent Creates of a key succeeds.

@@ -75,7 +75,7 @@ const maxListRestarts = 3
 // are; Kind also a DNS label): an entry with another one, or an empty
 // FileSystem, is refused with a definitive error.
 func (c *Client) JournalStore(namespace, owner string) journal.Store {
-	return &configMapStore{cms: c.journal.ConfigMaps(namespace), ns: namespace,
+	return &configMapStore{cms: c.journalCore().ConfigMaps(namespace), ns: namespace,
 		owner: owner, ownerLabel: labelValueOf(owner), page: pageSize}
 }
 
@@ -85,7 +85,7 @@ func (c *Client) JournalStore(namespace, owner string) journal.Store {
 // server's answer as err. Any other failure is (false, err): the answer is
 // unknown.
 func (c *Client) JournalForbidden(ctx context.Context, namespace string) (bool, error) {
-	_, err := c.journal.ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelJournalOwner, Limit: 1})
+	_, err := c.journalCore().ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelJournalOwner, Limit: 1})
 	return apierrors.IsForbidden(err), err
 }
 

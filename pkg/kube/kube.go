@@ -2,8 +2,9 @@
 // client-go: the few reads the orphan collector needs (PersistentVolumes,
 // claims, StorageClasses), the cluster's identity (the kube-system
 // namespace's UID), a Lease to elect the one replica that collects, and a
-// node's zone label; and the journal's store, ConfigMaps of the release
-// namespace (journal.go).
+// node's zone label; and the journal's stores in the release namespace:
+// Leases (leasejournal.go), and the ConfigMaps of earlier releases
+// (journal.go).
 package kube
 
 import (
@@ -14,6 +15,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -37,6 +39,9 @@ type Config struct {
 	URL       string // https://host:port
 	TokenFile string
 	CAFile    string
+	// The journal's client-side rate (SetJournalRate); 0: the default.
+	JournalQPS   float32
+	JournalBurst int
 }
 
 // Configured reports whether there is an API server to talk to: a URL was
@@ -60,20 +65,27 @@ type Client struct {
 	core    corev1.CoreV1Interface
 	storage storagev1.StorageV1Interface
 	leases  coordinationv1.CoordinationV1Interface
-	// journal is CoreV1 with a rate limiter of its own and no timeout: the
-	// journal's calls come with every CreateVolume and DeleteVolume, a few
-	// each, and are bounded by their caller's context.
-	journal corev1.CoreV1Interface
+	// journalConfig is the configuration of the journal's clients: no
+	// timeout (the journal's calls come with every CreateVolume and
+	// DeleteVolume and are bounded by their caller's context, or by the
+	// Lease store's own) and a rate limiter of their own
+	// (SetJournalRate), so that a burst of provisioning neither waits
+	// behind the collector's lists and the election's renewals nor delays
+	// them; the API server's priority and fairness bounds the rest.
+	journalConfig *rest.Config
+	rateMu        sync.Mutex
+	qps           float32
+	burst         int
 }
 
-// The journal's client-side rate: a burst of provisioning (a few calls a
-// volume) neither waits behind the collector's lists and the election's
-// renewals nor delays them; the API server's priority and fairness bounds
-// the rest.
-const (
-	journalQPS   = 50
-	journalBurst = 100
-)
+// SetJournalRate sets the client-side rate of the journal's stores made
+// from now on (--journal-kube-api-qps, --journal-kube-api-burst); 0 keeps
+// the default (DefaultJournalQPS, DefaultJournalBurst).
+func (c *Client) SetJournalRate(qps float32, burst int) {
+	c.rateMu.Lock()
+	defer c.rateMu.Unlock()
+	c.qps, c.burst = qps, burst
+}
 
 // New validates cfg, filling in-cluster defaults. It makes no call.
 func New(cfg Config) (*Client, error) {
@@ -93,12 +105,17 @@ func New(cfg Config) (*Client, error) {
 	if _, err := os.Stat(cfg.TokenFile); err != nil {
 		return nil, fmt.Errorf("kube: token: %w", err)
 	}
-	return NewForConfig(&rest.Config{
+	c, err := NewForConfig(&rest.Config{
 		Host: cfg.URL,
 		// client-go re-reads the file: projected service account tokens rotate.
 		BearerTokenFile: cfg.TokenFile,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: cfg.CAFile},
 	})
+	if err != nil {
+		return nil, err
+	}
+	c.SetJournalRate(cfg.JournalQPS, cfg.JournalBurst)
+	return c, nil
 }
 
 // NewForConfig builds a client on rc (a kubeconfig's, LoadConfig), with
@@ -128,11 +145,8 @@ func NewForConfig(rc *rest.Config) (*Client, error) {
 	if c.leases, err = coordinationv1.NewForConfig(rc); err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
-	jc := rest.CopyConfig(rc)
-	jc.Timeout, jc.QPS, jc.Burst = 0, journalQPS, journalBurst
-	if c.journal, err = corev1.NewForConfig(jc); err != nil {
-		return nil, fmt.Errorf("kube: %w", err)
-	}
+	c.journalConfig = rest.CopyConfig(rc)
+	c.journalConfig.Timeout = 0
 	return c, nil
 }
 

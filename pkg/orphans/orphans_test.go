@@ -285,7 +285,7 @@ func TestRecordedOrphansAreCollectedAfterGrace(t *testing.T) {
 			b.kube.SetClaim("ns", "deleted", "") // claim gone, no PV
 			b.kube.AddPV("pvc-1", driver, bound)
 			rec := b.record(t, "pvc-3")
-			if rec == nil || rec.Allocated < 0 || !rec.TokenHeld && b.idHolder(t, rec.Allocated) != rec.Token {
+			if rec == nil || rec.Allocated < 0 || b.idHolder(t, rec.Allocated) != rec.Token {
 				t.Fatalf("record of the forgotten volume: %+v", rec)
 			}
 			root := b.describe(t, forgotten).Path
@@ -387,6 +387,11 @@ func TestForgedRecordsDeleteNothing(t *testing.T) {
 		{"untagged", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", nil},
 		{"made by hand", "terraform-1", map[string]string{"Name": "shared"}},
 		{"another volume's", "pvc-other", ours("pvc-other")},
+		{"an earlier release's, before cluster IDs", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", map[string]string{controller.TagCluster: "true",
+			controller.TagVolumeName: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f"}},
+		{"another claim's", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", map[string]string{controller.TagCluster: "true",
+			controller.TagVolumeName: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", controller.TagClusterID: kubetest.KubeSystemUID,
+			controller.TagClaimName: "real", controller.TagClaimNamespace: "ns"}},
 		{"another cluster's", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", map[string]string{controller.TagCluster: "true",
 			controller.TagVolumeName: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", controller.TagClusterID: "other-cluster-uid"}},
 	} {
@@ -535,7 +540,7 @@ func TestOrphanRecordsWithoutAccessPoint(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newBed(t, os.Geteuid() == 0)
 			rec := b.failedCreate(t, "7", "ns", "gone")
-			if !rec.TokenHeld && b.idHolder(t, rec.Allocated) != rec.Token {
+			if b.idHolder(t, rec.Allocated) != rec.Token {
 				t.Fatalf("id %d of the failed create not held", rec.Allocated)
 			}
 			id := tt.after(t, b, rec)
@@ -553,7 +558,7 @@ func TestOrphanRecordsWithoutAccessPoint(t *testing.T) {
 			if r := b.record(t, rec.Name); (r != nil) != tt.wantRecord {
 				t.Errorf("record: %+v, want kept %v", r, tt.wantRecord)
 			}
-			if h := b.idHolder(t, rec.Allocated); (h != "") != (tt.wantRecord && !rec.TokenHeld) {
+			if h := b.idHolder(t, rec.Allocated); (h != "") != tt.wantRecord {
 				t.Errorf("id %d held by %q, want held %v", rec.Allocated, h, tt.wantRecord)
 			}
 			if tt.wantRecord {

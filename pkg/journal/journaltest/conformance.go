@@ -1,6 +1,6 @@
 // Package journaltest proves that a journal.Store keeps the contract written
 // on the interface: one table of subtests, run against every implementation
-// (Memory, File, pkg/kube's ConfigMaps), so that the controller may rely on
+// (Memory, File, pkg/kube's Leases and ConfigMaps), so that the controller may rely on
 // the contract and never on one store's accidents.
 package journaltest
 

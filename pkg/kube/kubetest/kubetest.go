@@ -448,7 +448,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case len(p) == 4 && p[0] == "api" && p[2] == "nodes":
 		s.node(w, r, p[3])
 	case len(p) >= 6 && strings.Join(p[:3], "/") == "apis/coordination.k8s.io/v1" && p[5] == "leases":
-		s.lease(w, r, p[4], p[6:])
+		s.lease(w, r, caller, p[4], p[6:])
 	default:
 		status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no route "+r.Method+" "+r.URL.Path)
 	}
@@ -491,51 +491,6 @@ func (s *Server) watchPVs(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
-	}
-}
-
-// lease serves get, create and update of Leases with resourceVersion checks.
-func (s *Server) lease(w http.ResponseWriter, r *http.Request, ns string, rest []string) {
-	var in coordinationv1.Lease
-	if r.Method != http.MethodGet {
-		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
-			status(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
-			return
-		}
-	}
-	switch {
-	case r.Method == http.MethodGet && len(rest) == 1:
-		l := s.leases[ns+"/"+rest[0]]
-		if l == nil {
-			status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "lease not found")
-			return
-		}
-		reply(w, http.StatusOK, l)
-	case r.Method == http.MethodPost && len(rest) == 0:
-		key := ns + "/" + in.Name
-		if s.leases[key] != nil {
-			status(w, http.StatusConflict, metav1.StatusReasonAlreadyExists, "lease exists")
-			return
-		}
-		in.CreationTimestamp = metav1.Now()
-		s.store(key, ns, &in)
-		reply(w, http.StatusCreated, s.leases[key])
-	case r.Method == http.MethodPut && len(rest) == 1:
-		key := ns + "/" + rest[0]
-		old := s.leases[key]
-		if old == nil {
-			status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "lease not found")
-			return
-		}
-		if in.ResourceVersion != old.ResourceVersion {
-			status(w, http.StatusConflict, metav1.StatusReasonConflict, "the object has been modified")
-			return
-		}
-		in.CreationTimestamp = old.CreationTimestamp
-		s.store(key, ns, &in)
-		reply(w, http.StatusOK, s.leases[key])
-	default:
-		status(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, r.Method)
 	}
 }
 

@@ -1,0 +1,180 @@
+package sim
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+)
+
+// The invariants (docs/design.md, "Invariants"), each violation named by
+// its kind before the colon:
+//
+//	gid       no GID answered on two live access points of one file system
+//	          (across every controller and cluster)
+//	name      one name never answered with two live access points
+//	deleted   no answered volume's access point gone without its own DeleteVolume
+//	phantom   no answered volume's record marked deleting before its DeleteVolume
+//	leak      every access point this driver made is named by a record in a
+//	          live store or by an answer; at the end, after every claim is
+//	          deleted, none is left
+//	record    at the end: no record entry left in a live store
+//	locks     at rest: no volume lock held
+//	liveness  every call finishes once faults stop
+func (s *Sim) check() {
+	for _, a := range s.actors {
+		if a.stuck != "" {
+			s.violate("%s", a.stuck)
+		}
+	}
+	s.scanMounts()
+	fs := s.efs.fss[FS]
+	s.checkNamed(fs)
+	byGID := map[int64]*answered{}
+	byName := map[string]*answered{}
+	for _, an := range s.answers {
+		if s.deletedIDs[an.volID] {
+			continue
+		}
+		ap := fs.aps[an.apID]
+		if ap == nil {
+			if an.gid == -2 {
+				s.violate("phantom: %s answered to %s (%s) did not exist when answered", an.apID, an.by, an.name)
+			} else if !s.deleteIssued[an.volID] {
+				s.violate("deleted: %s answered to %s (%s) is gone but its DeleteVolume was never called", an.apID, an.by, an.name)
+			}
+			continue
+		}
+		if an.gid >= 0 {
+			if o, ok := byGID[an.gid]; ok && o.apID != an.apID {
+				s.violate("gid: GID %d answered on two live access points: %s (%s to %s via %s) and %s (%s to %s via %s)",
+					an.gid, o.apID, o.name, o.by, o.inst.name, an.apID, an.name, an.by, an.inst.name)
+			}
+			byGID[an.gid] = an
+		}
+		if s.deleteIssued[an.volID] {
+			continue
+		}
+		if o, ok := byName[an.name]; ok && o.apID != an.apID {
+			s.violate("name: %s answered with two live access points: %s (to %s) and %s (to %s)", an.name, o.apID, o.by, an.apID, an.by)
+		}
+		byName[an.name] = an
+		if v := recordOf(an.inst.st, FS, an.apID, an.token, an.name); v != nil && v.Deleting {
+			s.violate("phantom: %s answered to %s (%s) but its record in %s is marked deleting", an.apID, an.by, an.name, an.inst.st.name)
+		}
+	}
+}
+
+// recordOf decodes the volume record in st of the access point apID, of
+// client token token, of the volume name: the entry its key names (by
+// token, or by name: which one is the controller's business) or that its
+// index names; nil if none.
+func recordOf(st *store, fs, apID, token, name string) *journal.Volume {
+	e, ok := recordEntry(st, fs, apID, token, name)
+	if !ok {
+		return nil
+	}
+	var v journal.Volume
+	if json.Unmarshal(e.Value, &v) != nil {
+		return nil
+	}
+	return &v
+}
+
+func recordEntry(st *store, fs, apID, token, name string) (journal.Entry, bool) {
+	for _, k := range []string{token, name} {
+		if k == "" {
+			continue
+		}
+		if e, ok := st.m[journal.Key{Kind: journal.KindVolume, FileSystem: fs, Name: k}]; ok {
+			return e, true
+		}
+	}
+	for k, e := range st.m {
+		if k.Kind == journal.KindVolume && k.FileSystem == fs && e.Index == apID && apID != "" {
+			return e, true
+		}
+	}
+	return journal.Entry{}, false
+}
+
+// final checks the world at rest: every actor done, no request in flight.
+func (s *Sim) final() {
+	if s.stopping {
+		return
+	}
+	s.check()
+	live := map[*store]bool{}
+	for _, c := range s.clusters {
+		for _, inst := range c.slots {
+			if n := inst.svc.LocksHeld(); n != 0 {
+				s.violate("locks: %s holds %d volume locks at rest", inst.name, n)
+			}
+			live[inst.st] = true
+		}
+	}
+	fs := s.efs.fss[FS]
+	for _, id := range slices.Sorted(maps.Keys(fs.aps)) {
+		a := fs.aps[id]
+		if a.driver {
+			gid := int64(-1)
+			if a.ap.PosixUser != nil {
+				gid = a.ap.PosixUser.GID
+			}
+			s.violate("leak: %s (token %s, gid %d) made by %s is left after every claim was deleted", id, a.ap.ClientToken, gid, a.maker)
+		}
+	}
+	for _, st := range s.stores {
+		if !live[st] {
+			continue
+		}
+		for _, e := range st.sorted() {
+			if s.forged[e.Key] {
+				continue
+			}
+			s.violate("record: %s left in %s after every claim was deleted (%s)", e.Key, st.name, e.Value)
+		}
+	}
+}
+
+// checkNamed: every access point this driver made is named by a record of
+// a live store (written before its create) or by an answered volume.
+func (s *Sim) checkNamed(fs *fileSystem) {
+	var unnamed []*simAP
+	for _, id := range slices.Sorted(maps.Keys(fs.aps)) {
+		if a := fs.aps[id]; a.driver && !s.answeredAP(a.ap.ID) {
+			unnamed = append(unnamed, a)
+		}
+	}
+	if len(unnamed) == 0 {
+		return
+	}
+	live := s.liveStores()
+	for _, a := range unnamed {
+		named := false
+		for _, st := range live {
+			if _, ok := recordEntry(st, FS, a.ap.ID, a.ap.ClientToken, a.ap.Tags[ownership.TagVolumeName]); ok {
+				named = true
+				break
+			}
+		}
+		if !named {
+			s.violate("leak: %s (token %s) made by %s is named by no record and no answer", a.ap.ID, a.ap.ClientToken, a.maker)
+		}
+	}
+}
+
+// liveStores are the stores some running controller uses.
+func (s *Sim) liveStores() []*store {
+	var out []*store
+	for _, c := range s.clusters {
+		for _, inst := range c.slots {
+			if !slices.Contains(out, inst.st) {
+				out = append(out, inst.st)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,86 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/orphans"
+)
+
+// The orphan collector (pkg/orphans), run on every live record once every
+// claim is deleted: what it cleans is no leak. Its Kubernetes is the
+// simulated one: PersistentVolumes name the answered volumes whose
+// DeleteVolume did not succeed yet, claims exist while their provisioner
+// runs.
+type kube struct {
+	s *Sim
+	c *cluster
+}
+
+func (k *kube) VolumeHandles(ctx context.Context, _ string) ([]string, error) {
+	k.s.mu.Lock()
+	defer k.s.mu.Unlock()
+	var hs []string
+	for _, an := range k.s.answers {
+		if an.inst.cluster == k.c && !k.s.deletedIDs[an.volID] {
+			hs = append(hs, an.volID)
+		}
+	}
+	return hs, nil
+}
+
+func (k *kube) ClaimUID(ctx context.Context, namespace, name string) (string, error) {
+	k.s.mu.Lock()
+	defer k.s.mu.Unlock()
+	for _, a := range k.s.actors {
+		if a.kind == "prov" && a.c == k.c && claimOf(a.pv) == name && !a.claimGone {
+			return "uid-" + name, nil
+		}
+	}
+	return "", nil
+}
+
+func claimOf(pv string) string { return "claim-" + pv }
+
+// collectRounds runs the collector on the record of slot's controller
+// until it holds no volume (or rounds run out: what is left is reported by
+// final); each round through the controller then in the slot (a killed one
+// is replaced), while it keeps that record.
+func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
+	defer s.finish(a)
+	var (
+		col *orphans.Collector
+		on  *instance
+	)
+	for round := 0; round < 6; round++ {
+		if !s.step(a.tag(), fmt.Sprintf("collect round %d on %s", round, st.name)) {
+			return
+		}
+		s.mu.Lock()
+		inst := c.slots[slot]
+		gone, empty := inst.st != st, len(st.list("volume", "", "")) == 0
+		s.mu.Unlock()
+		if gone || empty {
+			return
+		}
+		if on != inst {
+			// A collector of the controller now in the slot (its first
+			// round only notes what it sees).
+			var err error
+			col, err = orphans.New(orphans.Config{Driver: "efs.csi.aws.com", Interval: time.Second, Grace: 0,
+				Cluster: &kube{s: s, c: c}, Journal: inst.svc.Journal(), Collector: inst.svc})
+			if err != nil {
+				panic(err)
+			}
+			on = inst
+		}
+		a.calls++
+		ctx, cancel := context.WithTimeout(withTag(context.Background(), &callTag{actor: a.name, call: a.calls}), time.Minute)
+		n, err := col.Round(ctx)
+		cancel()
+		s.mu.Lock()
+		s.atracef(a, "%s collected %d on %s (%v)", a.name, n, inst.name, err)
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,662 @@
+package sim
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing/synctest"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+)
+
+// Config is the world of one run. Its text form (String, ParseConfig) is
+// what scenario files say.
+type Config struct {
+	Seed uint64
+	// Clusters: one entry per cluster, its number of controllers; Own
+	// (a record per controller: replicas under upstream's RBAC, or hosts
+	// of their own) per cluster.
+	Controllers []int
+	Own         []bool
+	Volumes     int // provisioners (claims), spread over the clusters
+	Dups        int // duplicate callers of the first volumes
+	Writers     int // access points made by upstream's driver or by hand
+	GIDs        int // size of the class's GID range
+	Limit       int // access points per file system
+	Lag         time.Duration
+	Lenient     bool // a repeated token with identical parameters answers the access point
+	Faults      int  // faults injected in all (lost answers, errors)
+	FaultPct    int  // chance of a fault per release, in percent
+	Kills       int
+	Forgets     int
+	Old         bool          // controllers run past their first 10 minutes before any claim
+	RootDir     bool          // --delete-access-point-root-dir, on real directories
+	ListingLag  time.Duration // --listing-lag with RootDir
+	Share       bool          // writers make their access points on the volumes' directories
+	Forge       int           // forged record entries naming writers' access points
+	Only        string        // faults only on ops whose description contains one of these (comma-separated)
+	Earlier     bool          // an earlier release provisions volume 0 too, in generations
+	Abandon     int           // the first provisioners give their claim up when they forget a call (orphans)
+	Upgrade     bool          // upstream's controller provisions volume 0's claim too (in-place upgrade)
+	Steps       int           // decisions with faults; then faults stop
+	MaxSteps    int           // liveness bound on all decisions
+}
+
+// DefaultConfig is one cluster of one controller with three volumes.
+func DefaultConfig() Config {
+	return Config{Controllers: []int{1}, Own: []bool{false}, Volumes: 3, GIDs: 8, Limit: 1000,
+		Faults: 4, FaultPct: 20, Steps: 80, MaxSteps: 3000}
+}
+
+// RandomConfig is the world seed draws: small, so that collisions of GIDs,
+// retries and kills are likely.
+func RandomConfig(seed uint64) Config {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	c := DefaultConfig()
+	c.Seed = seed
+	n := 1 + r.IntN(2)
+	c.Controllers, c.Own = nil, nil
+	for i := 0; i < n; i++ {
+		c.Controllers = append(c.Controllers, 1+r.IntN(2))
+		c.Own = append(c.Own, r.IntN(4) == 0)
+	}
+	c.Volumes = 1 + r.IntN(3)
+	c.Dups = r.IntN(2)
+	c.Writers = r.IntN(2)
+	c.GIDs = 1 + r.IntN(4)
+	if r.IntN(8) == 0 {
+		c.Limit = 2 + r.IntN(2)
+	}
+	if r.IntN(3) == 0 {
+		c.Lag = time.Duration(1+r.IntN(5)) * 100 * time.Millisecond
+	}
+	c.Lenient = r.IntN(2) == 0
+	c.Faults = r.IntN(5)
+	c.Kills = r.IntN(2)
+	c.Forgets = r.IntN(2)
+	c.Old = r.IntN(4) == 0
+	c.Steps = 20 + r.IntN(60)
+	if r.IntN(16) == 0 {
+		c.RootDir = true
+		c.ListingLag = time.Duration(r.IntN(3)) * 500 * time.Millisecond
+		c.Share = r.IntN(2) == 0
+		c.Writers = max(c.Writers, 1)
+	}
+	if c.Forgets > 0 && r.IntN(4) == 0 {
+		c.Abandon = 1 + r.IntN(c.Volumes)
+	}
+	if r.IntN(12) == 0 {
+		c.Upgrade = true
+	}
+	if r.IntN(16) == 0 {
+		c.Forge = 1
+		c.Writers = max(c.Writers, 1)
+	}
+	return c
+}
+
+// Topology classes the config: "upgrade" (upstream's controller provisions
+// a claim too), else "one" (one cluster, one shared record), "own" (one
+// cluster, a record per controller), "clusters" (more than one cluster).
+func (c Config) Topology() string {
+	switch {
+	case c.Upgrade:
+		return "upgrade" // upstream's GIDs are outside every record
+	case len(c.Controllers) > 1:
+		return "clusters"
+	case c.Own[0]:
+		return "own"
+	}
+	return "one"
+}
+
+// String is the config's text form.
+func (c Config) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed=%d", c.Seed)
+	var cl []string
+	for i, n := range c.Controllers {
+		k := "shared"
+		if c.Own[i] {
+			k = "own"
+		}
+		cl = append(cl, fmt.Sprintf("%s:%d", k, n))
+	}
+	fmt.Fprintf(&b, " clusters=%s volumes=%d dups=%d writers=%d gids=%d limit=%d lag=%v lenient=%t faults=%d faultpct=%d kills=%d forgets=%d old=%t steps=%d maxsteps=%d",
+		strings.Join(cl, ","), c.Volumes, c.Dups, c.Writers, c.GIDs, c.Limit, c.Lag, c.Lenient, c.Faults, c.FaultPct, c.Kills, c.Forgets, c.Old, c.Steps, c.MaxSteps)
+	if c.RootDir {
+		fmt.Fprintf(&b, " rootdir=true listinglag=%v", c.ListingLag)
+	}
+	if c.Share {
+		b.WriteString(" share=true")
+	}
+	if c.Forge > 0 {
+		fmt.Fprintf(&b, " forge=%d", c.Forge)
+	}
+	if c.Only != "" {
+		fmt.Fprintf(&b, " only=%s", c.Only)
+	}
+	if c.Earlier {
+		b.WriteString(" earlier=true")
+	}
+	if c.Abandon > 0 {
+		fmt.Fprintf(&b, " abandon=%d", c.Abandon)
+	}
+	if c.Upgrade {
+		b.WriteString(" upgrade=true")
+	}
+	return b.String()
+}
+
+// ParseConfig reads key=value pairs over DefaultConfig.
+func ParseConfig(fields []string) (Config, error) {
+	c := DefaultConfig()
+	for _, f := range fields {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			return c, fmt.Errorf("sim: %q: want key=value", f)
+		}
+		var err error
+		atoi := func(p *int) { *p, err = strconv.Atoi(v) }
+		switch k {
+		case "seed":
+			c.Seed, err = strconv.ParseUint(v, 10, 64)
+		case "clusters":
+			c.Controllers, c.Own = nil, nil
+			for _, cl := range strings.Split(v, ",") {
+				kind, n, _ := strings.Cut(cl, ":")
+				num, e := strconv.Atoi(n)
+				if e != nil || (kind != "shared" && kind != "own") {
+					return c, fmt.Errorf("sim: cluster %q: want shared:N or own:N", cl)
+				}
+				c.Controllers, c.Own = append(c.Controllers, num), append(c.Own, kind == "own")
+			}
+		case "volumes":
+			atoi(&c.Volumes)
+		case "dups":
+			atoi(&c.Dups)
+		case "writers":
+			atoi(&c.Writers)
+		case "gids":
+			atoi(&c.GIDs)
+		case "limit":
+			atoi(&c.Limit)
+		case "lag":
+			c.Lag, err = time.ParseDuration(v)
+		case "lenient":
+			c.Lenient, err = strconv.ParseBool(v)
+		case "faults":
+			atoi(&c.Faults)
+		case "faultpct":
+			atoi(&c.FaultPct)
+		case "kills":
+			atoi(&c.Kills)
+		case "forgets":
+			atoi(&c.Forgets)
+		case "old":
+			c.Old, err = strconv.ParseBool(v)
+		case "rootdir":
+			c.RootDir, err = strconv.ParseBool(v)
+		case "listinglag":
+			c.ListingLag, err = time.ParseDuration(v)
+		case "share":
+			c.Share, err = strconv.ParseBool(v)
+		case "forge":
+			atoi(&c.Forge)
+		case "only":
+			c.Only = v
+		case "earlier":
+			c.Earlier, err = strconv.ParseBool(v)
+		case "abandon":
+			atoi(&c.Abandon)
+		case "upgrade":
+			c.Upgrade, err = strconv.ParseBool(v)
+		case "steps":
+			atoi(&c.Steps)
+		case "maxsteps":
+			atoi(&c.MaxSteps)
+		default:
+			return c, fmt.Errorf("sim: unknown key %q", k)
+		}
+		if err != nil {
+			return c, fmt.Errorf("sim: %s: %w", f, err)
+		}
+	}
+	return c, nil
+}
+
+// Run runs cfg inside the caller's synctest bubble: generated from the
+// seed when script is nil, else replaying script (then, once it ends, with
+// faults stopped). trace keeps a readable trace.
+func Run(cfg Config, script []string, trace bool) *Result {
+	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a1)), wrng: rand.New(rand.NewPCG(cfg.Seed, 0x3071d)), traceOn: trace,
+		faultsLeft: cfg.Faults, killsLeft: cfg.Kills, forgetLeft: cfg.Forgets, start: time.Now(),
+		bgTag: &callTag{actor: "bg"}, deleteIssued: map[string]bool{}, deletedIDs: map[string]bool{},
+		forged: map[journal.Key]bool{}}
+	if script != nil {
+		s.script = slices.Clone(script)
+		s.faultsLeft, s.killsLeft, s.forgetLeft = 1<<30, 1<<30, 1<<30
+	}
+	if cfg.RootDir {
+		tmp, err := os.MkdirTemp(tmpRoot(), "efs-csi-sim-")
+		if err != nil {
+			panic(err)
+		}
+		defer os.RemoveAll(tmp)
+		s.tmp, s.mounts = tmp, map[string]*mount{}
+	}
+	s.efs = efsWorld{fss: map[string]*fileSystem{FS: {id: FS, aps: map[string]*simAP{}, tokens: map[string]string{}, limit: cfg.Limit}},
+		lenient: cfg.Lenient, lag: cfg.Lag, rnd: s.wrng.IntN, now: s.now}
+	if cfg.RootDir {
+		s.efs.fss[FS].dirs = map[string]string{}
+	}
+	for i, n := range cfg.Controllers {
+		c := &cluster{idx: i, id: fmt.Sprintf("cluster-%d", i), slots: make([]*instance, n), gens: make([]int, n)}
+		if !cfg.Own[i] {
+			c.shared = newStore(fmt.Sprintf("cluster-%d", i))
+			s.stores = append(s.stores, c.shared)
+		}
+		s.clusters = append(s.clusters, c)
+		for slot := range n {
+			s.newInstance(c, slot)
+		}
+	}
+	if cfg.Old {
+		time.Sleep(11 * time.Minute)
+	}
+	var mains []*actor
+	for v := range cfg.Volumes {
+		a := &actor{name: fmt.Sprintf("v%d", v), kind: "prov", idx: v, pv: fmt.Sprintf("pvc-%d", v),
+			c: s.clusters[v%len(s.clusters)], forget: make(chan struct{}, 1), done: make(chan struct{})}
+		mains = append(mains, a)
+		s.actors = append(s.actors, a)
+	}
+	for d := range min(cfg.Dups, len(mains)) {
+		m := mains[d]
+		a := &actor{name: m.name + "d", kind: "dup", idx: m.idx + 1, pv: m.pv, c: m.c, main: m,
+			forget: make(chan struct{}, 1), done: make(chan struct{})}
+		s.actors = append(s.actors, a)
+	}
+	for w := range cfg.Writers {
+		kind := "upstream"
+		if w%2 == 1 {
+			kind = "hand"
+		}
+		a := &actor{name: fmt.Sprintf("w%d", w), kind: kind, idx: w, pv: fmt.Sprintf("pvc-up-%d", w),
+			gid: int64(GIDStart + s.wrng.IntN(max(cfg.GIDs, 1))), done: make(chan struct{})}
+		s.actors = append(s.actors, a)
+	}
+	if cfg.Upgrade && cfg.Volumes > 0 {
+		s.actors = append(s.actors, &actor{name: "u0", kind: "upgrade", pv: mains[0].pv,
+			gid: int64(GIDStart + s.wrng.IntN(max(cfg.GIDs, 1))), done: make(chan struct{})})
+	}
+	if cfg.Earlier && cfg.Volumes > 0 {
+		s.actors = append(s.actors, &actor{name: "e0", kind: "earlier", pv: mains[0].pv, done: make(chan struct{})})
+	}
+	s.running = len(s.actors)
+	for _, a := range s.actors {
+		switch a.kind {
+		case "prov":
+			go s.runProv(a)
+		case "dup":
+			go s.runDup(a)
+		case "earlier":
+			go s.runEarlier(a)
+		case "upgrade":
+			go s.runWriter(a)
+		default:
+			go s.runWriter(a)
+		}
+	}
+	s.loop()
+	return &Result{Seed: cfg.Seed, Steps: s.steps, Decisions: s.decisions, Trace: s.trace, Violations: s.violations}
+}
+
+func (s *Sim) loop() {
+	idle := 0
+	// The scheduler holds s.mu for a whole step, except while it waits for
+	// the bubble or lets time pass: every goroutine it woke reads and
+	// writes the shared state under s.mu too (synctest.Wait orders the
+	// steps, but the race detector wants a lock to see it).
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		s.mu.Unlock()
+		synctest.Wait()
+		s.mu.Lock()
+		ops := slices.Clone(s.parked)
+		running := s.running
+		s.flush()
+		if !s.stopping {
+			s.check()
+			if len(s.violations) > 0 {
+				s.stop()
+				continue
+			}
+		}
+		if running == 0 && len(ops) == 0 {
+			if s.collected || s.stopping {
+				break
+			}
+			s.startCollectors()
+			continue
+		}
+		if s.stopping {
+			// Drain: every op fails, actors see stopping and end.
+			for _, o := range ops {
+				s.release(o, "fail")
+			}
+			if len(ops) == 0 {
+				s.sleep(time.Second)
+			}
+			continue
+		}
+		if len(ops) == 0 {
+			// Only sleepers (retry backoffs, listing-lag waits): let time pass.
+			idle++
+			if idle > 7200 {
+				s.violate("liveness: %d actors still running after 2h without a request", running)
+				s.stop()
+			}
+			s.sleep(time.Second)
+			continue
+		}
+		idle = 0
+		if !s.quiet && s.steps >= s.cfg.Steps {
+			s.quiet = true
+			s.tracef("faults stop")
+		}
+		if s.steps >= s.cfg.MaxSteps {
+			s.violate("liveness: no end after %d decisions", s.steps)
+			s.stop()
+			continue
+		}
+		slices.SortFunc(ops, func(a, b *op) int { return opCmp(a.id, b.id) })
+		d := s.decide(ops)
+		s.decisions = append(s.decisions, d)
+		s.apply(d, ops)
+		s.steps++
+	}
+	s.final()
+}
+
+// opCmp orders op ids actor:call.seq by actor, then numerically.
+func opCmp(a, b string) int {
+	aa, ar, _ := strings.Cut(a, ":")
+	ba, br, _ := strings.Cut(b, ":")
+	if c := cmp.Compare(aa, ba); c != 0 {
+		return c
+	}
+	ac, as, _ := strings.Cut(ar, ".")
+	bc, bs, _ := strings.Cut(br, ".")
+	an, _ := strconv.Atoi(ac)
+	bn, _ := strconv.Atoi(bc)
+	if c := cmp.Compare(an, bn); c != 0 {
+		return c
+	}
+	an, _ = strconv.Atoi(as)
+	bn, _ = strconv.Atoi(bs)
+	return cmp.Compare(an, bn)
+}
+
+// startCollectors starts the orphan collector on every live record, once
+// every provisioner is done.
+func (s *Sim) startCollectors() {
+	s.collected = true
+	seen := map[*store]bool{}
+	for _, c := range s.clusters {
+		for _, inst := range c.slots {
+			if seen[inst.st] || len(inst.st.m) == 0 {
+				continue // nothing to collect
+			}
+			seen[inst.st] = true
+			a := &actor{name: "gc-" + inst.name, kind: "gc", c: c, done: make(chan struct{})}
+			s.actors = append(s.actors, a)
+			s.running++
+			go s.collectRounds(a, c, inst.slot, inst.st)
+		}
+	}
+}
+
+// sleep lets d pass on the bubble's clock (s.mu held: released meanwhile).
+func (s *Sim) sleep(d time.Duration) {
+	s.mu.Unlock()
+	time.Sleep(d)
+	s.mu.Lock()
+}
+
+func (s *Sim) stop() {
+	s.stopping = true
+	var live []*instance
+	for _, c := range s.clusters {
+		live = append(live, c.slots...)
+	}
+	for _, inst := range live {
+		if !inst.dead {
+			inst.dead = true
+			close(inst.deadCh)
+		}
+	}
+}
+
+var advances = []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second, 30 * time.Second}
+
+// decide is the next decision: the script's, or one drawn from the seed.
+func (s *Sim) decide(ops []*op) string {
+	if s.script != nil {
+		if len(s.script) > 0 {
+			d := s.script[0]
+			s.script = s.script[1:]
+			return d
+		}
+		if !s.quiet {
+			// A script's faults are all in the script.
+			s.quiet = true
+			s.tracef("faults stop")
+		}
+	}
+	r := s.rng.IntN(100)
+	if s.quiet {
+		if r < 10 {
+			return "advance " + advances[s.rng.IntN(3)].String()
+		}
+		return "ok " + ops[s.rng.IntN(len(ops))].id
+	}
+	switch {
+	case r < 4:
+		return "advance " + advances[s.rng.IntN(len(advances))].String()
+	case r < 6 && s.killsLeft > 0:
+		c := s.clusters[s.rng.IntN(len(s.clusters))]
+		slot := s.rng.IntN(len(c.slots))
+		how := "drop"
+		if s.rng.IntN(2) == 0 {
+			how = "apply"
+		}
+		return fmt.Sprintf("kill c%d.%d %s", c.idx, slot, how)
+	case r < 8 && s.forgetLeft > 0:
+		var in []string
+		for _, a := range s.actors {
+			if a.inFlight {
+				in = append(in, a.name)
+			}
+		}
+		if len(in) > 0 {
+			return "forget " + in[s.rng.IntN(len(in))]
+		}
+	}
+	o := ops[s.rng.IntN(len(ops))]
+	if o.kind != kindActor && s.faultsLeft > 0 && s.faultable(o) && s.rng.IntN(100) < s.cfg.FaultPct {
+		switch f := s.rng.IntN(3); {
+		case f == 0 && (o.kind == kindEFS || o.kind == kindStore):
+			return "lost " + o.id
+		case f == 2 && (o.kind == kindEFS || o.kind == kindEFSRead):
+			return "throttle " + o.id
+		default:
+			return "fail " + o.id
+		}
+	}
+	return "ok " + o.id
+}
+
+// faultable: Config.Only lets faults hit o.
+func (s *Sim) faultable(o *op) bool {
+	if s.cfg.Only == "" {
+		return true
+	}
+	for _, w := range strings.Split(s.cfg.Only, ",") {
+		if strings.Contains(o.desc, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// apply carries out decision d.
+func (s *Sim) apply(d string, ops []*op) {
+	verb, arg, _ := strings.Cut(d, " ")
+	switch verb {
+	case "advance":
+		dur, err := time.ParseDuration(arg)
+		if err != nil {
+			panic(fmt.Sprintf("sim: decision %q: %v", d, err))
+		}
+		s.tracef("advance %v", dur)
+		s.sleep(dur)
+		return
+	case "kill":
+		name, how, _ := strings.Cut(arg, " ")
+		var ci, slot int
+		if _, err := fmt.Sscanf(name, "c%d.%d", &ci, &slot); err != nil || ci >= len(s.clusters) || slot >= len(s.clusters[ci].slots) {
+			s.tracef("skip %s", d)
+			return
+		}
+		s.killsLeft--
+		inst := s.clusters[ci].slots[slot]
+		s.tracef("kill %s (%s its requests in flight)", inst.name, how)
+		s.kill(inst, how == "apply")
+		return
+	case "forget":
+		for _, a := range s.actors {
+			if a.name == arg && a.forget != nil {
+				if a.inFlight {
+					s.forgetLeft--
+					s.tracef("forget %s", arg)
+					select {
+					case a.forget <- struct{}{}:
+					default:
+					}
+					return
+				}
+			}
+		}
+		s.tracef("skip %s", d)
+		return
+	}
+	i := slices.IndexFunc(ops, func(o *op) bool { return o.id == arg })
+	if i < 0 {
+		s.tracef("skip %s", d)
+		return
+	}
+	if verb != "ok" {
+		s.faultsLeft--
+	}
+	s.release(ops[i], verb)
+}
+
+// release takes o out of the parked set and answers it as verb says.
+func (s *Sim) release(o *op, verb string) {
+	i := slices.Index(s.parked, o)
+	if i < 0 {
+		return
+	}
+	s.parked = slices.Delete(s.parked, i, i+1)
+	var r reply
+	switch verb {
+	case "ok":
+		r.v, r.err = o.exec()
+	case "lost":
+		o.exec()
+		r.err = failure(o.kind, errLost)
+	case "throttle":
+		r.err = fmt.Errorf("%s: %w", o.desc, errThrottle)
+	default:
+		r.err = failure(o.kind, err5xx)
+	}
+	if s.traceOn && !s.stopping {
+		s.tracef("%s %s %s -> %s", verb, o.id, o.desc, outcome(r))
+	}
+	o.reply <- r
+}
+
+// outcome summarises an answer for the trace.
+func outcome(r reply) string {
+	if r.err != nil {
+		return short(r.err)
+	}
+	switch v := r.v.(type) {
+	case *efs.AccessPoint:
+		return v.ID
+	case []efs.AccessPoint:
+		ids := make([]string, len(v))
+		for i, ap := range v {
+			ids[i] = ap.ID
+		}
+		return "[" + strings.Join(ids, " ") + "]"
+	case journal.Entry:
+		return "v" + v.Version
+	case []journal.Entry:
+		return fmt.Sprintf("%d entries", len(v))
+	}
+	return "ok"
+}
+
+// short names an error by its class.
+func short(err error) string {
+	var ae *efs.AlreadyExistsError
+	switch {
+	case errors.As(err, &ae):
+		return "AlreadyExists(" + ae.AccessPointID + ")"
+	case errors.Is(err, errLost):
+		return "answer lost"
+	case errors.Is(err, err5xx):
+		return "5xx"
+	case errors.Is(err, efs.ErrThrottled):
+		return "throttled"
+	case errors.Is(err, errKilled):
+		return "killed"
+	case errors.Is(err, errForgotten):
+		return "forgotten"
+	case errors.Is(err, journal.ErrExists):
+		return "exists"
+	case errors.Is(err, journal.ErrNotFound):
+		return "not found"
+	case errors.Is(err, journal.ErrConflict):
+		return "conflict"
+	case errors.Is(err, efs.ErrAccessPointNotFound):
+		return "AccessPointNotFound"
+	}
+	msg := err.Error()
+	if len(msg) > 160 {
+		msg = msg[:160] + "..."
+	}
+	return msg
+}
+
+// tmpRoot is where root removal's directories go: memory (/dev/shm) when
+// there is one, the mkdirs of a mount are most of a schedule's time on a
+// disk.
+var tmpRoot = sync.OnceValue(func() string {
+	if f, err := os.MkdirTemp("/dev/shm", "efs-csi-sim-probe-"); err == nil {
+		os.Remove(f)
+		return "/dev/shm"
+	}
+	return ""
+})

@@ -1,0 +1,936 @@
+package kube
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	coordinationv1api "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+)
+
+// The record in Leases (LeaseJournalStore): entries sharded by a hash of
+// their key into Lease objects that split as they fill (extendible
+// hashing), each entry an annotation.
+const (
+	// RootShards is the number of shards a record starts with: the Leases
+	// of depth rootDepth. Few, so that concurrent operations share writes.
+	RootShards = 1 << rootDepth
+	rootDepth  = 3
+	// maxDepth bounds splitting (2^24 shards).
+	maxDepth = 24
+	// SplitBytes is the size of a shard's entries over which it splits in
+	// two: what one write of a shard sends is bounded by about this, however
+	// large the record grows.
+	SplitBytes = 64 << 10
+	// annotationEntries holds a shard's entries: a JSON object whose keys
+	// are the entries' hashes (32 hex digits of sha256(kind NUL fs NUL
+	// name)). One annotation, not one an entry: the API server tracks
+	// every annotation key in managedFields and validates each, on every
+	// write.
+	annotationEntries = "efs.csi.aws.com/journal-entries"
+	// Annotations of a shard: the owner (the driver's name, unhashed), the
+	// shard's place ("depth/prefix"), the epoch (random, drawn when the
+	// Lease is made) and the sequence number of its last write. An entry's
+	// version is "<epoch>.<seq>" of the write that last wrote it: unique
+	// within a Lease's life (seq only grows) and across lives (a new epoch);
+	// an entry moved by a split keeps its version.
+	annotationLeaseOwner = "efs.csi.aws.com/journal-owner"
+	annotationLeaseShard = "efs.csi.aws.com/journal-shard"
+	annotationLeaseEpoch = "efs.csi.aws.com/journal-epoch"
+	annotationLeaseSeq   = "efs.csi.aws.com/journal-seq"
+	// annotationLeaseSplit is "frozen" on a shard being split (no write
+	// but the split's own) and "done" on one whose entries are in its two
+	// children (depth+1, prefix*2 and prefix*2+1), which are written from
+	// then on; annotationLeaseFrom on a child names the frozen parent it
+	// was made from ("name@resourceVersion").
+	annotationLeaseSplit = "efs.csi.aws.com/journal-split"
+	annotationLeaseFrom  = "efs.csi.aws.com/journal-from"
+	splitFrozen          = "frozen"
+	splitDone            = "done"
+	// MaxLeaseShardBytes is what a shard's entries may take: the API
+	// server refuses an object whose annotations (keys and values) exceed
+	// 256 KiB; 4 KiB are left for the shard's own annotations.
+	MaxLeaseShardBytes = 256<<10 - 4<<10
+	// leaseListPage is the Leases one list request answers: at most about
+	// 1 MiB (split shards hold at most about SplitBytes each).
+	leaseListPage = 16
+	// leaseCallTimeout bounds one request of a commit, which no caller's
+	// context bounds (it serves many).
+	leaseCallTimeout = 30 * time.Second
+)
+
+// Journal client rate defaults (--journal-kube-api-qps, -burst): the
+// journal's own budget, apart from the collector's reads. Each request
+// carries every operation queued on its shard meanwhile (group commit), so
+// a busier controller sends fuller requests, not more of them.
+const (
+	DefaultJournalQPS   = 300
+	DefaultJournalBurst = 600
+)
+
+// LeaseJournalStore is the journal's store in Leases (coordination.k8s.io/v1)
+// of namespace, shared by every replica: what upstream's RBAC grants the
+// controller (leases: get, list, watch, create, update, delete), where
+// ConfigMaps are only get.
+//
+// Layout: Leases efs-csi-journal-<8 hex digits of sha256(owner)>-<depth>-
+// <prefix>, labelled LabelJournalOwner: RootShards at first, each split in
+// two once its entries pass SplitBytes; an entry lives in the shard whose
+// prefix its hash (sha256(kind NUL fs NUL name)) starts with, in the JSON
+// object of the shard's annotation efs.csi.aws.com/journal-entries, under
+// 32 hex digits of that hash: a JSON header (kind, file system, name,
+// index, version) and, after a newline, the value (base64 when it is not
+// UTF-8).
+//
+// Writes are group commits: every operation on a shard waits in the
+// shard's queue; one committer per shard takes all that are queued, applies
+// them in order to the shard as last read or written (each checked against
+// its entry's own version: the per-key compare-and-swap), and writes the
+// Lease once, with its resourceVersion as precondition. A conflict (another
+// replica wrote the shard) reads it again and applies the batch again. So
+// the operations of a batch all take effect at the write, or none does.
+//
+// Reads (Get) queue too: a batch with a write answers them from the state
+// it wrote; a batch of reads is answered by one quorum GET of the Lease,
+// started after each of them was queued. Both are linearizable, and
+// concurrent reads of one shard share one request. List is a quorum list
+// of the Leases, in pages.
+//
+// Limits: a shard's entries take at most MaxLeaseShardBytes; an operation
+// that would exceed it fails (definitively) and names the shard.
+func (c *Client) LeaseJournalStore(namespace, owner string) journal.Store {
+	qps, burst := c.journalRate()
+	return &leaseStore{leases: c.journalLeases().Leases(namespace), ns: namespace, owner: owner,
+		ownerLabel: labelValueOf(owner), page: pageSize, ownerHash: ownerHash(owner),
+		limiter: flowcontrol.NewTokenBucketRateLimiter(qps, burst), shards: map[shardID]*leaseShard{}}
+}
+
+// LeaseShardName is the Lease of the shard of owner's record at depth
+// and prefix (the top depth bits of an entry's hash).
+func LeaseShardName(owner string, depth int, prefix uint64) string {
+	return fmt.Sprintf("efs-csi-journal-%s-%d-%x", ownerHash(owner), depth, prefix)
+}
+
+func ownerHash(owner string) string {
+	sum := sha256.Sum256([]byte(owner))
+	return hex.EncodeToString(sum[:4])
+}
+
+// LeaseJournalStats are a Lease store's requests so far, for benchmarks.
+type LeaseJournalStats struct {
+	Gets, Lists, Creates, Updates int64 // requests sent
+	Conflicts                     int64 // writes refused for a changed resourceVersion
+	Splits                        int64 // shards this store split
+	Operations                    int64 // Store calls answered through the queues
+	BytesWritten                  int64 // annotation bytes of the Leases written
+}
+
+// LeaseJournalStatsOf returns the counters of a store LeaseJournalStore
+// made (ok false for another store).
+func LeaseJournalStatsOf(s journal.Store) (LeaseJournalStats, bool) {
+	ls, ok := s.(*leaseStore)
+	if !ok {
+		return LeaseJournalStats{}, false
+	}
+	return LeaseJournalStats{Gets: ls.stats.gets.Load(), Lists: ls.stats.lists.Load(), Creates: ls.stats.creates.Load(),
+		Updates: ls.stats.updates.Load(), Conflicts: ls.stats.conflicts.Load(), Operations: ls.stats.ops.Load(),
+		BytesWritten: ls.stats.bytes.Load(), Splits: ls.stats.splits.Load()}, true
+}
+
+type leaseStore struct {
+	leases     coordinationv1.LeaseInterface
+	ns, owner  string
+	ownerLabel string
+	ownerHash  string
+	page       int64
+	limiter    flowcontrol.RateLimiter
+	mu         sync.Mutex
+	shards     map[shardID]*leaseShard
+	stats      struct {
+		gets, lists, creates, updates, conflicts, ops, bytes, splits atomic.Int64
+	}
+}
+
+type shardID struct {
+	depth  int
+	prefix uint64
+}
+
+// shard is the shard at id, made on first use.
+func (s *leaseStore) shard(id shardID) *leaseShard {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sh := s.shards[id]
+	if sh == nil {
+		sh = &leaseShard{id: id, name: fmt.Sprintf("efs-csi-journal-%s-%d-%x", s.ownerHash, id.depth, id.prefix)}
+		s.shards[id] = sh
+	}
+	return sh
+}
+
+// leaseShard is one Lease: its queue and what this process last knew of it.
+type leaseShard struct {
+	name string
+	id   shardID
+
+	mu      sync.Mutex
+	queue   []*leaseOp
+	running bool // a committer is draining queue
+	// known: cur is the Lease as last read or written (nil: there was
+	// none). A write whose outcome is unknown forgets it.
+	known bool
+	cur   *coordinationv1api.Lease
+}
+
+type opKind int
+
+const (
+	opGet opKind = iota
+	opCreate
+	opUpdate
+	opDelete
+)
+
+type leaseOp struct {
+	kind      opKind
+	e         journal.Entry
+	ann       string // the entry's annotation
+	bits      uint64 // the entry's hash, whose top bits pick its shard
+	done      chan leaseResult
+	abandoned atomic.Bool // its caller is gone: skip it if not yet taken
+}
+
+type leaseResult struct {
+	e   journal.Entry
+	err error
+}
+
+// PageSize is the most entries one call of List's fn gets.
+func (s *leaseStore) PageSize() int { return int(s.page) }
+
+// entryAnnotation is the key of k in its shard's entries and the hash
+// bits that place it.
+func entryAnnotation(k journal.Key) (string, uint64) {
+	h := sha256.New()
+	h.Write([]byte(k.Kind))
+	h.Write([]byte{0})
+	h.Write([]byte(k.FileSystem))
+	h.Write([]byte{0})
+	h.Write([]byte(k.Name))
+	sum := h.Sum(nil)
+	return hex.EncodeToString(sum[:16]), binary.BigEndian.Uint64(sum[16:24])
+}
+
+func prefixOf(bits uint64, depth int) uint64 { return bits >> (64 - depth) }
+
+// entriesOf is the entries l holds (none for nil), by hash key.
+func entriesOf(l *coordinationv1api.Lease) (map[string]string, error) {
+	entries := map[string]string{}
+	if l == nil || l.Annotations[annotationEntries] == "" {
+		return entries, nil
+	}
+	if err := json.Unmarshal([]byte(l.Annotations[annotationEntries]), &entries); err != nil {
+		return nil, fmt.Errorf("kube: journal: Lease %s/%s: its entries are not a JSON object: %w", l.Namespace, l.Name, err)
+	}
+	return entries, nil
+}
+
+// setEntries stores entries in ann (drops the annotation when none).
+func setEntries(ann, entries map[string]string) {
+	if len(entries) == 0 {
+		delete(ann, annotationEntries)
+		return
+	}
+	b, _ := json.Marshal(entries) // strings only: cannot fail
+	ann[annotationEntries] = string(b)
+}
+
+// entrySize is what an entry adds to its shard's annotation: its key and
+// value as JSON strings, a colon and a comma.
+func entrySize(k, v string) int {
+	kb, _ := json.Marshal(k)
+	vb, _ := json.Marshal(v)
+	return len(kb) + len(vb) + 2
+}
+
+func splitState(l *coordinationv1api.Lease) string {
+	if l == nil {
+		return ""
+	}
+	return l.Annotations[annotationLeaseSplit]
+}
+
+// entryHeader is the first line of an entry's annotation. A name or value
+// that is not UTF-8 (the API keeps strings only) is stored in base64.
+type entryHeader struct {
+	Kind       string `json:"k"`
+	FileSystem string `json:"f"`
+	Name       string `json:"n,omitempty"`
+	NameB64    bool   `json:"nb,omitempty"`
+	Index      string `json:"i,omitempty"`
+	Version    string `json:"v"`
+	ValueB64   bool   `json:"vb,omitempty"`
+}
+
+func encodeEntry(e journal.Entry) string {
+	h := entryHeader{Kind: string(e.Key.Kind), FileSystem: e.Key.FileSystem, Name: e.Key.Name, Index: e.Index, Version: e.Version}
+	if !utf8.ValidString(h.Name) {
+		h.Name, h.NameB64 = base64.StdEncoding.EncodeToString([]byte(h.Name)), true
+	}
+	v := string(e.Value)
+	if !utf8.Valid(e.Value) {
+		v, h.ValueB64 = base64.StdEncoding.EncodeToString(e.Value), true
+	}
+	b, _ := json.Marshal(&h) // strings only: cannot fail
+	return string(b) + "\n" + v
+}
+
+func decodeEntry(s string) (journal.Entry, error) {
+	head, v, ok := strings.Cut(s, "\n")
+	if !ok {
+		return journal.Entry{}, errors.New("no header line")
+	}
+	var h entryHeader
+	if err := json.Unmarshal([]byte(head), &h); err != nil {
+		return journal.Entry{}, err
+	}
+	if h.NameB64 {
+		b, err := base64.StdEncoding.DecodeString(h.Name)
+		if err != nil {
+			return journal.Entry{}, err
+		}
+		h.Name = string(b)
+	}
+	value := []byte(v)
+	if h.ValueB64 {
+		var err error
+		if value, err = base64.StdEncoding.DecodeString(v); err != nil {
+			return journal.Entry{}, err
+		}
+	}
+	return journal.Entry{Key: journal.Key{Kind: journal.Kind(h.Kind), FileSystem: h.FileSystem, Name: h.Name},
+		Value: value, Index: h.Index, Version: h.Version}, nil
+}
+
+func (s *leaseStore) Get(ctx context.Context, k journal.Key) (journal.Entry, error) {
+	return s.do(ctx, opGet, journal.Entry{Key: k})
+}
+
+func (s *leaseStore) Create(ctx context.Context, e journal.Entry) (journal.Entry, error) {
+	return s.do(ctx, opCreate, e)
+}
+
+func (s *leaseStore) Update(ctx context.Context, e journal.Entry) (journal.Entry, error) {
+	return s.do(ctx, opUpdate, e)
+}
+
+func (s *leaseStore) Delete(ctx context.Context, e journal.Entry) error {
+	_, err := s.do(ctx, opDelete, e)
+	return err
+}
+
+// do queues an operation on its shard and waits for its answer. A caller
+// whose context ends first gets ErrUnavailable: its operation may still be
+// in a write under way.
+func (s *leaseStore) do(ctx context.Context, kind opKind, e journal.Entry) (journal.Entry, error) {
+	if s.ns == "" {
+		return journal.Entry{}, errors.New("kube: journal: no namespace for the journal's Leases")
+	}
+	if err := ctx.Err(); err != nil {
+		return journal.Entry{}, fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, e.Key, err)
+	}
+	ann, bits := entryAnnotation(e.Key)
+	op := &leaseOp{kind: kind, e: e, ann: ann, bits: bits, done: make(chan leaseResult, 1)}
+	s.route(op)
+	select {
+	case r := <-op.done:
+		return r.e, r.err
+	case <-ctx.Done():
+		op.abandoned.Store(true)
+		return journal.Entry{}, fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, e.Key, ctx.Err())
+	}
+}
+
+// route queues op on the shard that holds its key: from the root, down
+// through the shards known to be split.
+func (s *leaseStore) route(op *leaseOp) {
+	for d := rootDepth; ; d++ {
+		sh := s.shard(shardID{d, prefixOf(op.bits, d)})
+		sh.mu.Lock()
+		if d < maxDepth && sh.known && splitState(sh.cur) == splitDone {
+			sh.mu.Unlock()
+			continue
+		}
+		sh.queue = append(sh.queue, op)
+		if !sh.running {
+			sh.running = true
+			go s.commitLoop(sh)
+		}
+		sh.mu.Unlock()
+		return
+	}
+}
+
+// commitLoop drains sh's queue, a batch at a time, until it is empty. It
+// waits for the rate limiter before it takes a batch, so that what is
+// queued meanwhile joins it: above the rate, batches grow instead of
+// requests.
+func (s *leaseStore) commitLoop(sh *leaseShard) {
+	for {
+		_ = s.limiter.Wait(context.Background()) // no deadline: never fails
+		sh.mu.Lock()
+		var batch []*leaseOp
+		for _, op := range sh.queue {
+			if !op.abandoned.Load() {
+				batch = append(batch, op)
+			}
+		}
+		sh.queue = nil
+		if len(batch) == 0 {
+			sh.running = false
+			sh.mu.Unlock()
+			return
+		}
+		known, cur := sh.known, sh.cur
+		sh.mu.Unlock()
+		s.stats.ops.Add(int64(len(batch)))
+		s.commit(sh, batch, known, cur)
+	}
+}
+
+// commit answers every operation of batch, starting from cur (the shard as
+// last known, if known). The limiter's token for the first request is
+// already taken.
+func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *coordinationv1api.Lease) {
+	token := true
+	wait := func() {
+		if !token {
+			_ = s.limiter.Wait(context.Background())
+		}
+		token = false
+	}
+	// fresh: cur was read by a request sent after every op of batch was
+	// queued, so it answers reads and failed checks linearizably.
+	fresh := false
+	for {
+		if !known {
+			wait()
+			l, err := s.getShard(sh)
+			if err != nil {
+				s.answerAll(batch, err)
+				return
+			}
+			known, cur, fresh = true, l, true
+			s.remember(sh, true, cur)
+		}
+		switch splitState(cur) {
+		case splitDone:
+			// Its entries are in its children now: route the batch there.
+			for _, op := range batch {
+				s.route(op)
+			}
+			return
+		case splitFrozen:
+			// A split under way (this process's or another's, which may have
+			// died): finish it, then route the batch to the children.
+			wait()
+			if err := s.finishSplit(sh, cur); err != nil {
+				s.answerAll(batch, err)
+				return
+			}
+			known = false
+			continue
+		}
+		results, next, size, changed := s.apply(sh, cur, batch)
+		if !changed {
+			if fresh {
+				s.answer(batch, results)
+				return
+			}
+			known = false // read it now: what it says may be stale
+			continue
+		}
+		if size > MaxLeaseShardBytes {
+			// apply drops what does not fit, one op at a time; a batch that
+			// still does not fit cannot be written.
+			s.answerAll(batch, fmt.Errorf("kube: journal: Lease %s/%s would hold %d bytes of entries, over %d", s.ns, sh.name, size, MaxLeaseShardBytes))
+			return
+		}
+		wait()
+		written, err := s.writeShard(sh, cur, next)
+		switch {
+		case err == nil:
+			s.remember(sh, true, written)
+			s.answer(batch, results)
+			if size > SplitBytes && sh.id.depth < maxDepth {
+				// After answering (the batch is written; a split is the
+				// shard's business), before the next batch of the shard,
+				// which then goes to the children.
+				wait()
+				s.split(sh, written)
+			}
+			return
+		case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err), apierrors.IsNotFound(err) && cur != nil:
+			s.stats.conflicts.Add(1)
+			known = false // another replica wrote it: read it and apply again
+		default:
+			// The outcome is unknown (or the write was refused): forget
+			// the shard, so that the next batch reads it first.
+			s.remember(sh, false, nil)
+			s.answerAll(batch, s.failed("write", sh.name, err))
+			return
+		}
+	}
+}
+
+func (s *leaseStore) remember(sh *leaseShard, known bool, l *coordinationv1api.Lease) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !known || !sh.known || sh.cur == nil || l == nil || newer(l.ResourceVersion, sh.cur.ResourceVersion) {
+		sh.known, sh.cur = known, l
+	}
+}
+
+// newer reports whether resourceVersion a is later than b. They are etcd's
+// revisions (integers); if either is not, a is taken as later (a stale
+// Lease only costs a conflict: writes compare resourceVersions).
+func newer(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA != nil || errB != nil || x >= y
+}
+
+// apply applies batch to cur (nil: no Lease yet) in order, each op checked
+// against its entry's version. It returns each op's answer (versions of
+// writes still to be set), the Lease to write if any op changed it, and
+// the size its entries would take.
+func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch []*leaseOp) ([]leaseResult, *coordinationv1api.Lease, int, bool) {
+	epoch, seq := "", uint64(0)
+	results := make([]leaseResult, len(batch))
+	next, err := entriesOf(cur)
+	if err != nil {
+		for i := range results {
+			results[i].err = err
+		}
+		return results, nil, 0, false
+	}
+	size := 2
+	if cur != nil {
+		epoch = cur.Annotations[annotationLeaseEpoch]
+		seq, _ = strconv.ParseUint(cur.Annotations[annotationLeaseSeq], 10, 64)
+		size = max(len(cur.Annotations[annotationEntries]), 2)
+	}
+	if epoch == "" {
+		epoch = rand.Text()[:8]
+	}
+	version := epoch + "." + strconv.FormatUint(seq+1, 10)
+	changed := false
+	for i, op := range batch {
+		var found journal.Entry
+		raw, exists := next[op.ann]
+		if exists {
+			var err error
+			if found, err = decodeEntry(raw); err != nil || found.Key != op.e.Key {
+				results[i].err = fmt.Errorf("kube: journal: %s: entry %s of Lease %s/%s holds another key (a hash collision?)", op.e.Key, op.ann, s.ns, sh.name)
+				continue
+			}
+		}
+		switch op.kind {
+		case opGet:
+			if !exists {
+				results[i].err = fmt.Errorf("%w: %s", journal.ErrNotFound, op.e.Key)
+				continue
+			}
+			results[i].e = found
+			continue
+		case opCreate:
+			if exists {
+				results[i] = leaseResult{e: found, err: fmt.Errorf("%w: %s", journal.ErrExists, op.e.Key)}
+				continue
+			}
+		case opUpdate:
+			if !exists {
+				results[i].err = fmt.Errorf("%w: %s", journal.ErrNotFound, op.e.Key)
+				continue
+			}
+			if op.e.Version != found.Version {
+				results[i].err = fmt.Errorf("%w: %s: version %q, now %q", journal.ErrConflict, op.e.Key, op.e.Version, found.Version)
+				continue
+			}
+		case opDelete:
+			if !exists {
+				continue // gone already
+			}
+			if op.e.Version != found.Version {
+				results[i].err = fmt.Errorf("%w: %s: version %q, now %q", journal.ErrConflict, op.e.Key, op.e.Version, found.Version)
+				continue
+			}
+			size -= entrySize(op.ann, raw)
+			delete(next, op.ann)
+			changed = true
+			continue
+		}
+		e := journal.Entry{Key: op.e.Key, Value: op.e.Value, Index: op.e.Index, Version: version}
+		v := encodeEntry(e)
+		grown := size + entrySize(op.ann, v)
+		if exists {
+			grown -= entrySize(op.ann, raw)
+		}
+		if grown > MaxLeaseShardBytes {
+			results[i].err = fmt.Errorf("kube: journal: %s: Lease %s/%s holds %d bytes of entries: no room for %d more (at most %d; docs/design.md, The record)",
+				op.e.Key, s.ns, sh.name, size, entrySize(op.ann, v), MaxLeaseShardBytes)
+			continue
+		}
+		size = grown
+		next[op.ann] = v
+		results[i].e = e
+		changed = true
+	}
+	if !changed {
+		return results, nil, size, false
+	}
+	ann := map[string]string{}
+	if cur != nil {
+		ann = maps.Clone(cur.Annotations)
+	}
+	setEntries(ann, next)
+	ann[annotationLeaseOwner] = s.owner
+	ann[annotationLeaseShard] = fmt.Sprintf("%d/%x", sh.id.depth, sh.id.prefix)
+	ann[annotationLeaseEpoch] = epoch
+	ann[annotationLeaseSeq] = strconv.FormatUint(seq+1, 10)
+	l := &coordinationv1api.Lease{ObjectMeta: metav1.ObjectMeta{Name: sh.name, Namespace: s.ns,
+		Labels: map[string]string{LabelJournalOwner: s.ownerLabel}, Annotations: ann}}
+	if cur != nil {
+		l.ResourceVersion = cur.ResourceVersion
+		l.Spec = cur.Spec
+		l.Labels = maps.Clone(cur.Labels)
+		if l.Labels == nil {
+			l.Labels = map[string]string{}
+		}
+		l.Labels[LabelJournalOwner] = s.ownerLabel
+	}
+	return results, l, size, true
+}
+
+func (s *leaseStore) answer(batch []*leaseOp, results []leaseResult) {
+	for i, op := range batch {
+		op.done <- results[i]
+	}
+}
+
+func (s *leaseStore) answerAll(batch []*leaseOp, err error) {
+	for _, op := range batch {
+		op.done <- leaseResult{err: fmt.Errorf("%s: %w", op.e.Key, err)}
+	}
+}
+
+// getShard reads the shard's Lease (nil: none) from etcd (a quorum read).
+func (s *leaseStore) getShard(sh *leaseShard) (*coordinationv1api.Lease, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	s.stats.gets.Add(1)
+	l, err := s.leases.Get(ctx, sh.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.failed("get", sh.name, err)
+	}
+	if err := s.ours(l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// ours checks that l is a shard of this store's owner.
+func (s *leaseStore) ours(l *coordinationv1api.Lease) error {
+	if o, ok := l.Annotations[annotationLeaseOwner]; ok && o != s.owner {
+		return fmt.Errorf("kube: journal: Lease %s/%s is a shard of %q's record, not %q's", s.ns, l.Name, o, s.owner)
+	}
+	return nil
+}
+
+// writeShard creates the Lease (cur nil) or updates it with cur's
+// resourceVersion as precondition.
+func (s *leaseStore) writeShard(sh *leaseShard, cur, next *coordinationv1api.Lease) (*coordinationv1api.Lease, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	n := 0
+	for k, v := range next.Annotations {
+		n += len(k) + len(v)
+	}
+	s.stats.bytes.Add(int64(n))
+	if cur == nil {
+		s.stats.creates.Add(1)
+		return s.leases.Create(ctx, next, metav1.CreateOptions{})
+	}
+	s.stats.updates.Add(1)
+	return s.leases.Update(ctx, next, metav1.UpdateOptions{})
+}
+
+func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index string, fn func([]journal.Entry) error) error {
+	if s.ns == "" {
+		return errors.New("kube: journal: no namespace for the journal's Leases")
+	}
+	sel := labels.SelectorFromValidatedSet(labels.Set{LabelJournalOwner: s.ownerLabel}).String()
+	opts := metav1.ListOptions{LabelSelector: sel, Limit: leaseListPage}
+	// A Lease answered once, an entry listed once: while a shard is
+	// frozen, its entries may be in its children too (the same ones:
+	// children are written only once the parent is done).
+	seen, listed := map[string]bool{}, map[string]bool{}
+	restarts := 0
+	page := make([]journal.Entry, 0, s.page)
+	flush := func() error {
+		if len(page) == 0 {
+			return nil
+		}
+		err := fn(page)
+		page = make([]journal.Entry, 0, s.page)
+		return err
+	}
+	for {
+		if err := s.limiter.Wait(ctx); err != nil {
+			return fmt.Errorf("%w: kube: journal: list Leases in %s: %w", journal.ErrUnavailable, s.ns, err)
+		}
+		s.stats.lists.Add(1)
+		l, err := s.leases.List(ctx, opts)
+		if err != nil && opts.Continue != "" && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) && restarts < maxListRestarts {
+			restarts++
+			opts.Continue = ""
+			continue
+		}
+		if err != nil {
+			return s.failed("list", "", err)
+		}
+		for i := range l.Items {
+			lease := &l.Items[i]
+			if seen[lease.Name] || !strings.HasPrefix(lease.Name, "efs-csi-journal-"+s.ownerHash+"-") || s.ours(lease) != nil {
+				continue
+			}
+			seen[lease.Name] = true
+			s.warm(lease)
+			entries, err := entriesOf(lease)
+			if err != nil {
+				continue // not a shard of this store
+			}
+			for k, v := range entries {
+				e, err := decodeEntry(v)
+				if err != nil || e.Key.Kind != kind || fs != "" && e.Key.FileSystem != fs || index != "" && e.Index != index {
+					continue
+				}
+				if a, _ := entryAnnotation(e.Key); a != k || listed[k] {
+					continue // not where its key puts it (not an entry of this store), or listed already
+				}
+				listed[k] = true
+				page = append(page, e)
+				if len(page) == int(s.page) {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if l.Continue == "" {
+			return flush()
+		}
+		opts.Continue = l.Continue
+	}
+}
+
+// warm keeps l, a shard read by a List, as the shard's state if nothing
+// is known of it yet: its next write then needs no read first (a stale
+// state costs a conflict, never a lost write), and a split shard is
+// routed through without a read.
+func (s *leaseStore) warm(l *coordinationv1api.Lease) {
+	var id shardID
+	if _, err := fmt.Sscanf(l.Annotations[annotationLeaseShard], "%d/%x", &id.depth, &id.prefix); err != nil ||
+		id.depth < rootDepth || id.depth > maxDepth {
+		return
+	}
+	sh := s.shard(id)
+	if sh.name != l.Name {
+		return
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.known {
+		sh.known, sh.cur = true, l.DeepCopy()
+	}
+}
+
+// split splits sh, whose entries outgrew SplitBytes, in two: it freezes
+// it (a write with its resourceVersion as precondition: no other write
+// can then land), makes its children from the frozen entries and marks it
+// done (finishSplit). Best effort: a split that fails is left for the next
+// commit of the shard, which finishes a frozen one before anything else.
+func (s *leaseStore) split(sh *leaseShard, cur *coordinationv1api.Lease) {
+	frozen := cur.DeepCopy()
+	frozen.Annotations[annotationLeaseSplit] = splitFrozen
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	s.stats.updates.Add(1)
+	got, err := s.leases.Update(ctx, frozen, metav1.UpdateOptions{})
+	if err != nil {
+		s.remember(sh, false, nil)
+		return
+	}
+	s.remember(sh, true, got)
+	_ = s.limiter.Wait(context.Background())
+	if s.finishSplit(sh, got) == nil {
+		s.stats.splits.Add(1)
+	}
+}
+
+// finishSplit makes the two children of frozen (the Lease of sh, frozen)
+// from its entries, unless made already from this frozen state, and marks
+// it done. Children are written only once their parent is done, so a
+// child that exists with this parent's marker holds exactly its entries
+// or later writes, and is left as it is.
+func (s *leaseStore) finishSplit(sh *leaseShard, frozen *coordinationv1api.Lease) error {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	from := frozen.Name + "@" + frozen.ResourceVersion
+	d := sh.id.depth + 1
+	children := [2]*coordinationv1api.Lease{}
+	epoch := rand.Text()[:8]
+	for i := range children {
+		id := shardID{d, sh.id.prefix<<1 | uint64(i)}
+		children[i] = &coordinationv1api.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns,
+			Name:   s.shard(id).name,
+			Labels: map[string]string{LabelJournalOwner: s.ownerLabel},
+			Annotations: map[string]string{annotationLeaseOwner: s.owner, annotationLeaseShard: fmt.Sprintf("%d/%x", id.depth, id.prefix),
+				annotationLeaseEpoch: epoch, annotationLeaseSeq: "0", annotationLeaseFrom: from}}}
+	}
+	entries, err := entriesOf(frozen)
+	if err != nil {
+		return err
+	}
+	halves := [2]map[string]string{{}, {}}
+	for k, v := range entries {
+		e, err := decodeEntry(v)
+		if err != nil {
+			continue // not an entry: dropped
+		}
+		_, bits := entryAnnotation(e.Key)
+		halves[prefixOf(bits, d)&1][k] = v
+	}
+	for i := range children {
+		setEntries(children[i].Annotations, halves[i])
+	}
+	for i, child := range children {
+		s.stats.creates.Add(1)
+		made, err := s.leases.Create(ctx, child, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			s.stats.gets.Add(1)
+			made, err = s.leases.Get(ctx, child.Name, metav1.GetOptions{})
+			if err == nil && made.Annotations[annotationLeaseFrom] != from {
+				return fmt.Errorf("kube: journal: Lease %s/%s, a child of %s, was made from %q: not from this split (made by hand?)",
+					s.ns, child.Name, from, made.Annotations[annotationLeaseFrom])
+			}
+		}
+		if err != nil {
+			return s.failed("create", child.Name, err)
+		}
+		s.remember(s.shard(shardID{d, sh.id.prefix<<1 | uint64(i)}), true, made)
+	}
+	done := &coordinationv1api.Lease{ObjectMeta: *frozen.ObjectMeta.DeepCopy(), Spec: frozen.Spec}
+	delete(done.Annotations, annotationEntries)
+	done.Annotations[annotationLeaseSplit] = splitDone
+	s.stats.updates.Add(1)
+	got, err := s.leases.Update(ctx, done, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		s.remember(sh, true, got)
+	case apierrors.IsConflict(err):
+		s.remember(sh, false, nil) // another process finished it
+	default:
+		s.remember(sh, false, nil)
+		return s.failed("update", sh.name, err)
+	}
+	return nil
+}
+
+// failed is the error of a request (verb on Lease name, "" for the
+// collection) the API server did not serve.
+func (s *leaseStore) failed(verb, name string, err error) error {
+	what := fmt.Sprintf("kube: journal: %s Lease %s/%s", verb, s.ns, name)
+	if name == "" {
+		what = fmt.Sprintf("kube: journal: %s Leases in %s", verb, s.ns)
+	}
+	if verb == "write" {
+		verb = "create and update"
+	}
+	switch {
+	case unavailable(err):
+		return fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, what, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("%s: the controller's service account may not %s leases (coordination.k8s.io) in namespace %s: grant them (the chart's Role efs-csi-external-provisioner-leases, or upstream's ClusterRole efs-csi-external-provisioner-role do): %w",
+			what, verb, s.ns, err)
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("%s: the API server did not accept the controller's credentials: %w", what, err)
+	case apierrors.IsInvalid(err):
+		return fmt.Errorf("%s: the API server refused the shard: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// journalRate is the journal's client-side rate (SetJournalRate).
+func (c *Client) journalRate() (float32, int) {
+	c.rateMu.Lock()
+	defer c.rateMu.Unlock()
+	return cmp.Or(c.qps, DefaultJournalQPS), cmp.Or(c.burst, DefaultJournalBurst)
+}
+
+// journalCore is CoreV1 for the ConfigMaps store, limited by client-go at
+// the journal's rate.
+func (c *Client) journalCore() corev1.CoreV1Interface {
+	jc := rest.CopyConfig(c.journalConfig)
+	qps, burst := c.journalRate()
+	jc.QPS, jc.Burst = qps, burst
+	cs, err := corev1.NewForConfig(jc)
+	if err != nil {
+		panic(fmt.Sprintf("kube: a configuration NewForConfig accepted: %v", err)) // validated in NewForConfig
+	}
+	return cs
+}
+
+// journalLeases is CoordinationV1 for the Lease store, which paces itself
+// (a batch waits for its token before it is taken): client-go's limiter
+// would only delay requests already built.
+func (c *Client) journalLeases() coordinationv1.CoordinationV1Interface {
+	jc := rest.CopyConfig(c.journalConfig)
+	jc.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	// Protobuf: a shard is up to about 64 KiB of annotations holding JSON,
+	// which JSON escapes again; protobuf keeps them as bytes and costs both
+	// ends less to encode and decode, on every write.
+	jc.ContentType = "application/vnd.kubernetes.protobuf"
+	jc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	cs, err := coordinationv1.NewForConfig(jc)
+	if err != nil {
+		panic(fmt.Sprintf("kube: a configuration NewForConfig accepted: %v", err))
+	}
+	return cs
+}

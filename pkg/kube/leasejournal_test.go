@@ -1,0 +1,427 @@
+package kube_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal/journaltest"
+	"github.com/efs-csi/efs-csi-driver/pkg/kube"
+	"github.com/efs-csi/efs-csi-driver/pkg/kube/kubetest"
+)
+
+func leaseStore(t *testing.T, k *kubetest.Server, owner string, page int) journal.Store {
+	t.Helper()
+	s := client(t, k, "controller").LeaseJournalStore(journalNS, owner)
+	if page > 0 {
+		kube.SetLeaseJournalPageSize(s, page)
+	}
+	return s
+}
+
+// The Lease store keeps the Store contract through client-go, against an
+// API server that answers as the real one (resourceVersion conflicts,
+// annotations validated), in pages of 7 entries.
+func TestLeaseJournalConformance(t *testing.T) {
+	journaltest.Conformance(t, func(t *testing.T) journal.Store {
+		return leaseStore(t, kubetest.Start(t), driver, 7)
+	})
+}
+
+// The same against a real kube-apiserver and etcd, when
+// EFS_JOURNAL_KUBECONFIG names a kubeconfig (make bench-record sets it):
+// each subtest is a record of an owner of its own, in namespace default.
+func TestLeaseJournalConformanceRealAPIServer(t *testing.T) {
+	c := realAPIServer(t)
+	run := time.Now().UnixNano() // an owner of its own for each subtest of each run
+	n := 0
+	journaltest.Conformance(t, func(t *testing.T) journal.Store {
+		n++
+		owner := fmt.Sprintf("conformance-%d-%d.efs.csi.aws.com", run, n)
+		t.Cleanup(func() {
+			names, _, _ := c.RawLeases(context.Background(), "default", owner)
+			for _, name := range names {
+				_ = c.DeleteLease(context.Background(), "default", name)
+			}
+		})
+		s := c.LeaseJournalStore("default", owner)
+		kube.SetLeaseJournalPageSize(s, 7)
+		return s
+	})
+}
+
+// An entry is kept in the Lease its key's hash picks, under that hash, in
+// the Lease's one entries annotation; the Lease carries the owner's label
+// and its place.
+func TestLeaseJournalObjects(t *testing.T) {
+	k := kubetest.Start(t)
+	s := leaseStore(t, k, driver, 0)
+	key := journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: "pvc-1"}
+	e, err := s.Create(t.Context(), journal.Entry{Key: key, Value: []byte(`{"token":"pvc-1"}`), Index: "fsap-0123456789abcdef0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := k.Leases(journalNS)
+	if len(ls) != 1 {
+		t.Fatalf("%d Leases, want the one shard written", len(ls))
+	}
+	name, ann := kube.LeaseRootShardOf(driver, key)
+	l := ls[0]
+	if l.Name != name || !strings.HasPrefix(l.Name, "efs-csi-journal-") {
+		t.Errorf("Lease %s, want %s", l.Name, name)
+	}
+	if l.Labels[kube.LabelJournalOwner] != driver || l.Annotations["efs.csi.aws.com/journal-owner"] != driver ||
+		!strings.HasPrefix(l.Annotations["efs.csi.aws.com/journal-shard"], "3/") {
+		t.Errorf("labels %v annotations %v", l.Labels, l.Annotations)
+	}
+	var entries map[string]string
+	if err := json.Unmarshal([]byte(l.Annotations["efs.csi.aws.com/journal-entries"]), &entries); err != nil || len(entries) != 1 {
+		t.Fatalf("entries %q: %v", l.Annotations["efs.csi.aws.com/journal-entries"], err)
+	}
+	v := entries[ann]
+	head, value, _ := strings.Cut(v, "\n")
+	if value != `{"token":"pvc-1"}` || !strings.Contains(head, `"i":"fsap-0123456789abcdef0"`) || !strings.Contains(head, `"v":"`+e.Version+`"`) {
+		t.Errorf("entry %s = %q", ann, v)
+	}
+}
+
+// Concurrent operations on one shard share its writes: 200 creates, then
+// 200 deletes, from 200 callers at once, take far fewer Lease writes than
+// operations, and every one is answered as the contract says.
+func TestLeaseJournalGroupCommit(t *testing.T) {
+	k := kubetest.Start(t)
+	s := leaseStore(t, k, driver, 0)
+	const n = 200
+	entries := make([]journal.Entry, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		wg.Go(func() {
+			e, err := s.Create(t.Context(), journal.Entry{Key: journal.Key{Kind: journal.KindID, FileSystem: fs1, Name: fmt.Sprint(i)}, Value: []byte("pvc")})
+			entries[i] = e
+			errs <- err
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		wg.Go(func() { errs <- s.Delete(t.Context(), entries[i]) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	writes := k.Writes("leases")
+	st, _ := kube.LeaseJournalStatsOf(s)
+	t.Logf("%d operations, %d Lease writes, %d gets", 2*n, writes, st.Gets)
+	if writes >= 2*n/2 {
+		t.Errorf("%d Lease writes for %d operations: no group commit", writes, 2*n)
+	}
+	for _, l := range k.Leases(journalNS) {
+		if e, ok := l.Annotations["efs.csi.aws.com/journal-entries"]; ok {
+			t.Errorf("Lease %s still holds entries %s", l.Name, e)
+		}
+	}
+}
+
+// Two replicas (two stores, two clients) share one record: each sees the
+// other's writes at once (Get is linearizable across them), and of
+// concurrent creates of one key exactly one wins.
+func TestLeaseJournalReplicasShareOneRecord(t *testing.T) {
+	k := kubetest.Start(t)
+	a, b := leaseStore(t, k, driver, 0), leaseStore(t, k, driver, 0)
+	ctx := t.Context()
+	key := journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: "pvc-1"}
+	e, err := a.Create(ctx, journal.Entry{Key: key, Value: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b knew the shard before a's next write: it must not answer from that.
+	if got, err := b.Get(ctx, key); err != nil || string(got.Value) != "1" {
+		t.Fatalf("b.Get = %v, %v", got, err)
+	}
+	e.Value = []byte("2")
+	if _, err := a.Update(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Get(ctx, key); err != nil || string(got.Value) != "2" {
+		t.Fatalf("b.Get after a's update = %q, %v", got.Value, err)
+	}
+	if _, err := b.Update(ctx, e); !errors.Is(err, journal.ErrConflict) {
+		t.Fatalf("b.Update at the version a replaced: %v", err)
+	}
+	wins := 0
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 20 {
+		s := []journal.Store{a, b}[i%2]
+		wg.Go(func() {
+			_, err := s.Create(ctx, journal.Entry{Key: journal.Key{Kind: journal.KindID, FileSystem: fs1, Name: "7"}, Value: []byte(fmt.Sprint(i))})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case !errors.Is(err, journal.ErrExists):
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d creates of one key won", wins)
+	}
+}
+
+// A write the API server did not answer leaves the outcome unknown
+// (ErrUnavailable); the store reads the shard again before its next write.
+func TestLeaseJournalUnansweredWrite(t *testing.T) {
+	k := kubetest.Start(t)
+	s := leaseStore(t, k, driver, 0)
+	ctx := t.Context()
+	key := journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: "pvc-1"}
+	e, err := s.Create(ctx, journal.Entry{Key: key, Value: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Fail(func(r kubetest.Request) int {
+		if r.Method == http.MethodPut {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	e.Value = []byte("2")
+	if _, err := s.Update(ctx, e); !errors.Is(err, journal.ErrUnavailable) {
+		t.Fatalf("Update through a failing API server: %v", err)
+	}
+	k.Fail(nil)
+	got, err := s.Update(ctx, e)
+	if err != nil || string(got.Value) != "2" {
+		t.Fatalf("Update after: %v, %v", got, err)
+	}
+}
+
+// Under upstream's RBAC for Leases the store works; without it, the error
+// names the grant.
+func TestLeaseJournalForbiddenNamesTheGrant(t *testing.T) {
+	k := kubetest.Start(t)
+	k.Forbid("leases", "update", "create")
+	s := leaseStore(t, k, driver, 0)
+	_, err := s.Create(t.Context(), journal.Entry{Key: journal.Key{Kind: journal.KindID, FileSystem: fs1, Name: "1"}})
+	if err == nil || errors.Is(err, journal.ErrUnavailable) || !strings.Contains(err.Error(), "leases (coordination.k8s.io)") {
+		t.Fatalf("Create without the grant: %v", err)
+	}
+}
+
+// A shard whose entries outgrow SplitBytes splits in two, so that what
+// a write sends stays bounded however large the record grows: every entry
+// stays readable and listable, at the version its writer holds.
+func TestLeaseJournalShardsSplit(t *testing.T) {
+	k := kubetest.Start(t)
+	s := leaseStore(t, k, driver, 0)
+	ctx := t.Context()
+	value := []byte(strings.Repeat("v", 1000))
+	const n = 600 // about 600 KB: several splits
+	entries := make([]journal.Entry, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			e, err := s.Create(ctx, journal.Entry{Key: journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: fmt.Sprint("pvc-", i)}, Value: value})
+			if err != nil {
+				t.Error(err)
+			}
+			entries[i] = e
+		})
+	}
+	wg.Wait()
+	// A shard splits after it answers the batch that filled it, before its
+	// next batch: a read of every entry waits for every split.
+	for _, e := range entries {
+		if got, err := s.Get(ctx, e.Key); err != nil || got.Version != e.Version {
+			t.Fatalf("Get %s: %v, %v", e.Key, got, err)
+		}
+	}
+	largest, done := 0, 0
+	for _, l := range k.Leases(journalNS) {
+		size := 0
+		for a, v := range l.Annotations {
+			size += len(a) + len(v)
+		}
+		largest = max(largest, size)
+		if l.Annotations["efs.csi.aws.com/journal-split"] == "done" {
+			done++
+		}
+	}
+	st, _ := kube.LeaseJournalStatsOf(s)
+	t.Logf("%d Leases, %d split, largest %d bytes", len(k.Leases(journalNS)), done, largest)
+	if done == 0 || st.Splits == 0 || largest > kube.SplitBytes+64<<10 {
+		t.Fatalf("%d shards split (%d by the store), the largest holds %d bytes", done, st.Splits, largest)
+	}
+	// A fresh store (another replica) reads, lists and updates every one.
+	other := leaseStore(t, k, driver, 0)
+	got := listAll(t, other, journal.KindVolume)
+	if len(got) != n {
+		t.Fatalf("listed %d entries, want %d", len(got), n)
+	}
+	for _, e := range entries[:50] {
+		e.Value = []byte("updated")
+		if _, err := other.Update(ctx, e); err != nil {
+			t.Fatalf("Update at the version written before the splits: %v", err)
+		}
+	}
+}
+
+// A split that a process left half done (the shard frozen, no children
+// yet) is finished by the next write of the shard, by any replica: nothing
+// is lost and the shard is written again.
+func TestLeaseJournalFinishesAFrozenSplit(t *testing.T) {
+	k := kubetest.Start(t)
+	s := leaseStore(t, k, driver, 0)
+	ctx := t.Context()
+	key := journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: "pvc-1"}
+	e, err := s.Create(ctx, journal.Entry{Key: key, Value: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := kube.LeaseRootShardOf(driver, key)
+	l, _ := k.Lease(journalNS, name)
+	l.Annotations["efs.csi.aws.com/journal-split"] = "frozen"
+	k.SetLease(l)
+	other := leaseStore(t, k, driver, 0)
+	e.Value = []byte("2")
+	if _, err := other.Update(ctx, e); err != nil {
+		t.Fatalf("Update of an entry of a frozen shard: %v", err)
+	}
+	if l, _ := k.Lease(journalNS, name); l.Annotations["efs.csi.aws.com/journal-split"] != "done" {
+		t.Fatalf("the frozen shard is %q, want done", l.Annotations["efs.csi.aws.com/journal-split"])
+	}
+	if got, err := s.Get(ctx, key); err != nil || string(got.Value) != "2" {
+		t.Fatalf("Get through the first store: %q, %v", got.Value, err)
+	}
+}
+
+func listAll(t *testing.T, s journal.Store, kind journal.Kind) map[journal.Key]journal.Entry {
+	t.Helper()
+	out := map[journal.Key]journal.Entry{}
+	if err := s.List(t.Context(), kind, "", "", func(es []journal.Entry) error {
+		for _, e := range es {
+			if _, dup := out[e.Key]; dup {
+				t.Errorf("%s listed twice", e.Key)
+			}
+			out[e.Key] = e
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// realAPIServer is a client of the kube-apiserver EFS_JOURNAL_KUBECONFIG
+// names, or skips.
+func realAPIServer(t *testing.T) *kube.Client {
+	t.Helper()
+	cfg := os.Getenv("EFS_JOURNAL_KUBECONFIG")
+	if cfg == "" {
+		t.Skip("EFS_JOURNAL_KUBECONFIG is not set: no real API server")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kube.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// 10,000 volumes at rest in a real API server (EFS_JOURNAL_AT_REST=N
+// volumes, make bench-record): the objects and bytes the record takes and
+// how long a controller starting up takes to list it. Entries are the
+// controller's (journal.Volume as it encodes them, and the id entries).
+func TestLeaseJournalAtRestRealAPIServer(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("EFS_JOURNAL_AT_REST"))
+	if n <= 0 {
+		t.Skip("EFS_JOURNAL_AT_REST is not set")
+	}
+	c := realAPIServer(t)
+	owner := fmt.Sprintf("at-rest-%d.efs.csi.aws.com", time.Now().UnixNano())
+	s := c.LeaseJournalStore("default", owner)
+	ctx := t.Context()
+	start := time.Now()
+	var wg sync.WaitGroup
+	work := make(chan int)
+	errs := make(chan error, 100)
+	for range 100 {
+		wg.Go(func() {
+			for i := range work {
+				token := fmt.Sprintf("pvc-%08x-8b4b-4e8e-9a55-3f1f0e7d2b61", i)
+				now := time.Date(2026, 12, 4, 17, 0, 0, 123456789, time.UTC)
+				v := journal.Volume{FileSystem: fs1, Token: token, Name: token, Path: "/dynamic_provisioning/" + token,
+					UID: 50000 + int64(i), GID: 50000 + int64(i), Allocated: 50000 + int64(i), AccessPoint: fmt.Sprintf("fsap-%017x", i),
+					Recorded: now, ClaimNamespace: "default", ClaimName: fmt.Sprintf("claim-%d", i), Bound: true, Created: now}
+				b, _ := json.Marshal(&v)
+				if _, err := s.Create(ctx, journal.Entry{Key: journal.Key{Kind: journal.KindID, FileSystem: fs1, Name: fmt.Sprint(50000 + i)}, Value: []byte(token)}); err != nil {
+					errs <- err
+				}
+				if _, err := s.Create(ctx, journal.Entry{Key: journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: token}, Value: b, Index: v.AccessPoint}); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st, _ := kube.LeaseJournalStatsOf(s)
+	t.Logf("wrote %d volumes (%d entries) in %v: %d Lease writes (%d bytes), %d gets, %d splits", n, 2*n, time.Since(start).Round(time.Millisecond), st.Creates+st.Updates, st.BytesWritten, st.Gets, st.Splits)
+
+	// A controller starting up: a new store lists every volume and id.
+	fresh := c.LeaseJournalStore("default", owner)
+	start = time.Now()
+	counts := map[journal.Kind]int{}
+	for _, kind := range []journal.Kind{journal.KindVolume, journal.KindID} {
+		if err := fresh.List(ctx, kind, "", "", func(es []journal.Entry) error { counts[kind] += len(es); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed := time.Since(start)
+	if counts[journal.KindVolume] != n || counts[journal.KindID] != n {
+		t.Fatalf("listed %v, want %d of each", counts, n)
+	}
+	names, sizes, err := c.RawLeases(ctx, "default", owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects, bytes, most := len(names), 0, 0
+	for _, n := range sizes {
+		bytes += n
+		most = max(most, n)
+	}
+	t.Logf("AT REST: %d volumes: %d Lease objects, %d bytes as the API server sends them (protobuf, as etcd stores them; largest %d), %d bytes a volume; start-up listing of both kinds %v (%d list requests)",
+		n, objects, bytes, most, bytes/n, listed.Round(time.Millisecond), func() int64 { st, _ := kube.LeaseJournalStatsOf(fresh); return st.Lists }())
+	// Clean up: delete the shards.
+	for _, name := range names {
+		_ = c.DeleteLease(ctx, "default", name)
+	}
+}
