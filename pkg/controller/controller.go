@@ -216,8 +216,10 @@ type shared struct {
 	finished *finishedDeletes
 
 	// dirs: the file systems mounted for making directory volumes
-	// (createdir.go).
-	dirs *dirMounts
+	// (createdir.go); dirFSs: the file systems this process provisioned a
+	// directory volume on (dirSource).
+	dirs   *dirMounts
+	dirFSs sync.Map
 }
 
 // listKey is a listing of a file system through one client.

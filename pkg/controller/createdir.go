@@ -38,6 +38,7 @@ func (s *Service) dirPlan(name string, capacity int64, crossAccount bool, params
 		return nil, &volume.ParamError{Key: volume.ParamBasePath,
 			Reason: fmt.Sprintf("the directory volume's ID %q would be %d bytes; CSI allows %d: shorten basePath or subPathPattern", id, len(id), volume.MaxIDLength)}
 	}
+	s.dirFSs.Store(params.FileSystemID, struct{}{}) // dirSource
 	if s.mounter == nil {
 		return nil, &volume.ParamError{Key: volume.ParamProvisioningMode,
 			Reason: fmt.Sprintf("%q needs the controller to mount file systems, and this one has no mounter", volume.ProvisioningModeDirectory)}
@@ -497,16 +498,23 @@ func (s *Service) dirVolumeIDs(ctx context.Context) ([]string, error) {
 // protocol (a stand-in's token is no GID token: carriedOutside).
 //
 // The record is read by its index of directory volumes (one List per
-// listing, once a minute per file system, that answers nothing on a file
-// system without any).
+// listing, once a minute per file system), and only on file systems this
+// process has provisioned a directory volume on (fss): a cluster without
+// directory volumes reads nothing more. Another process's, unseen until
+// then, are held in the id table all the same: a create that picks one of
+// their ids finds it held (HoldID) and takes the next.
 type dirSource struct {
 	EFS
-	j *journal.Journal
+	j   *journal.Journal
+	fss *sync.Map
 }
 
 func (d dirSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	if err := d.EFS.ListAccessPoints(ctx, fsID, fn); err != nil {
 		return err
+	}
+	if _, ok := d.fss.Load(fsID); !ok {
+		return nil
 	}
 	var page []efs.AccessPoint
 	err := d.j.DirVolumes(ctx, fsID, func(recs []*journal.Record) error {

@@ -114,7 +114,7 @@ func (o *otherClusters) inRange(fsID string, lo, hi int64) (int, string) {
 // gidSource is the allocator's Source for this Service's client.
 // Its listings include the record's directory volumes (dirSource).
 func (s *Service) gidSource() gid.Source {
-	return watchedSource{EFS: dirSource{EFS: s.efs, j: s.journal}, own: s.cluster, other: s.otherClusters}
+	return watchedSource{EFS: dirSource{EFS: s.efs, j: s.journal, fss: &s.dirFSs}, own: s.cluster, other: s.otherClusters}
 }
 
 // warnOtherClusters logs, once per (file system, range), that another
