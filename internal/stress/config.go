@@ -78,12 +78,18 @@ type Config struct {
 	DriverCmd         string   `json:"driverCommand,omitempty"` // remote: shell command that runs the driver (for chaos)
 	EFSEndpoint       string   `json:"efsEndpoint,omitempty"`   // remote: EFS API for the audit ("" = SDK defaults) and emulator control
 	Region            string   `json:"region,omitempty"`
-	FileSystemID      string   `json:"fileSystemId,omitempty"`
-	MetricsURL        string   `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
-	TmpDir            string   `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
-	DataDir           string   `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
-	Exclusive         bool     `json:"exclusive"`            // every access point on the file system belongs to the run
-	KeepWorkDir       bool     `json:"keepWorkDir,omitempty"`
+	FileSystemID      string   `json:"fileSystemId,omitempty"` // remote; several comma-separated: a class over them
+	// FileSystems (embedded) is how many file systems the emulator has and
+	// the class names (fileSystemId: fs-a,fs-b); AccessPointLimit (0: the
+	// emulator's 10,000) is each one's limit, in the emulator and the
+	// driver (--access-point-limit).
+	FileSystems      int    `json:"fileSystems,omitempty"`
+	AccessPointLimit int    `json:"accessPointLimit,omitempty"`
+	MetricsURL       string `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
+	TmpDir           string `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
+	DataDir          string `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
+	Exclusive        bool   `json:"exclusive"`            // every access point on the file system belongs to the run
+	KeepWorkDir      bool   `json:"keepWorkDir,omitempty"`
 
 	// Workload.
 	Volumes                int               `json:"volumes"`
@@ -120,6 +126,9 @@ type Config struct {
 // (provisioningMode s3files-ap): the emulator then serves the file system
 // through the S3 Files API, and the audit lists it there.
 func (c *Config) S3Files() bool { return c.Parameters["provisioningMode"] == "s3files-ap" }
+
+// Dirs reports whether the class provisions directory volumes (efs-dir).
+func (c *Config) Dirs() bool { return c.Parameters["provisioningMode"] == "efs-dir" }
 
 // DefaultParameters is the StorageClass the workload provisions from; the
 // file system ID is the run's.
@@ -233,6 +242,10 @@ func (c *Config) resolve() error {
 		return fmt.Errorf("rates must be between 0 and 1")
 	case c.FaultRate < 0 || c.FaultRate > 1:
 		return fmt.Errorf("--fault-rate must be between 0 and 1")
+	case c.FileSystems < 0 || c.AccessPointLimit < 0:
+		return fmt.Errorf("--file-systems and --access-point-limit must not be negative")
+	case (c.FileSystems > 1 || c.AccessPointLimit > 0) && !c.Embedded:
+		return fmt.Errorf("--file-systems and --access-point-limit set up the embedded emulator: name a remote run's file systems with --file-system fs-a,fs-b")
 	case c.Chaos == On && !managed:
 		return fmt.Errorf("--chaos needs a driver this tool runs: --embedded or --driver-cmd")
 	case c.Embedded && (c.Endpoint != "" || c.DriverCmd != "" || c.EFSEndpoint != "" || c.FileSystemID != ""):

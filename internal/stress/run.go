@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -24,6 +25,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/internal/stress/workload"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // MarkerFile is written into each live volume's root directory right after
@@ -159,7 +161,7 @@ func (r *run) run(ctx context.Context) (err error) {
 	for k, v := range cfg.Parameters {
 		params[k] = v
 	}
-	params["fileSystemId"] = r.t.fsID
+	params["fileSystemId"] = strings.Join(r.t.fsIDs, ",")
 	wcfg := workload.Config{
 		Volumes: cfg.Volumes, Concurrency: cfg.Concurrency, Timeout: cfg.Timeout,
 		Backoff:       workload.Backoff{Initial: cfg.BackoffInitial, Max: cfg.BackoffMax, Factor: 2},
@@ -392,13 +394,17 @@ func (r *run) settle(ctx context.Context) map[string]float64 {
 func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
 	r.rec.Event("phase", name+" audit")
 	gauges := r.settle(ctx)
-	list := func() ([]efs.AccessPoint, error) { return audit.ListAccessPoints(ctx, r.t.efs, r.t.fsID) }
+	list := func(fsID string) ([]efs.AccessPoint, error) { return audit.ListAccessPoints(ctx, r.t.efs, fsID) }
 	if r.t.s3 != nil {
-		list = func() ([]efs.AccessPoint, error) { return audit.ListS3FilesAccessPoints(ctx, r.t.s3, r.t.fsID) }
+		list = func(fsID string) ([]efs.AccessPoint, error) { return audit.ListS3FilesAccessPoints(ctx, r.t.s3, fsID) }
 	}
-	aps, err := list()
-	if err != nil {
-		return err
+	var aps []efs.AccessPoint
+	for _, fsID := range r.t.fsIDs {
+		more, err := list(fsID)
+		if err != nil {
+			return err
+		}
+		aps = append(aps, more...)
 	}
 	mounts, err := audit.ProcessTempMounts(r.t.tmpDir)
 	if err != nil {
@@ -409,8 +415,11 @@ func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
 		return err
 	}
 	in := audit.Inputs{
-		FileSystemID: r.t.fsID, AccessPoints: aps, Live: r.eng.Live(), RunNames: r.eng.Names(),
+		FileSystemIDs: r.t.fsIDs, AccessPoints: aps, Live: r.eng.Live(), RunNames: r.eng.Names(),
 		Exclusive: r.cfg.Exclusive, Answers: map[string][]string{}, Mounts: mounts, TmpDirs: dirs, Gauges: gauges,
+	}
+	if r.cfg.Dirs() && r.t.dataDir != "" {
+		in.Dirs, in.DirsOwned = r.dirs(in.Live), r.t.rootDirDel
 	}
 	results := r.eng.Results()
 	for _, v := range results {
@@ -446,6 +455,62 @@ func (r *run) audit(ctx context.Context, name string, checkpoint bool) error {
 	return nil
 }
 
+// dirs is what the audit sees of directory volumes' directories, through
+// the emulator's data directory: each live volume's, and every directory
+// beside them (their parents' entries: the class's base directory), named
+// by the volume name their last component starts with.
+func (r *run) dirs(live map[string]string) map[string]audit.Dir {
+	out := map[string]audit.Dir{}   // by audit.DirKey
+	parents := map[[2]string]bool{} // file system, directory
+	for _, id := range live {
+		vid, err := volume.ParseID(id)
+		if err != nil || !vid.Dir {
+			continue
+		}
+		out[audit.DirKey(vid.FileSystemID, vid.Path)] = statDir(filepath.Join(r.t.dataDir, vid.FileSystemID, vid.Path))
+		parents[[2]string{vid.FileSystemID, filepath.Dir(vid.Path)}] = true
+	}
+	if base := r.cfg.Parameters[volume.ParamBasePath]; base != "" {
+		for _, fsID := range r.t.fsIDs {
+			parents[[2]string{fsID, filepath.Clean("/" + base)}] = true
+		}
+	}
+	names := r.eng.Names()
+	for fp := range parents {
+		fsDir, parent := filepath.Join(r.t.dataDir, fp[0]), fp[1]
+		entries, _ := os.ReadDir(filepath.Join(fsDir, parent))
+		for _, e := range entries {
+			p := filepath.Join(parent, e.Name())
+			if !e.IsDir() {
+				continue
+			}
+			d, ok := out[audit.DirKey(fp[0], p)]
+			if !ok {
+				d = statDir(filepath.Join(fsDir, p))
+			}
+			for n := range names {
+				if strings.HasPrefix(e.Name(), n) {
+					d.Name = n
+				}
+			}
+			out[audit.DirKey(fp[0], p)] = d
+		}
+	}
+	return out
+}
+
+func statDir(p string) audit.Dir {
+	fi, err := os.Stat(p)
+	if err != nil || !fi.IsDir() {
+		return audit.Dir{}
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return audit.Dir{Exists: true, UID: -1, GID: -1}
+	}
+	return audit.Dir{Exists: true, UID: int64(st.Uid), GID: int64(st.Gid)}
+}
+
 // writeMarker puts a file into a new live volume's root directory, through
 // the emulator's data directory: if a later delete of another volume (or a
 // buggy retry) removes it, the checkpoint audit says so.
@@ -455,23 +520,28 @@ func (r *run) writeMarker(ctx context.Context, v *workload.Volume) {
 		r.markerFailures = append(r.markerFailures, v.Name+": "+fmt.Sprintf(format, a...))
 		r.mu.Unlock()
 	}
-	_, apID, ok := audit.ParseVolumeID(v.ID())
+	fsID, apID, ok := audit.ParseVolumeID(v.ID())
+	var ap *efs.AccessPoint
+	var err error
+	if id, perr := volume.ParseID(v.ID()); perr == nil && id.Dir {
+		fsID, ap, ok = id.FileSystemID, &efs.AccessPoint{Path: id.Path}, true // a directory volume's root is its path
+	}
 	if !ok {
 		fail("volume ID %q", v.ID())
 		return
 	}
-	var ap *efs.AccessPoint
-	var err error
-	if r.t.s3 != nil {
+	switch {
+	case ap != nil:
+	case r.t.s3 != nil:
 		ap, err = audit.DescribeS3FilesAccessPoint(ctx, r.t.s3, apID)
-	} else {
+	default:
 		ap, err = audit.DescribeAccessPoint(ctx, r.t.efs, apID)
 	}
 	if err != nil {
 		fail("%v", err)
 		return
 	}
-	fsDir := filepath.Join(r.t.dataDir, r.t.fsID)
+	fsDir := filepath.Join(r.t.dataDir, fsID)
 	root := filepath.Join(fsDir, ap.Path)
 	if !strings.HasPrefix(root, fsDir+string(filepath.Separator)) {
 		fail("root directory %q is not below the file system", ap.Path)

@@ -154,6 +154,58 @@ func TestEmbeddedS3FilesRunIsClean(t *testing.T) {
 	}
 }
 
+// An efs-dir class with driver kills, duplicates, deletes during
+// provisioning: no directory without a volume (the final audit, with root
+// removal on as root), no volume without its directory, no GID twice, and
+// nothing through CreateAccessPoint.
+func TestEmbeddedDirRunWithKillsIsClean(t *testing.T) {
+	cfg := embedded(t, buildDriver(t))
+	cfg.Chaos, cfg.ChaosInterval = On, 300*time.Millisecond
+	cfg.Parameters["provisioningMode"] = "efs-dir"
+	var summary strings.Builder
+	cfg.Stdout = &summary
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, summary.String())
+	}
+	if rep.Outcome != "clean" || rep.Findings() != 0 || len(rep.Audits) != 2 {
+		t.Fatalf("outcome %s with %d findings in %d audits\n%s", rep.Outcome, rep.Findings(), len(rep.Audits), summary.String())
+	}
+	if v := rep.Volumes; v.Created == 0 || v.Deleted != v.Created || v.Undeleted != 0 {
+		t.Errorf("volumes %+v: want created ones all deleted", v)
+	}
+	if c := rep.Emulator.Counts; c["CreateAccessPoint"] != 0 {
+		t.Errorf("emulator counts %v: want no CreateAccessPoint", c)
+	}
+	if cp := rep.Audits[0].Report; cp.LiveVolumes == 0 || cp.Markers != cp.LiveVolumes {
+		t.Errorf("checkpoint audit saw %d markers for %d live volumes", cp.Markers, cp.LiveVolumes)
+	}
+}
+
+// A class over two file systems, each with room for less than the run's
+// volumes: the driver places volumes on both (past the first one's
+// limit), the audit lists both and comes out clean.
+func TestEmbeddedClassOverTwoFileSystemsIsClean(t *testing.T) {
+	cfg := embedded(t, buildDriver(t))
+	cfg.Chaos = Off
+	cfg.FileSystems, cfg.AccessPointLimit = 2, 20
+	var summary strings.Builder
+	cfg.Stdout = &summary
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, summary.String())
+	}
+	if rep.Outcome != "clean" || rep.Findings() != 0 || len(rep.Audits) != 2 {
+		t.Fatalf("outcome %s with %d findings in %d audits\n%s", rep.Outcome, rep.Findings(), len(rep.Audits), summary.String())
+	}
+	if v := rep.Volumes; v.Created != v.Requested || v.Failed != 0 {
+		t.Errorf("volumes %+v: want all %d created", v, v.Requested)
+	}
+	if cp := rep.Audits[0].Report; cp.AccessPoints <= cfg.AccessPointLimit {
+		t.Errorf("checkpoint saw %d access points: not past one file system's limit of %d", cp.AccessPoints, cfg.AccessPointLimit)
+	}
+}
+
 // The remote mode, with the driver run by --driver-cmd so that chaos can
 // kill it, faults set through the emulator's control endpoint, and markers
 // through its data directory. Every retried create must find its access

@@ -30,7 +30,8 @@ import (
 // connection, the EFS API, the driver process if this tool runs it.
 type target struct {
 	conn       *grpc.ClientConn
-	fsID       string
+	fsID       string   // the first of fsIDs
+	fsIDs      []string // the file systems the class names
 	efs        *efssdk.Client
 	s3         *s3sdk.Client // an s3files-ap run's: the audit lists S3 Files access points
 	metricsURL string
@@ -131,9 +132,12 @@ func setupEmbedded(ctx context.Context, cfg *Config, outDir string, onEvent func
 		return t, err
 	}
 	t.cleanups = append(t.cleanups, func() { emuLog.Close() })
-	t.fsID = randomFileSystemID()
-	ecfg := emulator.Config{DataDir: t.dataDir, FileSystems: []string{t.fsID}, Seed: int64(cfg.Seed),
-		Logger: slog.New(slog.NewTextHandler(emuLog, nil))}
+	for range max(1, cfg.FileSystems) {
+		t.fsIDs = append(t.fsIDs, randomFileSystemID())
+	}
+	t.fsID = t.fsIDs[0]
+	ecfg := emulator.Config{DataDir: t.dataDir, FileSystems: t.fsIDs, Seed: int64(cfg.Seed),
+		AccessPointLimit: cfg.AccessPointLimit, Logger: slog.New(slog.NewTextHandler(emuLog, nil))}
 	if cfg.S3Files() { // the ID has 17 hex digits: an S3 Files ID too
 		ecfg.FileSystems, ecfg.S3FilesFileSystems = nil, []string{t.fsID}
 	}
@@ -169,6 +173,9 @@ func setupEmbedded(ctx context.Context, cfg *Config, outDir string, onEvent func
 	if t.rootDirDel = os.Geteuid() == 0; t.rootDirDel {
 		argv = append(argv, "--delete-access-point-root-dir")
 	}
+	if cfg.AccessPointLimit > 0 {
+		argv = append(argv, fmt.Sprintf("--access-point-limit=%d", cfg.AccessPointLimit))
+	}
 	argv = append(argv, cfg.DriverArgs...)
 	t.driverLog = filepath.Join(outDir, "driver.log")
 	dlog, err := os.Create(t.driverLog)
@@ -195,7 +202,8 @@ func setupEmbedded(ctx context.Context, cfg *Config, outDir string, onEvent func
 // setupRemote connects to a driver someone else runs (or that --driver-cmd
 // starts) and to its EFS API.
 func setupRemote(ctx context.Context, cfg *Config, outDir string, onEvent func(kind, note string)) (t *target, err error) {
-	t = &target{fsID: cfg.FileSystemID, metricsURL: cfg.MetricsURL, tmpDir: cfg.TmpDir, dataDir: cfg.DataDir}
+	t = &target{fsIDs: strings.Split(cfg.FileSystemID, ","), metricsURL: cfg.MetricsURL, tmpDir: cfg.TmpDir, dataDir: cfg.DataDir}
+	t.fsID = t.fsIDs[0]
 	defer func() {
 		if err != nil {
 			t.close()

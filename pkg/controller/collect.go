@@ -55,6 +55,9 @@ func (s *Service) Journal() *journal.Journal { return s.journal }
 // provisioner secret names a role (awsRoleArn) is in another account,
 // which they do not see, and is never collected (ErrNotCollectable).
 func (s *Service) CollectOrphan(ctx context.Context, rec *journal.Record) error {
+	if rec.Dir {
+		return s.collectDir(ctx, rec)
+	}
 	var b Backend
 	switch API(rec.API) {
 	case APIEFS, "efs":
@@ -71,6 +74,37 @@ func (s *Service) CollectOrphan(ctx context.Context, rec *journal.Record) error 
 		return err
 	}
 	return svc.collectOrphan(ctx, rec)
+}
+
+// collectDir deletes the directory volume rec records, as DeleteVolume
+// does (its directory too with --delete-access-point-root-dir), once the
+// record read again under its locks is still the orphan the collector
+// judged.
+func (s *Service) collectDir(ctx context.Context, seen *journal.Record) error {
+	unlock, err := s.locks.TryLock(recordLocks(seen)...)
+	if err != nil {
+		return err
+	}
+	rec, err := s.journal.Volume(ctx, seen.FileSystem, seen.Token)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		unlock()
+		return fmt.Errorf("%w: the record of %s/%q is gone", ErrNotOrphan, seen.FileSystem, seen.Token)
+	case err != nil:
+		unlock()
+		return err
+	}
+	if why := orphanChange(seen, rec); why != "" {
+		unlock()
+		return fmt.Errorf("%w: volume %q (%s/%q): %s", ErrNotOrphan, rec.Name, rec.FileSystem, rec.Token, why)
+	}
+	// deleteDirVolume takes the locks itself (as collectOrphan's
+	// DeleteVolume), and reads the record again under them.
+	unlock()
+	if _, err := s.deleteDirVolume(ctx, volume.ID{FileSystemID: rec.FileSystem, Path: rec.Path, Dir: true}); err != nil {
+		return fmt.Errorf("delete orphan %s: %w", volume.DirID(rec.FileSystem, rec.Path), err)
+	}
+	return nil
 }
 
 // orphanChange says how cur, the record read under the locks, differs from

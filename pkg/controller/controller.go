@@ -133,6 +133,13 @@ type Config struct {
 	TempDir    string      // parent of per-call mount points; "" = os.TempDir()
 	GIDOptions gid.Options // how stale the allocator's listing may get
 	GIDVerify  string      // accepted for compatibility: VerifyAuto (""), VerifyAlways or VerifyNever
+
+	// AccessPointLimit (--access-point-limit) is how many access points a
+	// file system may have (EFS's quota, 10,000 unless raised): a class
+	// over several file systems places no new volume on one at it. 0: no
+	// limit known (EFS's answer alone says it).
+	AccessPointLimit int
+
 	// Journal is the record of this cluster's volumes and GIDs (required in
 	// production: the Kubernetes store, or a local file outside Kubernetes;
 	// nil: one in this process's memory, for tests of one controller).
@@ -207,6 +214,12 @@ type shared struct {
 	// no request either (finished.go). A create drops its name's entries
 	// under its locks.
 	finished *finishedDeletes
+
+	// dirs: the file systems mounted for making directory volumes
+	// (createdir.go); dirFSs: the file systems this process provisioned a
+	// directory volume on (dirSource).
+	dirs   *dirMounts
+	dirFSs sync.Map
 }
 
 // listKey is a listing of a file system through one client.
@@ -282,7 +295,7 @@ func New(cfg Config) (*Service, error) {
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
 			answers: map[string]answer{}, answerOf: map[string]string{}, invisible: map[string]time.Time{}, outside: map[string]string{}, finished: newFinishedDeletes(),
-			otherClusters: &otherClusters{fss: map[string]otherIDs{}, nameTokens: map[string]bool{}, outsideIDs: map[string][]int64{}},
+			otherClusters: &otherClusters{fss: map[string]otherIDs{}, nameTokens: map[string]bool{}, outsideIDs: map[string][]int64{}}, dirs: &dirMounts{},
 		},
 	}, nil
 }

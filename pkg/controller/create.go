@@ -32,6 +32,12 @@ type plan struct {
 	input        efs.CreateAccessPointInput // PosixUser is filled once a GID is reserved
 	backend      Backend
 	crossAccount bool // provisioner secret crossaccount (see volumeContext)
+	// dir: a directory volume (provisioningMode efs-dir, createdir.go);
+	// input.ClientToken is then its record key (volume.DirToken), never sent.
+	dir bool
+	// placed: the class names several file systems, and the place entry
+	// of this key says which holds the volume (placement.go).
+	placed string
 }
 
 // locks are the name locks a create of the volume holds: its name's, and
@@ -90,6 +96,9 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	defer unlock()
 	// Whatever this create answers, a delete of it must go the whole way.
 	s.finished.dropNames(p.locks())
+	if p.dir {
+		return s.createDirVolume(ctx, p)
+	}
 
 	ap := s.repeat(ctx, p)
 	if ap == nil {
@@ -226,6 +235,13 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 		return nil, err
 	}
 	s.warnIgnored(params.FileSystemID, volume.IgnoredParams(classParams))
+	placed := ""
+	if params.FileSystemIDs != "" {
+		if params.FileSystemID, err = s.place(ctx, name, params, req.GetAccessibilityRequirements()); err != nil {
+			return nil, err
+		}
+		placed = volume.NameToken(name)
+	}
 	root, err := params.RootDir(name)
 	if err != nil {
 		return nil, err
@@ -236,12 +252,19 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 	if err != nil {
 		return nil, err
 	}
+	if params.Dir() {
+		p, err := s.dirPlan(name, capacity, crossAccount, params, root, topology)
+		if p != nil {
+			p.placed = placed
+		}
+		return p, err
+	}
 	tags, err := s.tagsFor(name, capacity, params)
 	if err != nil {
 		return nil, err
 	}
 	return &plan{
-		name: name, params: params, capacity: capacity, cluster: s.cluster, crossAccount: crossAccount, topology: topology,
+		name: name, params: params, capacity: capacity, cluster: s.cluster, crossAccount: crossAccount, topology: topology, placed: placed,
 		input: efs.CreateAccessPointInput{
 			FileSystemID: params.FileSystemID,
 			ClientToken:  params.ClientToken(name),
@@ -292,7 +315,7 @@ const maxIDAttempts = 8
 // by the token is). reuseAccessPoint keeps upstream's claim-name token, by
 // which a re-created claim finds its access point.
 func (p *plan) usesGIDToken() bool {
-	return p.params.NeedsGIDAllocation() && p.params.EnableTagging && !p.params.ReuseAccessPoint
+	return p.params.NeedsGIDAllocation() && p.params.EnableTagging && !p.params.ReuseAccessPoint && !p.dir
 }
 
 // ours reports whether ap, which holds the GID token this volume's record
@@ -750,6 +773,10 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 		FileSystem: fsID, Token: p.input.ClientToken, Name: p.name, API: string(s.api), Path: p.input.Path,
 		UID: uid, GID: g, Allocated: alloc, ClaimNamespace: p.params.PVCNamespace, ClaimName: p.params.PVCName,
 	}
+	if p.dir {
+		v.Dir, v.Capacity = true, p.capacity
+	}
+	v.Placed = p.placed
 	if gidToken {
 		v.ClientToken, v.Probe = volume.GIDToken(fsID, alloc), probe
 	}

@@ -61,6 +61,9 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 
 func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.DeleteVolumeResponse, error) {
 	id, err := volume.ParseID(volumeID)
+	if err == nil && id.Dir {
+		return s.deleteDirVolume(ctx, id)
+	}
 	if err != nil || id.AccessPointID == "" {
 		// Not ours to delete: the CO may send anything, and a static volume
 		// owns no access point (the upstream driver answers OK for both).

@@ -41,7 +41,7 @@ func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) 
 	}
 	after := req.GetStartingToken()
 	if after != "" {
-		if id, err := volume.ParseID(after); err != nil || id.AccessPointID == "" {
+		if id, err := volume.ParseID(after); err != nil || id.AccessPointID == "" && !id.Dir {
 			return nil, fmt.Errorf("%w: %q", ErrInvalidStartingToken, after)
 		}
 	}
@@ -56,6 +56,11 @@ func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) 
 		}
 		ids = append(ids, more...)
 	}
+	dirs, err := s.dirVolumeIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids = append(ids, dirs...)
 	slices.Sort(ids)
 	start, _ := slices.BinarySearchFunc(ids, after, func(id, token string) int {
 		if id <= token {

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -111,8 +112,9 @@ func (o *otherClusters) inRange(fsID string, lo, hi int64) (int, string) {
 }
 
 // gidSource is the allocator's Source for this Service's client.
-func (s *Service) gidSource() watchedSource {
-	return watchedSource{EFS: s.efs, own: s.cluster, other: s.otherClusters}
+// Its listings include the record's directory volumes (dirSource).
+func (s *Service) gidSource() gid.Source {
+	return watchedSource{EFS: dirSource{EFS: s.efs, j: s.journal, fss: &s.dirFSs}, own: s.cluster, other: s.otherClusters}
 }
 
 // warnOtherClusters logs, once per (file system, range), that another
@@ -138,6 +140,21 @@ func (o *otherClusters) nameTokensOn(fsID string) bool {
 
 // carriedOutside reports whether the last listing of fsID showed id on an
 // access point under a token other than a GID token.
+// addOutside notes ids as carried outside the GID token protocol on fsID
+// until the next complete listing (which shows them again if they still
+// are): a directory volume's, made by this process.
+func (o *otherClusters) addOutside(fsID string, ids ...int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	cur := o.outsideIDs[fsID]
+	for _, id := range ids {
+		if i, found := slices.BinarySearch(cur, id); !found {
+			cur = slices.Insert(cur, i, id)
+		}
+	}
+	o.outsideIDs[fsID] = cur
+}
+
 func (o *otherClusters) carriedOutside(fsID string, id int64) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -57,6 +57,11 @@ type Config struct {
 	MetricsCertFile string        // with MetricsKeyFile: serve metrics over TLS
 	MetricsKeyFile  string
 	VolMetricsOptIn bool
+
+	// AccessPointLimit (--access-point-limit): access points per file
+	// system; a class over several places no volume on one at it.
+	AccessPointLimit int
+
 	// VolMetricsRefresh and VolMetricsFSRateLimit are upstream's per-volume
 	// usage settings (--vol-metrics-refresh-period, --vol-metrics-fs-rate-limit).
 	VolMetricsRefresh     time.Duration
@@ -282,7 +287,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			return nil, err
 		}
 		d.controller, err = controller.New(controller.Config{
-			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir,
+			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir, AccessPointLimit: cfg.AccessPointLimit,
 			ListingLag: cfg.ListingLag, TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {

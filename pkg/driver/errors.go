@@ -58,6 +58,8 @@ var codeTable = []struct {
 	{controller.ErrRefUnavailable, codes.Unavailable},
 	{controller.ErrUnsafeRootDir, codes.FailedPrecondition},
 	{controller.ErrRootDirRemoval, codes.Internal},
+	{controller.ErrDirCreation, codes.Internal},
+	{controller.ErrNoFileSystem, codes.ResourceExhausted},
 	// The CSI spec's code for "unable to provision in accessible_topology".
 	{controller.ErrTopologyConflict, codes.ResourceExhausted},
 	{gid.ErrExhausted, codes.ResourceExhausted},

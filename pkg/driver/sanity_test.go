@@ -118,8 +118,18 @@ func TestSanity(t *testing.T) {
 	if s3 {
 		cfg.TestVolumeParameters["provisioningMode"], cfg.TestVolumeParameters["fileSystemId"] = "s3files-ap", sanityS3FS
 	}
+	dir := os.Getenv(sanityClassEnv) == "efs-dir"
+	if dir {
+		cfg.TestVolumeParameters["provisioningMode"] = "efs-dir"
+	}
 	cfg.IdempotentCount = 2
 	sanity.Test(t, cfg)
+	if dir {
+		if n := emu.Counts()[emulator.OpCreateAccessPoint]; n != 0 {
+			t.Errorf("%d CreateAccessPoint calls for an efs-dir class", n)
+		}
+		return
+	}
 	if !s3 {
 		return
 	}
@@ -135,7 +145,18 @@ func TestSanity(t *testing.T) {
 // S3 Files access points (s3files: IDs) made, listed, published (bind mounts
 // of their roots) and deleted through the S3 Files API of the emulator. It
 // runs TestSanity in a child process of this test binary.
-func TestSanityS3Files(t *testing.T) {
+func TestSanityS3Files(t *testing.T) { sanityInChild(t, "s3files", "an s3files-ap class") }
+
+// TestSanityDir runs csi-sanity with an efs-dir class: volumes are
+// directories the controller makes through its own (bind) mount of the
+// emulator's file system, efsdir: IDs, listed from the record, published
+// as sub-paths of the file system and removed on delete. It runs
+// TestSanity in a child process of this test binary.
+func TestSanityDir(t *testing.T) { sanityInChild(t, "efs-dir", "an efs-dir class") }
+
+// sanityInChild runs TestSanity in a child process with sanityClassEnv
+// set to class (csi-sanity's Ginkgo suite runs once per process).
+func sanityInChild(t *testing.T, class, what string) {
 	if os.Geteuid() != 0 {
 		t.Skip("csi-sanity's node tests need root for bind mounts")
 	}
@@ -143,10 +164,10 @@ func TestSanityS3Files(t *testing.T) {
 		t.Skip("the child runs TestSanity only")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSanity$", "-test.count=1")
-	cmd.Env = append(os.Environ(), sanityClassEnv+"=s3files")
+	cmd.Env = append(os.Environ(), sanityClassEnv+"="+class)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("csi-sanity with an s3files-ap class: %v\n%s", err, out)
+		t.Fatalf("csi-sanity with %s: %v\n%s", what, err, out)
 	}
 	if !strings.Contains(string(out), "SUCCESS!") {
 		t.Fatalf("csi-sanity did not report success:\n%s", out)

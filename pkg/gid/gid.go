@@ -19,6 +19,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"math/bits"
+	"strings"
 	"sync"
 	"time"
 
@@ -450,6 +451,32 @@ func (a *Allocator) Forget(fsID, apID string) {
 	delete(v.local, apID)
 	v.deleted[apID] = true
 	v.removeAP(apID)
+}
+
+// Count is how many access points fsID has in the view (listed within
+// MaxAge, as ReserveFrom lists, plus this process's creates, minus its
+// deletes; only EFS access point IDs, "fsap-", count: not the stand-ins
+// callers Record for other things), plus the creates in flight
+// (reservations), for choosing among file systems.
+func (a *Allocator) Count(ctx context.Context, src Source, fsID string) (int, error) {
+	if src == nil {
+		src = a.src
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := a.view(fsID)
+	if !v.listed || a.now().Sub(v.listedAt) > a.maxAge {
+		if err := a.refresh(ctx, src, fsID, v); err != nil {
+			return 0, err
+		}
+	}
+	n := len(v.reserved)
+	for id := range v.apsOf {
+		if strings.HasPrefix(id, "fsap-") {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Stats is one file system's view, for metrics.

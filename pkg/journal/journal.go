@@ -45,12 +45,12 @@ type Volume struct {
 	// Probe is the index of Allocated in the volume's deterministic
 	// sequence of ids (GID tokens: every writer of the volume tries the
 	// same ids in the same order, so they send one token).
-	Probe int `json:"probe,omitempty"`
-	Name        string `json:"name"` // the CO's volume name
-	API         string `json:"api,omitempty"`
-	Path        string `json:"path"`
-	UID         int64  `json:"uid"`
-	GID         int64  `json:"gid"`
+	Probe int    `json:"probe,omitempty"`
+	Name  string `json:"name"` // the CO's volume name
+	API   string `json:"api,omitempty"`
+	Path  string `json:"path"`
+	UID   int64  `json:"uid"`
+	GID   int64  `json:"gid"`
 	// Allocated is the id this volume holds in the id table (its GID, or
 	// its UID when the class fixes the GID); NoID for fixed ids.
 	Allocated int64 `json:"allocated"`
@@ -76,6 +76,19 @@ type Volume struct {
 	// too, counts EFS's listing lag from there (--listing-lag).
 	DeletingSince time.Time `json:"deletingSince,omitzero"`
 	Created       time.Time `json:"created"`
+	// Dir: a directory volume (provisioningMode efs-dir): no access point
+	// ever; Token is the path's (DirToken), so one directory is one
+	// volume; Recorded is when its directory was first known made
+	// (SetDirMade).
+	Dir bool `json:"dir,omitempty"`
+	// Capacity is the capacity a directory volume was created with (an
+	// access point carries it in a tag): a create of the same name with
+	// another is refused.
+	Capacity int64 `json:"capacity,omitempty"`
+	// Placed: the volume's class names several file systems, and the
+	// place entry of this key (Place) says this one holds it; Finish
+	// removes it.
+	Placed string `json:"placed,omitempty"`
 }
 
 // SentToken is the client token the volume's access point carries (or
@@ -140,7 +153,30 @@ func encode(v *Volume) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	return Entry{Key: volumeKey(v.FileSystem, v.Token), Value: b, Index: v.AccessPoint}, nil
+	index := v.AccessPoint
+	if v.Dir {
+		index = DirIndex
+	}
+	return Entry{Key: volumeKey(v.FileSystem, v.Token), Value: b, Index: index}, nil
+}
+
+// DirIndex is the index of every directory volume's entry (no access
+// point ID is "dir"): DirVolumes lists them alone.
+const DirIndex = "dir"
+
+// DirVolumes calls fn with the records of the directory volumes of fs, by
+// the store's index: a file system without any costs one List that
+// answers nothing.
+func (j *Journal) DirVolumes(ctx context.Context, fs string, fn func([]*Record) error) error {
+	return j.s.List(ctx, KindVolume, fs, DirIndex, func(es []Entry) error {
+		rs := make([]*Record, 0, len(es))
+		for _, e := range es {
+			if r, err := decode(e); err == nil && r.Dir {
+				rs = append(rs, r)
+			}
+		}
+		return fn(rs)
+	})
 }
 
 // Volume reads the record of the volume whose access point has token on
@@ -289,6 +325,21 @@ func (j *Journal) Touch(ctx context.Context, r *Record) error {
 	return j.mutate(ctx, r, func(*Volume) (bool, error) { return true, nil })
 }
 
+// SetDirMade records, by a compare-and-swap write whatever the record
+// holds, that the directory of r (a directory volume) exists: a create
+// writes it after making (or finding) the directory and before answering,
+// so that a delete that marked r deleting before (ErrDeleting here) is
+// never answered past, and one that marks it after removes what this
+// create made.
+func (j *Journal) SetDirMade(ctx context.Context, r *Record) error {
+	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
+		if v.Recorded.IsZero() {
+			v.Recorded = j.now().UTC()
+		}
+		return true, nil
+	})
+}
+
 // MarkDeleting records that r's access point is being deleted: from now
 // on no create answers it (ErrDeleting), and only Finish removes it.
 func (j *Journal) MarkDeleting(ctx context.Context, r *Record) error {
@@ -427,6 +478,13 @@ func (j *Journal) Finish(ctx context.Context, r *Record) error {
 	if err := j.releaseID(ctx, r.FileSystem, r.Allocated, r.Token); err != nil {
 		return err
 	}
+	if r.Placed != "" {
+		// Before the volume entry: a crash in between leaves the record,
+		// whose delete is retried, never a place entry of nothing.
+		if err := j.Unplace(ctx, r.Placed, r.FileSystem); err != nil {
+			return err
+		}
+	}
 	for range maxConflicts {
 		err := j.s.Delete(ctx, r.entry)
 		if !errors.Is(err, ErrConflict) {
@@ -447,6 +505,56 @@ func (j *Journal) Finish(ctx context.Context, r *Record) error {
 		*r = *fresh
 	}
 	return fmt.Errorf("%w: %s/%q kept changing", ErrUnavailable, r.FileSystem, r.Token)
+}
+
+// placeKey is the place entry of the volume named name. Its file system
+// field is not one: the entry says which one.
+func placeKey(name string) Key { return Key{Kind: KindPlace, FileSystem: "any", Name: name} }
+
+// Place records that file system fs holds the volume named name, unless
+// another is recorded already: it returns the one recorded (a retry's, a
+// restart's, another controller's choice wins, so every create of a
+// volume goes to one file system).
+func (j *Journal) Place(ctx context.Context, name, fs string) (string, error) {
+	got, err := j.s.Create(ctx, Entry{Key: placeKey(name), Value: []byte(fs)})
+	switch {
+	case err == nil:
+		return fs, nil
+	case errors.Is(err, ErrExists):
+		return string(got.Value), nil
+	}
+	return "", err
+}
+
+// Placement is the file system Place recorded for the volume named name;
+// ErrNotFound if none.
+func (j *Journal) Placement(ctx context.Context, name string) (string, error) {
+	e, err := j.s.Get(ctx, placeKey(name))
+	if err != nil {
+		return "", err
+	}
+	return string(e.Value), nil
+}
+
+// Unplace removes the place entry of the volume named name if it names
+// fs.
+func (j *Journal) Unplace(ctx context.Context, name, fs string) error {
+	for range maxConflicts {
+		e, err := j.s.Get(ctx, placeKey(name))
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if string(e.Value) != fs {
+			return nil
+		}
+		if err := j.s.Delete(ctx, e); !errors.Is(err, ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: place of %q kept changing", ErrUnavailable, name)
 }
 
 // ByAccessPoint is the record naming access point apID on fs; ErrNotFound

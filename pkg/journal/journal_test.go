@@ -118,3 +118,31 @@ func TestMarkDeletingKeepsTheFirstMarksTime(t *testing.T) {
 		t.Errorf("a second MarkDeleting moved the time from %v to %v", first, again.DeletingSince)
 	}
 }
+
+// Place: the first file system recorded for a volume wins every later
+// Place; Finish of the placed record removes the place entry, so that
+// nothing of a deleted volume is left.
+func TestPlaceFirstWinsAndFinishRemovesIt(t *testing.T) {
+	ctx := context.Background()
+	store := journal.NewMemory()
+	j := journal.New(store)
+	if got, err := j.Place(ctx, "pvc-1", "fs-2"); err != nil || got != "fs-2" {
+		t.Fatalf("first Place: %q, %v", got, err)
+	}
+	if got, err := j.Place(ctx, "pvc-1", "fs-1"); err != nil || got != "fs-2" {
+		t.Fatalf("second Place: %q, %v; want the first's fs-2", got, err)
+	}
+	r, _, err := j.Begin(ctx, journal.Volume{FileSystem: "fs-2", Token: "pvc-1", Name: "pvc-1", Path: "/p", Allocated: journal.NoID, Placed: "pvc-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Finish(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Placement(ctx, "pvc-1"); err == nil {
+		t.Error("place entry left after Finish")
+	}
+	if store.Len() != 0 {
+		t.Errorf("%d entries left", store.Len())
+	}
+}

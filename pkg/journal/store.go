@@ -40,6 +40,9 @@ type Kind string
 const (
 	KindVolume Kind = "volume"
 	KindID     Kind = "id"
+	// KindPlace: which file system of a class over several holds a
+	// volume (Journal.Place).
+	KindPlace Kind = "place"
 )
 
 // Key names an entry. FileSystem and Name are at most 64 bytes of

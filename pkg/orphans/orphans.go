@@ -133,13 +133,33 @@ func New(cfg Config) (*Collector, error) {
 		watched: map[apRef]bool{}}, nil
 }
 
-// refOf is the access point a volume handle names, if any.
+// refOf is the access point a volume handle names, if any: for a
+// directory volume (efsdir:), its directory (dirRef).
 func refOf(handle string) (apRef, bool) {
 	id, err := volume.ParseID(handle) // s3files: IDs too
-	if err != nil || id.AccessPointID == "" {
+	switch {
+	case err == nil && id.Dir:
+		return apRef{id.FileSystemID, dirRef(id.Path)}, true
+	case err != nil || id.AccessPointID == "":
 		return apRef{}, false
 	}
 	return apRef{id.FileSystemID, id.AccessPointID}, true
+}
+
+// dirRef stands for a directory volume's directory where an access point
+// ID goes: no access point ID has a '/'.
+func dirRef(path string) string { return "dir:" + path }
+
+// recordRef is what a PV of r's volume names: its access point, or its
+// directory; false while r's create has not recorded an access point.
+func recordRef(r *journal.Record) (apRef, bool) {
+	switch {
+	case r.Dir:
+		return apRef{r.FileSystem, dirRef(r.Path)}, true
+	case r.AccessPoint != "":
+		return apRef{r.FileSystem, r.AccessPoint}, true
+	}
+	return apRef{}, false
 }
 
 // Observe takes the handle of a PersistentVolume of the driver that was
@@ -246,8 +266,8 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 	present := map[key]*journal.Record{}
 	for _, r := range recs {
 		present[keyOf(r)] = r
-		if r.AccessPoint != "" {
-			byAP[apRef{r.FileSystem, r.AccessPoint}] = r
+		if ref, ok := recordRef(r); ok {
+			byAP[ref] = r
 		}
 	}
 	for ref := range refs {
@@ -393,7 +413,7 @@ func (c *Collector) collectDue(ctx context.Context, due []*journal.Record, prese
 	late := false
 	for _, r := range due {
 		k := keyOf(r)
-		if r.AccessPoint != "" && refs[apRef{r.FileSystem, r.AccessPoint}] {
+		if ref, ok := recordRef(r); ok && refs[ref] {
 			c.named[k] = true
 			delete(c.since, k)
 			late = true

@@ -673,3 +673,37 @@ func TestUnreadClaimRestartsTheOrphanGracePeriod(t *testing.T) {
 		t.Fatalf("collected %d after a whole grace period", n)
 	}
 }
+
+// Directory volumes (efs-dir): a PV naming one (efsdir:fs-X:/path) marks
+// it bound, never collected, claim gone or not; one whose claim is gone
+// and that no PV ever named is collected like any orphan, its directory
+// removed with --delete-access-point-root-dir.
+func TestDirectoryVolumeOrphans(t *testing.T) {
+	b := newBed(t, true)
+	bound := b.create(t, "1", "ns", "bound", "provisioningMode", "efs-dir")
+	forgotten := b.create(t, "3", "ns", "deleted", "provisioningMode", "efs-dir")
+	b.kube.AddPV("pvc-1", driver, bound)
+	b.kube.SetClaim("ns", "deleted", "")
+	c := b.collector(t)
+	b.rounds(t, c, 1)
+	b.kube.SetClaim("ns", "bound", "") // Released, Retain: its claim gone too
+	b.clk.t = b.clk.t.Add(2 * grace)
+	if n := b.rounds(t, c, 2); n != 1 {
+		t.Errorf("collected %d, want the forgotten one", n)
+	}
+	for id, want := range map[string]bool{bound: true, forgotten: false} {
+		vid, err := volume.ParseID(id)
+		if err != nil || !vid.Dir {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if _, err := os.Stat(b.dir(vid.Path)); (err == nil) != want {
+			t.Errorf("directory of %s exists: %v, want %v", id, err == nil, want)
+		}
+	}
+	if r := b.record(t, "pvc-1"); r == nil || !r.Bound {
+		t.Errorf("the PV's directory volume is not marked bound: %+v", r)
+	}
+	if r := b.record(t, "pvc-3"); r != nil {
+		t.Errorf("the collected volume's record stays: %+v", r)
+	}
+}

@@ -31,6 +31,12 @@ const MaxIDLength = 128
 // provisionedPrefix marks IDs returned by CreateVolume since upstream v2.
 const provisionedPrefix = "efs:"
 
+// DirPrefix marks the IDs of directory volumes (provisioningMode efs-dir):
+// "efsdir:fs-X:/path". A static "fs-X:/path" names a directory too, but
+// one nobody provisioned: DeleteVolume never removes it. The prefix tells
+// the two apart; the node mounts both alike (the path of the file system).
+const DirPrefix = "efsdir:"
+
 // S3FilesPrefix marks the IDs of S3 Files volumes: S3FilesPrefix and any
 // of the EFS forms after "efs:" (fs-X::fsap-Y as provisioned). ParseID
 // takes it and says so in ID.API.
@@ -67,6 +73,9 @@ type ID struct {
 	Path string
 	// AccessPointID is "" for a volume on the bare file system.
 	AccessPointID string
+	// Dir: a directory volume (DirPrefix), provisioned by CreateVolume;
+	// Path is then never "" and AccessPointID always "".
+	Dir bool
 }
 
 // ParseID accepts every volume ID form users of the upstream driver have:
@@ -77,7 +86,12 @@ type ID struct {
 //	fs-X:/sub/path            static: a directory of it
 //	fs-X:/sub/path:fsap-Y     static: a directory below an access point root
 //
-// and the "efs:" prefix on any of them; with the "s3files:" prefix instead,
+// and the "efs:" prefix on any of them; a directory volume
+// (provisioningMode efs-dir) is
+//
+//	efsdir:fs-X:/sub/path     returned by CreateVolume (ID.Dir)
+//
+// with the "s3files:" prefix instead,
 // the same forms name an S3 Files volume (API APIS3Files), as upstream:
 //
 //	s3files:fs-X::fsap-Y      returned by CreateVolume of an s3files-ap class
@@ -103,6 +117,10 @@ func ParseID(s string) (ID, error) {
 	if r, ok := strings.CutPrefix(s, S3FilesPrefix); ok {
 		api, rest = APIS3Files, r
 	}
+	dir := false
+	if r, ok := strings.CutPrefix(s, DirPrefix); ok {
+		dir, rest = true, r
+	}
 	fields := strings.Split(rest, ":")
 	if len(fields) > 3 {
 		return bad("expected at most three fields separated by ':'")
@@ -124,6 +142,12 @@ func ParseID(s string) (ID, error) {
 			return bad("access point ID %q is not of the form fsap-<hex>", id.AccessPointID)
 		}
 	}
+	if dir {
+		if id.Path == "" || id.AccessPointID != "" {
+			return bad("a directory volume is %sfs-X:/path", DirPrefix)
+		}
+		id.Dir = true
+	}
 	return id, nil
 }
 
@@ -134,6 +158,9 @@ func (id ID) String() string {
 	prefix := ""
 	if id.API == APIS3Files {
 		prefix = S3FilesPrefix
+	}
+	if id.Dir {
+		return DirPrefix + id.FileSystemID + ":" + id.Path
 	}
 	switch {
 	case id.AccessPointID != "":
@@ -147,6 +174,12 @@ func (id ID) String() string {
 // ProvisionedID is the volume ID CreateVolume returns: "efs:fs-X::fsap-Y".
 func ProvisionedID(fsID, apID string) string {
 	return provisionedPrefix + fsID + "::" + apID
+}
+
+// DirID is the volume ID CreateVolume returns for a directory volume:
+// "efsdir:fs-X:/path".
+func DirID(fsID, path string) string {
+	return DirPrefix + fsID + ":" + path
 }
 
 // ProvisionedS3FilesID is the volume ID CreateVolume returns for an S3

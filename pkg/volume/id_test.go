@@ -38,6 +38,9 @@ func TestParseIDAcceptsEveryUpstreamForm(t *testing.T) {
 		{"s3files:" + fsID + ":/data/shared", ID{API: APIS3Files, FileSystemID: fsID, Path: "/data/shared"}},
 		{"s3files:" + fsID + ":/data/shared:" + apID, ID{API: APIS3Files, FileSystemID: fsID, Path: "/data/shared", AccessPointID: apID}},
 		{"s3files:fs-abcd1234::fsap-abcd1234", ID{API: APIS3Files, FileSystemID: "fs-abcd1234", AccessPointID: "fsap-abcd1234"}},
+		// Directory volumes (efs-dir): told from the static fs-X:/path.
+		{"efsdir:" + fsID + ":/dyn/pvc-1", ID{FileSystemID: fsID, Path: "/dyn/pvc-1", Dir: true}},
+		{DirID(fsID, "/pvc-1"), ID{FileSystemID: fsID, Path: "/pvc-1", Dir: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -78,6 +81,10 @@ func TestParseIDRejects(t *testing.T) {
 		{"s3files invalid file system", "s3files:invalid-id", "file system ID"},
 		{"s3files invalid access point", "s3files:" + fsID + "::invalid-id", "access point ID"},
 		{"s3files then efs prefix", "s3files:efs:" + fsID, "file system ID"},
+		{"directory volume without a path", "efsdir:" + fsID, "directory volume"},
+		{"directory volume at the root", "efsdir:" + fsID + ":/", "directory volume"},
+		{"directory volume with an access point", "efsdir:" + fsID + ":/a:" + apID, "directory volume"},
+		{"directory then efs prefix", "efsdir:efs:" + fsID + ":/a", "file system ID"},
 		{"efs then s3files prefix", "efs:s3files:" + fsID, "file system ID"},
 		{"other API prefix", "nfs:" + fsID + "::" + apID, "three fields"},
 	}

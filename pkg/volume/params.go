@@ -49,6 +49,10 @@ const (
 	// ProvisioningModeS3FilesAccessPoint provisions S3 Files access points,
 	// through the same protocol.
 	ProvisioningModeS3FilesAccessPoint = "s3files-ap"
+	// ProvisioningModeDirectory provisions a directory of the file system,
+	// made by the controller through its own mount, without an access
+	// point (docs/design.md, "Directory volumes").
+	ProvisioningModeDirectory = "efs-dir"
 	// DefaultGIDRangeStart and DefaultGIDRangeEnd are upstream's defaults:
 	// 50000 plus the per-file-system access point limit (10,000).
 	DefaultGIDRangeStart = 50000
@@ -113,6 +117,15 @@ type Params struct {
 	PVCName       string
 	PVCNamespace  string
 	PVName        string
+
+	// Mode is the provisioningMode: ProvisioningModeAccessPoint,
+	// ProvisioningModeS3FilesAccessPoint or ProvisioningModeDirectory.
+	Mode string
+	// FileSystemIDs is the class's list when fileSystemId names several
+	// ("fs-a,fs-b", as upstream PR #761 proposed), "" when it names one:
+	// each CreateVolume places its volume on one of them (FileSystemID is
+	// then the first until the controller chooses).
+	FileSystemIDs string
 }
 
 var octalModeRe = regexp.MustCompile(`^[0-7]{3,4}$`)
@@ -150,9 +163,10 @@ func ParseParams(m map[string]string) (Params, error) {
 	switch {
 	case !ok:
 		return Params{}, paramErr(ParamProvisioningMode, "missing; use %q", ProvisioningModeAccessPoint)
-	case mode != ProvisioningModeAccessPoint && mode != ProvisioningModeS3FilesAccessPoint:
-		return Params{}, paramErr(ParamProvisioningMode, "provisioning mode %q is not supported, only %q and %q", mode, ProvisioningModeAccessPoint, ProvisioningModeS3FilesAccessPoint)
+	case mode != ProvisioningModeAccessPoint && mode != ProvisioningModeS3FilesAccessPoint && mode != ProvisioningModeDirectory:
+		return Params{}, paramErr(ParamProvisioningMode, "provisioning mode %q is not supported, only %q, %q and %q", mode, ProvisioningModeAccessPoint, ProvisioningModeS3FilesAccessPoint, ProvisioningModeDirectory)
 	}
+	p.Mode = mode
 
 	// A reference must have been resolved into fileSystemId by the caller
 	// (FileSystemRef), which also removes it.
@@ -163,14 +177,21 @@ func ParseParams(m map[string]string) (Params, error) {
 	case isRef:
 		return Params{}, paramErr(ref.Param, "a reference needs the Kubernetes API, which this controller has no client for")
 	}
-	fsID := m[ParamFileSystemID]
-	switch {
-	case strings.TrimSpace(fsID) == "":
-		return Params{}, paramErr(ParamFileSystemID, "cannot be empty")
-	case !ValidFileSystemID(fsID):
-		return Params{}, paramErr(ParamFileSystemID, "%q is not a file system ID of the form fs-<hex>", truncate(fsID, 64))
+	fsIDs := strings.Split(m[ParamFileSystemID], ",")
+	for i, fsID := range fsIDs {
+		switch {
+		case strings.TrimSpace(fsID) == "":
+			return Params{}, paramErr(ParamFileSystemID, "cannot be empty")
+		case !ValidFileSystemID(fsID):
+			return Params{}, paramErr(ParamFileSystemID, "%q is not a file system ID of the form fs-<hex>", truncate(fsID, 64))
+		case slices.Contains(fsIDs[:i], fsID):
+			return Params{}, paramErr(ParamFileSystemID, "names %s twice", fsID)
+		}
 	}
-	p.FileSystemID = fsID
+	p.FileSystemID = fsIDs[0]
+	if len(fsIDs) > 1 {
+		p.FileSystemIDs = strings.Join(fsIDs, ",")
+	}
 
 	if v, ok := m[ParamDirectoryPerms]; ok {
 		if !octalModeRe.MatchString(v) {
@@ -222,6 +243,16 @@ func ParseParams(m map[string]string) (Params, error) {
 			return Params{}, paramErr(f.key, "%q contains a control character", truncate(v, 64))
 		}
 		*f.dst = v
+	}
+	if p.ReuseAccessPoint && p.Mode == ProvisioningModeDirectory {
+		// A directory volume has no access point, hence no client token by
+		// which a re-created claim would find it.
+		return Params{}, paramErr(ParamReuseAccessPoint, "needs access points; provisioning mode %q makes none", ProvisioningModeDirectory)
+	}
+	if p.ReuseAccessPoint && p.FileSystemIDs != "" {
+		// The claim's token finds its earlier access point account-wide,
+		// wherever it is: one file system per class keeps it findable.
+		return Params{}, paramErr(ParamReuseAccessPoint, "needs a single file system, %s names several", ParamFileSystemID)
 	}
 	if p.ReuseAccessPoint && p.PVCName == "" {
 		// Upstream hashes the empty string: every claim would share one token.
@@ -319,6 +350,9 @@ func parseBasePath(v string) (string, error) {
 	return base, nil
 }
 
+// Dir reports whether the class provisions directory volumes (efs-dir).
+func (p Params) Dir() bool { return p.Mode == ProvisioningModeDirectory }
+
 // NeedsGIDAllocation reports whether the POSIX identity is not fully fixed by
 // the class. As upstream, a missing uid or gid is taken from the allocated
 // GID: see Identity.
@@ -372,4 +406,19 @@ func NameToken(volumeName string) string {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// DirToken is the record key (and name lock) of the directory volume at
+// path (provisioningMode efs-dir): a function of the path alone, so that
+// one directory is one volume (a create of another name at the same path
+// finds this record and is refused) and DeleteVolume finds the record from
+// the volume ID, which names the path. "dir:" and 48 hex digits of the
+// path's SHA-256 (no client token has that shape: EFS sends none for it).
+func DirToken(path string) string {
+	return "dir:" + sha256Hex(path)[:48]
+}
+
+// IsDirToken reports whether token is a DirToken.
+func IsDirToken(token string) bool {
+	return len(token) == 52 && strings.HasPrefix(token, "dir:")
 }

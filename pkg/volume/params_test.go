@@ -33,7 +33,7 @@ func TestParseParamsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Params{
-		FileSystemID: fsID, DirectoryPerms: "700", UID: -1, GID: -1,
+		Mode: ProvisioningModeAccessPoint, FileSystemID: fsID, DirectoryPerms: "700", UID: -1, GID: -1,
 		GIDRangeStart: 50000, GIDRangeEnd: 60000, EnsureUniqueDirectory: true, EnableTagging: true,
 	}
 	if p != want {
@@ -94,13 +94,22 @@ func TestParseParamsRejectsNamingTheParameter(t *testing.T) {
 		wantMsg string
 	}{
 		{"missing provisioningMode", without(ParamProvisioningMode), ParamProvisioningMode, "missing"},
-		{"other provisioningMode", with(ParamProvisioningMode, "efs-dir"), ParamProvisioningMode, "not supported"},
+		{"other provisioningMode", with(ParamProvisioningMode, "efs-nfs"), ParamProvisioningMode, "not supported"},
+		{"reuseAccessPoint with efs-dir", func() map[string]string {
+			m := with(ParamProvisioningMode, ProvisioningModeDirectory)
+			m[ParamReuseAccessPoint], m[ParamPVCName] = "true", "claim"
+			return m
+		}(), ParamReuseAccessPoint, "needs access points"},
 		{"missing fileSystemId", without(ParamFileSystemID), ParamFileSystemID, "missing"},
 		{"fileSystemId and a reference", with(ParamFileSystemIDConfigRef, "ns/cm/key"), ParamFileSystemIDConfigRef, "exactly one"},
 		{"enableTagging not a boolean", with(ParamEnableTagging, "no"), ParamEnableTagging, "boolean"},
 		{"enforceZoneAffinity not a boolean", with(ParamEnforceZoneAffinity, "yes"), ParamEnforceZoneAffinity, "boolean"},
 		{"blank fileSystemId", with(ParamFileSystemID, "  "), ParamFileSystemID, "empty"},
 		{"malformed fileSystemId", with(ParamFileSystemID, "fs-xyz"), ParamFileSystemID, "fs-<hex>"},
+		{"a malformed one of several", with(ParamFileSystemID, fsID+",fs-xyz"), ParamFileSystemID, "fs-<hex>"},
+		{"an empty one of several", with(ParamFileSystemID, fsID+","), ParamFileSystemID, "empty"},
+		{"one file system twice", with(ParamFileSystemID, fsID+","+fsID), ParamFileSystemID, "twice"},
+		{"reuseAccessPoint over several", with(ParamFileSystemID, fsID+",fs-11111111", ParamReuseAccessPoint, "true", ParamPVCName, "c"), ParamReuseAccessPoint, "single file system"},
 		{"directoryPerms not octal", with(ParamDirectoryPerms, "800"), ParamDirectoryPerms, "octal"},
 		{"directoryPerms too short", with(ParamDirectoryPerms, "70"), ParamDirectoryPerms, "octal"},
 		{"directoryPerms symbolic", with(ParamDirectoryPerms, "rwx"), ParamDirectoryPerms, "octal"},
@@ -236,5 +245,20 @@ func TestParseParamsIgnoresUnknownKeys(t *testing.T) {
 	var pe *ParamError
 	if _, err := ParseParams(m); !errors.As(err, &pe) || pe.Key != ParamDirectoryPerms {
 		t.Errorf("bad directoryPerms beside unknown keys: %v", err)
+	}
+}
+
+// fileSystemId names several file systems, comma-separated (upstream PR
+// #761's form): the first stands until the controller places the volume.
+func TestParseParamsSeveralFileSystems(t *testing.T) {
+	p, err := ParseParams(with(ParamFileSystemID, fsID+",fs-11111111"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.FileSystemID != fsID || p.FileSystemIDs != fsID+",fs-11111111" {
+		t.Errorf("FileSystemID %q, FileSystemIDs %q", p.FileSystemID, p.FileSystemIDs)
+	}
+	if p, _ := ParseParams(minimal()); p.FileSystemIDs != "" {
+		t.Errorf("one file system: FileSystemIDs %q, want empty", p.FileSystemIDs)
 	}
 }

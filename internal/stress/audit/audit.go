@@ -17,6 +17,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // Marker is a file the workload wrote into a live volume's root directory
@@ -30,7 +31,10 @@ type Marker struct {
 // Inputs is everything an audit looks at.
 type Inputs struct {
 	FileSystemID string
-	AccessPoints []efs.AccessPoint // every access point of the file system
+	// FileSystemIDs: the run's file systems when its class names several
+	// (FileSystemID is then ""): every volume must be on one of them.
+	FileSystemIDs []string
+	AccessPoints  []efs.AccessPoint // every access point of the file system
 	// Live maps each volume reported created and not deleted to its volume ID.
 	Live map[string]string
 	// RunNames holds every volume name the run used: an access point tagged
@@ -50,6 +54,23 @@ type Inputs struct {
 	// RootDirsLeft lists root directories of deleted volumes still present
 	// although the driver removes root directories on delete.
 	RootDirsLeft []string
+	// Dirs are the directories of the file systems that directory volumes
+	// (efs-dir) of the run may be, by DirKey ("fs-X:/stress/x"):
+	// each live one's, and every directory of the run's base directory.
+	// Nil when the run has no directory volumes.
+	Dirs map[string]Dir
+	// DirsOwned: a directory of a run's volume name that no live volume
+	// owns is a leak (the driver removes a deleted volume's directory).
+	DirsOwned bool
+}
+
+// Dir is a directory of the file system as the audit sees it.
+type Dir struct {
+	Exists   bool  `json:"exists"`
+	UID, GID int64 `json:"-"`
+	// Name is the volume name it was made for (its last component's
+	// prefix, as the stress tool names volumes), "" if none of the run's.
+	Name string `json:"-"`
 }
 
 // Finding is one thing wrong, named so that a reader can look it up.
@@ -149,15 +170,20 @@ func Check(in Inputs) *Report {
 	}
 
 	// Every live volume exists, on the right file system, and is its own.
-	owned := map[string]string{} // access point → live volume name
+	owned := map[string]string{}     // access point → live volume name
+	dirGIDs := map[string][]string{} // by file system and GID (dirGID)
 	for _, name := range sortedKeys(in.Live) {
 		id := in.Live[name]
+		if vid, err := volume.ParseID(id); err == nil && vid.Dir {
+			r.checkDir(in, name, vid, owned, dirGIDs)
+			continue
+		}
 		fsID, apID, ok := ParseVolumeID(id)
 		switch ap := byID[apID]; {
 		case !ok:
 			r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("volume ID %q is not a provisioned volume ID", id)})
-		case in.FileSystemID != "" && fsID != in.FileSystemID:
-			r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("volume %s is on file system %s, want %s", id, fsID, in.FileSystemID)})
+		case !in.runFS(fsID):
+			r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("volume %s is on file system %s, not the run's", id, fsID)})
 		case ap == nil:
 			r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("access point %s of volume %s does not exist", apID, id)})
 		case ap.FileSystemID != fsID:
@@ -180,12 +206,31 @@ func Check(in Inputs) *Report {
 		}
 		r.Leaked = append(r.Leaked, Finding{ap.ID, fmt.Sprintf("volume name %q, path %s, no live volume owns it", name, ap.Path)})
 	}
+	// Nor a directory of the run's.
+	for _, p := range sortedKeys(in.Dirs) {
+		if d := in.Dirs[p]; in.DirsOwned && d.Exists && owned["dir:"+p] == "" && in.RunNames[d.Name] {
+			r.Leaked = append(r.Leaked, Finding{p, fmt.Sprintf("directory of volume name %q, no live volume owns it", d.Name)})
+		}
+	}
 
 	// GIDs are unique among the access points the driver created.
 	for _, g := range SharedGIDs(in.AccessPoints, func(ap *efs.AccessPoint) bool {
 		return ap.Tags[ownership.TagCluster] == "true" || in.RunNames[ap.Tags[ownership.TagVolumeName]]
 	}) {
 		r.DuplicateGIDs = append(r.DuplicateGIDs, Finding{strconv.FormatInt(g.GID, 10), "shared by " + strings.Join(g.AccessPoints, ", ")})
+	}
+	// And among the live directory volumes and the access points.
+	if len(dirGIDs) > 0 {
+		for _, ap := range in.AccessPoints {
+			if k := dirGID(ap.FileSystemID, ap.PosixUser); ap.PosixUser != nil && len(dirGIDs[k]) > 0 {
+				dirGIDs[k] = append(dirGIDs[k], ap.ID)
+			}
+		}
+		for _, k := range sortedKeys(dirGIDs) {
+			if who := dirGIDs[k]; len(who) > 1 {
+				r.DuplicateGIDs = append(r.DuplicateGIDs, Finding{k, "shared by " + strings.Join(who, ", ")})
+			}
+		}
 	}
 
 	for _, name := range sortedKeys(in.Answers) {
@@ -222,6 +267,48 @@ func Check(in Inputs) *Report {
 	return r
 }
 
+// checkDir audits the live directory volume name with ID id: its
+// directory exists, is no other live volume's, and carries its GID.
+func (r *Report) checkDir(in Inputs, name string, id volume.ID, owned map[string]string, gids map[string][]string) {
+	key := DirKey(id.FileSystemID, id.Path)
+	d := in.Dirs[key]
+	switch {
+	case !in.runFS(id.FileSystemID):
+		r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("volume %s is on file system %s, not the run's", id, id.FileSystemID)})
+	case !d.Exists:
+		r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("directory %s of volume %s does not exist", id.Path, id)})
+	case owned["dir:"+key] != "":
+		r.Missing = append(r.Missing, Finding{name, fmt.Sprintf("directory %s is also volume %s", id.Path, owned["dir:"+key])})
+	default:
+		owned["dir:"+key] = name
+		k := dirGID(id.FileSystemID, &efs.PosixUser{GID: d.GID})
+		gids[k] = append(gids[k], key)
+	}
+}
+
+// dirGID names a GID of a file system: "fs-X/50001".
+func dirGID(fsID string, u *efs.PosixUser) string {
+	if u == nil {
+		return ""
+	}
+	return fsID + "/" + strconv.FormatInt(u.GID, 10)
+}
+
+// DirKey is the key of a directory in Inputs.Dirs.
+func DirKey(fsID, path string) string { return fsID + ":" + path }
+
+// runFS reports whether fsID is one of the run's file systems (any, when
+// none is named).
+func (in *Inputs) runFS(fsID string) bool {
+	switch {
+	case in.FileSystemID != "":
+		return fsID == in.FileSystemID
+	case len(in.FileSystemIDs) > 0:
+		return slices.Contains(in.FileSystemIDs, fsID)
+	}
+	return true
+}
+
 // SharedGID is a GID that more than one access point carries.
 type SharedGID struct {
 	GID          int64
@@ -231,19 +318,30 @@ type SharedGID struct {
 // SharedGIDs returns, by GID, the GIDs that more than one of the access
 // points counted (nil: all) carries; an access point without a POSIX user
 // carries none.
+//
+// GIDs are per file system: one GID on access points of two file systems
+// is not shared.
 func SharedGIDs(aps []efs.AccessPoint, counted func(*efs.AccessPoint) bool) []SharedGID {
-	byGID := map[int64][]string{}
+	type fsGID struct {
+		fs  string
+		gid int64
+	}
+	byGID := map[fsGID][]string{}
 	for i := range aps {
 		ap := &aps[i]
 		if ap.PosixUser == nil || (counted != nil && !counted(ap)) {
 			continue
 		}
-		byGID[ap.PosixUser.GID] = append(byGID[ap.PosixUser.GID], ap.ID)
+		k := fsGID{ap.FileSystemID, ap.PosixUser.GID}
+		byGID[k] = append(byGID[k], ap.ID)
 	}
+	keys := slices.SortedFunc(maps.Keys(byGID), func(a, b fsGID) int {
+		return cmp.Or(cmp.Compare(a.gid, b.gid), cmp.Compare(a.fs, b.fs))
+	})
 	var out []SharedGID
-	for _, gid := range sortedKeys(byGID) {
-		if ids := byGID[gid]; len(ids) > 1 {
-			out = append(out, SharedGID{gid, ids})
+	for _, k := range keys {
+		if ids := byGID[k]; len(ids) > 1 {
+			out = append(out, SharedGID{k.gid, ids})
 		}
 	}
 	return out

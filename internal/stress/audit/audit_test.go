@@ -292,3 +292,54 @@ func TestAuditFindsPlantedLeakDuplicateGIDAndStrayMount(t *testing.T) {
 		t.Errorf("saw %d access points and %d findings %q; want 4 and 6", r.AccessPoints, r.Total(), r.All())
 	}
 }
+
+// Directory volumes (efs-dir): a live volume without its directory is
+// missing, a directory of the run that no live volume owns is a leak (when
+// the driver removes deleted volumes' directories), and a GID two live
+// directories (or a directory and an access point) carry is a duplicate.
+func TestCheckDirectoryVolumes(t *testing.T) {
+	dirID := func(p string) string { return "efsdir:" + fsID + ":" + p }
+	base := func() Inputs {
+		return Inputs{
+			FileSystemID: fsID,
+			AccessPoints: []efs.AccessPoint{ap("fsap-1", "pvc-ap", 50001)},
+			Live:         map[string]string{"pvc-a": dirID("/stress/pvc-a"), "pvc-b": dirID("/stress/pvc-b"), "pvc-ap": vid("fsap-1")},
+			RunNames:     map[string]bool{"pvc-a": true, "pvc-b": true, "pvc-c": true, "pvc-ap": true},
+			Dirs: map[string]Dir{
+				fsID + ":/stress/pvc-a": {Exists: true, GID: 50002, Name: "pvc-a"},
+				fsID + ":/stress/pvc-b": {Exists: true, GID: 50003, Name: "pvc-b"},
+			},
+			DirsOwned: true,
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		mut     func(*Inputs)
+		missing int
+		leaked  int
+		dupGIDs int
+	}{
+		{"clean", func(*Inputs) {}, 0, 0, 0},
+		{"a live volume's directory is gone", func(in *Inputs) { in.Dirs[fsID+":/stress/pvc-a"] = Dir{} }, 1, 0, 0},
+		{"a deleted volume's directory is left", func(in *Inputs) {
+			in.Dirs[fsID+":/stress/pvc-c"] = Dir{Exists: true, GID: 50004, Name: "pvc-c"}
+		}, 0, 1, 0},
+		{"left, but the driver keeps directories", func(in *Inputs) {
+			in.Dirs[fsID+":/stress/pvc-c"] = Dir{Exists: true, GID: 50004, Name: "pvc-c"}
+			in.DirsOwned = false
+		}, 0, 0, 0},
+		{"a directory not of the run", func(in *Inputs) { in.Dirs[fsID+":/stress/other"] = Dir{Exists: true} }, 0, 0, 0},
+		{"two directories carry one GID", func(in *Inputs) { in.Dirs[fsID+":/stress/pvc-b"] = Dir{Exists: true, GID: 50002, Name: "pvc-b"} }, 0, 0, 1},
+		{"a directory carries an access point's GID", func(in *Inputs) { in.Dirs[fsID+":/stress/pvc-b"] = Dir{Exists: true, GID: 50001, Name: "pvc-b"} }, 0, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			tc.mut(&in)
+			r := Check(in)
+			if len(r.Missing) != tc.missing || len(r.Leaked) != tc.leaked || len(r.DuplicateGIDs) != tc.dupGIDs {
+				t.Errorf("missing %d leaked %d duplicate GIDs %d, want %d %d %d: %v",
+					len(r.Missing), len(r.Leaked), len(r.DuplicateGIDs), tc.missing, tc.leaked, tc.dupGIDs, r.All())
+			}
+		})
+	}
+}

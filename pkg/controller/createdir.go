@@ -1,0 +1,532 @@
+package controller
+
+// Directory volumes (provisioningMode efs-dir; docs/design.md, "Directory
+// volumes"): a volume is a directory of the file system that the
+// controller makes through its own mount, with no access point. The
+// protocol is the access point one's without EFS in the middle: the record
+// (its key the path's, volume.DirToken) and the id it holds are written
+// before the directory is made, a compare-and-swap write follows the mkdir
+// before the answer, and DeleteVolume marks the record deleting before it
+// removes anything.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/dirfd"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// dirPlan is the plan of a directory volume: the record key is the path's
+// token, nothing is tagged (there is no access point to tag), and the
+// volume ID must fit CSI's 128 bytes.
+func (s *Service) dirPlan(name string, capacity int64, crossAccount bool, params volume.Params, root string, topology []*csi.Topology) (*plan, error) {
+	if id := volume.DirID(params.FileSystemID, root); len(id) > volume.MaxIDLength {
+		return nil, &volume.ParamError{Key: volume.ParamBasePath,
+			Reason: fmt.Sprintf("the directory volume's ID %q would be %d bytes; CSI allows %d: shorten basePath or subPathPattern", id, len(id), volume.MaxIDLength)}
+	}
+	s.dirFSs.Store(params.FileSystemID, struct{}{}) // dirSource
+	if s.mounter == nil {
+		return nil, &volume.ParamError{Key: volume.ParamProvisioningMode,
+			Reason: fmt.Sprintf("%q needs the controller to mount file systems, and this one has no mounter", volume.ProvisioningModeDirectory)}
+	}
+	return &plan{
+		name: name, params: params, capacity: capacity, cluster: s.cluster, crossAccount: crossAccount, topology: topology, dir: true,
+		input: efs.CreateAccessPointInput{FileSystemID: params.FileSystemID, ClientToken: volume.DirToken(root), Path: root},
+	}, nil
+}
+
+// createDirVolume answers a CreateVolume of a directory volume, under the
+// name locks (plan.locks: the name's and the path's token's).
+func (s *Service) createDirVolume(ctx context.Context, p *plan) (*csi.CreateVolumeResponse, error) {
+	rec, err := s.createDirSeen(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	volCtx, err := s.volumeContext(ctx, p.backend, p.crossAccount, p.params.AZ, rec.FileSystem)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("volume ready", slog.String("name", p.name), slog.String("directory", rec.Path),
+		slog.Int64("uid", rec.UID), slog.Int64("gid", rec.GID))
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
+		VolumeId:           volume.DirID(rec.FileSystem, rec.Path),
+		CapacityBytes:      p.capacity,
+		VolumeContext:      volCtx,
+		AccessibleTopology: p.topology,
+	}}, nil
+}
+
+// createDirSeen is createDir, seen by this process's deletes (root
+// removal) as createSeen's creates are.
+func (s *Service) createDirSeen(ctx context.Context, p *plan) (*journal.Record, error) {
+	if !s.delRoot {
+		return s.createDir(ctx, p)
+	}
+	done := s.roots.creating(p.params.FileSystemID, p.input.ClientToken, p.name, p.input.Path, s.now)
+	rec, err := s.createDir(ctx, p)
+	if rec != nil {
+		done(dirStandIn(rec))
+	} else {
+		done(nil)
+	}
+	return rec, err
+}
+
+// createDir: the record and its id first (record: Begin, or Touch of an
+// existing one, then HoldID, as for access points), then the directory,
+// then SetDirMade (a compare-and-swap write), then the answer. A delete
+// that marked the record deleting before SetDirMade makes it fail: the
+// directory this call made (nobody answered it) is removed again and the
+// call is ABORTED. One that marks it after removes the directory after
+// it was made.
+func (s *Service) createDir(ctx context.Context, p *plan) (*journal.Record, error) {
+	rec, res, err := s.record(ctx, p)
+	defer func() {
+		if res != nil {
+			res.Release()
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	if why := p.dirMismatch(rec); why != "" {
+		return nil, fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.name, why)
+	}
+	// Before the local reservation goes: this process's allocator keeps
+	// every create off the id until DeleteVolume forgets it (the
+	// allocator's listings add the record's directory volumes too:
+	// dirSource).
+	s.gids.Record(*dirStandIn(rec))
+	// And access point creates of this process skip it from now on (every
+	// listing tells the others: dirSource).
+	s.otherClusters.addOutside(rec.FileSystem, rec.UID, rec.GID)
+	made, err := s.makeDir(ctx, rec, p.params.DirectoryPerms)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.journal.SetDirMade(ctx, rec); err != nil {
+		if !errors.Is(err, journal.ErrDeleting) {
+			return nil, err
+		}
+		// Marked deleting (or finished) since this call read the record:
+		// nobody can answer the volume any more.
+		if made {
+			if rerr := s.unmakeDir(ctx, rec); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+		return nil, fmt.Errorf("%w: %w", keylock.ErrBusy, err)
+	}
+	return rec, nil
+}
+
+// dirMismatch says why rec, the record of p's path, serves another
+// volume than p describes, or "". Its name is checked by record.
+func (p *plan) dirMismatch(rec *journal.Record) string {
+	switch {
+	case !rec.Dir:
+		return fmt.Sprintf("its path %s is recorded for an access point volume", rec.Path)
+	case rec.Path != p.input.Path:
+		return fmt.Sprintf("directory %q, want %q", rec.Path, p.input.Path)
+	case rec.Capacity != p.capacity:
+		return fmt.Sprintf("capacity %d bytes, want %d", rec.Capacity, p.capacity)
+	case p.params.UID >= 0 && rec.UID != p.params.UID:
+		return fmt.Sprintf("uid %d, want %d", rec.UID, p.params.UID)
+	case p.params.GID >= 0 && rec.GID != p.params.GID:
+		return fmt.Sprintf("gid %d, want %d", rec.GID, p.params.GID)
+	case p.params.NeedsGIDAllocation() && (rec.Allocated < p.params.GIDRangeStart || rec.Allocated > p.params.GIDRangeEnd):
+		return fmt.Sprintf("allocated id %d outside [%d, %d]", rec.Allocated, p.params.GIDRangeStart, p.params.GIDRangeEnd)
+	}
+	return ""
+}
+
+// dirStandIn is the access point a directory volume stands for where
+// access points are counted: in the allocator (its ids), root removal's
+// indexes (its path; the token tells its own record apart) and the
+// removal itself. Its ID ("dir:" and the token) is no EFS ID.
+func dirStandIn(rec *journal.Record) *efs.AccessPoint {
+	return &efs.AccessPoint{
+		ID: "dir:" + rec.Token, FileSystemID: rec.FileSystem, Path: rec.Path, ClientToken: rec.Token,
+		PosixUser: &efs.PosixUser{UID: rec.UID, GID: rec.GID},
+	}
+}
+
+// makeDir makes rec's directory on its file system, through this
+// controller's mount of it, one component at a time from the mount's root
+// through descriptors (pkg/dirfd: no symlink followed, no mount crossed).
+// Missing components above it are made root's, mode 0755 (as a base path
+// an administrator makes); the directory itself is made with mode 0, then
+// given rec's uid and gid, then perms: a directory of mode 0 owned by this
+// process is one a killed attempt made, which a retry finishes. An existing
+// directory is used as it is (as EFS uses an access point's existing
+// root): ensureUniqueDirectory "false" names one on purpose. made: this
+// call made it.
+func (s *Service) makeDir(ctx context.Context, rec *journal.Record, perms string) (made bool, err error) {
+	mode, err := strconv.ParseUint(perms, 8, 32)
+	if err != nil {
+		return false, &volume.ParamError{Key: volume.ParamDirectoryPerms, Reason: err.Error()}
+	}
+	mnt, release, err := s.dirMount(ctx, rec.FileSystem)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	made, err = mkdirAt(mnt, rec.Path, int(rec.UID), int(rec.GID), uint32(mode))
+	if err != nil {
+		return false, fmt.Errorf("%w: directory %s on %s: %w", ErrDirCreation, rec.Path, rec.FileSystem, err)
+	}
+	if made {
+		s.log.Info("directory made", slog.String("fileSystem", rec.FileSystem), slog.String("path", rec.Path),
+			slog.Int64("uid", rec.UID), slog.Int64("gid", rec.GID), slog.String("mode", perms))
+	}
+	return made, nil
+}
+
+// ErrDirCreation: a directory volume's directory could not be made; the
+// record stays, and the retry makes it.
+var ErrDirCreation = errors.New("directory creation failed")
+
+// mkdirAt is makeDir's walk below root (a mount point).
+func mkdirAt(root, path string, uid, gid int, mode uint32) (made bool, err error) {
+	comps := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	for _, c := range comps {
+		if c == "" || c == "." || c == ".." {
+			return false, fmt.Errorf("%w: %q", volume.ErrUnsafePath, path)
+		}
+	}
+	fd, err := dirfd.Retry(func() (int, error) {
+		return unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return false, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer func() { unix.Close(fd) }()
+	for i, c := range comps[:len(comps)-1] {
+		next, err := dirfd.Open(fd, c)
+		if errors.Is(err, unix.ENOENT) {
+			if err := unix.Mkdirat(fd, c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				return false, &os.PathError{Op: "mkdir", Path: "/" + strings.Join(comps[:i+1], "/"), Err: err}
+			}
+			next, err = dirfd.Open(fd, c)
+		}
+		if err != nil {
+			return false, &os.PathError{Op: "open", Path: "/" + strings.Join(comps[:i+1], "/"), Err: err}
+		}
+		unix.Close(fd)
+		fd = next
+	}
+	name := comps[len(comps)-1]
+	err = unix.Mkdirat(fd, name, 0)
+	made = err == nil
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return false, &os.PathError{Op: "mkdir", Path: path, Err: err}
+	}
+	d, err := dirfd.Open(fd, name)
+	if err != nil {
+		return made, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(d)
+	var st unix.Stat_t
+	if err := unix.Fstat(d, &st); err != nil {
+		return made, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if !made && (st.Mode&0o7777 != 0 || int(st.Uid) != os.Geteuid()) {
+		return false, nil // someone's directory: used as it is
+	}
+	if err := unix.Fchown(d, uid, gid); err != nil {
+		return made, &os.PathError{Op: "chown", Path: path, Err: err}
+	}
+	if err := unix.Fchmod(d, mode); err != nil {
+		return made, &os.PathError{Op: "chmod", Path: path, Err: err}
+	}
+	return made, nil
+}
+
+// unmakeDir removes the (empty) directory of rec that this create made
+// and nobody answered. A directory that is not empty is kept (logged).
+func (s *Service) unmakeDir(ctx context.Context, rec *journal.Record) error {
+	mnt, release, err := s.dirMount(ctx, rec.FileSystem)
+	if err != nil {
+		return err
+	}
+	defer release()
+	dir, name := pathSplit(rec.Path)
+	fd, err := openBelow(mnt, dir)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return err
+	}
+	defer unix.Close(fd)
+	err = unix.Unlinkat(fd, name, unix.AT_REMOVEDIR)
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
+		s.log.Info("directory removed", slog.String("path", rec.Path), slog.String("reason", "made while its volume was being deleted; never answered"))
+		return nil
+	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
+		s.log.Warn("directory kept: made while its volume was being deleted, and not empty", slog.String("path", rec.Path))
+		return nil
+	}
+	return &os.PathError{Op: "rmdir", Path: rec.Path, Err: err}
+}
+
+// pathSplit splits an absolute path into its parent's components and its
+// last one.
+func pathSplit(p string) ([]string, string) {
+	comps := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	return comps[:len(comps)-1], comps[len(comps)-1]
+}
+
+// openBelow opens root/comps... through descriptors (pkg/dirfd).
+func openBelow(root string, comps []string) (int, error) {
+	fd, err := dirfd.Retry(func() (int, error) {
+		return unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return -1, err
+	}
+	for _, c := range comps {
+		next, err := dirfd.Open(fd, c)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// dirMounts are the controller's mounts of whole file systems for making
+// directories: one per file system, shared by the creates under way and
+// released by the last (a storm mounts once; a lone create mounts for
+// itself). The mount points are root removal's kind (mountPointPrefix), so
+// a killed process's are cleaned up alike (CleanStaleMountPoints).
+type dirMounts struct {
+	mu sync.Mutex
+	m  map[dirMountKey]*dirMount
+}
+
+// dirMountKey: a file system through one backend's mounter.
+type dirMountKey struct {
+	mounter FileSystemMounter
+	fsID    string
+}
+
+type dirMount struct {
+	users int
+	ready chan struct{} // closed once path and err are set
+	path  string
+	err   error
+}
+
+// dirMount returns the mount point of fsID's root, and the func that
+// releases it (the last user's release unmounts).
+func (s *Service) dirMount(ctx context.Context, fsID string) (string, func(), error) {
+	key := dirMountKey{s.mounter, fsID}
+	d := s.dirs
+	d.mu.Lock()
+	if d.m == nil {
+		d.m = map[dirMountKey]*dirMount{}
+	}
+	m := d.m[key]
+	first := m == nil
+	if first {
+		m = &dirMount{ready: make(chan struct{})}
+		d.m[key] = m
+	}
+	m.users++
+	d.mu.Unlock()
+	release := func() { s.releaseDirMount(ctx, key, m) }
+	if first {
+		m.path, m.err = s.mountRoot(ctx, fsID)
+		if m.err != nil {
+			d.mu.Lock()
+			if d.m[key] == m {
+				delete(d.m, key) // the next create mounts again
+			}
+			d.mu.Unlock()
+		}
+		close(m.ready)
+	} else {
+		select {
+		case <-m.ready:
+		case <-ctx.Done():
+			release()
+			return "", nil, fmt.Errorf("%w: waiting for the mount of %s: %w", ErrDirCreation, fsID, ctx.Err())
+		}
+	}
+	if m.err != nil {
+		release()
+		return "", nil, m.err
+	}
+	return m.path, release, nil
+}
+
+func (s *Service) releaseDirMount(ctx context.Context, key dirMountKey, m *dirMount) {
+	d := s.dirs
+	d.mu.Lock()
+	m.users--
+	last := m.users == 0
+	if last && d.m[key] == m {
+		delete(d.m, key)
+	}
+	d.mu.Unlock()
+	if last && m.err == nil && m.path != "" {
+		s.releaseMount(ctx, m.path)
+	}
+}
+
+// mountRoot mounts fsID's root at a fresh mount point of its own.
+func (s *Service) mountRoot(ctx context.Context, fsID string) (string, error) {
+	mnt, err := os.MkdirTemp(s.tmpDir, mountPointPrefix+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		return "", fmt.Errorf("%w: mount point: %v", ErrDirCreation, err)
+	}
+	if err := s.mounter.MountFileSystem(ctx, fsID, mnt); err != nil {
+		// Released as a mount point all the same: a mount cut short (a
+		// cancelled call, a helper that failed late) may have happened.
+		s.releaseMount(ctx, mnt)
+		return "", fmt.Errorf("%w: mount %s (directory volumes need a controller that may mount file systems: the chart's controller.directoryVolumes): %w", ErrDirCreation, fsID, err)
+	}
+	return mnt, nil
+}
+
+// deleteDirVolume deletes a directory volume (docs/design.md, "Directory
+// volumes"): only one the record names (the ID's path's token, a directory
+// volume at that path); anything else is answered OK with nothing removed,
+// as a static volume is. Under the record's name locks: MarkDeleting, then
+// with --delete-access-point-root-dir the directory's removal under root
+// removal's rules (removeRootDir: never one another listed access point or
+// recorded volume reaches, after the listing lag, through descriptors),
+// then Finish (id, then record).
+func (s *Service) deleteDirVolume(ctx context.Context, id volume.ID) (*csi.DeleteVolumeResponse, error) {
+	token := volume.DirToken(id.Path)
+	fkey := s.finishedKey(id.FileSystemID, "dir:"+token)
+	if s.finished.done(fkey, s.now()) {
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	began := time.Now() // real time: EFS's listing lag is
+	rec, err := s.journal.Volume(ctx, id.FileSystemID, token)
+	if errors.Is(err, journal.ErrNotFound) {
+		return &csi.DeleteVolumeResponse{}, nil // never made, or deleted: nothing recorded, nothing removed
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !rec.Dir || rec.Path != id.Path {
+		s.log.Warn("volume not deleted: the record at its path is not this directory volume",
+			slog.String("volumeID", id.String()), slog.String("recorded", rec.Path))
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	locks := recordLocks(rec)
+	unlock, err := s.locks.TryLock(locks...)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// Read again under the locks: a create that held them may have
+	// changed it, or a delete finished it.
+	if rec, err = s.journal.Volume(ctx, id.FileSystemID, token); errors.Is(err, journal.ErrNotFound) {
+		return &csi.DeleteVolumeResponse{}, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if err := s.journal.MarkDeleting(ctx, rec); err != nil {
+		return nil, err
+	}
+	standIn := dirStandIn(rec)
+	if s.delRoot {
+		defer s.roots.deletingNow(standIn.ID)()
+		since := began
+		if !rec.DeletingSince.IsZero() && rec.DeletingSince.Before(since) {
+			since = rec.DeletingSince
+		}
+		if err := s.removeRootDir(ctx, standIn, provenance{recorded: true, csi: true, volumeName: rec.Name, locks: locks}, nil, since); err != nil {
+			return nil, err
+		}
+	} else {
+		s.log.Info("directory kept: --delete-access-point-root-dir is off", slog.String("volumeID", id.String()))
+	}
+	s.roots.gone(standIn.ID, s.now())
+	s.gids.Forget(rec.FileSystem, standIn.ID)
+	if err := s.journal.Finish(ctx, rec); err != nil {
+		return nil, err
+	}
+	s.log.Info("directory volume deleted", slog.String("volumeID", id.String()), slog.Bool("directoryRemoved", s.delRoot))
+	s.finished.add(fkey, locks, s.now())
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// dirVolumeIDs are the IDs of this cluster's directory volumes (the
+// record's, not being deleted), for ListVolumes.
+func (s *Service) dirVolumeIDs(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := s.journal.Volumes(ctx, "", func(recs []*journal.Record) error {
+		for _, r := range recs {
+			if r.Dir && !r.Deleting && API(r.API) == s.api {
+				ids = append(ids, volume.DirID(r.FileSystem, r.Path))
+			}
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// dirSource is the EFS client with the record's directory volumes in
+// every listing of a file system, under the allocator's Source
+// (watchedSource): each listing of its access points is followed by a
+// page of stand-ins carrying their ids (dirStandIn), so that no create
+// picks an id a directory volume holds, after a restart too: the
+// allocator's (directory volumes) count them used, and access point
+// creates under GID tokens, which hold no id entry and walk their own
+// sequence of ids, skip them as ids carried outside the GID token
+// protocol (a stand-in's token is no GID token: carriedOutside).
+//
+// The record is read by its index of directory volumes (one List per
+// listing, once a minute per file system), and only on file systems this
+// process has provisioned a directory volume on (fss): a cluster without
+// directory volumes reads nothing more. Another process's, unseen until
+// then, are held in the id table all the same: a create that picks one of
+// their ids finds it held (HoldID) and takes the next.
+type dirSource struct {
+	EFS
+	j   *journal.Journal
+	fss *sync.Map
+}
+
+func (d dirSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
+	if err := d.EFS.ListAccessPoints(ctx, fsID, fn); err != nil {
+		return err
+	}
+	if _, ok := d.fss.Load(fsID); !ok {
+		return nil
+	}
+	var page []efs.AccessPoint
+	err := d.j.DirVolumes(ctx, fsID, func(recs []*journal.Record) error {
+		for _, r := range recs {
+			if r.Allocated != journal.NoID {
+				page = append(page, *dirStandIn(r))
+			}
+		}
+		return nil
+	})
+	if err != nil || len(page) == 0 {
+		return err
+	}
+	return fn(page)
+}
