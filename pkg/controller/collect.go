@@ -231,14 +231,17 @@ func (s *Service) orphanTarget(ctx context.Context, rec *journal.Record) (string
 // naming an upstream-made, hand-made or untagged access point would
 // otherwise delete it with its data. This driver tags every access point
 // it makes (but for enableTagging "false" classes, whose orphans are left
-// to the audit): its cluster tag, the record's volume name, this cluster's
-// ID (the collector runs only where the Kubernetes API gives one), and the
-// record's claim where it names one. An earlier release's or upstream's
-// access point, which lacks this cluster's ID, is never collected.
+// to the audit): its cluster tag, the record's volume name, no other
+// cluster's ID (a replica that could not read its cluster's ID, under
+// upstream's RBAC, writes none), and the record's claim where it names one.
+// Upstream's access points (no volume-name tag) and untagged ones are never
+// collected; an earlier release's, which carries this driver's tags, is
+// when a forged entry names it with its own name and claim.
 func (s *Service) taggedFor(rec *journal.Record, ap *efs.AccessPoint) error {
 	t := ap.Tags
 	claimOK := func(key, want string) bool { v, ok := t[key]; return !ok || v == want }
-	if t[TagCluster] != "true" || t[TagVolumeName] != rec.Name || t[TagClusterID] != s.cluster ||
+	_, other := ownership.OtherCluster(ap, s.cluster)
+	if t[TagCluster] != "true" || t[TagVolumeName] != rec.Name || other ||
 		!claimOK(TagClaimName, rec.ClaimName) || !claimOK(TagClaimNamespace, rec.ClaimNamespace) {
 		return fmt.Errorf("%w: volume %q: access point %s does not carry this cluster's tags for it (cluster %q, volume %q, cluster ID %q, claim %s/%s): the record alone proves nothing to the collector",
 			ErrNotCollectable, rec.Name, ap.ID, t[TagCluster], t[TagVolumeName], t[TagClusterID], t[TagClaimNamespace], t[TagClaimName])

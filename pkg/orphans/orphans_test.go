@@ -387,8 +387,6 @@ func TestForgedRecordsDeleteNothing(t *testing.T) {
 		{"untagged", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", nil},
 		{"made by hand", "terraform-1", map[string]string{"Name": "shared"}},
 		{"another volume's", "pvc-other", ours("pvc-other")},
-		{"an earlier release's, before cluster IDs", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", map[string]string{controller.TagCluster: "true",
-			controller.TagVolumeName: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f"}},
 		{"another claim's", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", map[string]string{controller.TagCluster: "true",
 			controller.TagVolumeName: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", controller.TagClusterID: kubetest.KubeSystemUID,
 			controller.TagClaimName: "real", controller.TagClaimNamespace: "ns"}},
