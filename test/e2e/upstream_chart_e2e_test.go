@@ -163,10 +163,11 @@ func TestHelmUpgradeFromUpstreamChartMidStorm(t *testing.T) {
 		t.Logf("upstream-args replica %s stopped with %d claims pending", o.name, inFlight)
 	}
 
-	// The upstream-args replicas kept their record in their pods' files (upstream's
-	// RBAC grants no ConfigMaps), gone with the pods: what they made for a claim
-	// deleted while its CreateVolume was in flight when they were stopped, no
-	// controller of this chart can prove its own (issue 20: tags are forgeable). Left,
+	// The upstream-args replicas keep their record in Leases (upstream's RBAC grants
+	// them), shared with this chart's controllers, whose orphan collector then
+	// collects what they made for a claim deleted while its CreateVolume was in
+	// flight when they were stopped. Releases before that kept it in their pods'
+	// files, gone with the pods: what such a record names (recordedTokens) is left,
 	// logged, for `efs-csi-driver audit`, as the upstream driver leaves it; anything
 	// else left fails.
 	tokens := recordedTokens(t, oldTmp)
