@@ -177,6 +177,16 @@ func setupEmbedded(ctx context.Context, cfg *Config, outDir string, onEvent func
 		argv = append(argv, fmt.Sprintf("--access-point-limit=%d", cfg.AccessPointLimit))
 	}
 	argv = append(argv, cfg.DriverArgs...)
+	for _, a := range cfg.DriverArgs {
+		// The audit expects removed root directories only where the driver
+		// removes them: a later flag wins, as in the driver's flag parsing.
+		switch strings.TrimLeft(a, "-") {
+		case "delete-access-point-root-dir=false":
+			t.rootDirDel = false
+		case "delete-access-point-root-dir", "delete-access-point-root-dir=true":
+			t.rootDirDel = os.Geteuid() == 0
+		}
+	}
 	t.driverLog = filepath.Join(outDir, "driver.log")
 	dlog, err := os.Create(t.driverLog)
 	if err != nil {

@@ -295,7 +295,11 @@ func stressRun(t *testing.T, s *suite, dir, name string, volumes int, driverArgs
 	args := []string{"--embedded", "--driver-binary=" + filepath.Join(s.bins, "efs-csi-driver"),
 		"--volumes=" + strconv.Itoa(volumes), "--concurrency=100", "--fault-profile=none", "--chaos=false",
 		"--progress=false", "--seed=7", "--out-dir=" + out}
-	for _, a := range driverArgs {
+	// EFS_BENCH_DRIVER_ARGS: more driver flags for both records, e.g.
+	// --delete-access-point-root-dir=false (the chart's default; as root the
+	// stress tool turns root removal on, whose listing-lag wait bounds the
+	// deletes at about the worker count per second).
+	for _, a := range append(driverArgs, strings.Fields(os.Getenv("EFS_BENCH_DRIVER_ARGS"))...) {
 		args = append(args, "--driver-arg="+a)
 	}
 	cmd := exec.CommandContext(t.Context(), filepath.Join(dir, "efs-csi-stress"), args...)
