@@ -157,14 +157,14 @@ func (r *Report) summary() summary {
 // section is a list of one kind of a file system: its title, a header, at
 // most listCap rows (each with a longer "why"), and how many more.
 type section struct {
-	Title   string
-	Head []string
+	Title string
+	Head  []string
 	// Class is each column's: "num" (a number: right-aligned, unbroken),
 	// "word" (a short token: unbroken) or "" (text, broken anywhere to
 	// fit).
 	Class []string
 	Rows  []row
-	More    string
+	More  string
 }
 
 type row struct {
@@ -186,7 +186,7 @@ func (fs *FileSystem) sections() []section {
 	var out []section
 	if n := len(fs.Unreferenced); n > 0 {
 		s := section{Title: fmt.Sprintf("access points no PersistentVolume names: %d, %d of them findings (%d provable leaks)", n, fs.Counts.UnreferencedFindings, fs.Counts.Leaks),
-			Head:    []string{"finding", "access point", "path", "GID", "owner", "volume", "claim"},
+			Head:  []string{"finding", "access point", "path", "GID", "owner", "volume", "claim"},
 			Class: []string{"word", "word", "", "num", "word", "", ""}, More: moreLine(n, "access points without a PV")}
 		for _, u := range fs.Unreferenced[:min(n, listCap)] {
 			kind := "no"

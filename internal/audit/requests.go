@@ -58,7 +58,7 @@ const outcomeExpectedNotFound = "not_found_expected"
 
 // expectedNotFound are the (operation, error code) pairs of those answers.
 var expectedNotFound = map[[2]string]bool{
-	{efs.OpDescribeAccessPoints, "AccessPointNotFound"}:     true,
+	{efs.OpDescribeAccessPoints, "AccessPointNotFound"}:   true,
 	{efs.OpS3GetAccessPoint, "ResourceNotFoundException"}: true,
 }
 

@@ -65,7 +65,7 @@ type Display struct {
 	show  bool
 	final sync.Once
 	stop  chan struct{}
-	done chan struct{}
+	done  chan struct{}
 }
 
 // Start calls line every 200ms and redraws it in place when bar (a
