@@ -355,9 +355,7 @@ func (s *configMapStore) List(ctx context.Context, kind journal.Kind, fs, index 
 	restarts := 0
 	for {
 		l, err := s.cms.List(ctx, opts)
-		if err != nil && opts.Continue != "" && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) && restarts < maxListRestarts {
-			restarts++
-			opts.Continue = ""
+		if listExpired(err, &opts, &restarts) {
 			continue
 		}
 		if err != nil {
@@ -430,4 +428,16 @@ func unavailable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// listExpired reports whether a paged List must start over because its
+// continue token expired, while it has restarts left; it counts one and
+// clears the token.
+func listExpired(err error, opts *metav1.ListOptions, restarts *int) bool {
+	if err == nil || opts.Continue == "" || !(apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) || *restarts >= maxListRestarts {
+		return false
+	}
+	*restarts++
+	opts.Continue = ""
+	return true
 }

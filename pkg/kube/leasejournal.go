@@ -717,9 +717,7 @@ func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index stri
 		}
 		s.stats.lists.Add(1)
 		l, err := s.leases.List(ctx, opts)
-		if err != nil && opts.Continue != "" && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) && restarts < maxListRestarts {
-			restarts++
-			opts.Continue = ""
+		if listExpired(err, &opts, &restarts) {
 			continue
 		}
 		if err != nil {
