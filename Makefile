@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION) \
 	-X github.com/efs-csi/efs-csi-driver/pkg/driver.GitCommit=$(GIT_COMMIT) \
 	-X github.com/efs-csi/efs-csi-driver/pkg/driver.BuildDate=$(BUILD_DATE)
 
-.PHONY: build run test test-short fuzz bench bench-record e2e soak lint image-check readme clean sim
+.PHONY: build run test test-short fuzz bench bench-record bench-record-quick e2e soak lint image-check readme clean sim
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -76,6 +76,10 @@ e2e: build
 # the same storm with the record in a file and in Leases, Lease requests per
 # pair, then 10,000 volumes at rest. EFS_BENCH_VOLUMES (1000), EFS_BENCH_RUNS
 # (2), EFS_BENCH_AT_REST (10000; 0: none). About 10 minutes on 2 cores.
+# The same storm against an API server that answers at once (in-process).
+bench-record-quick: build
+	EFS_BENCH_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m -v -run '^TestRecordBenchmarkQuickAPI$$' ./pkg/kube
+
 bench-record: build
 	cd test/e2e && EFS_BENCH_RECORD=1 EFS_E2E_BIN_DIR=$(CURDIR)/bin $(GO) test -tags e2e -count=1 -timeout 90m -v -run '^TestRecordBenchmark$$' .
 

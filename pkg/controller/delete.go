@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/rmtree"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -98,7 +100,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 		return nil, fmt.Errorf("%w: access point %s was made by cluster %q, not this one (%q); it is not deleted here",
 			ErrForeign, ap.ID, other, s.cluster)
 	}
-	rec, err := s.recordOf(ctx, ap)
+	rec, err := s.recordOf(ctx, ap, true)
 	if err != nil {
 		return nil, err
 	}
@@ -112,12 +114,23 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 	if prov.recorded {
 		// Read again under the name lock: a create that held it may have
 		// changed the record meanwhile.
-		if rec, err = s.journal.Volume(ctx, rec.FileSystem, rec.Token); err != nil && !errors.Is(err, journal.ErrNotFound) {
+		fresh, err := s.journal.Volume(ctx, rec.FileSystem, rec.Token)
+		if err != nil && !errors.Is(err, journal.ErrNotFound) {
 			return nil, err
 		}
-		if !ownership.Agrees(rec, ap) {
-			rec = nil
+		if !ownership.Agrees(fresh, ap) {
+			// Changed since the first read, which may have been a hint
+			// long stale: look the record up again, without hints. One
+			// under other locks than those held is left to a retry.
+			if fresh, err = s.recordOf(ctx, ap, false); err != nil {
+				return nil, err
+			}
+			if fresh != nil && !isSubset(recordLocks(fresh), prov.locks) {
+				return nil, fmt.Errorf("%w: the record of access point %s changed while its delete took its locks", keylock.ErrBusy, ap.ID)
+			}
+			prov = withLocks(provenanceOf(ap, fresh), prov.locks)
 		}
+		rec = fresh
 	} else {
 		rec = nil
 	}
@@ -170,9 +183,18 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 // (an earlier release's later generation, adopted into the record of its
 // first; upstream's reuseAccessPoint hash) is looked up by the record's
 // index of access points.
-func (s *Service) recordOf(ctx context.Context, ap *efs.AccessPoint) (*journal.Record, error) {
+//
+// With hints, the key's record may be read from what this process last
+// knew of it (journal.VolumeHint: no request when this process wrote or
+// read it last); the caller then takes only its locks from it and reads it
+// again under them before acting.
+func (s *Service) recordOf(ctx context.Context, ap *efs.AccessPoint, hints bool) (*journal.Record, error) {
 	if key := volumeKeyOf(ap); key != "" && !volume.IsGIDToken(key) {
-		rec, err := s.journal.Volume(ctx, ap.FileSystemID, key)
+		read := s.journal.Volume
+		if hints {
+			read = s.journal.VolumeHint
+		}
+		rec, err := read(ctx, ap.FileSystemID, key)
 		switch {
 		case err == nil && ownership.Agrees(rec, ap):
 			return rec, nil
@@ -200,6 +222,16 @@ func recordLocks(rec *journal.Record) []string {
 		return []string{nameKey(rec.Token)}
 	}
 	return []string{nameKey(rec.Name), nameKey(rec.Token)}
+}
+
+// isSubset reports whether every lock of want is in held.
+func isSubset(want, held []string) bool {
+	for _, k := range want {
+		if !slices.Contains(held, k) {
+			return false
+		}
+	}
+	return true
 }
 
 // lookUp is the access point the volume ID names, as DescribeAccessPoint

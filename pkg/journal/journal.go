@@ -189,6 +189,28 @@ func (j *Journal) Volume(ctx context.Context, fs, token string) (*Record, error)
 	return decode(e)
 }
 
+// VolumeHint is the record of the volume whose access point has token on
+// fs as this process last read or wrote it, when the store keeps that
+// (Hinter), else as Volume reads it: possibly stale, so only for a caller
+// that proves it before acting (a compare-and-swap, or a read under the
+// volume's locks).
+func (j *Journal) VolumeHint(ctx context.Context, fs, token string) (*Record, error) {
+	if e, ok := j.hint(volumeKey(fs, token)); ok {
+		if r, err := decode(e); err == nil {
+			return r, nil
+		}
+	}
+	return j.Volume(ctx, fs, token)
+}
+
+// hint is the store's hint of k (Hinter), if it has one.
+func (j *Journal) hint(k Key) (Entry, bool) {
+	if h, ok := j.s.(Hinter); ok {
+		return h.Hint(k)
+	}
+	return Entry{}, false
+}
+
 // Begin records v unless a record of its token exists: it returns the
 // record stored, and whether this call made it. The caller compares an
 // existing record with what it wants.
@@ -251,17 +273,25 @@ func (j *Journal) releaseID(ctx context.Context, fs string, id int64, token stri
 	if id == NoID {
 		return nil
 	}
+	// A hint that the entry is ours is proven by the compare-and-swap of
+	// the Delete; any other hint is read again (a stale "another's" or
+	// none would leave ours held for nobody).
+	e, hinted := j.hint(idKey(fs, id))
 	for {
-		e, err := j.s.Get(ctx, idKey(fs, id))
-		if errors.Is(err, ErrNotFound) {
-			return nil
+		if !hinted || string(e.Value) != token {
+			var err error
+			e, err = j.s.Get(ctx, idKey(fs, id))
+			if errors.Is(err, ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if string(e.Value) != token {
+				return nil // another volume's now: ours was released before
+			}
 		}
-		if err != nil {
-			return err
-		}
-		if string(e.Value) != token {
-			return nil // another volume's now: ours was released before
-		}
+		hinted = false
 		if err := j.s.Delete(ctx, e); !errors.Is(err, ErrConflict) {
 			return err
 		}

@@ -88,3 +88,15 @@ type Store interface {
 	Delete(ctx context.Context, e Entry) error
 	List(ctx context.Context, kind Kind, fileSystem, index string, fn func([]Entry) error) error
 }
+
+// Hinter is a Store that can also answer from what this process last read
+// or wrote of an entry, without a request: Hint returns that entry, or
+// false when it knows none. A hint may be stale (another replica may have
+// written since) and says nothing about absence, so the journal uses one
+// only where being stale costs nothing: as the version of a
+// compare-and-swap, which then fails and is followed by a Get, or in place
+// of a read that is read again under the volume's locks (docs/design.md,
+// The record: hints).
+type Hinter interface {
+	Hint(key Key) (Entry, bool)
+}

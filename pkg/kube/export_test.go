@@ -44,3 +44,6 @@ func (c *Client) RawLeases(ctx context.Context, ns, owner string) (names []strin
 func (c *Client) DeleteLease(ctx context.Context, ns, name string) error {
 	return c.journalLeases().Leases(ns).Delete(ctx, name, metav1.DeleteOptions{})
 }
+
+// ResourceVersionOf is resourceVersionOf.
+var ResourceVersionOf = resourceVersionOf

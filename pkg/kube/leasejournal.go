@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -123,7 +124,8 @@ const (
 // that would exceed it fails (definitively) and names the shard.
 func (c *Client) LeaseJournalStore(namespace, owner string) journal.Store {
 	qps, burst := c.journalRate()
-	return &leaseStore{leases: c.journalLeases().Leases(namespace), ns: namespace, owner: owner,
+	cv1 := c.journalLeases()
+	return &leaseStore{leases: cv1.Leases(namespace), rest: cv1.RESTClient(), ns: namespace, owner: owner,
 		ownerLabel: labelValueOf(owner), page: pageSize, ownerHash: ownerHash(owner),
 		limiter: flowcontrol.NewTokenBucketRateLimiter(qps, burst), shards: map[shardID]*leaseShard{}}
 }
@@ -162,6 +164,7 @@ func LeaseJournalStatsOf(s journal.Store) (LeaseJournalStats, bool) {
 
 type leaseStore struct {
 	leases     coordinationv1.LeaseInterface
+	rest       rest.Interface // the same client, for writes (writeShard)
 	ns, owner  string
 	ownerLabel string
 	ownerHash  string
@@ -203,6 +206,27 @@ type leaseShard struct {
 	// none). A write whose outcome is unknown forgets it.
 	known bool
 	cur   *coordinationv1api.Lease
+	// entries: cur's entries, parsed once (nil: not yet). Shared, never
+	// changed: apply changes a copy.
+	entries map[string]string
+}
+
+// parsed is the entries of cur, which the caller read from sh under sh.mu,
+// parsed once per Lease this process knows.
+func (sh *leaseShard) parsed(cur *coordinationv1api.Lease) (map[string]string, error) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if cur == nil || cur != sh.cur {
+		return entriesOf(cur)
+	}
+	if sh.entries == nil {
+		es, err := entriesOf(cur)
+		if err != nil {
+			return nil, err
+		}
+		sh.entries = es
+	}
+	return sh.entries, nil
 }
 
 type opKind int
@@ -464,7 +488,7 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 			known = false
 			continue
 		}
-		results, next, size, changed := s.apply(sh, cur, batch)
+		results, next, nextEntries, size, changed := s.apply(sh, cur, batch)
 		if !changed {
 			if fresh {
 				s.answer(batch, results)
@@ -483,7 +507,7 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 		written, err := s.writeShard(sh, cur, next)
 		switch {
 		case err == nil:
-			s.remember(sh, true, written)
+			s.rememberParsed(sh, true, written, nextEntries)
 			s.answer(batch, results)
 			if size > SplitBytes && sh.id.depth < maxDepth {
 				// After answering (the batch is written; a split is the
@@ -507,11 +531,49 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 }
 
 func (s *leaseStore) remember(sh *leaseShard, known bool, l *coordinationv1api.Lease) {
+	s.rememberParsed(sh, known, l, nil)
+}
+
+// rememberParsed is remember with l's entries already parsed (nil: not).
+func (s *leaseStore) rememberParsed(sh *leaseShard, known bool, l *coordinationv1api.Lease, entries map[string]string) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if !known || !sh.known || sh.cur == nil || l == nil || newer(l.ResourceVersion, sh.cur.ResourceVersion) {
-		sh.known, sh.cur = known, l
+		sh.known, sh.cur, sh.entries = known, l, entries
 	}
+}
+
+// Hint is the entry at k in the shard as this process last read or wrote
+// it (journal.Hinter), without a request: false when it knows no shard
+// holding k, or the shard holds no entry at k (absence is never hinted).
+func (s *leaseStore) Hint(k journal.Key) (journal.Entry, bool) {
+	ann, bits := entryAnnotation(k)
+	for d := rootDepth; d <= maxDepth; d++ {
+		sh := s.shard(shardID{d, prefixOf(bits, d)})
+		sh.mu.Lock()
+		known, cur := sh.known, sh.cur
+		sh.mu.Unlock()
+		if !known || cur == nil {
+			return journal.Entry{}, false
+		}
+		if d < maxDepth && splitState(cur) == splitDone {
+			continue
+		}
+		entries, err := sh.parsed(cur)
+		if err != nil {
+			return journal.Entry{}, false
+		}
+		raw, ok := entries[ann]
+		if !ok {
+			return journal.Entry{}, false
+		}
+		e, err := decodeEntry(raw)
+		if err != nil || e.Key != k {
+			return journal.Entry{}, false
+		}
+		return e, true
+	}
+	return journal.Entry{}, false
 }
 
 // newer reports whether resourceVersion a is later than b. They are etcd's
@@ -527,15 +589,16 @@ func newer(a, b string) bool {
 // against its entry's version. It returns each op's answer (versions of
 // writes still to be set), the Lease to write if any op changed it, and
 // the size its entries would take.
-func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch []*leaseOp) ([]leaseResult, *coordinationv1api.Lease, int, bool) {
+func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch []*leaseOp) ([]leaseResult, *coordinationv1api.Lease, map[string]string, int, bool) {
 	epoch, seq := "", uint64(0)
 	results := make([]leaseResult, len(batch))
-	next, err := entriesOf(cur)
+	next, err := sh.parsed(cur)
+	next = maps.Clone(next)
 	if err != nil {
 		for i := range results {
 			results[i].err = err
 		}
-		return results, nil, 0, false
+		return results, nil, nil, 0, false
 	}
 	size := 2
 	if cur != nil {
@@ -610,7 +673,7 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 		changed = true
 	}
 	if !changed {
-		return results, nil, size, false
+		return results, nil, nil, size, false
 	}
 	ann := map[string]string{}
 	if cur != nil {
@@ -632,7 +695,7 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 		}
 		l.Labels[LabelJournalOwner] = s.ownerLabel
 	}
-	return results, l, size, true
+	return results, l, next, size, true
 }
 
 func (s *leaseStore) answer(batch []*leaseOp, results []leaseResult) {
@@ -683,12 +746,66 @@ func (s *leaseStore) writeShard(sh *leaseShard, cur, next *coordinationv1api.Lea
 		n += len(k) + len(v)
 	}
 	s.stats.bytes.Add(int64(n))
+	req := s.rest.Put().Name(next.Name)
 	if cur == nil {
 		s.stats.creates.Add(1)
-		return s.leases.Create(ctx, next, metav1.CreateOptions{})
+		req = s.rest.Post()
+	} else {
+		s.stats.updates.Add(1)
 	}
-	s.stats.updates.Add(1)
-	return s.leases.Update(ctx, next, metav1.UpdateOptions{})
+	// The answer is read for its resourceVersion only, in JSON (metadata
+	// comes before the annotations): the rest is what was sent, and
+	// decoding a shard's entries back would cost as much as encoding them.
+	body, err := req.Namespace(s.ns).Resource("leases").Body(next).SetHeader("Accept", "application/json").Do(ctx).Raw()
+	if err != nil {
+		return nil, err
+	}
+	rv, err := resourceVersionOf(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kube: journal: the answer to the write of Lease %s/%s: %w", journal.ErrUnavailable, s.ns, next.Name, err)
+	}
+	next.ResourceVersion = rv
+	return next, nil
+}
+
+// resourceVersionOf is metadata.resourceVersion of an object in JSON,
+// read without decoding what follows it.
+func resourceVersionOf(body []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	inObject := func() error {
+		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			return fmt.Errorf("not a JSON object (%v)", err)
+		}
+		return nil
+	}
+	if err := inObject(); err != nil {
+		return "", err
+	}
+	for metadata := false; dec.More(); {
+		t, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		switch key, _ := t.(string); {
+		case !metadata && key == "metadata":
+			if err := inObject(); err != nil {
+				return "", err
+			}
+			metadata = true
+		case metadata && key == "resourceVersion":
+			var rv string
+			if err := dec.Decode(&rv); err != nil || rv == "" {
+				return "", fmt.Errorf("resourceVersion %q (%v)", rv, err)
+			}
+			return rv, nil
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return "", err
+			}
+		}
+	}
+	return "", errors.New("no metadata.resourceVersion")
 }
 
 func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index string, fn func([]journal.Entry) error) error {

@@ -425,3 +425,76 @@ func TestLeaseJournalAtRestRealAPIServer(t *testing.T) {
 		_ = c.DeleteLease(ctx, "default", name)
 	}
 }
+
+// Hints (journal.Hinter) answer without a request what this replica last
+// read or wrote, however stale, and never absence; a stale hint's version
+// fails the compare-and-swap it is used for.
+func TestLeaseJournalHintsAreWhatThisReplicaLastKnew(t *testing.T) {
+	k := kubetest.Start(t)
+	a, b := leaseStore(t, k, driver, 0), leaseStore(t, k, driver, 0)
+	ha, hb := a.(journal.Hinter), b.(journal.Hinter)
+	ctx := t.Context()
+	key := journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: "pvc-1"}
+	if _, ok := ha.Hint(key); ok {
+		t.Fatal("a hint of a shard never read")
+	}
+	e, err := a.Create(ctx, journal.Entry{Key: key, Value: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := len(k.Requests())
+	if got, ok := ha.Hint(key); !ok || string(got.Value) != "1" || got.Version != e.Version {
+		t.Fatalf("a's hint after its create = %+v, %v", got, ok)
+	}
+	if _, ok := hb.Hint(key); ok {
+		t.Fatal("b hints an entry it never saw")
+	}
+	if _, ok := ha.Hint(journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: "pvc-2"}); ok {
+		t.Fatal("a hints an entry no shard holds")
+	}
+	if n := len(k.Requests()); n != requests {
+		t.Fatalf("hints sent %d requests", n-requests)
+	}
+	// b writes: a's hint is now stale, and its version fails.
+	if _, err := b.Get(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	e2 := e
+	e2.Value = []byte("2")
+	if _, err := b.Update(ctx, e2); err != nil {
+		t.Fatal(err)
+	}
+	stale, ok := ha.Hint(key)
+	if !ok || string(stale.Value) != "1" {
+		t.Fatalf("a's hint after b's write = %+v, %v (want a's own, stale)", stale, ok)
+	}
+	stale.Value = []byte("3")
+	if _, err := a.Update(ctx, stale); !errors.Is(err, journal.ErrConflict) {
+		t.Fatalf("an update at a stale hint's version: %v, want ErrConflict", err)
+	}
+	if got, ok := ha.Hint(key); !ok || string(got.Value) != "2" {
+		t.Fatalf("a's hint after its conflict read the shard = %+v, %v", got, ok)
+	}
+}
+
+// The answer to a write is read for metadata.resourceVersion alone.
+func TestResourceVersionOfAnAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		body, want string
+	}{
+		{`{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","metadata":{"name":"x","resourceVersion":"42","annotations":{"a":"{\"resourceVersion\":\"7\"}"}},"spec":{}}`, "42"},
+		{`{"spec":{"resourceVersion":"1"},"metadata":{"annotations":{"resourceVersion":"9"},"resourceVersion":"43"}}`, "43"},
+		{` { "metadata" : { "resourceVersion" : "44" } } `, "44"},
+		{`{"metadata":{"name":"x"}}`, ""},
+		{`{"metadata":{"resourceVersion":""}}`, ""},
+		{`{"metadata":{"resourceVersion":5}}`, ""},
+		{`[]`, ""},
+		{``, ""},
+		{`{"metadata":`, ""},
+	} {
+		got, err := kube.ResourceVersionOf([]byte(tc.body))
+		if got != tc.want || (err == nil) != (tc.want != "") {
+			t.Errorf("resourceVersionOf(%s) = %q, %v; want %q", tc.body, got, err, tc.want)
+		}
+	}
+}

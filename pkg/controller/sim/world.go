@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -338,32 +339,81 @@ func (p *efsPort) ListAccessPoints(ctx context.Context, fsID string, fn func([]e
 	return nil
 }
 
+// storePort is a controller instance's view of its record store. It
+// keeps hints (journal.Hinter) as pkg/kube's Lease store does: every entry
+// as this instance last saw it answered, however stale since, so the
+// simulator searches the schedules where a hint is out of date.
 type storePort struct {
 	s    *Sim
 	inst *instance
 	st   *store
+
+	mu   sync.Mutex
+	seen map[journal.Key]journal.Entry
+}
+
+// saw remembers e as k's latest known state (gone: nil e).
+func (p *storePort) saw(k journal.Key, e *journal.Entry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seen == nil {
+		p.seen = map[journal.Key]journal.Entry{}
+	}
+	if e == nil {
+		delete(p.seen, k)
+		return
+	}
+	c := *e
+	c.Value = bytes.Clone(e.Value)
+	p.seen[k] = c
+}
+
+func (p *storePort) Hint(k journal.Key) (journal.Entry, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.seen[k]
+	e.Value = bytes.Clone(e.Value)
+	return e, ok
 }
 
 func (p *storePort) Get(ctx context.Context, k journal.Key) (journal.Entry, error) {
 	v, err := p.s.park(ctx, p.inst, kindStoreRead, "Get "+k.String(), func() (any, error) { return p.st.get(k) })
 	e, _ := v.(journal.Entry)
+	switch {
+	case err == nil:
+		p.saw(k, &e)
+	case errors.Is(err, journal.ErrNotFound):
+		p.saw(k, nil)
+	}
 	return e, err
 }
 
 func (p *storePort) Create(ctx context.Context, e journal.Entry) (journal.Entry, error) {
 	v, err := p.s.park(ctx, p.inst, kindStore, "Create "+e.Key.String(), func() (any, error) { return p.st.create(e) })
 	got, _ := v.(journal.Entry)
+	if err == nil || errors.Is(err, journal.ErrExists) {
+		p.saw(e.Key, &got)
+	}
 	return got, err
 }
 
 func (p *storePort) Update(ctx context.Context, e journal.Entry) (journal.Entry, error) {
 	v, err := p.s.park(ctx, p.inst, kindStore, "Update "+e.Key.String(), func() (any, error) { return p.st.update(e) })
 	got, _ := v.(journal.Entry)
+	switch {
+	case err == nil:
+		p.saw(e.Key, &got)
+	case errors.Is(err, journal.ErrNotFound):
+		p.saw(e.Key, nil)
+	}
 	return got, err
 }
 
 func (p *storePort) Delete(ctx context.Context, e journal.Entry) error {
 	_, err := p.s.park(ctx, p.inst, kindStore, "Delete "+e.Key.String(), func() (any, error) { return nil, p.st.delete(e) })
+	if err == nil {
+		p.saw(e.Key, nil)
+	}
 	return err
 }
 

@@ -1,0 +1,94 @@
+package journal_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+)
+
+// hinted is a store whose hints are set by the test: any state, however
+// stale.
+type hinted struct {
+	journal.Store
+	hints map[journal.Key]journal.Entry
+	gets  int
+}
+
+func (h *hinted) Hint(k journal.Key) (journal.Entry, bool) {
+	e, ok := h.hints[k]
+	return e, ok
+}
+
+func (h *hinted) Get(ctx context.Context, k journal.Key) (journal.Entry, error) {
+	h.gets++
+	return h.Store.Get(ctx, k)
+}
+
+// Finish releases the volume's id exactly when the id entry names the
+// volume now, whatever the hint of it says: a hint is proven by the
+// compare-and-swap of the Delete, or read again.
+func TestFinishReleasesTheIDWhateverItsHintSays(t *testing.T) {
+	ctx := context.Background()
+	idKey := journal.Key{Kind: journal.KindID, FileSystem: "fs-1", Name: "60000"}
+	for _, tc := range []struct {
+		name       string
+		hint       func(ours journal.Entry) (journal.Entry, bool)
+		takenSince bool // another volume holds the id now (ours was released before)
+		wantHeld   string
+		wantGets   int
+	}{
+		{"the hint is current: no read", func(e journal.Entry) (journal.Entry, bool) { return e, true }, false, "", 0},
+		{"no hint: read", func(journal.Entry) (journal.Entry, bool) { return journal.Entry{}, false }, false, "", 1},
+		{"the hint says ours, another holds it now: kept", func(e journal.Entry) (journal.Entry, bool) { return e, true }, true, "pvc-other", 1},
+		{"the hint says another's, ours now: released", func(e journal.Entry) (journal.Entry, bool) {
+			e.Value, e.Version = []byte("pvc-other"), "stale"
+			return e, true
+		}, false, "", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := journal.NewMemory()
+			h := &hinted{Store: mem, hints: map[journal.Key]journal.Entry{}}
+			j := journal.New(h)
+			rec, _, err := j.Begin(ctx, journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", Allocated: 60000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := j.HoldID(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+			ours, err := mem.Get(ctx, idKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.takenSince {
+				if err := mem.Delete(ctx, ours); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := mem.Create(ctx, journal.Entry{Key: idKey, Value: []byte("pvc-other")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if e, ok := tc.hint(ours); ok {
+				h.hints[idKey] = e
+			}
+			h.gets = 0
+			if err := j.Finish(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+			held := ""
+			if e, err := mem.Get(ctx, idKey); err == nil {
+				held = string(e.Value)
+			} else if !errors.Is(err, journal.ErrNotFound) {
+				t.Fatal(err)
+			}
+			if held != tc.wantHeld {
+				t.Errorf("id 60000 held by %q after Finish, want %q", held, tc.wantHeld)
+			}
+			if h.gets != tc.wantGets {
+				t.Errorf("Finish read the store %d times, want %d", h.gets, tc.wantGets)
+			}
+		})
+	}
+}
