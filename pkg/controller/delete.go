@@ -112,13 +112,16 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 	defer unlockNames()
 	s.dropAnswer(ap.ID)
 	if prov.recorded {
-		// Read again under the name lock: a create that held it may have
-		// changed the record meanwhile.
-		fresh, err := s.journal.Volume(ctx, rec.FileSystem, rec.Token)
-		if err != nil && !errors.Is(err, journal.ErrNotFound) {
+		// Before anything is deleted: from here on no create answers it.
+		// Marked at the version read before the name locks (a hint,
+		// maybe): a create that held them may have changed the record
+		// meanwhile, which fails the compare-and-swap and is read again.
+		agrees := func(r *journal.Record) bool { return ownership.Agrees(r, ap) }
+		fresh, err := s.journal.MarkDeletingIf(ctx, rec, agrees)
+		if err != nil {
 			return nil, err
 		}
-		if !ownership.Agrees(fresh, ap) {
+		if fresh == nil {
 			// Changed since the first read, which may have been a hint
 			// long stale: look the record up again, without hints. One
 			// under other locks than those held is left to a retry.
@@ -128,17 +131,16 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 			if fresh != nil && !isSubset(recordLocks(fresh), prov.locks) {
 				return nil, fmt.Errorf("%w: the record of access point %s changed while its delete took its locks", keylock.ErrBusy, ap.ID)
 			}
+			if fresh != nil {
+				if fresh, err = s.journal.MarkDeletingIf(ctx, fresh, agrees); err != nil {
+					return nil, err
+				}
+			}
 			prov = withLocks(provenanceOf(ap, fresh), prov.locks)
 		}
 		rec = fresh
 	} else {
 		rec = nil
-	}
-	if rec != nil {
-		// Before anything is deleted: from here on no create answers it.
-		if err := s.journal.MarkDeleting(ctx, rec); err != nil {
-			return nil, err
-		}
 	}
 	switch {
 	case !s.delRoot:

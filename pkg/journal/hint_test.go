@@ -92,3 +92,63 @@ func TestFinishReleasesTheIDWhateverItsHintSays(t *testing.T) {
 		})
 	}
 }
+
+// MarkDeletingIf marks a record from a hint only at the version the hint
+// holds: a record changed since is read again and checked again, and one
+// gone or no longer as required is not marked (nil).
+func TestMarkDeletingIfProvesAHint(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		since    func(t *testing.T, j *journal.Journal, r *journal.Record) // what another writer did after the hint
+		wantMark bool
+	}{
+		{"the hint is current", func(*testing.T, *journal.Journal, *journal.Record) {}, true},
+		{"changed since, still as required", func(t *testing.T, j *journal.Journal, r *journal.Record) {
+			if err := j.SetClaim(ctx, r, "claim", "ns"); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"changed since, names another access point", func(t *testing.T, j *journal.Journal, r *journal.Record) {
+			if err := j.SetAccessPoint(ctx, r, journal.Made{ID: "fsap-2", Path: "/pvc-1"}, true); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"gone since", func(t *testing.T, j *journal.Journal, r *journal.Record) {
+			if err := j.Finish(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := journal.NewMemory()
+			j, other := journal.New(mem), journal.New(mem)
+			hint, _, err := j.Begin(ctx, journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", Allocated: journal.NoID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := j.SetAccessPoint(ctx, hint, journal.Made{ID: "fsap-1", Path: "/pvc-1"}, false); err != nil {
+				t.Fatal(err)
+			}
+			theirs, err := other.Volume(ctx, "fs-1", "pvc-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.since(t, other, theirs)
+			got, err := j.MarkDeletingIf(ctx, hint, func(r *journal.Record) bool { return r.AccessPoint == "fsap-1" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got != nil) != tc.wantMark {
+				t.Fatalf("MarkDeletingIf = %+v, want marked %v", got, tc.wantMark)
+			}
+			now, err := j.Volume(ctx, "fs-1", "pvc-1")
+			if err != nil && !errors.Is(err, journal.ErrNotFound) {
+				t.Fatal(err)
+			}
+			if marked := now != nil && now.Deleting; marked != tc.wantMark {
+				t.Fatalf("stored record deleting = %v, want %v", marked, tc.wantMark)
+			}
+		})
+	}
+}

@@ -330,14 +330,14 @@ func (j *Journal) write(ctx context.Context, r *Record, deleting bool, change fu
 			return nil
 		}
 		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("%w: %s/%q is gone", ErrDeleting, r.FileSystem, r.Token)
+			return fmt.Errorf("%w: %w: %s/%q", ErrDeleting, errGone, r.FileSystem, r.Token)
 		}
 		if !errors.Is(err, ErrConflict) {
 			return err
 		}
 		fresh, err := j.Volume(ctx, r.FileSystem, r.Token)
 		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("%w: %s/%q is gone", ErrDeleting, r.FileSystem, r.Token)
+			return fmt.Errorf("%w: %w: %s/%q", ErrDeleting, errGone, r.FileSystem, r.Token)
 		}
 		if err != nil {
 			return err
@@ -380,6 +380,49 @@ func (j *Journal) MarkDeleting(ctx context.Context, r *Record) error {
 		v.Deleting, v.DeletingSince = true, j.now().UTC()
 		return true, nil
 	})
+}
+
+// errGone: the record a write was for is gone (wrapped with ErrDeleting).
+var errGone = errors.New("record is gone")
+
+// errNotKept: MarkDeletingIf's condition no longer holds.
+var errNotKept = errors.New("record no longer as required")
+
+// MarkDeletingIf is MarkDeleting of r while keep holds for it, where r may
+// be a hint (VolumeHint): the compare-and-swap at r's version proves it
+// current, and a conflict reads it again and checks keep again. It
+// answers the record marked, or nil if it is gone or keep no longer
+// holds (nothing written). A hint already marked deleting would write
+// nothing to prove it, so it is read first.
+func (j *Journal) MarkDeletingIf(ctx context.Context, r *Record, keep func(*Record) bool) (*Record, error) {
+	r = &Record{Volume: r.Volume, entry: r.entry}
+	if r.Deleting {
+		fresh, err := j.Volume(ctx, r.FileSystem, r.Token)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		r = fresh
+	}
+	err := j.write(ctx, r, true, func(v *Volume) (bool, error) {
+		if !keep(&Record{Volume: *v}) {
+			return false, errNotKept
+		}
+		if v.Deleting {
+			return false, nil // read by write (a conflict) or above: current
+		}
+		v.Deleting, v.DeletingSince = true, j.now().UTC()
+		return true, nil
+	})
+	switch {
+	case errors.Is(err, errNotKept), errors.Is(err, errGone):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return r, nil
 }
 
 // Withdraw marks r withdrawn and deleting, naming access point apID, which
