@@ -147,9 +147,28 @@ const repeatFresh = time.Minute
 // repeat answers a repeated CreateVolume of a volume this process answered
 // before, without a mutation and without verification (it was verified when
 // first answered): from memory if the answer is fresh, else from one
-// Describe. nil: go the whole way (unknown, gone, changed, or Describe
-// failed).
+// Describe; and in both cases only once a read of the record, the last
+// step before the answer, shows the volume still recorded and not being
+// deleted. A delete through this process drops the memory, but one
+// through another replica marks only the record (before it deletes
+// anything), so no memory alone can say the access point is not being
+// deleted now. nil: go the whole way (unknown, gone, changed, being
+// deleted, or a read failed).
 func (s *Service) repeat(ctx context.Context, p *plan) *efs.AccessPoint {
+	ap := s.remembered(ctx, p)
+	if ap == nil {
+		return nil
+	}
+	rec, err := s.journal.Volume(ctx, ap.FileSystemID, p.input.ClientToken)
+	if err != nil || rec.Deleting || !ownership.Agrees(rec, ap) {
+		return nil
+	}
+	return ap
+}
+
+// remembered is the access point this process answered for p's volume:
+// from memory if fresh, else as one Describe shows it; nil if none.
+func (s *Service) remembered(ctx context.Context, p *plan) *efs.AccessPoint {
 	s.mu.Lock()
 	known, ok := s.answers[p.name]
 	s.mu.Unlock()
