@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	coordinationv1api "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -753,10 +754,10 @@ func (s *leaseStore) writeShard(sh *leaseShard, cur, next *coordinationv1api.Lea
 	} else {
 		s.stats.updates.Add(1)
 	}
-	// The answer is read for its resourceVersion only, in JSON (metadata
-	// comes before the annotations): the rest is what was sent, and
-	// decoding a shard's entries back would cost as much as encoding them.
-	body, err := req.Namespace(s.ns).Resource("leases").Body(next).SetHeader("Accept", "application/json").Do(ctx).Raw()
+	// The answer is read for its resourceVersion only (resourceVersionOf):
+	// the rest is what was sent, and decoding a shard's entries back would
+	// cost as much as encoding them.
+	body, err := req.Namespace(s.ns).Resource("leases").Body(next).Do(ctx).Raw()
 	if err != nil {
 		return nil, err
 	}
@@ -768,9 +769,60 @@ func (s *leaseStore) writeShard(sh *leaseShard, cur, next *coordinationv1api.Lea
 	return next, nil
 }
 
-// resourceVersionOf is metadata.resourceVersion of an object in JSON,
-// read without decoding what follows it.
+// resourceVersionOf is metadata.resourceVersion of an object as the API
+// server answers it, in protobuf (the client asks for it first) or JSON,
+// read without decoding the rest.
 func resourceVersionOf(body []byte) (string, error) {
+	if raw, ok := bytes.CutPrefix(body, protobufMagic); ok {
+		return protobufResourceVersion(raw)
+	}
+	return jsonResourceVersion(body)
+}
+
+// protobufMagic starts the API server's protobuf envelope
+// (k8s.io/apimachinery/pkg/runtime/serializer/protobuf).
+var protobufMagic = []byte("k8s\x00")
+
+// protobufResourceVersion reads runtime.Unknown's raw object (field 2),
+// its metadata (field 1), and that ObjectMeta's resourceVersion (field 6),
+// skipping every other field.
+func protobufResourceVersion(b []byte) (string, error) {
+	for _, field := range []protowire.Number{2, 1, 6} {
+		var found bool
+		for len(b) > 0 && !found {
+			num, typ, n := protowire.ConsumeTag(b)
+			if n < 0 {
+				return "", protowire.ParseError(n)
+			}
+			b = b[n:]
+			if num == field && typ == protowire.BytesType {
+				v, n := protowire.ConsumeBytes(b)
+				if n < 0 {
+					return "", protowire.ParseError(n)
+				}
+				b, found = v, true
+				continue
+			}
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return "", protowire.ParseError(n)
+			}
+			b = b[n:]
+		}
+		if !found {
+			return "", fmt.Errorf("no field %d in the protobuf answer", field)
+		}
+	}
+	if len(b) == 0 {
+		return "", errors.New("an empty resourceVersion")
+	}
+	return string(b), nil
+}
+
+// jsonResourceVersion is metadata.resourceVersion of an object in JSON,
+// read without decoding what follows it (the API server writes it before
+// the annotations).
+func jsonResourceVersion(body []byte) (string, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	inObject := func() error {
 		if t, err := dec.Token(); err != nil || t != json.Delim('{') {

@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -497,4 +502,33 @@ func TestResourceVersionOfAnAnswer(t *testing.T) {
 			t.Errorf("resourceVersionOf(%s) = %q, %v; want %q", tc.body, got, err, tc.want)
 		}
 	}
+	// In the API server's protobuf envelope, as its own serializer writes it.
+	sc := runtime.NewScheme()
+	if err := coordinationv1.AddToScheme(sc); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	lease := &coordinationv1.Lease{TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+		ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns", UID: "u", ResourceVersion: "4711",
+			Annotations: map[string]string{"a": strings.Repeat("resourceVersion", 1000)}}}
+	if err := protobuf.NewSerializer(sc, sc).Encode(lease, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := kube.ResourceVersionOf(buf.Bytes()); got != "4711" || err != nil {
+		t.Errorf("resourceVersionOf(protobuf) = %q, %v; want 4711", got, err)
+	}
+	for n := range buf.Len() {
+		if got, err := kube.ResourceVersionOf(buf.Bytes()[:n]); err == nil && got != "4711" {
+			t.Errorf("resourceVersionOf(the first %d bytes) = %q", n, got)
+		}
+	}
+}
+
+// Whatever an API server answers, reading its resourceVersion never panics.
+func FuzzResourceVersionOf(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"resourceVersion":"1"}}`))
+	f.Add([]byte("k8s\x00\x12\x06\x0a\x04\x32\x02\x34\x32"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = kube.ResourceVersionOf(b)
+	})
 }
