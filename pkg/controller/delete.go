@@ -132,8 +132,12 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 				return nil, fmt.Errorf("%w: the record of access point %s changed while its delete took its locks", keylock.ErrBusy, ap.ID)
 			}
 			if fresh != nil {
-				if fresh, err = s.journal.MarkDeletingIf(ctx, fresh, agrees); err != nil {
+				found := fresh
+				if fresh, err = s.journal.MarkDeletingIf(ctx, found, agrees); err != nil {
 					return nil, err
+				}
+				if fresh == nil {
+					return nil, fmt.Errorf("%w: the record of access point %s (volume %q) keeps changing", keylock.ErrBusy, ap.ID, found.Name)
 				}
 			}
 			prov = withLocks(provenanceOf(ap, fresh), prov.locks)
