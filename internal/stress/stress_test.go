@@ -184,11 +184,15 @@ func TestEmbeddedDirRunWithKillsIsClean(t *testing.T) {
 
 // A class over two file systems, each with room for less than the run's
 // volumes: the driver places volumes on both (past the first one's
-// limit), the audit lists both and comes out clean.
+// limit), the audit lists both and comes out clean. Room for 44 of the
+// 40 volumes: placements that count at once are not reserved against each
+// other (docs/design.md, "Several file systems per class": the surplus
+// answers RESOURCE_EXHAUSTED, which the tool does not retry), and with no
+// room to spare one run in a loaded make test saw one.
 func TestEmbeddedClassOverTwoFileSystemsIsClean(t *testing.T) {
 	cfg := embedded(t, buildDriver(t))
 	cfg.Chaos = Off
-	cfg.FileSystems, cfg.AccessPointLimit = 2, 20
+	cfg.FileSystems, cfg.AccessPointLimit = 2, 22
 	var summary strings.Builder
 	cfg.Stdout = &summary
 	rep, err := Run(context.Background(), cfg)
