@@ -201,6 +201,11 @@ func (s *Service) recordOf(ctx context.Context, ap *efs.AccessPoint, hints bool)
 			read = s.journal.VolumeHint
 		}
 		rec, err := read(ctx, ap.FileSystemID, key)
+		if hints && err == nil && !ownership.Agrees(rec, ap) {
+			// Only a hint that agrees is taken: one that does not may be
+			// stale (the record adopted this access point since).
+			rec, err = s.journal.Volume(ctx, ap.FileSystemID, key)
+		}
 		switch {
 		case err == nil && ownership.Agrees(rec, ap):
 			return rec, nil
