@@ -152,3 +152,37 @@ func TestMarkDeletingIfProvesAHint(t *testing.T) {
 		})
 	}
 }
+
+// Finish removes the life of the record it was given, never the record's
+// next one: a finisher whose record another finished and made again (not
+// being deleted: a mark is never taken back) leaves that.
+func TestFinishLeavesTheRecordsNextLife(t *testing.T) {
+	ctx := context.Background()
+	mem := journal.NewMemory()
+	j, other := journal.New(mem), journal.New(mem)
+	v := journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", Allocated: journal.NoID}
+	rec, _, err := j.Begin(ctx, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.MarkDeleting(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := other.Volume(ctx, "fs-1", "pvc-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Finish(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	v.Path = "/pvc-1-next"
+	if _, _, err := other.Begin(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Finish(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := j.Volume(ctx, "fs-1", "pvc-1"); err != nil || got.Path != "/pvc-1-next" {
+		t.Fatalf("after the first life's Finish: %+v, %v; want the next life kept", got, err)
+	}
+}

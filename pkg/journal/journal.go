@@ -570,6 +570,12 @@ func (j *Journal) Finish(ctx context.Context, r *Record) error {
 		if err != nil {
 			return err
 		}
+		if r.Deleting && !fresh.Deleting {
+			// Finished by another and made again since (a record being
+			// deleted is never unmarked): the record's next life, not
+			// this one to finish.
+			return nil
+		}
 		if fresh.Allocated != r.Allocated {
 			if err := j.releaseID(ctx, fresh.FileSystem, fresh.Allocated, fresh.Token); err != nil {
 				return err
