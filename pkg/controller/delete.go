@@ -125,14 +125,14 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 			// Changed since the first read, which may have been a hint
 			// long stale: look the record up again, without hints. One
 			// under other locks than those held is left to a retry.
-			if fresh, err = s.recordOf(ctx, ap, false); err != nil {
+			found, err := s.recordOf(ctx, ap, false)
+			if err != nil {
 				return nil, err
 			}
-			if fresh != nil && !isSubset(recordLocks(fresh), prov.locks) {
-				return nil, fmt.Errorf("%w: the record of access point %s changed while its delete took its locks", keylock.ErrBusy, ap.ID)
-			}
-			if fresh != nil {
-				found := fresh
+			if found != nil {
+				if !isSubset(recordLocks(found), prov.locks) {
+					return nil, fmt.Errorf("%w: the record of access point %s changed while its delete took its locks", keylock.ErrBusy, ap.ID)
+				}
 				if fresh, err = s.journal.MarkDeletingIf(ctx, found, agrees); err != nil {
 					return nil, err
 				}
@@ -140,7 +140,9 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 					return nil, fmt.Errorf("%w: the record of access point %s (volume %q) keeps changing", keylock.ErrBusy, ap.ID, found.Name)
 				}
 			}
-			prov = withLocks(provenanceOf(ap, fresh), prov.locks)
+			held := prov.locks
+			prov = provenanceOf(ap, fresh)
+			prov.locks = held // the locks taken stay the ones held
 		}
 		rec = fresh
 	} else {

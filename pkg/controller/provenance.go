@@ -54,9 +54,3 @@ func provenanceOf(ap *efs.AccessPoint, rec *journal.Record) provenance {
 	}
 	return p
 }
-
-// withLocks is p with the name locks already held instead of its own.
-func withLocks(p provenance, locks []string) provenance {
-	p.locks = locks
-	return p
-}

@@ -402,20 +402,28 @@ func (s *leaseStore) do(ctx context.Context, kind opKind, e journal.Entry) (jour
 // route queues op on the shard that holds its key: from the root, down
 // through the shards known to be split.
 func (s *leaseStore) route(op *leaseOp) {
+	sh := s.leaf(op.bits)
+	defer sh.mu.Unlock()
+	sh.queue = append(sh.queue, op)
+	if !sh.running {
+		sh.running = true
+		go s.commitLoop(sh)
+	}
+}
+
+// leaf is the shard that holds the entries of route bits as far as this
+// process knows (from the root down through the shards known to be
+// split), returned locked: what the caller does under the lock sees it
+// still the leaf.
+func (s *leaseStore) leaf(bits uint64) *leaseShard {
 	for d := rootDepth; ; d++ {
-		sh := s.shard(shardID{d, prefixOf(op.bits, d)})
+		sh := s.shard(shardID{d, prefixOf(bits, d)})
 		sh.mu.Lock()
 		if d < maxDepth && sh.known && splitState(sh.cur) == splitDone {
 			sh.mu.Unlock()
 			continue
 		}
-		sh.queue = append(sh.queue, op)
-		if !sh.running {
-			sh.running = true
-			go s.commitLoop(sh)
-		}
-		sh.mu.Unlock()
-		return
+		return sh
 	}
 }
 
@@ -549,32 +557,25 @@ func (s *leaseStore) rememberParsed(sh *leaseShard, known bool, l *coordinationv
 // holding k, or the shard holds no entry at k (absence is never hinted).
 func (s *leaseStore) Hint(k journal.Key) (journal.Entry, bool) {
 	ann, bits := entryAnnotation(k)
-	for d := rootDepth; d <= maxDepth; d++ {
-		sh := s.shard(shardID{d, prefixOf(bits, d)})
-		sh.mu.Lock()
-		known, cur := sh.known, sh.cur
-		sh.mu.Unlock()
-		if !known || cur == nil {
-			return journal.Entry{}, false
-		}
-		if d < maxDepth && splitState(cur) == splitDone {
-			continue
-		}
-		entries, err := sh.parsed(cur)
-		if err != nil {
-			return journal.Entry{}, false
-		}
-		raw, ok := entries[ann]
-		if !ok {
-			return journal.Entry{}, false
-		}
-		e, err := decodeEntry(raw)
-		if err != nil || e.Key != k {
-			return journal.Entry{}, false
-		}
-		return e, true
+	sh := s.leaf(bits)
+	known, cur := sh.known, sh.cur
+	sh.mu.Unlock()
+	if !known || cur == nil {
+		return journal.Entry{}, false
 	}
-	return journal.Entry{}, false
+	entries, err := sh.parsed(cur)
+	if err != nil {
+		return journal.Entry{}, false
+	}
+	raw, ok := entries[ann]
+	if !ok {
+		return journal.Entry{}, false
+	}
+	e, err := decodeEntry(raw)
+	if err != nil || e.Key != k {
+		return journal.Entry{}, false
+	}
+	return e, true
 }
 
 // newer reports whether resourceVersion a is later than b. They are etcd's
