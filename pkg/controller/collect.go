@@ -141,6 +141,16 @@ func (s *Service) collectOrphan(ctx context.Context, seen *journal.Record) error
 	}
 	log := s.log.With(slog.String("name", rec.Name), slog.String("fileSystem", rec.FileSystem),
 		slog.String("claim", rec.ClaimNamespace+"/"+rec.ClaimName))
+	if rec.AccessPoint == "" {
+		// The listing below proves no create made an access point only if
+		// it shows every one made: it begins ListingLag after the record is
+		// marked deleting (EFS lists a new access point with a lag), and
+		// from the mark on a create of it that makes one deletes it
+		// instead of recording it.
+		if rec, err = s.markOrphan(ctx, seen, rec); err != nil {
+			return err
+		}
+	}
 	target, err := s.orphanTarget(ctx, rec)
 	if err != nil {
 		return err
@@ -165,6 +175,23 @@ func (s *Service) collectOrphan(ctx context.Context, seen *journal.Record) error
 	log.Info("orphaned access point deleted", slog.String("accessPoint", target),
 		slog.String("reason", "orphan: claim gone, no PersistentVolume ever named it"))
 	return nil
+}
+
+// markOrphan marks rec, read under its locks, deleting while it is still
+// the orphan seen, and waits until a listing begun now shows every access
+// point made before the mark.
+func (s *Service) markOrphan(ctx context.Context, seen, rec *journal.Record) (*journal.Record, error) {
+	marked, err := s.journal.MarkDeletingIf(ctx, rec, func(cur *journal.Record) bool { return orphanChange(seen, cur) == "" })
+	switch {
+	case err != nil:
+		return nil, err
+	case marked == nil:
+		return nil, fmt.Errorf("%w: volume %q (%s/%q) changed", ErrNotOrphan, rec.Name, rec.FileSystem, rec.Token)
+	}
+	if err := sleepUntil(ctx, marked.DeletingSince.Add(s.cfg.ListingLag)); err != nil {
+		return nil, err
+	}
+	return marked, nil
 }
 
 // orphanTarget is the access point rec's volume has, proven rec's: "" when

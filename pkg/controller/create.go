@@ -384,6 +384,14 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 		}
 		// Not visible: deleted behind the record's back, or Describe lags.
 		// The create below tells which: the token finds it, or it is free.
+		// But first the record again: a delete marks it before it deletes
+		// the access point, so a read after this Describe shows that
+		// delete, and a create sent now would make an access point under
+		// the token it freed that nobody can answer (a kill before its
+		// cleanup leaks it).
+		if rec, err = s.stillRecorded(ctx, rec); err != nil {
+			return nil, err
+		}
 	}
 	for attempt := 1; ; attempt++ {
 		in := p.input
@@ -466,6 +474,22 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 			return nil, err
 		}
 	}
+}
+
+// stillRecorded reads rec's record again (no hint): the same life, naming
+// the same access point, not being deleted; else keylock.ErrBusy (the
+// volume's delete, or another create, is under way: retry).
+func (s *Service) stillRecorded(ctx context.Context, rec *journal.Record) (*journal.Record, error) {
+	cur, err := s.journal.Volume(ctx, rec.FileSystem, rec.Token)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return nil, fmt.Errorf("%w: the record of volume %q is gone", keylock.ErrBusy, rec.Name)
+	case err != nil:
+		return nil, err
+	case cur.Deleting || cur.AccessPoint != rec.AccessPoint || !cur.Created.Equal(rec.Created):
+		return nil, fmt.Errorf("%w: the record of volume %q changed (being deleted, or another create)", keylock.ErrBusy, rec.Name)
+	}
+	return cur, nil
 }
 
 // burnAfter is how long EFS may name an access point it does not describe

@@ -103,6 +103,10 @@ var findings = []finding{
 		"clusters=shared:1,shared:1 volumes=2 gids=1 faults=0", "liveness", nil, regexp.MustCompile(`being deleted`)},
 	{"leak-dup-create-after-delete", "A duplicate CreateVolume on another replica, which read the record before the volume's DeleteVolume marked it, creates an access point after that delete finished the record: no record names it (a kill now leaks it for good).",
 		"clusters=shared:2 volumes=1 dups=1 faults=0", "leak", nil, regexp.MustCompile(`named by no record`)},
+	{"leak-create-after-forget", "One controller: a create whose call the provisioner abandoned (a restart that forgets, the claim deleted) made an access point; the orphan collector's listing, begun at once, did not show it yet (EFS's listing lag), and the collector released the record: no record names the access point.",
+		"clusters=shared:1 volumes=1 dups=0 writers=0 gids=3 limit=1000 lag=100ms lenient=true faults=1 faultpct=20 kills=0 forgets=1 abandon=1 steps=49", "leak", nil, regexp.MustCompile(`named by no record`)},
+	{"leak-dup-create-killed", "A duplicate CreateVolume on another replica reads the record before the volume's DeleteVolume marks it, and sends CreateAccessPoint after that delete finished it: EFS makes an access point under the freed token, and a kill before the create deletes it leaves it named by no record.",
+		"clusters=shared:2 volumes=1 dups=1 writers=1 gids=3 limit=1000 lag=0s lenient=true faults=2 faultpct=20 kills=1 forgets=1 abandon=1 steps=74", "leak", nil, regexp.MustCompile(`named by no record`)},
 	{"gid-upgrade-adopts-upstream", "In an in-place upgrade, a create adopts (by its token) the access point upstream's controller made for the same claim, with a GID upstream picked outside the record: another volume of the record holds that GID too, and both are answered (docs/design.md, Known limits).",
 		"clusters=shared:1 volumes=3 gids=1 upgrade=true faults=0", "gid", nil, nil},
 	// Properties that hold on main: a run with faults that breaks nothing.

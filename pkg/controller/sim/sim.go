@@ -249,6 +249,10 @@ func (s *Sim) newInstance(c *cluster, slot int) *instance {
 		Journal:    &storePort{s: s, inst: inst, st: inst.st},
 		ClusterID:  c.id,
 		GIDOptions: gid.Options{Seed: fmt.Sprintf("%d-%s", s.cfg.Seed, inst.name)},
+		// --listing-lag tells the truth about EFS's (its default, 1s, is
+		// above what EFS shows); root removal's worlds draw their own,
+		// which may understate it.
+		ListingLag: s.cfg.Lag,
 	}
 	if s.cfg.RootDir {
 		cc.DeleteRootDir, cc.Mounter, cc.TempDir = true, &mounter{s: s, inst: inst}, s.tmp
