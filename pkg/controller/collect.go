@@ -188,7 +188,7 @@ func (s *Service) markOrphan(ctx context.Context, seen, rec *journal.Record) (*j
 	case marked == nil:
 		return nil, fmt.Errorf("%w: volume %q (%s/%q) changed", ErrNotOrphan, rec.Name, rec.FileSystem, rec.Token)
 	}
-	if err := sleepUntil(ctx, marked.DeletingSince.Add(s.cfg.ListingLag)); err != nil {
+	if err := s.sleepUntil(ctx, marked.DeletingSince.Add(s.cfg.ListingLag)); err != nil {
 		return nil, err
 	}
 	return marked, nil

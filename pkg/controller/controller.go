@@ -271,6 +271,9 @@ func New(cfg Config) (*Service, error) {
 	// volume start their GID search at the same id, so send one GID token
 	// and converge on one access point even when they keep records of
 	// their own; different volumes start apart by their names.
+	if cfg.GIDOptions.Now == nil {
+		cfg.GIDOptions.Now = cfg.Now
+	}
 	if cfg.GIDOptions.MaxAge == 0 {
 		// Short enough that another cluster's access points are seen soon,
 		// long enough that listing stays a small share of the API calls.
@@ -283,9 +286,9 @@ func New(cfg Config) (*Service, error) {
 	listings := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) ([]efs.AccessPoint, error) {
 		return efs.Collect(ctx, k.client.ListAccessPoints, k.fsID)
 	})
-	j := journal.New(cfg.Journal)
+	j := journal.NewClocked(cfg.Journal, cfg.Now)
 	views := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) (*rootView, error) {
-		return newView(ctx, k.client, j, k.fsID)
+		return newView(ctx, k.client, j, k.fsID, cfg.Now())
 	})
 	return &Service{
 		efs: cfg.EFS, mounter: cfg.Mounter, zones: zones, log: cfg.Logger,

@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -420,7 +419,7 @@ func (s *Service) deleteDirVolume(ctx context.Context, id volume.ID) (*csi.Delet
 	if s.finished.done(fkey, s.now()) {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	began := time.Now() // real time: EFS's listing lag is
+	began := s.now()
 	rec, err := s.journal.Volume(ctx, id.FileSystemID, token)
 	if errors.Is(err, journal.ErrNotFound) {
 		return &csi.DeleteVolumeResponse{}, nil // never made, or deleted: nothing recorded, nothing removed

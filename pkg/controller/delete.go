@@ -80,7 +80,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 	}
 	defer unlock()
 
-	began := time.Now() // real time: EFS's listing lag is
+	began := s.now()
 	ap, view, err := s.lookUp(ctx, id)
 	if errors.Is(err, efs.ErrAccessPointNotFound) {
 		return s.deleteUnseen(ctx, id)
@@ -400,7 +400,7 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov p
 		return nil // kept whatever a later listing says
 	}
 	if settled := since.Add(s.cfg.ListingLag); view == nil || view.began.Before(settled) {
-		if err := sleepUntil(ctx, settled); err != nil {
+		if err := s.sleepUntil(ctx, settled); err != nil {
 			return fmt.Errorf("%w: %w", ErrRootDirRemoval, err)
 		}
 		view = nil
@@ -518,9 +518,12 @@ func processAlive(pid int) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
-// sleepUntil waits until t (real time: EFS's lag is), or returns ctx's error.
-func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
+// sleepUntil waits until t by the controller's clock (Config.Now), or
+// returns ctx's error. It reads no other clock: the wait is a timer of the
+// duration the clock gives (in production the real clock, whose time EFS's
+// listing lag passes in).
+func (s *Service) sleepUntil(ctx context.Context, t time.Time) error {
+	d := t.Sub(s.now())
 	if d <= 0 {
 		return nil
 	}

@@ -182,15 +182,14 @@ func (x sortedRoots) first(p string) int {
 // built once for every delete waiting when its listing starts and shared
 // by them; none modifies it.
 type rootView struct {
-	began time.Time // when its listing began (real time)
+	began time.Time // when its listing began
 	byID  map[string]*efs.AccessPoint
 	index sortedRoots
 }
 
 // newView lists fsID through client, then reads the record, and indexes
 // both by root directory.
-func newView(ctx context.Context, client EFS, j *journal.Journal, fsID string) (*rootView, error) {
-	began := time.Now()
+func newView(ctx context.Context, client EFS, j *journal.Journal, fsID string, began time.Time) (*rootView, error) {
 	aps, err := efs.Collect(ctx, client.ListAccessPoints, fsID)
 	if err != nil {
 		return nil, err

@@ -130,7 +130,13 @@ type listedRecord struct {
 }
 
 // New returns a journal over s.
-func New(s Store) *Journal { return &Journal{s: s, now: time.Now, listed: map[Key]listedRecord{}} }
+func New(s Store) *Journal { return NewClocked(s, time.Now) }
+
+// NewClocked returns a journal over s whose times (Created, Recorded,
+// DeletingSince) are now's.
+func NewClocked(s Store, now func() time.Time) *Journal {
+	return &Journal{s: s, now: now, listed: map[Key]listedRecord{}}
+}
 
 func volumeKey(fs, token string) Key { return Key{Kind: KindVolume, FileSystem: fs, Name: token} }
 func idKey(fs string, id int64) Key {
