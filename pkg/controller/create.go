@@ -398,6 +398,7 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 		in.ClientToken = rec.SentToken()
 		in.PosixUser = &efs.PosixUser{UID: rec.UID, GID: rec.GID}
 		in.CreationInfo = &efs.CreationInfo{OwnerUID: rec.UID, OwnerGID: rec.GID, Permissions: p.params.DirectoryPerms}
+		sentID := rec.Allocated
 		ap, err := s.efs.CreateAccessPoint(ctx, in)
 		if err == nil && volume.IsGIDToken(in.ClientToken) && !p.ours(ap) {
 			// A lenient server (S3 Files) answers a repeated token with
@@ -420,12 +421,8 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 					// refuses a record being deleted), so it goes.
 					// Or a request sent under a token the record has moved
 					// from (ErrStaleToken): not the record's, never answered.
-					s.log.Info("access point deleted", slog.String("accessPoint", ap.ID),
-						slog.String("reason", "created while its volume was being deleted, or under a token its record moved from; never answered"))
-					if derr := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ap.FileSystemID, ap.ID); derr != nil {
-						err = errors.Join(err, derr)
-					}
-					return nil, fmt.Errorf("%w: %w", keylock.ErrBusy, err)
+					return nil, s.dropUnanswered(ctx, rec, ap, sentID, err,
+						"created while its volume was being deleted, or under a token its record moved from; never answered")
 				}
 				return nil, err
 			}
@@ -470,15 +467,26 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 			}
 			res = r
 		}
-		if err := s.hold(ctx, p, rec, &res); err != nil {
+		if err := s.hold(ctx, p, rec, &res, false); err != nil {
 			return nil, err
 		}
 	}
 }
 
+// releaseMovedID releases id, which this call held for rec's volume, unless
+// its record holds it (journal.ReleaseMovedID): after the call's own
+// context, which may have ended with the call (the id would stay held for
+// nobody), within cleanupTimeout.
+func (s *Service) releaseMovedID(ctx context.Context, rec *journal.Record, id int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return s.journal.ReleaseMovedID(ctx, rec.FileSystem, id, rec.Token)
+}
+
 // stillRecorded reads rec's record again (no hint): the same life, naming
-// the same access point, not being deleted; else keylock.ErrBusy (the
-// volume's delete, or another create, is under way: retry).
+// the same access point and id, sending the same token, not being
+// deleted; else keylock.ErrBusy (the volume's delete, or another create,
+// is under way: retry).
 func (s *Service) stillRecorded(ctx context.Context, rec *journal.Record) (*journal.Record, error) {
 	cur, err := s.journal.Volume(ctx, rec.FileSystem, rec.Token)
 	switch {
@@ -486,7 +494,8 @@ func (s *Service) stillRecorded(ctx context.Context, rec *journal.Record) (*jour
 		return nil, fmt.Errorf("%w: the record of volume %q is gone", keylock.ErrBusy, rec.Name)
 	case err != nil:
 		return nil, err
-	case cur.Deleting || cur.AccessPoint != rec.AccessPoint || !cur.Created.Equal(rec.Created):
+	case cur.Deleting || cur.AccessPoint != rec.AccessPoint || !cur.Created.Equal(rec.Created) ||
+		cur.Allocated != rec.Allocated || cur.SentToken() != rec.SentToken():
 		return nil, fmt.Errorf("%w: the record of volume %q changed (being deleted, or another create)", keylock.ErrBusy, rec.Name)
 	}
 	return cur, nil
@@ -764,7 +773,7 @@ func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Re
 		if why := p.recordMismatch(rec); why != "" {
 			return nil, res, fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.name, why)
 		}
-		if err := s.hold(ctx, p, rec, &res); err != nil {
+		if err := s.hold(ctx, p, rec, &res, !made); err != nil {
 			return nil, res, err
 		}
 		return rec, res, nil
@@ -837,11 +846,31 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 }
 
 // hold makes the record's id held in the id table, taking another id
-// (into *res) while other volumes hold the ones it has.
-func (s *Service) hold(ctx context.Context, p *plan, rec *journal.Record, res **gid.Reservation) error {
+// (into *res) while other volumes hold the ones it has. Then, for a record
+// this call found (found) or an id the volume's token held already
+// (another create of it at work: a retry, a duplicate), the record is read
+// again, the last step before the send: a delete, or another create's
+// move to another id, may have overtaken what this call read, and a delete
+// marks the record before it deletes anything. A send under a token that
+// delete freed would make an access point nobody answers
+// (leak-dup-create-killed); one under an id the record moved from, an id
+// held for nobody (record-id-left-after-stale-drop).
+func (s *Service) hold(ctx context.Context, p *plan, rec *journal.Record, res **gid.Reservation, found bool) error {
 	for attempt := 1; ; attempt++ {
-		err := s.journal.HoldID(ctx, rec)
+		again, err := s.journal.Hold(ctx, rec)
 		if err == nil {
+			if !found && !again {
+				return nil
+			}
+			cur, err := s.stillRecorded(ctx, rec)
+			if err != nil {
+				// The id this call holds may be the record's no more.
+				if rerr := s.releaseMovedID(ctx, rec, rec.Allocated); rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+				return err
+			}
+			*rec = *cur
 			return nil
 		}
 		if !errors.Is(err, journal.ErrIDTaken) {
@@ -987,13 +1016,13 @@ func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, found
 			made.Allocated = journal.NoID
 		}
 		if err := s.journal.SetAccessPoint(ctx, rec, made, false); err != nil {
-			return nil, s.dropStale(ctx, found, err)
+			return nil, s.dropStale(ctx, rec, found, alloc, err)
 		}
 		if err := s.journal.ReleaseUnsentID(ctx, rec.FileSystem, planned, rec.Token); err != nil {
 			return nil, err
 		}
 	} else if err := s.journal.SetAccessPoint(ctx, rec, made, false); err != nil {
-		return nil, s.dropStale(ctx, found, err)
+		return nil, s.dropStale(ctx, rec, found, alloc, err)
 	}
 	if p.params.ReuseAccessPoint {
 		if err := s.journal.SetClaim(ctx, rec, p.name, p.params.PVCNamespace); err != nil {
@@ -1005,17 +1034,32 @@ func (s *Service) adopt(ctx context.Context, p *plan, rec *journal.Record, found
 
 // dropStale deletes found, an access point of this volume made under a
 // GID token its record no longer sends (err wraps journal.ErrStaleToken):
-// the record never named it, so nobody answered it. Other errors pass.
-func (s *Service) dropStale(ctx context.Context, found *efs.AccessPoint, err error) error {
+// the record never named it, so nobody answered it (dropUnanswered).
+// Other errors pass.
+func (s *Service) dropStale(ctx context.Context, rec *journal.Record, found *efs.AccessPoint, id int64, err error) error {
 	if !errors.Is(err, journal.ErrStaleToken) {
 		return err
 	}
-	if derr := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), found.FileSystemID, found.ID); derr != nil {
-		return errors.Join(err, derr)
+	return s.dropUnanswered(ctx, rec, found, id, err, "made under a GID token its volume's record moved from; never answered")
+}
+
+// dropUnanswered deletes ap, which this call made or found for rec's
+// volume and which nobody can answer (why: the record is being deleted or
+// gone, or sends another token by now), then releases id, held for it by
+// this call, unless the record holds it: both after the call's own
+// context, within cleanupTimeout, since a call cut short here would leave
+// them for nobody. The call ends keylock.ErrBusy (retry), wrapping why.
+func (s *Service) dropUnanswered(ctx context.Context, rec *journal.Record, ap *efs.AccessPoint, id int64, why error, reason string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ap.FileSystemID, ap.ID); err != nil {
+		return fmt.Errorf("%w: %w", keylock.ErrBusy, errors.Join(why, err))
 	}
-	s.log.Info("access point deleted", slog.String("accessPoint", found.ID),
-		slog.String("reason", "made under a GID token its volume's record moved from; never answered"))
-	return fmt.Errorf("%w: %w", keylock.ErrBusy, err)
+	s.log.Info("access point deleted", slog.String("accessPoint", ap.ID), slog.String("name", rec.Name), slog.String("reason", reason))
+	if err := s.journal.ReleaseMovedID(ctx, rec.FileSystem, id, rec.Token); err != nil {
+		why = errors.Join(why, err)
+	}
+	return fmt.Errorf("%w: %w", keylock.ErrBusy, why)
 }
 
 // stale is the token a GID-token create's SetAccessPoint must still find

@@ -243,23 +243,73 @@ func (j *Journal) Begin(ctx context.Context, v Volume) (*Record, bool, error) {
 }
 
 // HoldID makes r's allocated id r's in the id table. Held by r already:
-// nil. Held by another volume: ErrIDTaken, naming its token. Until HoldID
-// returned nil, no access point may be created with the id.
+// the entry is written again (a new version), so that a ReleaseMovedID
+// that read it before fails its compare-and-swap and reads r's record
+// again. Held by another volume: ErrIDTaken, naming its token. Until
+// HoldID returned nil, no access point may be created with the id.
 func (j *Journal) HoldID(ctx context.Context, r *Record) error {
+	_, err := j.Hold(ctx, r)
+	return err
+}
+
+// Hold is HoldID, and says whether r's token held the id before this call
+// (again): another create of r's volume has been at work (a retry, a
+// duplicate), whose record writes may have overtaken what the caller read.
+func (j *Journal) Hold(ctx context.Context, r *Record) (again bool, err error) {
 	if r.Allocated == NoID {
-		return nil
+		return false, nil
 	}
-	got, err := j.s.Create(ctx, Entry{Key: idKey(r.FileSystem, r.Allocated), Value: []byte(r.Token)})
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrExists):
-		if string(got.Value) == r.Token {
+	want := Entry{Key: idKey(r.FileSystem, r.Allocated), Value: []byte(r.Token)}
+	for range maxConflicts {
+		got, err := j.s.Create(ctx, want)
+		if !errors.Is(err, ErrExists) {
+			return again, err
+		}
+		if string(got.Value) != r.Token {
+			return false, fmt.Errorf("%w: id %d on %s is held by the volume of token %q", ErrIDTaken, r.Allocated, r.FileSystem, got.Value)
+		}
+		again = true
+		_, err = j.s.Update(ctx, got)
+		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
+			return true, err
+		}
+	}
+	return false, fmt.Errorf("%w: id %d on %s: %d conflicting writes", ErrUnavailable, r.Allocated, r.FileSystem, maxConflicts)
+}
+
+// ReleaseMovedID releases id, held for token's volume, once that volume's
+// record holds another id (or is gone): a create of it that made, under
+// the id's GID token, an access point it then deleted because the record
+// had moved to another id meanwhile (ErrStaleToken) left the id held for
+// nobody. The entry is read, then the record, and the entry deleted at
+// the version read: a create that moves the record back to id holds it
+// after its record write (HoldID writes the entry), so either this read of
+// the record sees that write, or the delete's compare-and-swap fails and
+// both are read again.
+func (j *Journal) ReleaseMovedID(ctx context.Context, fs string, id int64, token string) error {
+	for range maxConflicts {
+		e, err := j.s.Get(ctx, idKey(fs, id))
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		case string(e.Value) != token:
 			return nil
 		}
-		return fmt.Errorf("%w: id %d on %s is held by the volume of token %q", ErrIDTaken, r.Allocated, r.FileSystem, got.Value)
+		cur, err := j.Volume(ctx, fs, token)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return err
+		case cur.Allocated == id:
+			return nil // held again: the record's
+		}
+		if err := j.s.Delete(ctx, e); !errors.Is(err, ErrConflict) {
+			return err
+		}
 	}
-	return err
+	return fmt.Errorf("%w: id %d on %s: %d conflicting writes", ErrUnavailable, id, fs, maxConflicts)
 }
 
 // IDHolder is the token of the volume holding id on fs, "" if none.

@@ -107,6 +107,8 @@ var findings = []finding{
 		"clusters=shared:1 volumes=1 dups=0 writers=0 gids=3 limit=1000 lag=100ms lenient=true faults=1 faultpct=20 kills=0 forgets=1 abandon=1 steps=49", "leak", nil, regexp.MustCompile(`named by no record`)},
 	{"leak-dup-create-killed", "A duplicate CreateVolume on another replica reads the record before the volume's DeleteVolume marks it, and sends CreateAccessPoint after that delete finished it: EFS makes an access point under the freed token, and a kill before the create deletes it leaves it named by no record.",
 		"clusters=shared:2 volumes=1 dups=1 writers=1 gids=3 limit=1000 lag=0s lenient=true faults=2 faultpct=20 kills=1 forgets=1 abandon=1 steps=74", "leak", nil, regexp.MustCompile(`named by no record`)},
+	{"record-id-left-after-stale-drop", "A duplicate CreateVolume holds the id its stale read of the record names and makes an access point under its GID token after another create moved the record to another id: it deletes that access point (never answered), but the id stays held for nobody, after every claim is deleted.",
+		"clusters=shared:2 volumes=3 dups=1 writers=1 gids=2 limit=1000 lag=400ms lenient=false faults=0 kills=0 forgets=0 steps=36", "record", nil, regexp.MustCompile(`id .* left`)},
 	{"gid-upgrade-adopts-upstream", "In an in-place upgrade, a create adopts (by its token) the access point upstream's controller made for the same claim, with a GID upstream picked outside the record: another volume of the record holds that GID too, and both are answered (docs/design.md, Known limits).",
 		"clusters=shared:1 volumes=3 gids=1 upgrade=true faults=0", "gid", nil, nil},
 	// Properties that hold on main: a run with faults that breaks nothing.

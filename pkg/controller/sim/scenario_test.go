@@ -48,7 +48,7 @@ var knownBulk = map[string]string{
 	"phantom/upgrade":   "as phantom/own; upstream's writer",
 	"deleted/own":       "a per-pod record's withdraw of an access point another pod's record adopted",
 	"deleted/upgrade":   "as deleted/own",
-	"record/one":        "a record left after a kill between a delete's access point and its record",
+	"record/one":        "a record left after a kill between a delete's access point and its record (about 3 seeds in 100,000)",
 	"record/clusters":   "as record/one",
 	"record/upgrade":    "as record/one; upstream's claim access point",
 	"leak/one":          "leak-dup-create-killed: two replicas, a kill between a duplicate create's send and its cleanup (about 10 seeds in 100,000)",
