@@ -141,22 +141,13 @@ func (s *Service) collectOrphan(ctx context.Context, seen *journal.Record) error
 	}
 	log := s.log.With(slog.String("name", rec.Name), slog.String("fileSystem", rec.FileSystem),
 		slog.String("claim", rec.ClaimNamespace+"/"+rec.ClaimName))
-	if rec.AccessPoint == "" {
-		// The listing below proves no create made an access point only if
-		// it shows every one made: it begins ListingLag after the record is
-		// marked deleting (EFS lists a new access point with a lag), and
-		// from the mark on a create of it that makes one deletes it
-		// instead of recording it.
-		if rec, err = s.markOrphan(ctx, seen, rec); err != nil {
-			return err
-		}
-	}
-	target, err := s.orphanTarget(ctx, rec)
+	target, rec, err := s.orphanTarget(ctx, seen, rec)
 	if err != nil {
 		return err
 	}
 	if target == "" {
-		// No access point carries the token: the create never made one.
+		// No access point carries the token: the create never made one,
+		// or it is deleted.
 		if err := s.journal.Finish(ctx, rec); err != nil {
 			return err
 		}
@@ -194,44 +185,53 @@ func (s *Service) markOrphan(ctx context.Context, seen, rec *journal.Record) (*j
 	return marked, nil
 }
 
-// orphanTarget is the access point rec's volume has, proven rec's: "" when
-// none was ever made. It errs when that cannot be proven with this
-// Service's credentials (ErrNotCollectable) or not now.
-func (s *Service) orphanTarget(ctx context.Context, rec *journal.Record) (string, error) {
+// orphanTarget is the access point rec's volume has, proven rec's by its
+// tags (taggedFor): "" when none was ever made or it is deleted, which only
+// a listing shows (it proves the record marked deleting, markOrphan). It
+// errs when that cannot be proven with this Service's credentials
+// (ErrNotCollectable) or not now. The access point is never deleted on the
+// record's word alone: one Describe does not show (EFS describes a new
+// access point with a lag, as it lists it) is looked for in the listing,
+// and its tags checked there.
+func (s *Service) orphanTarget(ctx context.Context, seen, rec *journal.Record) (string, *journal.Record, error) {
 	if rec.AccessPoint != "" {
 		ap, err := s.efs.DescribeAccessPoint(ctx, rec.AccessPoint)
 		switch {
 		case err == nil:
 			if !ownership.Agrees(rec, ap) {
-				return "", fmt.Errorf("%w: volume %q: access point %s on %s with token %q and root %q is not the one recorded",
+				return "", nil, fmt.Errorf("%w: volume %q: access point %s on %s with token %q and root %q is not the one recorded",
 					ErrNotCollectable, rec.Name, ap.ID, ap.FileSystemID, ap.ClientToken, ap.Path)
 			}
 			if err := s.taggedFor(rec, ap); err != nil {
-				return "", err
+				return "", nil, err
 			}
-			return ap.ID, nil
-		case errors.Is(err, efs.ErrAccessPointNotFound):
-			// Deleted (DeleteVolume's record release failed after), or in
-			// a file system these credentials do not see: only the first
-			// may be released (DeleteVolume does, deleteUnseen).
-			if err := s.reachable(ctx, rec.FileSystem); err != nil {
-				return "", s.unreachable(rec, err)
-			}
-			return rec.AccessPoint, nil
+			return ap.ID, rec, nil
+		case !errors.Is(err, efs.ErrAccessPointNotFound):
+			return "", nil, err
 		}
-		return "", err
+		// Deleted (DeleteVolume's record release failed after), not
+		// described yet, or in a file system these credentials do not
+		// see: the listing below tells.
 	}
 	// A listing of a file system these credentials do not see would show
 	// no access point: the record would be released with one existing.
 	if err := s.reachable(ctx, rec.FileSystem); err != nil {
-		return "", s.unreachable(rec, err)
+		return "", nil, s.unreachable(rec, err)
+	}
+	// The listing proves no access point carries the token only if it
+	// shows every one made: it begins ListingLag after the record is marked
+	// deleting (EFS lists a new access point with a lag), and from the mark
+	// on a create of it that makes one deletes it instead of recording it.
+	rec, err := s.markOrphan(ctx, seen, rec)
+	if err != nil {
+		return "", nil, err
 	}
 	aps, err := s.listAfterNow(ctx, rec.FileSystem)
 	if err != nil {
 		if errors.Is(err, efs.ErrFileSystemNotFound) || errors.Is(err, efs.ErrAccessDenied) {
-			return "", s.unreachable(rec, err)
+			return "", nil, s.unreachable(rec, err)
 		}
-		return "", err
+		return "", nil, err
 	}
 	for _, ap := range aps {
 		if ap.ClientToken != rec.SentToken() || ap.FileSystemID != rec.FileSystem {
@@ -241,15 +241,15 @@ func (s *Service) orphanTarget(ctx context.Context, rec *journal.Record) (string
 			// EFS binds a token to one access point: this one is not the
 			// one the record planned. Whose directory it holds is unknown
 			// (the collector logs this, once).
-			return "", fmt.Errorf("%w: volume %q: access point %s carries its token %q at %q, not the recorded %q",
+			return "", nil, fmt.Errorf("%w: volume %q: access point %s carries its token %q at %q, not the recorded %q",
 				ErrNotCollectable, rec.Name, ap.ID, rec.SentToken(), ap.Path, rec.Path)
 		}
 		if err := s.taggedFor(rec, &ap); err != nil {
-			return "", err
+			return "", nil, err
 		}
-		return ap.ID, nil
+		return ap.ID, rec, nil
 	}
-	return "", nil
+	return "", rec, nil
 }
 
 // taggedFor proves with ap's tags what the record says of it: the
@@ -268,12 +268,25 @@ func (s *Service) taggedFor(rec *journal.Record, ap *efs.AccessPoint) error {
 	t := ap.Tags
 	claimOK := func(key, want string) bool { v, ok := t[key]; return !ok || v == want }
 	_, other := ownership.OtherCluster(ap, s.cluster)
-	if t[TagCluster] != "true" || t[TagVolumeName] != rec.Name || other ||
+	if t[TagCluster] != "true" || t[TagVolumeName] != rec.Name || other || !s.madeForRecord(rec, ap) ||
 		!claimOK(TagClaimName, rec.ClaimName) || !claimOK(TagClaimNamespace, rec.ClaimNamespace) {
-		return fmt.Errorf("%w: volume %q: access point %s does not carry this cluster's tags for it (cluster %q, volume %q, cluster ID %q, claim %s/%s): the record alone proves nothing to the collector",
-			ErrNotCollectable, rec.Name, ap.ID, t[TagCluster], t[TagVolumeName], t[TagClusterID], t[TagClaimNamespace], t[TagClaimName])
+		return fmt.Errorf("%w: volume %q: access point %s does not carry this cluster's tags for it (cluster %q, volume %q, cluster ID %q, record life %q, claim %s/%s): the record alone proves nothing to the collector",
+			ErrNotCollectable, rec.Name, ap.ID, t[TagCluster], t[TagVolumeName], t[TagClusterID], t[TagRecordLife], t[TagClaimNamespace], t[TagClaimName])
 	}
 	return nil
+}
+
+// madeForRecord: ap carries the life of rec (TagRecordLife), which only a
+// create of that record writes; or, made by a release before the tag,
+// this cluster's ID. Name and claim tags can be read off the cluster's
+// volumes and copied into a forged entry; a record life is in EFS alone.
+// An earlier release's access point without a cluster ID (a replica under
+// upstream's RBAC wrote none) is never collected: the audit finds it.
+func (s *Service) madeForRecord(rec *journal.Record, ap *efs.AccessPoint) bool {
+	if life, ok := ap.Tags[TagRecordLife]; ok {
+		return life == ownership.RecordLife(rec)
+	}
+	return s.cluster != "" && ap.Tags[TagClusterID] == s.cluster
 }
 
 // unreachable is the error of an orphan whose file system these

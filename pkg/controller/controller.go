@@ -38,6 +38,7 @@ const (
 	TagBound          = ownership.TagBound
 	TagClaimName      = ownership.TagClaimName
 	TagClaimNamespace = ownership.TagClaimNamespace
+	TagRecordLife     = ownership.TagRecordLife
 )
 
 // Errors this package adds to the sentinels of pkg/efs, pkg/volume, pkg/gid and

@@ -396,6 +396,10 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 	for attempt := 1; ; attempt++ {
 		in := p.input
 		in.ClientToken = rec.SentToken()
+		if in.Tags != nil {
+			in.Tags = maps.Clone(in.Tags)
+			in.Tags[TagRecordLife] = ownership.RecordLife(rec)
+		}
 		in.PosixUser = &efs.PosixUser{UID: rec.UID, GID: rec.GID}
 		in.CreationInfo = &efs.CreationInfo{OwnerUID: rec.UID, OwnerGID: rec.GID, Permissions: p.params.DirectoryPerms}
 		sentID := rec.Allocated

@@ -392,6 +392,15 @@ func TestForgedRecordsDeleteNothing(t *testing.T) {
 			controller.TagClaimName: "real", controller.TagClaimNamespace: "ns"}},
 		{"another cluster's", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", map[string]string{controller.TagCluster: "true",
 			controller.TagVolumeName: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f", controller.TagClusterID: "other-cluster-uid"}},
+		// Name and claim tags can be read off the cluster's volumes; the
+		// record life (TagRecordLife) is in EFS alone. Before it, both
+		// were collected.
+		{"an earlier release's without a cluster ID, named by its own name and claim", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f",
+			map[string]string{controller.TagCluster: "true", controller.TagVolumeName: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f",
+				controller.TagClaimName: "forged", controller.TagClaimNamespace: "ns"}},
+		{"this cluster's, made for another record's life", "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f",
+			map[string]string{controller.TagCluster: "true", controller.TagVolumeName: "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f",
+				controller.TagClusterID: kubetest.KubeSystemUID, controller.TagRecordLife: "2001-02-03T04:05:06Z"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newBed(t, true)

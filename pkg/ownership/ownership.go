@@ -13,6 +13,8 @@
 package ownership
 
 import (
+	"time"
+
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -36,7 +38,20 @@ const (
 	// The claim the volume was provisioned for (--extra-create-metadata).
 	TagClaimName      = "efs.csi.aws.com/pvc-name"
 	TagClaimNamespace = "efs.csi.aws.com/pvc-namespace"
+	// TagRecordLife is when the record the access point was created for
+	// was made (RecordLife): written in EFS, which a writer of the record
+	// (the controller's namespace) cannot reach, it proves to the orphan
+	// collector that a record entry is the one the access point was made
+	// for, not one forged to name it.
+	TagRecordLife = "efs.csi.aws.com/record-life"
 )
+
+// RecordLife is the value of TagRecordLife for rec: its creation time,
+// which a record keeps for its life (a record removed and made again is a
+// new life).
+func RecordLife(rec *journal.Record) string {
+	return rec.Created.UTC().Format(time.RFC3339Nano)
+}
 
 // Kind is what is known of who made an access point.
 type Kind int

@@ -20,13 +20,6 @@ var knownFailures = map[string]string{
 	// Found by the simulator, still open on main (issue 29's closing note).
 	"gid-upgrade-adopts-upstream": "documented limit: upstream's GIDs are outside the record during an in-place upgrade",
 	"leak-dup-create-killed":      "a duplicate create on another replica sends after the volume's delete finished the record, and is killed before it deletes what it made",
-	// The simulator's "upstream" writer tags its access points as a release
-	// of this driver before cluster IDs did (cluster and volume-name tags;
-	// upstream's own carry no volume name, and are never collected): a
-	// forged entry copying that name and claim collects it, since a replica
-	// under upstream's RBAC writes no cluster ID either.
-	"forged-record-collects-upstream": "a forged entry naming an earlier release's access point by its own name (no cluster ID to tell)",
-	"forged-record-collects-untagged": "as forged-record-collects-upstream",
 }
 
 // knownBulk are the invariant kinds (per topology: one, own, clusters,
@@ -34,8 +27,8 @@ var knownFailures = map[string]string{
 // main, each with why. A failing seed of another kind fails the test; a
 // kind listed here that no seed breaks any more should be removed.
 // (Fixed since f0c1d55, so no longer listed: gid/one, gid/own, gid/clusters,
-// the held-out findings; foreign/* but for forged entries naming access
-// points with this cluster's tags; liveness after a full range.)
+// the held-out findings; foreign/*, data/one and data/own since the
+// record-life tag; liveness after a full range.)
 var knownBulk = map[string]string{
 	"gid/upgrade":       "gid-upgrade-adopts-upstream: upstream's writer shares GIDs (outside the protocol)",
 	"liveness/one":      "a sequence that comes round to an id an in-doubt record holds, in 2-id ranges",
@@ -55,9 +48,6 @@ var knownBulk = map[string]string{
 	"leak/own":          "a replaced pod loses its record, and with it what the collector would collect (issue 30's shared record)",
 	"leak/clusters":     "as leak/own",
 	"leak/upgrade":      "as leak/own",
-	"foreign/one":       "a forged entry naming an access point with this cluster's tags for it",
-	"foreign/own":       "as foreign/one",
-	"foreign/clusters":  "as foreign/one",
 	"data/clusters":     "an access point made on the directory after the delete's last listing began",
 	"data/upgrade":      "upstream's access point for the same claim, made while ours is deleted (the sim's names are not provisioner-shaped: the first minutes' name-token mode is off)",
 	"name/own":          "records per pod: a volume's sequence parts when one record holds an id the other does not",
@@ -66,15 +56,16 @@ var knownBulk = map[string]string{
 	// Seen once in 100,000 seeds each: the same families in another topology.
 	"deleted/clusters": "as deleted/own",
 	"record/own":       "as record/one",
-	"foreign/upgrade":  "as foreign/one",
-	"data/one":         "as data/clusters",
-	"data/own":         "as data/clusters",
 }
 
 // strictKinds are never known: what GID tokens and the shared record make
 // hold by construction (no GID answered twice by writers of this release,
-// one access point per name within one record).
-var strictKinds = []string{"gid/one", "gid/own", "gid/clusters", "name/one"}
+// one access point per name within one record), and what the record-life
+// tag does (TagRecordLife: the collector deletes only an access point made
+// for the record it acts on, so no forged entry deletes anything, and no
+// data goes with it).
+var strictKinds = []string{"gid/one", "gid/own", "gid/clusters", "name/one",
+	"foreign/one", "foreign/own", "foreign/clusters", "foreign/upgrade", "data/one", "data/own"}
 
 func knownKind(kind string) bool {
 	if slices.Contains(strictKinds, kind) {
