@@ -194,12 +194,6 @@ type shared struct {
 	mu       sync.Mutex
 	answers  map[string]answer
 	answerOf map[string]string
-	// invisible: GID tokens EFS named for an access point it did not
-	// describe, and when first (burned).
-	invisible map[string]time.Time
-	// outside: for volumes the outsider check saw a writer outside the
-	// protocol make an access point for, its token (outsideToken).
-	outside map[string]string
 
 	// warned: the warnings already logged once (firstWarning: ignored
 	// StorageClass keys, other clusters in a class's GID range), warnedN
@@ -207,9 +201,8 @@ type shared struct {
 	warned  sync.Map
 	warnedN atomic.Int64
 
-	// otherClusters: other clusters' ids per file system, from the
-	// allocator's listings (otherclusters.go).
-	otherClusters *otherClusters
+	// fss: this process's state of each file system (fsstate.go).
+	fss *fileSystems
 
 	// finished: the deletes this process finished, so that a repeat costs
 	// no request either (finished.go). A create drops its name's entries
@@ -217,10 +210,8 @@ type shared struct {
 	finished *finishedDeletes
 
 	// dirs: the file systems mounted for making directory volumes
-	// (createdir.go); dirFSs: the file systems this process provisioned a
-	// directory volume on (dirSource).
-	dirs   *dirMounts
-	dirFSs sync.Map
+	// (createdir.go).
+	dirs *dirMounts
 }
 
 // listKey is a listing of a file system through one client.
@@ -298,8 +289,8 @@ func New(cfg Config) (*Service, error) {
 			locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDOptions), journal: j,
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
-			answers: map[string]answer{}, answerOf: map[string]string{}, invisible: map[string]time.Time{}, outside: map[string]string{}, finished: newFinishedDeletes(),
-			otherClusters: &otherClusters{fss: map[string]otherIDs{}, nameTokens: map[string]bool{}, outsideIDs: map[string][]int64{}}, dirs: &dirMounts{},
+			answers: map[string]answer{}, answerOf: map[string]string{}, finished: newFinishedDeletes(),
+			fss: newFileSystems(), dirs: &dirMounts{},
 		},
 	}, nil
 }

@@ -129,7 +129,7 @@ func (s *Service) createSeen(ctx context.Context, p *plan) (*efs.AccessPoint, er
 	if !s.delRoot {
 		return s.createOrAdopt(ctx, p)
 	}
-	done := s.roots.creating(p.params.FileSystemID, p.input.ClientToken, p.name, p.input.Path, s.now)
+	done := s.fs(p.params.FileSystemID).creating(p.input.ClientToken, p.name, p.input.Path, s.now)
 	ap, err := s.createOrAdopt(ctx, p)
 	done(ap)
 	return ap, err
@@ -438,7 +438,7 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 			return nil, err
 		}
 		found, err := s.holder(ctx, in.ClientToken, err)
-		if errors.Is(err, ErrNotYetVisible) && volume.IsGIDToken(in.ClientToken) && s.burned(in.ClientToken) {
+		if errors.Is(err, ErrNotYetVisible) && volume.IsGIDToken(in.ClientToken) && s.fs(rec.FileSystem).burned(in.ClientToken, s.now()) {
 			// EFS keeps the token of an access point deleted long ago (it
 			// documents nothing either way): the id is unusable under it.
 			// A stand-in that never shows in a listing keeps the id off this
@@ -513,24 +513,6 @@ func (s *Service) stillRecorded(ctx context.Context, rec *journal.Record) (*jour
 // lost.
 const burnAfter = 2 * time.Minute
 
-// burned reports whether token has been named by EFS for an access point
-// it does not describe for burnAfter, counting from this process's first
-// sighting.
-func (s *Service) burned(token string) bool {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	first, ok := s.invisible[token]
-	if !ok {
-		if len(s.invisible) >= maxWarnings {
-			clear(s.invisible) // bounded: a cleared sighting only delays the move
-		}
-		s.invisible[token] = now
-		return false
-	}
-	return now.Sub(first) >= burnAfter
-}
-
 // holder describes the access point EFS named (err) as holding token.
 func (s *Service) holder(ctx context.Context, token string, err error) (*efs.AccessPoint, error) {
 	var ae *efs.AlreadyExistsError
@@ -566,7 +548,7 @@ const unrecordedWindow = 10 * time.Minute
 // view and the other writer's own check, not by construction (docs/design.md,
 // "Writers outside the record").
 func (s *Service) upgrading(p *plan) bool {
-	return s.inWindow(p) && s.otherClusters.nameTokensOn(p.params.FileSystemID)
+	return s.inWindow(p) && s.fs(p.params.FileSystemID).nameTokensListed()
 }
 
 // inWindow reports whether creates of p are checked against writers
@@ -663,7 +645,7 @@ func (s *Service) windowToken(ctx context.Context, p *plan, rec *journal.Record)
 	if !volume.IsGIDToken(rec.SentToken()) {
 		return "", nil
 	}
-	if tok := s.outsideToken(p); tok != "" || !s.inWindow(p) || !s.otherClusters.nameTokensOn(p.params.FileSystemID) {
+	if tok := s.outsideToken(p); tok != "" || !s.inWindow(p) || !s.fs(p.params.FileSystemID).nameTokensListed() {
 		return tok, nil
 	}
 	aps, err := s.listAfterNow(ctx, p.params.FileSystemID)
@@ -693,9 +675,10 @@ const maxOutsiders = 1024
 // of making another. Forgotten by a restart, whose retry then withdraws
 // once more and learns it again.
 func (s *Service) outsideToken(p *plan) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.outside[p.params.FileSystemID+"\x00"+p.name]
+	st := s.fs(p.params.FileSystemID)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.outside[p.name]
 }
 
 // learnOutside remembers ap as the access point an outside writer made
@@ -704,16 +687,16 @@ func (s *Service) learnOutside(p *plan, ap *efs.AccessPoint) {
 	if !p.madeOutside(ap) {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := p.params.FileSystemID + "\x00" + p.name
-	if old, ok := s.outside[k]; ok && generationOf(p.input.ClientToken, old) >= generationOf(p.input.ClientToken, ap.ClientToken) {
+	st := s.fs(p.params.FileSystemID)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if old, ok := st.outside[p.name]; ok && generationOf(p.input.ClientToken, old) >= generationOf(p.input.ClientToken, ap.ClientToken) {
 		return
 	}
-	if len(s.outside) >= maxOutsiders {
-		clear(s.outside) // bounded: a forgotten one is learned again
+	if len(st.outside) >= maxOutsiders {
+		clear(st.outside) // bounded: a forgotten one is learned again
 	}
-	s.outside[k] = ap.ClientToken
+	st.outside[p.name] = ap.ClientToken
 }
 
 // finishWithdrawn deletes a withdrawn record's access point, which nobody

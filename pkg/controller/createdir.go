@@ -37,7 +37,7 @@ func (s *Service) dirPlan(name string, capacity int64, crossAccount bool, params
 		return nil, &volume.ParamError{Key: volume.ParamBasePath,
 			Reason: fmt.Sprintf("the directory volume's ID %q would be %d bytes; CSI allows %d: shorten basePath or subPathPattern", id, len(id), volume.MaxIDLength)}
 	}
-	s.dirFSs.Store(params.FileSystemID, struct{}{}) // dirSource
+	s.fs(params.FileSystemID).provisionsDirs() // dirSource
 	if s.mounter == nil {
 		return nil, &volume.ParamError{Key: volume.ParamProvisioningMode,
 			Reason: fmt.Sprintf("%q needs the controller to mount file systems, and this one has no mounter", volume.ProvisioningModeDirectory)}
@@ -75,7 +75,7 @@ func (s *Service) createDirSeen(ctx context.Context, p *plan) (*journal.Record, 
 	if !s.delRoot {
 		return s.createDir(ctx, p)
 	}
-	done := s.roots.creating(p.params.FileSystemID, p.input.ClientToken, p.name, p.input.Path, s.now)
+	done := s.fs(p.params.FileSystemID).creating(p.input.ClientToken, p.name, p.input.Path, s.now)
 	rec, err := s.createDir(ctx, p)
 	if rec != nil {
 		done(dirStandIn(rec))
@@ -112,7 +112,7 @@ func (s *Service) createDir(ctx context.Context, p *plan) (*journal.Record, erro
 	s.gids.Record(*dirStandIn(rec))
 	// And access point creates of this process skip it from now on (every
 	// listing tells the others: dirSource).
-	s.otherClusters.addOutside(rec.FileSystem, rec.UID, rec.GID)
+	s.fs(rec.FileSystem).addOutside(rec.UID, rec.GID)
 	made, err := s.makeDir(ctx, rec, p.params.DirectoryPerms)
 	if err != nil {
 		return nil, err
@@ -450,7 +450,7 @@ func (s *Service) deleteDirVolume(ctx context.Context, id volume.ID) (*csi.Delet
 	}
 	standIn := dirStandIn(rec)
 	if s.delRoot {
-		defer s.roots.deletingNow(standIn.ID)()
+		defer s.fs(rec.FileSystem).deletingNow(standIn.ID)()
 		since := began
 		if !rec.DeletingSince.IsZero() && rec.DeletingSince.Before(since) {
 			since = rec.DeletingSince
@@ -461,7 +461,7 @@ func (s *Service) deleteDirVolume(ctx context.Context, id volume.ID) (*csi.Delet
 	} else {
 		s.log.Info("directory kept: --delete-access-point-root-dir is off", slog.String("volumeID", id.String()))
 	}
-	s.roots.gone(standIn.ID, s.now())
+	s.fs(rec.FileSystem).gone(standIn.ID, s.now())
 	s.gids.Forget(rec.FileSystem, standIn.ID)
 	if err := s.journal.Finish(ctx, rec); err != nil {
 		return nil, err
@@ -498,21 +498,21 @@ func (s *Service) dirVolumeIDs(ctx context.Context) ([]string, error) {
 //
 // The record is read by its index of directory volumes (one List per
 // listing, once a minute per file system), and only on file systems this
-// process has provisioned a directory volume on (fss): a cluster without
+// process has provisioned a directory volume on (fsState.dirs): a cluster without
 // directory volumes reads nothing more. Another process's, unseen until
 // then, are held in the id table all the same: a create that picks one of
 // their ids finds it held (HoldID) and takes the next.
 type dirSource struct {
 	EFS
 	j   *journal.Journal
-	fss *sync.Map
+	fss *fileSystems
 }
 
 func (d dirSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	if err := d.EFS.ListAccessPoints(ctx, fsID, fn); err != nil {
 		return err
 	}
-	if _, ok := d.fss.Load(fsID); !ok {
+	if !d.fss.of(fsID).dirsProvisioned() {
 		return nil
 	}
 	var page []efs.AccessPoint

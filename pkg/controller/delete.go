@@ -158,7 +158,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 		s.log.Warn("root directory kept: the access point was not made by a CSI driver",
 			slog.String("accessPoint", ap.ID), slog.String("path", ap.Path))
 	default:
-		defer s.roots.deletingNow(ap.ID)() // through the DeleteAccessPoint below
+		defer s.fs(ap.FileSystemID).deletingNow(ap.ID)() // through the DeleteAccessPoint below
 		since := began
 		if rec != nil && !rec.DeletingSince.IsZero() && rec.DeletingSince.Before(since) {
 			since = rec.DeletingSince // an earlier attempt's, before a restart too
@@ -354,7 +354,7 @@ func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) erro
 	if err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
 		return err
 	}
-	s.roots.gone(apID, s.now())
+	s.fs(fsID).gone(apID, s.now())
 	s.gids.Forget(fsID, apID)
 	s.forgetAnswer(apID)
 	return nil

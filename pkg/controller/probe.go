@@ -65,7 +65,7 @@ func (s *Service) candidate(p *plan, from int) (int64, int, error) {
 	// The sequence wraps: an id taken when tried may be free on the next
 	// round (whether the range is full is the allocator's view's to say).
 	for i := from; i < from+maxProbeSkips && uint64(i-from) < seq.size; i++ {
-		if id := seq.at(i); !s.otherClusters.carriedOutside(fsID, id) {
+		if id := seq.at(i); !s.fs(fsID).carriedOutside(id) {
 			return id, i, nil
 		}
 	}

@@ -1,0 +1,289 @@
+package controller
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+)
+
+// fileSystems holds this process's state of each file system it has seen,
+// one fsState each, shared by every backend (file system IDs are unique
+// across accounts and APIs). The record (pkg/journal), the allocator's
+// view (pkg/gid) and the volume locks (pkg/keylock) keep their own; what
+// is here is every other thing a create or delete remembers of a file
+// system between calls. Entries are never dropped: one per file system
+// this controller provisions on.
+type fileSystems struct {
+	mu   sync.Mutex
+	byID map[string]*fsState
+}
+
+func newFileSystems() *fileSystems { return &fileSystems{byID: map[string]*fsState{}} }
+
+// of is fsID's state, made at first use.
+func (f *fileSystems) of(fsID string) *fsState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.byID[fsID]
+	if st == nil {
+		st = &fsState{invisible: map[string]time.Time{}, outside: map[string]string{}, deleting: map[string]int{}, deleted: map[string]time.Time{},
+			creates: newPathIndex(), createOf: map[string]createEntry{}}
+		f.byID[fsID] = st
+	}
+	return st
+}
+
+// fs is fsID's state.
+func (s *Service) fs(fsID string) *fsState { return s.fss.of(fsID) }
+
+// fsState is what this process knows of one file system, under one lock.
+// Nothing blocks while it is held: no request, no callback of a caller.
+type fsState struct {
+	mu sync.Mutex
+
+	// From the allocator's last complete listing (watchedSource,
+	// otherclusters.go): the ids (uid and gid), sorted, that other
+	// clusters' access points carry, and one such cluster's ID; whether an
+	// access point under a volume name's token was listed (windowToken);
+	// the ids that access points under tokens other than GID tokens carry
+	// (carriedOutside).
+	others     otherIDs
+	nameTokens bool
+	outsideIDs []int64
+
+	// invisible: GID tokens EFS named for an access point it did not
+	// describe, and when first (burned).
+	invisible map[string]time.Time
+	// outside: by volume name, the token of the access point a writer
+	// outside the protocol made for it, as the outsider check saw it
+	// (outsideToken, learnOutside).
+	outside map[string]string
+
+	// Root removal's memory (rootdir.go). deleting: the access points
+	// whose DeleteVolume is under way in this process: doomed, so they do
+	// not keep a shared directory (two deletes of a shared directory at
+	// once would otherwise keep it both). deleted: those this process
+	// deleted, for as long as a listing taken before may still show them
+	// (a delete that finished while the other's listing was in flight
+	// would otherwise look live to it). deletedPruneAt: len(deleted) at
+	// which old ones are dropped next.
+	deleting       map[string]int
+	deleted        map[string]time.Time
+	deletedPruneAt int
+
+	// creates: this process's creates, under way or ended within
+	// goneMemory, indexed by root directory (createOf by token): what
+	// reaches a directory since a listing began, at no cost
+	// (createSharer). Only kept with root removal on.
+	creates       *pathIndex
+	createOf      map[string]createEntry
+	createPruneAt int
+
+	// dirs: this process has provisioned a directory volume here, so the
+	// allocator's listings add the record's directory volumes (dirSource).
+	dirs bool
+}
+
+// provisionsDirs notes that this process provisions directory volumes here.
+func (st *fsState) provisionsDirs() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.dirs = true
+}
+
+// dirsProvisioned: provisionsDirs was called.
+func (st *fsState) dirsProvisioned() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.dirs
+}
+
+// otherIDs: the ids (uid and gid) other clusters' access points on one file
+// system carry, sorted, from the last complete listing, and one of those
+// clusters' IDs (for the message).
+type otherIDs struct {
+	ids     []int64
+	cluster string
+}
+
+// listed replaces what the last complete listing showed.
+func (st *fsState) listed(others otherIDs, nameTokens bool, outside []int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.others, st.nameTokens, st.outsideIDs = others, nameTokens, outside
+}
+
+// othersInRange returns how many of the ids other clusters' access points
+// carry lie in [lo, hi], and one such cluster's ID.
+func (st *fsState) othersInRange(lo, hi int64) (int, string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	from, _ := slices.BinarySearch(st.others.ids, lo)
+	to, _ := slices.BinarySearch(st.others.ids, hi+1)
+	return to - from, st.others.cluster
+}
+
+// nameTokensListed reports whether the last listing showed an access point
+// under a volume name's token.
+func (st *fsState) nameTokensListed() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.nameTokens
+}
+
+// addOutside notes ids as carried outside the GID token protocol until the
+// next complete listing (which shows them again if they still are): a
+// directory volume's, made by this process.
+func (st *fsState) addOutside(ids ...int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, id := range ids {
+		if i, found := slices.BinarySearch(st.outsideIDs, id); !found {
+			st.outsideIDs = slices.Insert(st.outsideIDs, i, id)
+		}
+	}
+}
+
+// carriedOutside reports whether the last listing showed id on an access
+// point under a token other than a GID token (or addOutside added it).
+func (st *fsState) carriedOutside(id int64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, found := slices.BinarySearch(st.outsideIDs, id)
+	return found
+}
+
+// burned reports whether token has been named by EFS for an access point
+// it does not describe for burnAfter, counting from this process's first
+// sighting (at now).
+func (st *fsState) burned(token string, now time.Time) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	first, ok := st.invisible[token]
+	if !ok {
+		if len(st.invisible) >= maxWarnings {
+			clear(st.invisible) // bounded: a cleared sighting only delays the move
+		}
+		st.invisible[token] = now
+		return false
+	}
+	return now.Sub(first) >= burnAfter
+}
+
+// gone records that apID was deleted at now. Those older than goneMemory
+// are dropped whenever the map has doubled since the last sweep, so that a
+// storm of deletes costs amortized constant time each.
+func (st *fsState) gone(apID string, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.deleted[apID] = now
+	if len(st.deleted) < st.deletedPruneAt {
+		return
+	}
+	for id, at := range st.deleted {
+		if now.Sub(at) > goneMemory {
+			delete(st.deleted, id)
+		}
+	}
+	st.deletedPruneAt = max(1024, 2*len(st.deleted))
+}
+
+// deletingNow marks apID as being deleted until the returned func is called.
+func (st *fsState) deletingNow(apID string) (done func()) {
+	st.mu.Lock()
+	st.deleting[apID]++
+	st.mu.Unlock()
+	return func() {
+		st.mu.Lock()
+		if st.deleting[apID]--; st.deleting[apID] == 0 {
+			delete(st.deleting, apID)
+		}
+		st.mu.Unlock()
+	}
+}
+
+// beingDeleted: apID's delete is under way in this process, or it deleted
+// it within goneMemory.
+func (st *fsState) beingDeleted(apID string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, gone := st.deleted[apID]
+	return st.deleting[apID] > 0 || gone
+}
+
+// createEntry is a create of this process in the index; ended is zero while
+// it is under way.
+type createEntry struct {
+	root  string
+	ended time.Time
+}
+
+// creating records that this process creates token's volume at root,
+// until done is called with what the create answered (nil: nothing
+// known); the entry then stays for goneMemory, longer than any listing
+// that started before the create ended is used.
+func (st *fsState) creating(token, name, root string, now func() time.Time) (done func(ap *efs.AccessPoint)) {
+	h := holder{token: token, name: name, path: root, kind: creatingHolder, live: true}
+	st.mu.Lock()
+	st.forgetCreateLocked(token)
+	st.putCreateLocked(token, h, time.Time{})
+	st.mu.Unlock()
+	return func(ap *efs.AccessPoint) {
+		if ap != nil {
+			h.apID = ap.ID
+			h.path = ap.Path // adopted access points may differ from the plan
+		}
+		at := now()
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.forgetCreateLocked(token)
+		st.putCreateLocked(token, h, at)
+		st.pruneCreatesLocked(at)
+	}
+}
+
+func (st *fsState) putCreateLocked(token string, h holder, ended time.Time) {
+	st.creates.add(token, h)
+	st.createOf[token] = createEntry{root: h.path, ended: ended}
+}
+
+func (st *fsState) forgetCreateLocked(token string) {
+	e, ok := st.createOf[token]
+	if !ok {
+		return
+	}
+	delete(st.createOf, token)
+	st.creates.remove(token, e.root)
+}
+
+// pruneCreatesLocked drops creates that ended over goneMemory ago whenever
+// their number has doubled since the last sweep (amortized constant time
+// per create, as gone).
+func (st *fsState) pruneCreatesLocked(now time.Time) {
+	if len(st.createOf) < st.createPruneAt {
+		return
+	}
+	for token, e := range st.createOf {
+		if !e.ended.IsZero() && now.Sub(e.ended) > goneMemory {
+			st.forgetCreateLocked(token)
+		}
+	}
+	st.createPruneAt = max(1024, 2*len(st.createOf))
+}
+
+// findCreate is pathIndex.find over this process's creates, with counts
+// asked once the lock is released (it may read this state again).
+func (st *fsState) findCreate(root string, counts func(holder) bool) (holder, bool) {
+	var nested []holder
+	st.mu.Lock()
+	st.creates.find(root, func(h holder) bool { nested = append(nested, h); return false })
+	st.mu.Unlock()
+	for _, h := range nested {
+		if counts(h) {
+			return h, true
+		}
+	}
+	return holder{}, false
+}
