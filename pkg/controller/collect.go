@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
@@ -169,8 +171,11 @@ func (s *Service) collectOrphan(ctx context.Context, seen *journal.Record) error
 }
 
 // markOrphan marks rec, read under its locks, deleting while it is still
-// the orphan seen, and waits until a listing begun now shows every access
-// point made before the mark.
+// the orphan seen, and answers it once a listing begun now shows every
+// access point made before the mark. Until then it is keylock.ErrBusy:
+// the collector goes on with its other orphans and comes back next round
+// (the mark stays), so that a round's orphans wait out the lag together
+// instead of one after another.
 func (s *Service) markOrphan(ctx context.Context, seen, rec *journal.Record) (*journal.Record, error) {
 	marked, err := s.journal.MarkDeletingIf(ctx, rec, func(cur *journal.Record) bool { return orphanChange(seen, cur) == "" })
 	switch {
@@ -179,8 +184,9 @@ func (s *Service) markOrphan(ctx context.Context, seen, rec *journal.Record) (*j
 	case marked == nil:
 		return nil, fmt.Errorf("%w: volume %q (%s/%q) changed", ErrNotOrphan, rec.Name, rec.FileSystem, rec.Token)
 	}
-	if err := s.sleepUntil(ctx, marked.DeletingSince.Add(s.cfg.ListingLag)); err != nil {
-		return nil, err
+	if settled := marked.DeletingSince.Add(s.cfg.ListingLag); s.now().Before(settled) {
+		return nil, fmt.Errorf("%w: volume %q marked for collection: listed once EFS's listing lag has passed (%v)",
+			keylock.ErrBusy, rec.Name, settled.Sub(s.now()).Round(time.Millisecond))
 	}
 	return marked, nil
 }

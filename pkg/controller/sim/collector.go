@@ -82,5 +82,8 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 		s.mu.Lock()
 		s.atracef(a, "%s collected %d on %s (%v)", a.name, n, inst.name, err)
 		s.mu.Unlock()
+		// The collector's interval: an orphan it marked last round
+		// (markOrphan) is listed once EFS's listing lag has passed.
+		time.Sleep(time.Second)
 	}
 }
