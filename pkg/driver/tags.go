@@ -18,7 +18,7 @@ var (
 
 const (
 	maxTags    = 50
-	driverTags = 7 // cluster, volume name, capacity, cluster ID, base path, claim name and namespace
+	driverTags = 8 // cluster, volume name, capacity, cluster ID, base path, claim name and namespace, record life
 )
 
 // ParseTags parses --tags as upstream does: tags are separated by spaces,
