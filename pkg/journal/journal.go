@@ -278,7 +278,7 @@ func (j *Journal) Hold(ctx context.Context, r *Record) (again bool, err error) {
 }
 
 // ReleaseMovedID releases id, held for token's volume, once that volume's
-// record holds another id (or is gone): a create of it that made, under
+// record holds another id, is being deleted, or is gone: a create of it that made, under
 // the id's GID token, an access point it then deleted because the record
 // had moved to another id meanwhile (ErrStaleToken) left the id held for
 // nobody. The entry is read, then the record, and the entry deleted at
@@ -302,8 +302,11 @@ func (j *Journal) ReleaseMovedID(ctx context.Context, fs string, id int64, token
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
 			return err
-		case cur.Allocated == id:
+		case cur.Allocated == id && !cur.Deleting:
 			return nil // held again: the record's
+			// A record being deleted uses its id no more (no create
+			// sends under it), and its Finish may have released it
+			// already: an entry made since is nobody's.
 		}
 		if err := j.s.Delete(ctx, e); !errors.Is(err, ErrConflict) {
 			return err

@@ -38,15 +38,22 @@ func TestReleaseMovedIDKeepsWhatTheRecordHoldsAgain(t *testing.T) {
 	stale := journal.Key{Kind: journal.KindID, FileSystem: fs, Name: "60002"}
 	for _, tc := range []struct {
 		name     string
+		before   func(t *testing.T, j *journal.Journal, rec *journal.Record) // before the release
 		during   func(t *testing.T, j *journal.Journal, rec *journal.Record) // between the release's reads
 		wantHeld string
 	}{
-		{"the record holds another id: released", nil, ""},
-		{"the record is gone: released", func(t *testing.T, j *journal.Journal, rec *journal.Record) {
+		{"the record holds another id: released", nil, nil, ""},
+		{"the record is gone: released", nil, func(t *testing.T, j *journal.Journal, rec *journal.Record) {
 			must(t, j.MarkDeleting(ctx, rec))
 			must(t, j.Finish(ctx, rec))
 		}, ""},
-		{"the record moves back to the id meanwhile: kept", func(t *testing.T, j *journal.Journal, rec *journal.Record) {
+		// Its delete's Finish may have released the id already: an entry
+		// held since would be left for nobody (seed 66453).
+		{"the record holds the id but is being deleted: released", func(t *testing.T, j *journal.Journal, rec *journal.Record) {
+			must(t, j.SetIDs(ctx, rec, 60001, 60002, 60002, 60002, "", 0))
+			must(t, j.MarkDeleting(ctx, rec))
+		}, nil, ""},
+		{"the record moves back to the id meanwhile: kept", nil, func(t *testing.T, j *journal.Journal, rec *journal.Record) {
 			must(t, j.SetIDs(ctx, rec, 60001, 60002, 60002, 60002, "", 0))
 			must(t, j.HoldID(ctx, rec))
 		}, token},
@@ -61,6 +68,9 @@ func TestReleaseMovedIDKeepsWhatTheRecordHoldsAgain(t *testing.T) {
 			staleView := *rec
 			staleView.Allocated = 60002
 			must(t, j.HoldID(ctx, &staleView))
+			if tc.before != nil {
+				tc.before(t, j, rec)
+			}
 			if tc.during != nil {
 				hooked.hook = func() { tc.during(t, j, rec) }
 			}
