@@ -490,19 +490,26 @@ func (s *Service) releaseMovedID(ctx context.Context, rec *journal.Record, id in
 // stillRecorded reads rec's record again (no hint): the same life, naming
 // the same access point and id, sending the same token, not being
 // deleted; else keylock.ErrBusy (the volume's delete, or another create,
-// is under way: retry).
+// is under way: retry), and the id this call holds for rec is released
+// unless the record holds it (journal.ReleaseMovedID): this call may have
+// held it again after the record moved off it or its delete released it.
 func (s *Service) stillRecorded(ctx context.Context, rec *journal.Record) (*journal.Record, error) {
 	cur, err := s.journal.Volume(ctx, rec.FileSystem, rec.Token)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
-		return nil, fmt.Errorf("%w: the record of volume %q is gone", keylock.ErrBusy, rec.Name)
+		err = fmt.Errorf("%w: the record of volume %q is gone", keylock.ErrBusy, rec.Name)
 	case err != nil:
 		return nil, err
 	case cur.Deleting || cur.AccessPoint != rec.AccessPoint || !cur.Created.Equal(rec.Created) ||
 		cur.Allocated != rec.Allocated || cur.SentToken() != rec.SentToken():
-		return nil, fmt.Errorf("%w: the record of volume %q changed (being deleted, or another create)", keylock.ErrBusy, rec.Name)
+		err = fmt.Errorf("%w: the record of volume %q changed (being deleted, or another create)", keylock.ErrBusy, rec.Name)
+	default:
+		return cur, nil
 	}
-	return cur, nil
+	if rerr := s.releaseMovedID(ctx, rec, rec.Allocated); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return nil, err
 }
 
 // burnAfter is how long EFS may name an access point it does not describe
@@ -851,10 +858,6 @@ func (s *Service) hold(ctx context.Context, p *plan, rec *journal.Record, res **
 			}
 			cur, err := s.stillRecorded(ctx, rec)
 			if err != nil {
-				// The id this call holds may be the record's no more.
-				if rerr := s.releaseMovedID(ctx, rec, rec.Allocated); rerr != nil {
-					err = errors.Join(err, rerr)
-				}
 				return err
 			}
 			*rec = *cur

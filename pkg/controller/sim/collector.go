@@ -46,14 +46,25 @@ func claimOf(pv string) string { return "claim-" + pv }
 // collectRounds runs the collector on the record of slot's controller
 // until it holds no volume (or rounds run out: what is left is reported by
 // final); each round through the controller then in the slot (a killed one
-// is replaced), while it keeps that record.
+// is replaced), while it keeps that record. A real collector runs for the
+// controller's life: here at least minRounds, and two once faults have
+// stopped (at most maxRounds), so that what is left is what the
+// collector cannot collect, not what faults kept it from.
+const minRounds, maxRounds = 6, 30
+
 func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 	defer s.finish(a)
 	var (
 		col *orphans.Collector
 		on  *instance
 	)
-	for round := 0; round < 6; round++ {
+	quietRounds := 0
+	for round := 0; round < maxRounds && (round < minRounds || quietRounds < 2); round++ {
+		s.mu.Lock()
+		if s.quiet {
+			quietRounds++
+		}
+		s.mu.Unlock()
 		if !s.step(a.tag(), fmt.Sprintf("collect round %d on %s", round, st.name)) {
 			return
 		}
@@ -82,8 +93,11 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 		s.mu.Lock()
 		s.atracef(a, "%s collected %d on %s (%v)", a.name, n, inst.name, err)
 		s.mu.Unlock()
-		// The collector's interval: an orphan it marked last round
-		// (markOrphan) is listed once EFS's listing lag has passed.
-		time.Sleep(time.Second)
+		// The collector's interval, as far as it matters here: an orphan
+		// it marked last round (markOrphan) is listed once the
+		// controller's --listing-lag has passed.
+		if d := max(s.cfg.Lag, s.cfg.ListingLag); d > 0 {
+			time.Sleep(d)
+		}
 	}
 }

@@ -42,9 +42,8 @@ var knownBulk = map[string]string{
 	"phantom/upgrade":   "as phantom/own; upstream's writer",
 	"deleted/own":       "a per-pod record's withdraw of an access point another pod's record adopted",
 	"deleted/upgrade":   "as deleted/own",
-	"record/one":        "a record left after a kill between a delete's access point and its record (about 4 seeds in 100,000)",
-	"record/clusters":   "as record/one",
-	"record/upgrade":    "as record/one; upstream's claim access point, and an orphan whose access point a create adopted from upstream's writer (no record life: left to the audit, never collected)",
+	"record/clusters":   "an id entry left held after a kill, with another cluster's or an earlier release's writers (2 seeds in 200,000; record/one, 0 since creates re-read the record and release the ids they held again)",
+	"record/upgrade":    "upstream's claim access point, and an orphan whose access point a create adopted from upstream's writer (no record life: left to the audit, never collected)",
 	"leak/one":          "leak-dup-create-killed: two replicas, a kill between a duplicate create's send and its cleanup (about 6 seeds in 100,000)",
 	"leak/own":          "a replaced pod loses its record, and with it what the collector would collect (issue 30's shared record)",
 	"leak/clusters":     "as leak/own",
@@ -56,7 +55,7 @@ var knownBulk = map[string]string{
 	"name/upgrade":      "upstream's controller provisions the same claim under its own token",
 	// Seen once in 100,000 seeds each: the same families in another topology.
 	"deleted/clusters": "as deleted/own",
-	"record/own":       "as record/one",
+	"record/own":       "as record/clusters; records per pod",
 }
 
 // strictKinds are never known: what GID tokens and the shared record make
