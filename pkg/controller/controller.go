@@ -187,14 +187,6 @@ type shared struct {
 	bmu      sync.Mutex
 	others   map[Backend]*Service
 
-	// answers and answerOf: the volumes this process answered (name ->
-	// access point, and back), so a repeat costs no request (or one
-	// Describe), not a create. A delete drops its entry under the volume's
-	// locks.
-	mu       sync.Mutex
-	answers  map[string]answer
-	answerOf map[string]string
-
 	// warned: the warnings already logged once (firstWarning: ignored
 	// StorageClass keys, other clusters in a class's GID range), warnedN
 	// their number.
@@ -289,8 +281,8 @@ func New(cfg Config) (*Service, error) {
 			locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDOptions), journal: j,
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
-			answers: map[string]answer{}, answerOf: map[string]string{}, finished: newFinishedDeletes(),
-			fss: newFileSystems(), dirs: &dirMounts{},
+			finished: newFinishedDeletes(),
+			fss:      newFileSystems(), dirs: &dirMounts{},
 		},
 	}, nil
 }

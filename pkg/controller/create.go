@@ -169,9 +169,8 @@ func (s *Service) repeat(ctx context.Context, p *plan) *efs.AccessPoint {
 // remembered is the access point this process answered for p's volume:
 // from memory if fresh, else as one Describe shows it; nil if none.
 func (s *Service) remembered(ctx context.Context, p *plan) *efs.AccessPoint {
-	s.mu.Lock()
-	known, ok := s.answers[p.name]
-	s.mu.Unlock()
+	st := s.fs(p.params.FileSystemID)
+	known, ok := st.answered(p.name)
 	if !ok {
 		return nil
 	}
@@ -181,49 +180,19 @@ func (s *Service) remembered(ctx context.Context, p *plan) *efs.AccessPoint {
 	ap, err := s.efs.DescribeAccessPoint(ctx, known.ap.ID)
 	if err != nil || p.check(ap) != nil {
 		if errors.Is(err, efs.ErrAccessPointNotFound) {
-			s.forgetAnswer(known.ap.ID)
+			st.dropAnswer(known.ap.ID)
 		}
 		return nil
 	}
 	s.gids.Record(*ap)
-	s.mu.Lock()
-	s.answers[p.name] = answer{ap, s.now()}
-	s.mu.Unlock()
+	st.remember(p.name, ap, s.now())
 	return ap
 }
 
 // remember records an answered volume (under its name lock).
 func (s *Service) remember(name string, ap *efs.AccessPoint) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if old, ok := s.answers[name]; ok {
-		delete(s.answerOf, old.ap.ID)
-	}
-	s.answers[name], s.answerOf[ap.ID] = answer{ap, s.now()}, name
+	s.fs(ap.FileSystemID).remember(name, ap, s.now())
 	s.finished.drop(s.finishedKey(ap.FileSystemID, ap.ID))
-}
-
-// answer is what this process answered for a volume, and when.
-type answer struct {
-	ap *efs.AccessPoint
-	at time.Time
-}
-
-// forgetAnswer drops what this process remembers of a deleted access point.
-func (s *Service) forgetAnswer(apID string) {
-	s.dropAnswer(apID)
-}
-
-// dropAnswer stops answering repeats of apID's volume from memory: called
-// under the volume's locks when its delete begins, so that no create
-// answered from memory can hand out an access point being deleted.
-func (s *Service) dropAnswer(apID string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if name, ok := s.answerOf[apID]; ok {
-		delete(s.answers, name)
-		delete(s.answerOf, apID)
-	}
 }
 
 func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan, error) {

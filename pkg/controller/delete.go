@@ -110,7 +110,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 		return nil, err
 	}
 	defer unlockNames()
-	s.dropAnswer(ap.ID)
+	s.fs(ap.FileSystemID).dropAnswer(ap.ID)
 	if prov.recorded {
 		// Before anything is deleted: from here on no create answers it.
 		// Marked at the version read before the name locks (a hint,
@@ -303,7 +303,7 @@ func (s *Service) deleteUnseen(ctx context.Context, id volume.ID) (*csi.DeleteVo
 		return nil, err
 	}
 	defer unlock()
-	s.dropAnswer(id.AccessPointID)
+	s.fs(id.FileSystemID).dropAnswer(id.AccessPointID)
 	if err := s.journal.MarkDeleting(ctx, rec); err != nil {
 		return nil, err
 	}
@@ -356,7 +356,7 @@ func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) erro
 	}
 	s.fs(fsID).gone(apID, s.now())
 	s.gids.Forget(fsID, apID)
-	s.forgetAnswer(apID)
+	s.fs(fsID).dropAnswer(apID)
 	return nil
 }
 

@@ -29,7 +29,8 @@ func (f *fileSystems) of(fsID string) *fsState {
 	st := f.byID[fsID]
 	if st == nil {
 		st = &fsState{invisible: map[string]time.Time{}, outside: map[string]string{}, deleting: map[string]int{}, deleted: map[string]time.Time{},
-			creates: newPathIndex(), createOf: map[string]createEntry{}}
+			creates: newPathIndex(), createOf: map[string]createEntry{},
+			answers: map[string]answer{}, answerOf: map[string]string{}}
 		f.byID[fsID] = st
 	}
 	return st
@@ -80,6 +81,13 @@ type fsState struct {
 	creates       *pathIndex
 	createOf      map[string]createEntry
 	createPruneAt int
+
+	// answers and answerOf: the volumes this process answered here (name
+	// -> access point, and back), so a repeat costs no request (or one
+	// Describe), not a create. A delete drops its entry under the
+	// volume's locks.
+	answers  map[string]answer
+	answerOf map[string]string
 
 	// dirs: this process has provisioned a directory volume here, so the
 	// allocator's listings add the record's directory volumes (dirSource).
@@ -286,4 +294,42 @@ func (st *fsState) findCreate(root string, counts func(holder) bool) (holder, bo
 		}
 	}
 	return holder{}, false
+}
+
+// answer is what this process answered for a volume, and when.
+type answer struct {
+	ap *efs.AccessPoint
+	at time.Time
+}
+
+// answered is what this process answered for the volume name, if anything.
+func (st *fsState) answered(name string) (answer, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	a, ok := st.answers[name]
+	return a, ok
+}
+
+// remember records that this process answered ap for the volume name at
+// at (under the volume's name lock).
+func (st *fsState) remember(name string, ap *efs.AccessPoint, at time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if old, ok := st.answers[name]; ok {
+		delete(st.answerOf, old.ap.ID)
+	}
+	st.answers[name], st.answerOf[ap.ID] = answer{ap, at}, name
+}
+
+// dropAnswer stops answering repeats of apID's volume from memory: called
+// under the volume's locks when its delete begins, so that no create
+// answered from memory can hand out an access point being deleted, and
+// when it is found or made gone.
+func (st *fsState) dropAnswer(apID string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if name, ok := st.answerOf[apID]; ok {
+		delete(st.answers, name)
+		delete(st.answerOf, apID)
+	}
 }
