@@ -651,10 +651,7 @@ const maxOutsiders = 1024
 // of making another. Forgotten by a restart, whose retry then withdraws
 // once more and learns it again.
 func (s *Service) outsideToken(p *plan) string {
-	st := s.fs(p.params.FileSystemID)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.outside[p.name]
+	return s.fs(p.params.FileSystemID).outsideToken(p.name)
 }
 
 // learnOutside remembers ap as the access point an outside writer made
@@ -663,16 +660,13 @@ func (s *Service) learnOutside(p *plan, ap *efs.AccessPoint) {
 	if !p.madeOutside(ap) {
 		return
 	}
+	// Under the volume's name locks: no other create of it learns between
+	// the read and the write.
 	st := s.fs(p.params.FileSystemID)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if old, ok := st.outside[p.name]; ok && generationOf(p.input.ClientToken, old) >= generationOf(p.input.ClientToken, ap.ClientToken) {
+	if old := st.outsideToken(p.name); old != "" && generationOf(p.input.ClientToken, old) >= generationOf(p.input.ClientToken, ap.ClientToken) {
 		return
 	}
-	if len(st.outside) >= maxOutsiders {
-		clear(st.outside) // bounded: a forgotten one is learned again
-	}
-	st.outside[p.name] = ap.ClientToken
+	st.learnOutside(p.name, ap.ClientToken)
 }
 
 // finishWithdrawn deletes a withdrawn record's access point, which nobody
@@ -1015,7 +1009,7 @@ func (s *Service) dropUnanswered(ctx context.Context, rec *journal.Record, ap *e
 		return fmt.Errorf("%w: %w", keylock.ErrBusy, errors.Join(why, err))
 	}
 	s.log.Info("access point deleted", slog.String("accessPoint", ap.ID), slog.String("name", rec.Name), slog.String("reason", reason))
-	if err := s.journal.ReleaseMovedID(ctx, rec.FileSystem, id, rec.Token); err != nil {
+	if err := s.releaseMovedID(ctx, rec, id); err != nil {
 		why = errors.Join(why, err)
 	}
 	return fmt.Errorf("%w: %w", keylock.ErrBusy, why)

@@ -333,3 +333,22 @@ func (st *fsState) dropAnswer(apID string) {
 		delete(st.answerOf, apID)
 	}
 }
+
+// outsideToken is the token of the access point a writer outside the
+// protocol made for the volume name, as the outsider check saw it; "".
+func (st *fsState) outsideToken(name string) string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.outside[name]
+}
+
+// learnOutside remembers token for the volume name (bounded: past
+// maxOutsiders all are forgotten, and a forgotten one is learned again).
+func (st *fsState) learnOutside(name, token string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.outside) >= maxOutsiders {
+		clear(st.outside)
+	}
+	st.outside[name] = token
+}
