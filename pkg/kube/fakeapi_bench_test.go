@@ -21,7 +21,9 @@ import (
 // EFS_BENCH_VOLUMES (default 200), EFS_BENCH_RUNS (default 2),
 // EFS_BENCH_DRIVER_ARGS: more driver flags for both (e.g.
 // --delete-access-point-root-dir=false: as root the stress tool turns root
-// removal on, whose listing-lag wait bounds both records alike).
+// removal on, whose listing-lag wait bounds both records alike);
+// EFS_BENCH_STRESS_ARGS: stress flags after the quiet defaults, which they
+// override (e.g. --chaos=true --fault-profile=fault-mix --timeout=10s).
 func TestRecordBenchmarkQuickAPI(t *testing.T) {
 	bins := os.Getenv("EFS_BENCH_BIN")
 	if bins == "" {
@@ -55,6 +57,7 @@ func TestRecordBenchmarkQuickAPI(t *testing.T) {
 			args := []string{"--embedded", "--driver-binary=" + filepath.Join(bins, "efs-csi-driver"),
 				"--volumes=" + strconv.Itoa(volumes), "--concurrency=100", "--fault-profile=none", "--chaos=false",
 				"--progress=false", "--seed=7", "--out-dir=" + out}
+			args = append(args, strings.Fields(os.Getenv("EFS_BENCH_STRESS_ARGS"))...)
 			for _, a := range append(rec.args, strings.Fields(os.Getenv("EFS_BENCH_DRIVER_ARGS"))...) {
 				args = append(args, "--driver-arg="+a)
 			}
