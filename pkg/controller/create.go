@@ -358,7 +358,7 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 		// delete, and a create sent now would make an access point under
 		// the token it freed that nobody can answer (a kill before its
 		// cleanup leaks it).
-		if rec, err = s.stillRecorded(ctx, rec); err != nil {
+		if err := s.confirm(ctx, rec); err != nil {
 			return nil, err
 		}
 	}
@@ -456,29 +456,35 @@ func (s *Service) releaseMovedID(ctx context.Context, rec *journal.Record, id in
 	return s.journal.ReleaseMovedID(ctx, rec.FileSystem, id, rec.Token)
 }
 
-// stillRecorded reads rec's record again (no hint): the same life, naming
-// the same access point and id, sending the same token, not being
-// deleted; else keylock.ErrBusy (the volume's delete, or another create,
-// is under way: retry), and the id this call holds for rec is released
-// unless the record holds it (journal.ReleaseMovedID): this call may have
-// held it again after the record moved off it or its delete released it.
-func (s *Service) stillRecorded(ctx context.Context, rec *journal.Record) (*journal.Record, error) {
-	cur, err := s.journal.Volume(ctx, rec.FileSystem, rec.Token)
+// confirm writes rec again, a compare-and-swap at the version this call
+// read (journal.Touch): it proves the record unchanged since, or reads it
+// again. It must still be the same life, naming the same access point and
+// id, sending the same token, and not be being deleted; else
+// keylock.ErrBusy (the volume's delete, or another create, is under way:
+// retry), and the id this call holds for rec is released unless the
+// record holds it (journal.ReleaseMovedID): this call may have held it
+// again after the record moved off it or its delete released it. A write,
+// not a read: the record's version moves, so a delete that read it before
+// must read it again to mark it (the Lease store batches writes; a read
+// is a request of its own).
+func (s *Service) confirm(ctx context.Context, rec *journal.Record) error {
+	held := *rec
+	err := s.journal.Touch(ctx, rec)
 	switch {
-	case errors.Is(err, journal.ErrNotFound):
-		err = fmt.Errorf("%w: the record of volume %q is gone", keylock.ErrBusy, rec.Name)
+	case errors.Is(err, journal.ErrDeleting):
+		err = fmt.Errorf("%w: %w", keylock.ErrBusy, err)
 	case err != nil:
-		return nil, err
-	case cur.Deleting || cur.AccessPoint != rec.AccessPoint || !cur.Created.Equal(rec.Created) ||
-		cur.Allocated != rec.Allocated || cur.SentToken() != rec.SentToken():
-		err = fmt.Errorf("%w: the record of volume %q changed (being deleted, or another create)", keylock.ErrBusy, rec.Name)
+		return err
+	case rec.AccessPoint != held.AccessPoint || !rec.Created.Equal(held.Created) ||
+		rec.Allocated != held.Allocated || rec.SentToken() != held.SentToken():
+		err = fmt.Errorf("%w: the record of volume %q changed (another create)", keylock.ErrBusy, rec.Name)
 	default:
-		return cur, nil
+		return nil
 	}
-	if rerr := s.releaseMovedID(ctx, rec, rec.Allocated); rerr != nil {
+	if rerr := s.releaseMovedID(ctx, &held, held.Allocated); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
-	return nil, err
+	return err
 }
 
 // burnAfter is how long EFS may name an access point it does not describe
@@ -716,16 +722,6 @@ func (s *Service) record(ctx context.Context, p *plan) (*journal.Record, *gid.Re
 					return nil, res, err
 				}
 			}
-		} else {
-			// Found, not made: move the record's version before anything
-			// is sent, so that a delete that read it earlier must re-read
-			// it to mark it deleting.
-			if err := s.journal.Touch(ctx, rec); err != nil {
-				if errors.Is(err, journal.ErrDeleting) {
-					err = fmt.Errorf("%w: %w", keylock.ErrBusy, err)
-				}
-				return nil, res, err
-			}
 		}
 		if why := p.recordMismatch(rec); why != "" {
 			return nil, res, fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.name, why)
@@ -805,13 +801,13 @@ func (s *Service) begin(ctx context.Context, p *plan) (*journal.Record, *gid.Res
 // hold makes the record's id held in the id table, taking another id
 // (into *res) while other volumes hold the ones it has. Then, for a record
 // this call found (found) or an id the volume's token held already
-// (another create of it at work: a retry, a duplicate), the record is read
-// again, the last step before the send: a delete, or another create's
+// (another create of it at work: a retry, a duplicate), the record is
+// confirmed, the last step before the send: a delete, or another create's
 // move to another id, may have overtaken what this call read, and a delete
 // marks the record before it deletes anything. A send under a token that
 // delete freed would make an access point nobody answers
-// (leak-dup-create-killed); one under an id the record moved from, an id
-// held for nobody (record-id-left-after-stale-drop).
+// (leak-dup-create-after-delete); one under an id the record moved from,
+// an id held for nobody (record-id-left-after-stale-drop).
 func (s *Service) hold(ctx context.Context, p *plan, rec *journal.Record, res **gid.Reservation, found bool) error {
 	for attempt := 1; ; attempt++ {
 		again, err := s.journal.Hold(ctx, rec)
@@ -819,12 +815,7 @@ func (s *Service) hold(ctx context.Context, p *plan, rec *journal.Record, res **
 			if !found && !again {
 				return nil
 			}
-			cur, err := s.stillRecorded(ctx, rec)
-			if err != nil {
-				return err
-			}
-			*rec = *cur
-			return nil
+			return s.confirm(ctx, rec)
 		}
 		if !errors.Is(err, journal.ErrIDTaken) {
 			return err
