@@ -87,8 +87,8 @@ func TestRecordBenchmarkQuickAPI(t *testing.T) {
 				secs += p.Seconds
 				phases += fmt.Sprintf(" %s %.1f vol/s", p.Name, p.Throughput)
 			}
-			t.Logf("BENCH record=%s run=%d volumes=%d workers=100: %.1f pairs/s (%s), %.2f Lease requests/pair, outcome %s",
-				rec.name, i, volumes, float64(r.Volumes.Created)/secs, strings.TrimSpace(phases), float64(requests)/float64(r.Volumes.Created), r.Outcome)
+			t.Logf("BENCH record=%s run=%d volumes=%d workers=100 %s: %.1f pairs/s (%s), %.2f Lease requests/pair, outcome %s",
+				rec.name, i, volumes, os.Getenv("EFS_BENCH_STRESS_ARGS"), float64(r.Volumes.Created)/secs, strings.TrimSpace(phases), float64(requests)/float64(r.Volumes.Created), r.Outcome)
 			if r.Outcome != "clean" {
 				t.Errorf("%s: outcome %s", rec.name, r.Outcome)
 			}
