@@ -17,7 +17,7 @@ per=$(( (seeds + procs - 1) / procs ))
 pids=()
 for ((i = 0; i < procs; i++)); do
   "$dir/sim.test" -test.run '^TestSchedules$' -test.v -test.count=1 -test.timeout=0 \
-    -sim.first=$((first + i * per)) -sim.seeds="$per" -sim.duration="$duration" &
+    -sim.first=$((first + i * per)) -sim.seeds="$per" -sim.duration="$duration" ${SIM_ARGS:-} &
   pids+=($!)
 done
 rc=0

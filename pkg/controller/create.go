@@ -381,6 +381,17 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 		switch {
 		case err == nil:
 			s.gids.Record(*ap) // before the local release: never free in between
+			// From here on past the call's own context: cut short, this
+			// call would leave an access point that a retry adopts only
+			// while the record is not being deleted. One made after
+			// another replica's delete marked the record (a duplicate's
+			// send delayed past the mark) would be named by nothing, and
+			// that delete, which deletes the recorded access point, never
+			// sees it (the simulator's seed 27447: no fault, no kill, a
+			// provisioner's timeout). Recorded here, the write answers
+			// ErrDeleting and the access point is deleted.
+			ctx, cancel := cleanupContext(ctx)
+			defer cancel()
 			if err := s.outsiders(efs.WithPriority(ctx, efs.PriorityFollowUp), p, rec, ap); err != nil {
 				return nil, err
 			}
@@ -446,12 +457,20 @@ func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint,
 	}
 }
 
+// cleanupContext is ctx without its end, within cleanupTimeout: for what
+// must follow what a call did (an access point made is recorded or
+// deleted, an id held for nothing released), since a call cut short there
+// would leave it for nobody.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
 // releaseMovedID releases id, which this call held for rec's volume, unless
 // its record holds it (journal.ReleaseMovedID): after the call's own
 // context, which may have ended with the call (the id would stay held for
 // nobody), within cleanupTimeout.
 func (s *Service) releaseMovedID(ctx context.Context, rec *journal.Record, id int64) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	return s.journal.ReleaseMovedID(ctx, rec.FileSystem, id, rec.Token)
 }
@@ -994,7 +1013,7 @@ func (s *Service) dropStale(ctx context.Context, rec *journal.Record, found *efs
 // context, within cleanupTimeout, since a call cut short here would leave
 // them for nobody. The call ends keylock.ErrBusy (retry), wrapping why.
 func (s *Service) dropUnanswered(ctx context.Context, rec *journal.Record, ap *efs.AccessPoint, id int64, why error, reason string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	if err := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ap.FileSystemID, ap.ID); err != nil {
 		return fmt.Errorf("%w: %w", keylock.ErrBusy, errors.Join(why, err))

@@ -124,7 +124,7 @@ func live(ap *efs.AccessPoint) bool {
 // never forgotten and never removed while it may still be the file system:
 // it is retried by the next delete and by CleanStaleMountPoints.
 func (s *Service) releaseMount(ctx context.Context, mnt string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	s.roots.mu.Lock()
 	s.roots.pending[mnt] = true

@@ -27,6 +27,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/controller"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/efsutils"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube"
 	"github.com/efs-csi/efs-csi-driver/pkg/metrics"
 	"github.com/efs-csi/efs-csi-driver/pkg/mount"
@@ -106,6 +107,10 @@ type Config struct {
 	DisableTaintWatcher bool
 
 	noStartupTaint bool // tests of other Node reads: no taint remover
+	// clusterRecord: the record is the cluster's one (Leases, ConfigMaps),
+	// not a file per host: the orphan collector sweeps what it does not
+	// name (controller.Service.SweepUnrecorded).
+	clusterRecord bool
 }
 
 // EFSUtilsConfig configures efs-utils on a node.
@@ -286,6 +291,8 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		if err != nil {
 			return nil, err
 		}
+		_, perHost := store.(*journal.File)
+		cfg.clusterRecord = !perHost
 		d.controller, err = controller.New(controller.Config{
 			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir, AccessPointLimit: cfg.AccessPointLimit,
 			ListingLag: cfg.ListingLag, TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,

@@ -93,10 +93,15 @@ func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, _ *efs.Cl
 	if ns == "" {
 		return nil, errors.New("orphan collection: --leader-election-namespace is required outside a pod")
 	}
-	c, err := orphans.New(orphans.Config{
+	oCfg := orphans.Config{
 		Driver: cfg.DriverName, ClusterID: clusterID, Interval: cfg.OrphanInterval, Grace: cfg.OrphanGrace,
 		Cluster: kc, Journal: ctl.Journal(), Collector: ctl, Logger: cfg.Logger,
-	})
+	}
+	if cfg.clusterRecord {
+		oCfg.Sweep = ctl.SweepUnrecorded
+		oCfg.FileSystems = func(ctx context.Context) ([]string, error) { return kc.FileSystemIDs(ctx, cfg.DriverName) }
+	}
+	c, err := orphans.New(oCfg)
 	if err != nil {
 		return nil, err
 	}

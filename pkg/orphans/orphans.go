@@ -26,6 +26,14 @@
 // Volumes of classes whose provisioner secret names a role (awsRoleArn) live
 // where the controller's own credentials do not reach, and are never
 // collected.
+//
+// With the cluster's one record (Config.Sweep), each round also sweeps the
+// access points this cluster's creates made that no record names any more
+// (a create's request that reached EFS after its volume's delete finished
+// the record, its caller killed before deleting it): the controller proves
+// them by this cluster's tags and record life, holds their id in the
+// record first, and reads the record again under that hold
+// (controller.Service.SweepUnrecorded).
 package orphans
 
 import (
@@ -33,6 +41,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,6 +83,17 @@ type Config struct {
 	Collector OrphanCollector
 	Logger    *slog.Logger
 	Now       func() time.Time
+	// Sweep, when set, is the controller's sweep of the access points this
+	// cluster's creates made that no record names
+	// (controller.Service.SweepUnrecorded), run each round on every file
+	// system of the record and of FileSystems, with the PVs read again
+	// first. Set it only when the record is the cluster's one (Leases,
+	// ConfigMaps): with a record per host, another host's record may name
+	// what this one does not.
+	Sweep func(ctx context.Context, fs string, named func(apID string) bool, grace time.Duration) (int, error)
+	// FileSystems are the file systems of the driver's StorageClasses,
+	// for Sweep (nil: those of the record only).
+	FileSystems func(ctx context.Context) ([]string, error)
 }
 
 // Stats is what the last round saw and totals since start.
@@ -320,6 +341,9 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 	st.Candidates += out.left
 	st.Kept = out.kept
 	errs = append(errs, err)
+	swept, err := c.sweep(ctx, recs)
+	out.deleted += swept
+	errs = append(errs, err)
 	c.mu.Lock()
 	st.Rounds, st.FailedRounds, st.Deleted = c.stats.Rounds, c.stats.FailedRounds, c.stats.Deleted
 	c.stats = st
@@ -452,6 +476,49 @@ func (c *Collector) collectDue(ctx context.Context, due []*journal.Record, prese
 		errs = append(errs, c.markNamed(ctx, present))
 	}
 	return out, errors.Join(errs...)
+}
+
+// sweep runs cfg.Sweep on every file system of recs and of
+// cfg.FileSystems, against the PVs read now (and what the watch reported):
+// an access point a PV names is never swept.
+func (c *Collector) sweep(ctx context.Context, recs []*journal.Record) (int, error) {
+	if c.cfg.Sweep == nil {
+		return 0, nil
+	}
+	fss := map[string]bool{}
+	for _, r := range recs {
+		fss[r.FileSystem] = true
+	}
+	var errs []error
+	if c.cfg.FileSystems != nil {
+		// Unread (no list on StorageClasses): the record's still are.
+		ids, err := c.cfg.FileSystems(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sweep: the StorageClasses' file systems: %w", err))
+		}
+		for _, fs := range ids {
+			fss[fs] = true
+		}
+	}
+	refs, err := c.handlesNow(ctx)
+	if err != nil {
+		return 0, errors.Join(append(errs, err)...)
+	}
+	c.addWatched(refs)
+	n := 0
+	for _, fs := range slices.Sorted(maps.Keys(fss)) {
+		named := func(ap string) bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return refs[apRef{fs, ap}] || c.watched[apRef{fs, ap}]
+		}
+		swept, err := c.cfg.Sweep(ctx, fs, named, c.cfg.Grace)
+		n += swept
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sweep %s: %w", fs, err))
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 // outcome is what collectDue did with the orphans due.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -86,8 +87,18 @@ func (s *Sim) csiCall(a *actor, inst *instance, f func(context.Context) (any, er
 		a.inFlight = false
 		s.mu.Unlock()
 	}()
+	s.mu.Lock()
+	s.handling[tag] = true
+	s.mu.Unlock()
 	go func() {
 		v, err := f(ctx)
+		s.mu.Lock()
+		delete(s.handling, tag)
+		if err != nil && (strings.Contains(err.Error(), context.DeadlineExceeded.Error()) || strings.Contains(err.Error(), context.Canceled.Error())) {
+			// Its status carries the context's error as text.
+			s.cutShort[tag] = true
+		}
+		s.mu.Unlock()
 		ch <- reply{v, err}
 	}()
 	select {

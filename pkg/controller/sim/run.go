@@ -239,7 +239,7 @@ func ParseConfig(fields []string) (Config, error) {
 func Run(cfg Config, script []string, trace bool) *Result {
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a1)), wrng: rand.New(rand.NewPCG(cfg.Seed, 0x3071d)), traceOn: trace,
 		faultsLeft: cfg.Faults, killsLeft: cfg.Kills, forgetLeft: cfg.Forgets, start: time.Now(),
-		bgTag: &callTag{actor: "bg"}, deleteIssued: map[string]bool{}, deletedIDs: map[string]bool{},
+		bgTag: &callTag{actor: "bg"}, handling: map[*callTag]bool{}, cutShort: map[*callTag]bool{}, deleteIssued: map[string]bool{}, deletedIDs: map[string]bool{},
 		forged: map[journal.Key]bool{}}
 	if script != nil {
 		s.script = slices.Clone(script)
@@ -414,8 +414,8 @@ func (s *Sim) startCollectors() {
 	seen := map[*store]bool{}
 	for _, c := range s.clusters {
 		for _, inst := range c.slots {
-			if seen[inst.st] || len(inst.st.m) == 0 {
-				continue // nothing to collect
+			if seen[inst.st] || len(inst.st.m) == 0 && c.shared == nil {
+				continue // nothing to collect (the cluster's one record is swept too)
 			}
 			seen[inst.st] = true
 			a := &actor{name: "gc-" + inst.name, kind: "gc", c: c, done: make(chan struct{})}

@@ -137,6 +137,8 @@ type Sim struct {
 	violations []string
 	start      time.Time
 	bgTag      *callTag
+	handling   map[*callTag]bool // CSI calls whose handler runs in a controller
+	cutShort   map[*callTag]bool // CSI calls whose handler ended with its context
 
 	tmp          string            // root removal: parent of the mount points
 	mounts       map[string]*mount // root removal: mounted targets

@@ -21,6 +21,7 @@ var (
 	detSeeds    = flag.Int("sim.detseeds", 0, "seeds TestDeterminism runs (0: 40, 8 under -race)")
 	shrink      = flag.Bool("sim.shrink", true, "shrink a failing seed of a kind not known (knownBulk) and write it under testdata/found/")
 	shrinkKnown = flag.Bool("sim.shrinkknown", false, "with -sim.shrink, shrink seeds of known kinds too")
+	listSeeds   = flag.Bool("sim.list", false, "log every failing seed: its kind and config")
 )
 
 // runOne runs cfg (script: nil = generate) in a bubble of its own.
@@ -82,6 +83,9 @@ func TestSchedules(t *testing.T) {
 					k := r.Kind() + "/" + RandomConfig(seed).Topology()
 					failed[k] = append(failed[k], seed)
 					mu.Unlock()
+					if *listSeeds {
+						t.Logf("FAILING %s %s", k, RandomConfig(seed))
+					}
 				}
 			}
 		}()

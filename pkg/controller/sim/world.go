@@ -28,6 +28,11 @@ type simAP struct {
 	listAt, describeAt time.Time
 	maker              string // instance name ("c0.1"), "upstream" or "hand"
 	driver             bool   // made by this driver (through a controller)
+	// Of one a controller made: the CSI call that made it and its
+	// process, and whether a DeleteAccessPoint of it was ever sent.
+	call     *callTag
+	inst     *instance
+	delTried bool
 }
 
 // fileSystem is one EFS file system.
@@ -297,8 +302,14 @@ func (p *efsPort) CreateAccessPoint(ctx context.Context, in efs.CreateAccessPoin
 	if in.PosixUser != nil {
 		gid = in.PosixUser.GID
 	}
+	t, _ := ctx.Value(tagKey{}).(*callTag)
 	v, err := p.s.park(ctx, p.inst, kindEFS, fmt.Sprintf("CreateAccessPoint %s gid=%d", in.ClientToken, gid), func() (any, error) {
-		return p.s.efs.create(in, p.inst.name, true)
+		ap, err := p.s.efs.create(in, p.inst.name, true)
+		if err == nil {
+			_, a := p.s.efs.find(ap.ID)
+			a.call, a.inst = t, p.inst
+		}
+		return ap, err
 	})
 	if err != nil {
 		return nil, err
@@ -308,7 +319,11 @@ func (p *efsPort) CreateAccessPoint(ctx context.Context, in efs.CreateAccessPoin
 
 func (p *efsPort) DeleteAccessPoint(ctx context.Context, id string) error {
 	_, err := p.s.park(ctx, p.inst, kindEFS, "DeleteAccessPoint "+id, func() (any, error) {
-		if _, a := p.s.efs.find(id); a != nil && !a.driver && !p.s.answeredAP(id) {
+		_, a := p.s.efs.find(id)
+		if a != nil {
+			a.delTried = true
+		}
+		if a != nil && !a.driver && !p.s.answeredAP(id) {
 			p.s.violate("foreign: %s deleted %s, made by %s (%s), which no DeleteVolume named", p.inst.name, id, a.maker, a.ap.ClientToken)
 		}
 		return nil, p.s.efs.delete(id)
