@@ -80,8 +80,10 @@ type orphanCollector struct {
 	leading  atomic.Bool
 }
 
-// newOrphanCollector collects from ctl's record through ctl (the EFS client
-// is not used: candidates come from the record, never from EFS listings).
+// newOrphanCollector collects from ctl's record through ctl; with the
+// cluster's one record (Leases, ConfigMaps) it also sweeps, through ctl,
+// this cluster's access points that no record names
+// (controller.Service.SweepUnrecorded).
 func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, _ *efs.Client, ctl *controller.Service) (*orphanCollector, error) {
 	if kc == nil {
 		return nil, errors.New("orphan collection needs the Kubernetes API: run in a pod or set --kube-api-url")
