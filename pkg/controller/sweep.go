@@ -146,19 +146,16 @@ func (s *Service) sweepOne(ctx context.Context, ap *efs.AccessPoint, id int64, n
 		return false, err
 	}
 	fsID := ap.FileSystemID
-	holder, err := s.journal.IDHolder(ctx, fsID, id)
-	if err != nil {
-		return false, err
-	}
-	if holder != "" && holder != journal.SweepToken(ap.ID) {
+	holder, err := s.journal.HoldForSweep(ctx, fsID, id, ap.ID)
+	if errors.Is(err, journal.ErrIDTaken) {
 		// Held for a volume: released only if its record holds another
 		// id, is being deleted or is gone (a create killed between its
-		// send and its cleanup held it for nobody).
+		// send and its cleanup held it for nobody); then held again.
 		if err := s.journal.ReleaseMovedID(ctx, fsID, id, holder); err != nil {
 			return false, err
 		}
+		_, err = s.journal.HoldForSweep(ctx, fsID, id, ap.ID)
 	}
-	err = s.journal.HoldForSweep(ctx, fsID, id, ap.ID)
 	if errors.Is(err, journal.ErrIDTaken) {
 		return false, nil // a volume holds it: a create of it may adopt ap
 	}

@@ -77,7 +77,7 @@ func TestSweepUnrecorded(t *testing.T) {
 		}, true},
 		{"a killed sweep holds its id", func(t *testing.T, b *bed, rec *journal.Record, ap *efs.AccessPoint) string {
 			forgetRecord(t, b, rec)
-			if err := b.svc.journal.HoldForSweep(b.ctx(), rec.FileSystem, rec.Allocated, ap.ID); err != nil {
+			if _, err := b.svc.journal.HoldForSweep(b.ctx(), rec.FileSystem, rec.Allocated, ap.ID); err != nil {
 				t.Fatal(err)
 			}
 			return ""
@@ -85,7 +85,7 @@ func TestSweepUnrecorded(t *testing.T) {
 		{"a forged sweep's hold names a live volume's", func(t *testing.T, b *bed, rec *journal.Record, ap *efs.AccessPoint) string {
 			// Its record still names it (and holds another id here: the
 			// hold is written where no volume's is).
-			if err := b.svc.journal.HoldForSweep(b.ctx(), rec.FileSystem, rec.Allocated+1, ap.ID); err != nil {
+			if _, err := b.svc.journal.HoldForSweep(b.ctx(), rec.FileSystem, rec.Allocated+1, ap.ID); err != nil {
 				t.Fatal(err)
 			}
 			return ""

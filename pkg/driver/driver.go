@@ -107,10 +107,6 @@ type Config struct {
 	DisableTaintWatcher bool
 
 	noStartupTaint bool // tests of other Node reads: no taint remover
-	// clusterRecord: the record is the cluster's one (Leases, ConfigMaps),
-	// not a file per host: the orphan collector sweeps what it does not
-	// name (controller.Service.SweepUnrecorded).
-	clusterRecord bool
 }
 
 // EFSUtilsConfig configures efs-utils on a node.
@@ -277,6 +273,10 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 
 	d.identity = &identity{name: cfg.DriverName, controller: cfg.Mode != ModeNode, topology: cfg.Mode == ModeController}
+	// clusterRecord: the record is the cluster's one (Leases, ConfigMaps),
+	// not a file per host: the orphan collector sweeps what it does not
+	// name (controller.Service.SweepUnrecorded).
+	clusterRecord := false
 	var kc *kube.Client
 	if cfg.Mode != ModeNode {
 		d.health = newEFSHealth(client, cfg.Logger)
@@ -292,7 +292,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			return nil, err
 		}
 		_, perHost := store.(*journal.File)
-		cfg.clusterRecord = !perHost
+		clusterRecord = !perHost
 		d.controller, err = controller.New(controller.Config{
 			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir, AccessPointLimit: cfg.AccessPointLimit,
 			ListingLag: cfg.ListingLag, TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
@@ -339,7 +339,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 	}
 	if cfg.OrphanInterval > 0 && d.controller != nil {
-		if d.orphans, err = newOrphanCollector(cfg, cfg.ClusterID, kc, client, d.controller); err != nil {
+		if d.orphans, err = newOrphanCollector(cfg, cfg.ClusterID, kc, clusterRecord, d.controller); err != nil {
 			return nil, err
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller"
-	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/kube"
 	"github.com/efs-csi/efs-csi-driver/pkg/orphans"
 )
@@ -81,10 +80,10 @@ type orphanCollector struct {
 }
 
 // newOrphanCollector collects from ctl's record through ctl; with the
-// cluster's one record (Leases, ConfigMaps) it also sweeps, through ctl,
-// this cluster's access points that no record names
+// cluster's one record (clusterRecord: Leases, ConfigMaps) it also sweeps,
+// through ctl, this cluster's access points that no record names
 // (controller.Service.SweepUnrecorded).
-func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, _ *efs.Client, ctl *controller.Service) (*orphanCollector, error) {
+func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, clusterRecord bool, ctl *controller.Service) (*orphanCollector, error) {
 	if kc == nil {
 		return nil, errors.New("orphan collection needs the Kubernetes API: run in a pod or set --kube-api-url")
 	}
@@ -99,7 +98,7 @@ func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, _ *efs.Cl
 		Driver: cfg.DriverName, ClusterID: clusterID, Interval: cfg.OrphanInterval, Grace: cfg.OrphanGrace,
 		Cluster: kc, Journal: ctl.Journal(), Collector: ctl, Logger: cfg.Logger,
 	}
-	if cfg.clusterRecord {
+	if clusterRecord {
 		oCfg.Sweep = ctl.SweepUnrecorded
 		oCfg.FileSystems = func(ctx context.Context) ([]string, error) { return kc.FileSystemIDs(ctx, cfg.DriverName) }
 	}

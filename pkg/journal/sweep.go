@@ -32,20 +32,20 @@ func SweepToken(apID string) string { return sweepPrefix + apID }
 
 // HoldForSweep holds id on fs for the sweep of the access point apID. Held
 // by that sweep already (a killed sweep's hold): nil. Held by a volume:
-// ErrIDTaken (a create of it will send, or has sent, the GID token: the
-// access point may be its own).
-func (j *Journal) HoldForSweep(ctx context.Context, fs string, id int64, apID string) error {
+// that volume's token and ErrIDTaken (a create of it will send, or has
+// sent, the GID token: the access point may be its own).
+func (j *Journal) HoldForSweep(ctx context.Context, fs string, id int64, apID string) (holder string, err error) {
 	want := Entry{Key: idKey(fs, id), Value: []byte(SweepToken(apID)), Index: sweepIndex}
 	got, err := j.s.Create(ctx, want)
 	switch {
 	case err == nil:
-		return nil
+		return "", nil
 	case !errors.Is(err, ErrExists):
-		return err
+		return "", err
 	case string(got.Value) == SweepToken(apID):
-		return nil
+		return "", nil
 	}
-	return fmt.Errorf("%w: id %d on %s is held by %q", ErrIDTaken, id, fs, got.Value)
+	return string(got.Value), fmt.Errorf("%w: id %d on %s is held by %q", ErrIDTaken, id, fs, got.Value)
 }
 
 // ReleaseSweep releases id on fs if the sweep of apID holds it.
