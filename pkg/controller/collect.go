@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
@@ -83,7 +84,7 @@ func (s *Service) CollectOrphan(ctx context.Context, rec *journal.Record) error 
 // record read again under its locks is still the orphan the collector
 // judged.
 func (s *Service) collectDir(ctx context.Context, seen *journal.Record) error {
-	unlock, err := s.locks.TryLock(recordLocks(seen)...)
+	unlock, err := s.locks.TryLock(core.RecordLocks(seen)...)
 	if err != nil {
 		return err
 	}
@@ -126,7 +127,7 @@ func orphanChange(seen, cur *journal.Record) string {
 }
 
 func (s *Service) collectOrphan(ctx context.Context, seen *journal.Record) error {
-	unlock, err := s.locks.TryLock(recordLocks(seen)...)
+	unlock, err := s.locks.TryLock(core.RecordLocks(seen)...)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
@@ -87,7 +88,7 @@ func TestCollectOrphan(t *testing.T) {
 			return &seen, func() {}
 		}, ErrNotOrphan, "kept"},
 		{"a create of its name is running", func(t *testing.T, b *bed, _ string, rec *journal.Record) (*journal.Record, func()) {
-			unlock, err := b.svc.locks.TryLock(nameKey(rec.Name))
+			unlock, err := b.svc.locks.TryLock(core.NameKey(rec.Name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +151,7 @@ func TestCollectOrphanTakesTheTokensLock(t *testing.T) {
 	if rec.Token == rec.Name {
 		t.Fatalf("token %q is the name", rec.Token)
 	}
-	unlock, err := b.svc.locks.TryLock(nameKey(rec.Token))
+	unlock, err := b.svc.locks.TryLock(core.NameKey(rec.Token))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -65,7 +66,7 @@ var (
 	// credentials of the call (another account's, and no role named).
 	ErrNotReachable = errors.New("file system not reachable")
 	// ErrForeign: the access point is another cluster's.
-	ErrForeign = errors.New("access point of another cluster")
+	ErrForeign = core.ErrForeign
 	// ErrGIDContention: another writer took every GID this call tried; retry.
 	ErrGIDContention = errors.New("GID contention with another writer")
 )
@@ -321,9 +322,6 @@ func (s *Service) ControllerGetCapabilities(_ context.Context, _ *csi.Controller
 	}
 	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
 }
-
-func nameKey(name string) string { return "name/" + name }
-func apKey(apID string) string   { return "ap/" + apID }
 
 func capacityTag(bytes int64) string { return strconv.FormatInt(bytes, 10) }
 

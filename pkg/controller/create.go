@@ -13,6 +13,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -46,9 +47,9 @@ type plan struct {
 // without a record recovers from the token alone.
 func (p *plan) locks() []string {
 	if p.input.ClientToken == p.name {
-		return []string{nameKey(p.name)}
+		return []string{core.NameKey(p.name)}
 	}
-	return []string{nameKey(p.name), nameKey(p.input.ClientToken)}
+	return []string{core.NameKey(p.name), core.NameKey(p.input.ClientToken)}
 }
 
 // CreateVolume creates (or finds) the access point for req.Name.

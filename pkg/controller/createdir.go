@@ -22,6 +22,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/dirfd"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -432,7 +433,7 @@ func (s *Service) deleteDirVolume(ctx context.Context, id volume.ID) (*csi.Delet
 			slog.String("volumeID", id.String()), slog.String("recorded", rec.Path))
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	locks := recordLocks(rec)
+	locks := core.RecordLocks(rec)
 	unlock, err := s.locks.TryLock(locks...)
 	if err != nil {
 		return nil, err
@@ -455,7 +456,7 @@ func (s *Service) deleteDirVolume(ctx context.Context, id volume.ID) (*csi.Delet
 		if !rec.DeletingSince.IsZero() && rec.DeletingSince.Before(since) {
 			since = rec.DeletingSince
 		}
-		if err := s.removeRootDir(ctx, standIn, provenance{recorded: true, csi: true, volumeName: rec.Name, locks: locks}, nil, since); err != nil {
+		if err := s.removeRootDir(ctx, standIn, core.Provenance{Recorded: true, CSI: true, VolumeName: rec.Name, Locks: locks}, nil, since); err != nil {
 			return nil, err
 		}
 	} else {

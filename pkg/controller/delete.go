@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,9 +15,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
-	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/rmtree"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -61,190 +60,76 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	return resp, err
 }
 
+// deleteVolume executes the delete protocol (core.Delete): the machine
+// decides, this loop does each effect and passes back its outcome. Locks
+// and the count of deletes under way are held until the call ends.
 func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.DeleteVolumeResponse, error) {
-	id, err := volume.ParseID(volumeID)
-	if err == nil && id.Dir {
-		return s.deleteDirVolume(ctx, id)
-	}
-	if err != nil || id.AccessPointID == "" {
-		// Not ours to delete: the CO may send anything, and a static volume
-		// owns no access point (the upstream driver answers OK for both).
-		return &csi.DeleteVolumeResponse{}, nil
-	}
-	if s.finished.done(s.finishedKey(id.FileSystemID, id.AccessPointID), s.now()) {
-		return &csi.DeleteVolumeResponse{}, nil // a repeat: no request, no record write
-	}
-	unlock, err := s.locks.TryLock(apKey(id.AccessPointID))
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-
-	began := s.now()
-	ap, view, err := s.lookUp(ctx, id)
-	if errors.Is(err, efs.ErrAccessPointNotFound) {
-		return s.deleteUnseen(ctx, id)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if ap.FileSystemID != id.FileSystemID {
-		// A crafted or mistyped ID: its file system has no such access
-		// point, and the one of that ID on another file system is not this
-		// volume's. Nothing is deleted.
-		s.log.Warn("volume not deleted: its access point is on another file system",
-			slog.String("volumeID", volumeID), slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID))
-		return &csi.DeleteVolumeResponse{}, nil
-	}
-	if other, ok := ownership.OtherCluster(ap, s.cluster); ok {
-		return nil, fmt.Errorf("%w: access point %s was made by cluster %q, not this one (%q); it is not deleted here",
-			ErrForeign, ap.ID, other, s.cluster)
-	}
-	rec, err := s.recordOf(ctx, ap, true)
-	if err != nil {
-		return nil, err
-	}
-	prov := provenanceOf(ap, rec)
-	unlockNames, err := s.locks.TryLock(prov.locks...)
-	if err != nil {
-		return nil, err
-	}
-	defer unlockNames()
-	s.fs(ap.FileSystemID).dropAnswer(ap.ID)
-	if prov.recorded {
-		// Before anything is deleted: from here on no create answers it.
-		// Marked at the version read before the name locks (a hint,
-		// maybe): a create that held them may have changed the record
-		// meanwhile, which fails the compare-and-swap and is read again.
-		agrees := func(r *journal.Record) bool { return ownership.Agrees(r, ap) }
-		fresh, err := s.journal.MarkDeletingIf(ctx, rec, agrees)
-		if err != nil {
-			return nil, err
+	d := core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot}, volumeID, s.now())
+	var release []func()
+	defer func() {
+		for i := len(release) - 1; i >= 0; i-- {
+			release[i]()
 		}
-		if fresh == nil {
-			// Changed since the first read, which may have been a hint
-			// long stale: look the record up again, without hints. One
-			// under other locks than those held is left to a retry.
-			found, err := s.recordOf(ctx, ap, false)
-			if err != nil {
-				return nil, err
+	}()
+	var view *rootView // the listing lookUp used, kept for the removal
+	for {
+		var r core.Result
+		switch e := d.Next().(type) {
+		case core.Answer:
+			if e.Err != nil {
+				return nil, e.Err
 			}
-			if found != nil {
-				if !isSubset(recordLocks(found), prov.locks) {
-					return nil, fmt.Errorf("%w: the record of access point %s changed while its delete took its locks", keylock.ErrBusy, ap.ID)
-				}
-				if fresh, err = s.journal.MarkDeletingIf(ctx, found, agrees); err != nil {
-					return nil, err
-				}
-				if fresh == nil {
-					return nil, fmt.Errorf("%w: the record of access point %s (volume %q) keeps changing", keylock.ErrBusy, ap.ID, found.Name)
-				}
+			return &csi.DeleteVolumeResponse{}, nil
+		case core.DeleteDir:
+			return s.deleteDirVolume(ctx, e.ID)
+		case core.Recall:
+			r.Yes = s.finished.done(s.finishedKey(e.FileSystem, e.AccessPoint), s.now())
+		case core.Lock:
+			var unlock func()
+			if unlock, r.Err = s.locks.TryLock(e.Keys...); r.Err == nil {
+				release = append(release, unlock)
 			}
-			held := prov.locks
-			prov = provenanceOf(ap, fresh)
-			prov.locks = held // the locks taken stay the ones held
+		case core.LookUp:
+			r.AP, view, r.Err = s.lookUp(ctx, e.ID)
+		case core.ReadRecord:
+			read := s.journal.Volume
+			if e.Hint {
+				read = s.journal.VolumeHint
+			}
+			r.Record, r.Err = read(ctx, e.FileSystem, e.Key)
+		case core.ReadRecordOf:
+			r.Record, r.Err = s.journal.ByAccessPoint(ctx, e.FileSystem, e.AccessPoint)
+		case core.Reachable:
+			r.Err = s.reachable(ctx, e.FileSystem)
+		case core.Forget:
+			s.fs(e.FileSystem).dropAnswer(e.AccessPoint)
+		case core.Mark:
+			if e.IfAgrees == nil {
+				r.Err = s.journal.MarkDeleting(ctx, e.Record)
+				break
+			}
+			r.Record, r.Err = s.journal.MarkDeletingIf(ctx, e.Record, func(r *journal.Record) bool { return ownership.Agrees(r, e.IfAgrees) })
+		case core.RootNotOwned:
+			s.roots.notOwned.Add(1)
+			s.log.Warn("root directory kept: the access point was not made by a CSI driver",
+				slog.String("accessPoint", e.AP.ID), slog.String("path", e.AP.Path))
+		case core.RemoveRoot:
+			release = append(release, s.fs(e.AP.FileSystemID).deletingNow(e.AP.ID)) // through the DeleteAccessPoint
+			r.Err = s.removeRootDir(ctx, e.AP, e.Prov, view, e.Since)
+		case core.DeleteAccessPoint:
+			// The rest of an irreversible step: before new work, never shed.
+			r.Err = s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), e.FileSystem, e.AccessPoint)
+		case core.Log:
+			s.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
+		case core.Finish:
+			r.Err = s.journal.Finish(ctx, e.Record)
+		case core.Remember:
+			s.finished.add(s.finishedKey(e.FileSystem, e.AccessPoint), e.Locks, s.now())
+		default:
+			return nil, fmt.Errorf("%w: %T", core.ErrStuck, e)
 		}
-		rec = fresh
-	} else {
-		rec = nil
+		d.Step(r)
 	}
-	switch {
-	case !s.delRoot:
-	case !prov.csi:
-		// Not a CSI volume's directory: whose data it holds is unknown.
-		// The access point goes (as without root removal: a PV stuck in
-		// FAILED_PRECONDITION helps nobody), the directory stays.
-		s.roots.notOwned.Add(1)
-		s.log.Warn("root directory kept: the access point was not made by a CSI driver",
-			slog.String("accessPoint", ap.ID), slog.String("path", ap.Path))
-	default:
-		defer s.fs(ap.FileSystemID).deletingNow(ap.ID)() // through the DeleteAccessPoint below
-		since := began
-		if rec != nil && !rec.DeletingSince.IsZero() && rec.DeletingSince.Before(since) {
-			since = rec.DeletingSince // an earlier attempt's, before a restart too
-		}
-		if err := s.removeRootDir(ctx, ap, prov, view, since); err != nil {
-			return nil, err
-		}
-	}
-	// After the record is marked deleting and the directory removed: the
-	// rest of an irreversible step, before new work and never shed.
-	if err := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), ap.FileSystemID, ap.ID); err != nil {
-		return nil, err
-	}
-	s.log.Info("access point deleted", slog.String("accessPoint", ap.ID), slog.String("reason", "DeleteVolume"),
-		slog.Bool("recorded", rec != nil))
-	if rec != nil {
-		if err := s.journal.Finish(ctx, rec); err != nil {
-			return nil, err
-		}
-	}
-	s.finished.add(s.finishedKey(id.FileSystemID, id.AccessPointID), prov.locks, s.now()) // under the name locks
-	return &csi.DeleteVolumeResponse{}, nil
-}
-
-// recordOf is the record of ap, nil if none agrees (ownership.Agrees). It
-// is read by its key: the access point's client token for volumes made
-// before GID tokens (and upstream's, which have none); for a GID token, the
-// name token of its volume-name tag (a hint, which the record must prove by
-// naming ap). A GID token whose tag leads to no record, or a 64-hex token
-// (an earlier release's later generation, adopted into the record of its
-// first; upstream's reuseAccessPoint hash) is looked up by the record's
-// index of access points.
-//
-// With hints, the key's record may be read from what this process last
-// knew of it (journal.VolumeHint: no request when this process wrote or
-// read it last); the caller then takes only its locks from it and reads it
-// again under them before acting.
-func (s *Service) recordOf(ctx context.Context, ap *efs.AccessPoint, hints bool) (*journal.Record, error) {
-	if key := volumeKeyOf(ap); key != "" && !volume.IsGIDToken(key) {
-		read := s.journal.Volume
-		if hints {
-			read = s.journal.VolumeHint
-		}
-		rec, err := read(ctx, ap.FileSystemID, key)
-		if hints && err == nil && !ownership.Agrees(rec, ap) {
-			// Only a hint that agrees is taken: one that does not may be
-			// stale (the record adopted this access point since).
-			rec, err = s.journal.Volume(ctx, ap.FileSystemID, key)
-		}
-		switch {
-		case err == nil && ownership.Agrees(rec, ap):
-			return rec, nil
-		case err != nil && !errors.Is(err, journal.ErrNotFound):
-			return nil, err
-		}
-	}
-	if !volume.IsGIDToken(ap.ClientToken) && !volume.IsClaimNameHash(ap.ClientToken) {
-		return nil, nil
-	}
-	rec, err := s.journal.ByAccessPoint(ctx, ap.FileSystemID, ap.ID)
-	switch {
-	case err == nil && ownership.Agrees(rec, ap):
-		return rec, nil
-	case err != nil && !errors.Is(err, journal.ErrNotFound):
-		return nil, err
-	}
-	return nil, nil
-}
-
-// recordLocks are the name locks of rec's volume: its key's and its
-// name's, which every create of it holds (plan.locks).
-func recordLocks(rec *journal.Record) []string {
-	if rec.Name == "" || rec.Name == rec.Token {
-		return []string{nameKey(rec.Token)}
-	}
-	return []string{nameKey(rec.Name), nameKey(rec.Token)}
-}
-
-// isSubset reports whether every lock of want is in held.
-func isSubset(want, held []string) bool {
-	for _, k := range want {
-		if !slices.Contains(held, k) {
-			return false
-		}
-	}
-	return true
 }
 
 // lookUp is the access point the volume ID names, as DescribeAccessPoint
@@ -273,49 +158,6 @@ func (s *Service) lookUp(ctx context.Context, id volume.ID) (*efs.AccessPoint, *
 	}
 	ap, err := s.efs.DescribeAccessPoint(ctx, id.AccessPointID)
 	return ap, view, err
-}
-
-// deleteUnseen finishes a delete whose access point Describe does not
-// show: deleted by an earlier attempt whose answer was lost (its record
-// then may remain), or so fresh that Describe lags. Only the record can say
-// that the ID's access point is on the ID's file system, so only a
-// recorded one is deleted; an unrecorded one that is not visible is gone
-// as far as this controller can prove, as upstream answers. That answer is
-// not remembered (finishedDeletes): without a record, no name is known
-// whose create could make the ID answer again, so none could drop it.
-func (s *Service) deleteUnseen(ctx context.Context, id volume.ID) (*csi.DeleteVolumeResponse, error) {
-	rec, err := s.journal.ByAccessPoint(ctx, id.FileSystemID, id.AccessPointID)
-	if errors.Is(err, journal.ErrNotFound) {
-		return &csi.DeleteVolumeResponse{}, s.reachable(ctx, id.FileSystemID)
-	}
-	if err != nil {
-		return nil, err
-	}
-	// Not found with these credentials proves nothing if they cannot see
-	// the file system (a volume of another account deleted without its
-	// class's secret): the record stays.
-	if err := s.reachable(ctx, id.FileSystemID); err != nil {
-		return nil, err
-	}
-	locks := recordLocks(rec)
-	unlock, err := s.locks.TryLock(locks...)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s.fs(id.FileSystemID).dropAnswer(id.AccessPointID)
-	if err := s.journal.MarkDeleting(ctx, rec); err != nil {
-		return nil, err
-	}
-	if err := s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), id.FileSystemID, id.AccessPointID); err != nil {
-		return nil, err
-	}
-	s.log.Info("access point deleted", slog.String("accessPoint", id.AccessPointID), slog.String("reason", "DeleteVolume (not visible, recorded)"))
-	if err := s.journal.Finish(ctx, rec); err != nil {
-		return nil, err
-	}
-	s.finished.add(s.finishedKey(id.FileSystemID, id.AccessPointID), locks, s.now()) // under the name locks
-	return &csi.DeleteVolumeResponse{}, nil
 }
 
 // reachable confirms that "not found" is about the access point: its file
@@ -391,7 +233,7 @@ const cleanupTimeout = 30 * time.Second
 // tell: a lag shows only as an access point missing from a listing, and
 // another writer's is not known to be missing). A retry after a restart
 // does not wait again.
-func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov provenance, view *rootView, since time.Time) error {
+func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov core.Provenance, view *rootView, since time.Time) error {
 	rel, err := removableRoot(ap, prov)
 	if err != nil {
 		return err
@@ -459,9 +301,9 @@ func (s *Service) keptFor(ap *efs.AccessPoint, other string) bool {
 // removableRoot returns the root directory relative to the file system root,
 // refusing what removal could turn into data loss: the root itself, a path
 // that is not clean, a base path, and any access point no CSI driver made.
-func removableRoot(ap *efs.AccessPoint, prov provenance) (string, error) {
+func removableRoot(ap *efs.AccessPoint, prov core.Provenance) (string, error) {
 	p := ap.Path
-	if !prov.csi {
+	if !prov.CSI {
 		return "", fmt.Errorf("%w: access point %s was not created by a CSI driver", ErrUnsafeRootDir, ap.ID)
 	}
 	if p == "" || !path.IsAbs(p) || path.Clean(p) != p || p == "/" {

@@ -2,13 +2,14 @@ package controller
 
 import (
 	"errors"
-	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 
 	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"

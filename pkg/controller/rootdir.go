@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
-	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // rootDirs is the state root-directory removal keeps between deletes.
@@ -97,20 +97,10 @@ func (s *Service) createSharer(ap *efs.AccessPoint) string {
 // volume than ap's.
 func (s *Service) reaches(h holder, ap *efs.AccessPoint) bool {
 	switch {
-	case !h.live, h.apID == ap.ID, h.token != "" && h.token == volumeKeyOf(ap):
+	case !h.live, h.apID == ap.ID, h.token != "" && h.token == core.VolumeKeyOf(ap):
 		return false // ap itself, its own record or create, or gone
 	}
 	return h.apID == "" || !s.fs(ap.FileSystemID).beingDeleted(h.apID)
-}
-
-// volumeKeyOf is the key of ap's volume in the record and in its creates'
-// name locks (plan.input.ClientToken): its client token, or for a GID
-// token the name token of its volume-name tag.
-func volumeKeyOf(ap *efs.AccessPoint) string {
-	if name := ap.Tags[TagVolumeName]; volume.IsGIDToken(ap.ClientToken) && name != "" {
-		return volume.NameToken(name)
-	}
-	return ap.ClientToken
 }
 
 // live: an access point being deleted gives its users no access any more.

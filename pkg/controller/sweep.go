@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
@@ -132,7 +133,7 @@ func owns(rec *journal.Record, ap *efs.AccessPoint) bool {
 
 // ownerOf reads the record of ap's volume: nil if none.
 func (s *Service) ownerOf(ctx context.Context, ap *efs.AccessPoint) (*journal.Record, error) {
-	rec, err := s.journal.Volume(ctx, ap.FileSystemID, volumeKeyOf(ap))
+	rec, err := s.journal.Volume(ctx, ap.FileSystemID, core.VolumeKeyOf(ap))
 	if errors.Is(err, journal.ErrNotFound) {
 		return nil, nil
 	}
@@ -168,7 +169,7 @@ func (s *Service) sweepOne(ctx context.Context, ap *efs.AccessPoint, id int64, n
 // sweepHeld goes on once the sweep holds id for ap: the record read again
 // under the hold decides; the hold is released either way once done.
 func (s *Service) sweepHeld(ctx context.Context, ap *efs.AccessPoint, id int64, named func(string) bool) (bool, error) {
-	unlock, err := s.locks.TryLock(recordLocks(&journal.Record{Volume: journal.Volume{Name: ap.Tags[TagVolumeName], Token: volumeKeyOf(ap)}})...)
+	unlock, err := s.locks.TryLock(core.RecordLocks(&journal.Record{Volume: journal.Volume{Name: ap.Tags[TagVolumeName], Token: core.VolumeKeyOf(ap)}})...)
 	if errors.Is(err, keylock.ErrBusy) {
 		return false, nil // a create or delete of the volume here: next round (the hold stays)
 	}

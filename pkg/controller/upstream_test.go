@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/efs-csi/efs-csi-driver/internal/upstreamtest"
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
@@ -187,8 +188,8 @@ func TestProvenance(t *testing.T) {
 		{"an empty token", "", map[string]string{TagCluster: "true"}, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := provenanceOf(&efs.AccessPoint{ClientToken: tc.token, Tags: tc.tags}, nil)
-			if p.csi != tc.csi || tc.lock != "" && !slices.Contains(p.locks, nameKey(tc.lock)) {
+			p := core.ProvenanceOf(&efs.AccessPoint{ClientToken: tc.token, Tags: tc.tags}, nil)
+			if p.CSI != tc.csi || tc.lock != "" && !slices.Contains(p.Locks, core.NameKey(tc.lock)) {
 				t.Errorf("provenanceOf = %+v, want csi=%v and the name %q locked", p, tc.csi, tc.lock)
 			}
 		})

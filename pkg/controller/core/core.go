@@ -1,0 +1,135 @@
+// Package core is the controller's protocol without its I/O: each call is a
+// machine that decides, and its caller (pkg/controller) does. The caller
+// asks Next for an effect (read this record entry, send this request, take
+// these locks, answer the call), executes it, and passes its outcome to
+// Step; then Next again, until the effect is an Answer. etcd-io/raft's
+// Node/Ready split is the model: the protocol is a pure function of the
+// outcomes it is given, so a table of outcomes drives it in a test with no
+// server, no clock and no goroutine, and the simulator
+// (pkg/controller/sim), which runs the production controller, runs this
+// code.
+//
+// Nothing here does I/O, reads a clock or blocks: times come in with the
+// call (NewDelete's now). TestCoreDoesNoIO holds the imports to that.
+package core
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// Effect is what a machine asks its caller to do next. Each effect's
+// comment says which fields of the Result it expects back.
+type Effect interface{ effect() }
+
+// Result is the outcome of an effect, passed to Step.
+type Result struct {
+	AP     *efs.AccessPoint
+	Record *journal.Record
+	Yes    bool
+	Err    error
+}
+
+// Answer ends the call with Err (nil: success). Nothing is passed back.
+type Answer struct{ Err error }
+
+// Lock takes the volume locks Keys without waiting (pkg/keylock), held
+// until the call ends. Result.Err: keylock.ErrBusy when another call holds
+// one.
+type Lock struct{ Keys []string }
+
+// Log writes one line. No result is needed (Step with the zero Result).
+type Log struct {
+	Level slog.Level
+	Msg   string
+	Attrs []slog.Attr
+}
+
+func (Answer) effect() {}
+func (Lock) effect()   {}
+func (Log) effect()    {}
+
+// ErrStuck is the answer of a machine stepped past its end or given no
+// next effect: a defect of this package, answered rather than panicked.
+var ErrStuck = errors.New("controller protocol has no next step")
+
+// machine is the continuation every protocol here is written with: do
+// sets the effect the caller executes next and what to do with its
+// outcome, so each protocol reads in the order its effects happen.
+type machine struct {
+	next Effect
+	then func(Result)
+}
+
+// Next is the effect to execute now.
+func (m *machine) Next() Effect {
+	if m.next == nil {
+		return Answer{Err: ErrStuck}
+	}
+	return m.next
+}
+
+// Step passes the outcome of the effect Next returned.
+func (m *machine) Step(r Result) {
+	then := m.then
+	m.next, m.then = nil, nil
+	if then != nil {
+		then(r)
+	}
+}
+
+func (m *machine) do(e Effect, then func(Result)) { m.next, m.then = e, then }
+
+func (m *machine) answer(err error) { m.do(Answer{Err: err}, nil) }
+
+// failed answers r.Err if there is one, and reports whether it did.
+func (m *machine) failed(r Result) bool {
+	if r.Err != nil {
+		m.answer(r.Err)
+		return true
+	}
+	return false
+}
+
+// NameKey is the volume lock of a volume name or client token: every
+// create of it holds both (its name's and its token's), every delete of its
+// access point those its record or tags name.
+func NameKey(name string) string { return "name/" + name }
+
+// APKey is the lock of an access point ID, held by its delete.
+func APKey(apID string) string { return "ap/" + apID }
+
+// RecordLocks are the name locks of rec's volume: its key's and its
+// name's, which every create of it holds.
+func RecordLocks(rec *journal.Record) []string {
+	if rec.Name == "" || rec.Name == rec.Token {
+		return []string{NameKey(rec.Token)}
+	}
+	return []string{NameKey(rec.Name), NameKey(rec.Token)}
+}
+
+// isSubset reports whether every lock of want is in held.
+func isSubset(want, held []string) bool {
+	for _, k := range want {
+		if !slices.Contains(held, k) {
+			return false
+		}
+	}
+	return true
+}
+
+// VolumeKeyOf is the key of ap's volume in the record and in its creates'
+// name locks (the create's client token): its client token, or for a GID
+// token the name token of its volume-name tag.
+func VolumeKeyOf(ap *efs.AccessPoint) string {
+	if name := ap.Tags[ownership.TagVolumeName]; volume.IsGIDToken(ap.ClientToken) && name != "" {
+		return volume.NameToken(name)
+	}
+	return ap.ClientToken
+}
