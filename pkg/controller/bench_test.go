@@ -11,6 +11,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
 
@@ -112,7 +113,7 @@ func BenchmarkAPICallsPerCreateVolume(b *testing.B) {
 			clk := newClock()
 			svc, emu, client := newBenchBed(b, steadyState(clk), func(c *Config) { c.ClusterID = "ours" })
 			if tc.phase != "startup" {
-				clk.Advance(2 * unrecordedWindow)
+				clk.Advance(2 * core.UnrecordedWindow)
 			}
 			var tags map[string]string
 			if tc.phase == "othercluster" {

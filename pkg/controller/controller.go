@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,11 +45,11 @@ const (
 // pkg/keylock. pkg/driver maps each to a gRPC code.
 var (
 	// ErrIncompatible: an access point exists for this name with other parameters.
-	ErrIncompatible = errors.New("volume exists with incompatible parameters")
+	ErrIncompatible = core.ErrIncompatible
 	// ErrVolumeNotFound: the volume ID names nothing that exists.
 	ErrVolumeNotFound = errors.New("volume not found")
 	// ErrNotYetVisible: EFS says the token's access point exists but does not show it yet; retry.
-	ErrNotYetVisible = errors.New("access point not yet visible")
+	ErrNotYetVisible = core.ErrNotYetVisible
 	// ErrUnsafeRootDir: removing this root directory could remove data that is not the volume's.
 	ErrUnsafeRootDir = errors.New("refusing to remove root directory")
 	// ErrRootDirRemoval: the root directory could not be removed; the access point is kept.
@@ -68,7 +67,7 @@ var (
 	// ErrForeign: the access point is another cluster's.
 	ErrForeign = core.ErrForeign
 	// ErrGIDContention: another writer took every GID this call tried; retry.
-	ErrGIDContention = errors.New("GID contention with another writer")
+	ErrGIDContention = core.ErrGIDContention
 )
 
 // EFS is the subset of the EFS API the controller calls. pkg/efs.Client
@@ -179,7 +178,7 @@ type shared struct {
 	roots    *rootDirs                                // root-directory removal (rootdir.go)
 	listings *freshFlight[listKey, []efs.AccessPoint] // listings that start after their caller asked
 	views    *freshFlight[listKey, *rootView]         // the same, with the record, for root removal (rootindex.go)
-	started  time.Time                                // when New ran (unrecordedWindow)
+	started  time.Time                                // when New ran (core.UnrecordedWindow)
 	cfg      Config
 
 	// Backends (backend.go): the Services of other backends, made at
@@ -322,8 +321,6 @@ func (s *Service) ControllerGetCapabilities(_ context.Context, _ *csi.Controller
 	}
 	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
 }
-
-func capacityTag(bytes int64) string { return strconv.FormatInt(bytes, 10) }
 
 // validClusterID: what EFS accepts as a tag value.
 func validClusterID(id string) bool {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
@@ -178,7 +179,7 @@ func TestRestartedControllerAdoptsAccessPointOfKilledOne(t *testing.T) {
 func TestConcurrentCreatesGetDistinctGIDs(t *testing.T) {
 	clk := newClock()
 	b := newBed(t, steadyState(clk))
-	clk.Advance(2 * unrecordedWindow)
+	clk.Advance(2 * core.UnrecordedWindow)
 	const n = 150
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

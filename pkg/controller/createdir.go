@@ -44,8 +44,9 @@ func (s *Service) dirPlan(name string, capacity int64, crossAccount bool, params
 			Reason: fmt.Sprintf("%q needs the controller to mount file systems, and this one has no mounter", volume.ProvisioningModeDirectory)}
 	}
 	return &plan{
-		name: name, params: params, capacity: capacity, cluster: s.cluster, crossAccount: crossAccount, topology: topology, dir: true,
-		input: efs.CreateAccessPointInput{FileSystemID: params.FileSystemID, ClientToken: volume.DirToken(root), Path: root},
+		Plan: core.Plan{Name: name, Params: params, Capacity: capacity, Cluster: s.cluster, Dir: true,
+			Input: efs.CreateAccessPointInput{FileSystemID: params.FileSystemID, ClientToken: volume.DirToken(root), Path: root}},
+		crossAccount: crossAccount, topology: topology,
 	}, nil
 }
 
@@ -56,15 +57,15 @@ func (s *Service) createDirVolume(ctx context.Context, p *plan) (*csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
-	volCtx, err := s.volumeContext(ctx, p.backend, p.crossAccount, p.params.AZ, rec.FileSystem)
+	volCtx, err := s.volumeContext(ctx, p.backend, p.crossAccount, p.Params.AZ, rec.FileSystem)
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("volume ready", slog.String("name", p.name), slog.String("directory", rec.Path),
+	s.log.Info("volume ready", slog.String("name", p.Name), slog.String("directory", rec.Path),
 		slog.Int64("uid", rec.UID), slog.Int64("gid", rec.GID))
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:           volume.DirID(rec.FileSystem, rec.Path),
-		CapacityBytes:      p.capacity,
+		CapacityBytes:      p.Capacity,
 		VolumeContext:      volCtx,
 		AccessibleTopology: p.topology,
 	}}, nil
@@ -76,7 +77,7 @@ func (s *Service) createDirSeen(ctx context.Context, p *plan) (*journal.Record, 
 	if !s.delRoot {
 		return s.createDir(ctx, p)
 	}
-	done := s.fs(p.params.FileSystemID).creating(p.input.ClientToken, p.name, p.input.Path, s.now)
+	done := s.fs(p.Params.FileSystemID).creating(p.Input.ClientToken, p.Name, p.Input.Path, s.now)
 	rec, err := s.createDir(ctx, p)
 	if rec != nil {
 		done(dirStandIn(rec))
@@ -94,17 +95,13 @@ func (s *Service) createDirSeen(ctx context.Context, p *plan) (*journal.Record, 
 // call is ABORTED. One that marks it after removes the directory after
 // it was made.
 func (s *Service) createDir(ctx context.Context, p *plan) (*journal.Record, error) {
-	rec, res, err := s.record(ctx, p)
-	defer func() {
-		if res != nil {
-			res.Release()
-		}
-	}()
+	rec, release, err := s.record(ctx, p)
+	defer release()
 	if err != nil {
 		return nil, err
 	}
 	if why := p.dirMismatch(rec); why != "" {
-		return nil, fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.name, why)
+		return nil, fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.Name, why)
 	}
 	// Before the local reservation goes: this process's allocator keeps
 	// every create off the id until DeleteVolume forgets it (the
@@ -114,7 +111,7 @@ func (s *Service) createDir(ctx context.Context, p *plan) (*journal.Record, erro
 	// And access point creates of this process skip it from now on (every
 	// listing tells the others: dirSource).
 	s.fs(rec.FileSystem).addOutside(rec.UID, rec.GID)
-	made, err := s.makeDir(ctx, rec, p.params.DirectoryPerms)
+	made, err := s.makeDir(ctx, rec, p.Params.DirectoryPerms)
 	if err != nil {
 		return nil, err
 	}
@@ -140,16 +137,16 @@ func (p *plan) dirMismatch(rec *journal.Record) string {
 	switch {
 	case !rec.Dir:
 		return fmt.Sprintf("its path %s is recorded for an access point volume", rec.Path)
-	case rec.Path != p.input.Path:
-		return fmt.Sprintf("directory %q, want %q", rec.Path, p.input.Path)
-	case rec.Capacity != p.capacity:
-		return fmt.Sprintf("capacity %d bytes, want %d", rec.Capacity, p.capacity)
-	case p.params.UID >= 0 && rec.UID != p.params.UID:
-		return fmt.Sprintf("uid %d, want %d", rec.UID, p.params.UID)
-	case p.params.GID >= 0 && rec.GID != p.params.GID:
-		return fmt.Sprintf("gid %d, want %d", rec.GID, p.params.GID)
-	case p.params.NeedsGIDAllocation() && (rec.Allocated < p.params.GIDRangeStart || rec.Allocated > p.params.GIDRangeEnd):
-		return fmt.Sprintf("allocated id %d outside [%d, %d]", rec.Allocated, p.params.GIDRangeStart, p.params.GIDRangeEnd)
+	case rec.Path != p.Input.Path:
+		return fmt.Sprintf("directory %q, want %q", rec.Path, p.Input.Path)
+	case rec.Capacity != p.Capacity:
+		return fmt.Sprintf("capacity %d bytes, want %d", rec.Capacity, p.Capacity)
+	case p.Params.UID >= 0 && rec.UID != p.Params.UID:
+		return fmt.Sprintf("uid %d, want %d", rec.UID, p.Params.UID)
+	case p.Params.GID >= 0 && rec.GID != p.Params.GID:
+		return fmt.Sprintf("gid %d, want %d", rec.GID, p.Params.GID)
+	case p.Params.NeedsGIDAllocation() && (rec.Allocated < p.Params.GIDRangeStart || rec.Allocated > p.Params.GIDRangeEnd):
+		return fmt.Sprintf("allocated id %d outside [%d, %d]", rec.Allocated, p.Params.GIDRangeStart, p.Params.GIDRangeEnd)
 	}
 	return ""
 }

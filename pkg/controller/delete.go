@@ -17,8 +17,6 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
-	"github.com/efs-csi/efs-csi-driver/pkg/journal"
-	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/rmtree"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
@@ -60,76 +58,18 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	return resp, err
 }
 
-// deleteVolume executes the delete protocol (core.Delete): the machine
-// decides, this loop does each effect and passes back its outcome. Locks
-// and the count of deletes under way are held until the call ends.
+// deleteVolume executes the delete protocol (core.Delete, effects.go).
 func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.DeleteVolumeResponse, error) {
 	d := core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot}, volumeID, s.now())
-	var release []func()
-	defer func() {
-		for i := len(release) - 1; i >= 0; i-- {
-			release[i]()
-		}
-	}()
-	var view *rootView // the listing lookUp used, kept for the removal
-	for {
-		var r core.Result
-		switch e := d.Next().(type) {
-		case core.Answer:
-			if e.Err != nil {
-				return nil, e.Err
-			}
-			return &csi.DeleteVolumeResponse{}, nil
-		case core.DeleteDir:
-			return s.deleteDirVolume(ctx, e.ID)
-		case core.Recall:
-			r.Yes = s.finished.done(s.finishedKey(e.FileSystem, e.AccessPoint), s.now())
-		case core.Lock:
-			var unlock func()
-			if unlock, r.Err = s.locks.TryLock(e.Keys...); r.Err == nil {
-				release = append(release, unlock)
-			}
-		case core.LookUp:
-			r.AP, view, r.Err = s.lookUp(ctx, e.ID)
-		case core.ReadRecord:
-			read := s.journal.Volume
-			if e.Hint {
-				read = s.journal.VolumeHint
-			}
-			r.Record, r.Err = read(ctx, e.FileSystem, e.Key)
-		case core.ReadRecordOf:
-			r.Record, r.Err = s.journal.ByAccessPoint(ctx, e.FileSystem, e.AccessPoint)
-		case core.Reachable:
-			r.Err = s.reachable(ctx, e.FileSystem)
-		case core.Forget:
-			s.fs(e.FileSystem).dropAnswer(e.AccessPoint)
-		case core.Mark:
-			if e.IfAgrees == nil {
-				r.Err = s.journal.MarkDeleting(ctx, e.Record)
-				break
-			}
-			r.Record, r.Err = s.journal.MarkDeletingIf(ctx, e.Record, func(r *journal.Record) bool { return ownership.Agrees(r, e.IfAgrees) })
-		case core.RootNotOwned:
-			s.roots.notOwned.Add(1)
-			s.log.Warn("root directory kept: the access point was not made by a CSI driver",
-				slog.String("accessPoint", e.AP.ID), slog.String("path", e.AP.Path))
-		case core.RemoveRoot:
-			release = append(release, s.fs(e.AP.FileSystemID).deletingNow(e.AP.ID)) // through the DeleteAccessPoint
-			r.Err = s.removeRootDir(ctx, e.AP, e.Prov, view, e.Since)
-		case core.DeleteAccessPoint:
-			// The rest of an irreversible step: before new work, never shed.
-			r.Err = s.deleteAccessPoint(efs.WithPriority(ctx, efs.PriorityFollowUp), e.FileSystem, e.AccessPoint)
-		case core.Log:
-			s.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
-		case core.Finish:
-			r.Err = s.journal.Finish(ctx, e.Record)
-		case core.Remember:
-			s.finished.add(s.finishedKey(e.FileSystem, e.AccessPoint), e.Locks, s.now())
-		default:
-			return nil, fmt.Errorf("%w: %T", core.ErrStuck, e)
-		}
-		d.Step(r)
+	if dir, ok := d.Next().(core.DeleteDir); ok {
+		return s.deleteDirVolume(ctx, dir.ID)
 	}
+	x := &effects{s: s, ctx: ctx}
+	defer x.release()
+	if a := x.run(d); a.Err != nil {
+		return nil, a.Err
+	}
+	return &csi.DeleteVolumeResponse{}, nil
 }
 
 // lookUp is the access point the volume ID names, as DescribeAccessPoint

@@ -352,3 +352,15 @@ func (st *fsState) learnOutside(name, token string) {
 	}
 	st.outside[name] = token
 }
+
+// maxOutsiders bounds the volumes whose outside writer's token this
+// process remembers (outsideToken).
+const maxOutsiders = 1024
+
+// burnAfter is how long EFS may name an access point it does not describe
+// as holding a GID token before the token counts as burned: kept by an
+// access point deleted long ago, not held by one too fresh to describe
+// (EFS describes a new one within seconds). Until then the create is
+// retried: the access point may be this volume's own, whose answer was
+// lost.
+const burnAfter = 2 * time.Minute

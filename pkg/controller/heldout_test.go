@@ -13,6 +13,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -169,7 +170,7 @@ func twoOwnRecords(t *testing.T, past bool) (a, b *bed, clk *clock, stop func())
 	a = newBed(t, own)
 	b = newBedOn(t, a.url, a.emu, own)
 	if past {
-		clk.Advance(unrecordedWindow + time.Minute)
+		clk.Advance(core.UnrecordedWindow + time.Minute)
 	}
 	ops := []emulator.Op{emulator.OpCreateAccessPoint, "DescribeAccessPoints"}
 	for _, op := range ops {

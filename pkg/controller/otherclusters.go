@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -37,14 +38,14 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 			tok := page[i].ClientToken
 			nameTokens = nameTokens || volume.IsProvisionerVolumeName(tok) || volume.IsClaimNameHash(tok)
 			if !volume.IsGIDToken(tok) {
-				uid, g := posixIDs(&page[i])
+				uid, g := core.PosixIDs(&page[i])
 				outside = append(outside, uid, g)
 			}
 			id, ok := page[i].Tags[TagClusterID]
 			if !ok || id == w.own || w.own == "" {
 				continue
 			}
-			uid, g := posixIDs(&page[i])
+			uid, g := core.PosixIDs(&page[i])
 			seen.ids = append(seen.ids, uid, g)
 			seen.cluster = id
 		}

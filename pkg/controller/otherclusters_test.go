@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 
 	"github.com/efs-csi/efs-csi-driver/internal/testutil"
@@ -58,7 +59,7 @@ func TestTwoClustersNeverAnswerOneGID(t *testing.T) {
 	var logsB testutil.Buffer
 	a := newBed(t, otherCluster("cluster-a", clk, nil))
 	b := newBedOn(t, a.url, a.emu, otherCluster("cluster-b", clk, &logsB))
-	clk.Advance(unrecordedWindow + time.Minute)
+	clk.Advance(core.UnrecordedWindow + time.Minute)
 	three := params("gidRangeStart", "50000", "gidRangeEnd", "50002")
 	create := func(on *bed, name string) (string, error) {
 		r, err := on.svc.CreateVolume(on.ctx(), createReq(name, 1<<30, three))
@@ -107,7 +108,7 @@ func TestOneClusterAloneListsOnlyForTheAllocator(t *testing.T) {
 		c.ClusterID, c.Now = "cluster-a", clk.Now
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
-	clk.Advance(unrecordedWindow + time.Minute)
+	clk.Advance(core.UnrecordedWindow + time.Minute)
 	var lists atomic.Int32
 	b.hook.setListFilter(func(aps []efs.AccessPoint) []efs.AccessPoint {
 		lists.Add(1)
@@ -132,7 +133,7 @@ func TestTwoClustersNeverAnswerOneGIDUnseenInAnyListing(t *testing.T) {
 	clk := newClock()
 	a := newBed(t, otherCluster("cluster-a", clk, nil))
 	b := newBedOn(t, a.url, a.emu, otherCluster("cluster-b", clk, nil))
-	clk.Advance(unrecordedWindow + time.Minute)
+	clk.Advance(core.UnrecordedWindow + time.Minute)
 	two := params("gidRangeStart", "50000", "gidRangeEnd", "50001")
 	hidden := map[string]bool{}
 	for _, name := range []string{"pvc-a0", "pvc-a1"} {

@@ -60,8 +60,8 @@ const maxProbeSkips = 1 << 16
 // sequence wraps) that no listed access point under another token
 // carries, and its index.
 func (s *Service) candidate(p *plan, from int) (int64, int, error) {
-	fsID, lo, hi := p.params.FileSystemID, p.params.GIDRangeStart, p.params.GIDRangeEnd
-	seq := newGIDProbe(fsID, p.name, lo, hi)
+	fsID, lo, hi := p.Params.FileSystemID, p.Params.GIDRangeStart, p.Params.GIDRangeEnd
+	seq := newGIDProbe(fsID, p.Name, lo, hi)
 	// The sequence wraps: an id taken when tried may be free on the next
 	// round (whether the range is full is the allocator's view's to say).
 	for i := from; i < from+maxProbeSkips && uint64(i-from) < seq.size; i++ {
@@ -72,7 +72,7 @@ func (s *Service) candidate(p *plan, from int) (int64, int, error) {
 	if uint64(maxProbeSkips) >= seq.size {
 		return 0, 0, fmt.Errorf("%w in [%d, %d] on %s: access points under other tokens carry every id", gid.ErrExhausted, lo, hi, fsID)
 	}
-	return 0, 0, fmt.Errorf("%w: %d ids of volume %q's sequence on %s are carried by access points under other tokens", ErrGIDContention, maxProbeSkips, p.name, fsID)
+	return 0, 0, fmt.Errorf("%w: %d ids of volume %q's sequence on %s are carried by access points under other tokens", ErrGIDContention, maxProbeSkips, p.Name, fsID)
 }
 
 func gcd(a, b uint64) uint64 {

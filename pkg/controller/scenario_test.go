@@ -14,6 +14,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
@@ -355,7 +356,7 @@ func (sc *scenario) expect(w []string) error {
 	case "unique-gids":
 		seen := map[int64]string{}
 		for _, ap := range aps {
-			_, g := posixIDs(&ap)
+			_, g := core.PosixIDs(&ap)
 			if other, dup := seen[g]; dup {
 				return fmt.Errorf("GID %d on %s and %s", g, other, ap.ID)
 			}

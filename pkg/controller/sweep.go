@@ -107,11 +107,11 @@ func (s *Service) sweepable(ap *efs.AccessPoint, fsID string, grace time.Duratio
 		ap.FileSystemID != fsID || !live(ap) || s.now().Sub(life) < grace {
 		return 0, false
 	}
-	id := posixGID(ap)
+	id := core.PosixGID(ap)
 	if id < 0 || volume.GIDToken(fsID, id) != ap.ClientToken {
 		// The token binds the id only if it is the id's own; a class
 		// with a fixed GID allocates the UID.
-		uid, _ := posixIDs(ap)
+		uid, _ := core.PosixIDs(ap)
 		if uid < 0 || volume.GIDToken(fsID, uid) != ap.ClientToken {
 			return 0, false
 		}

@@ -219,7 +219,7 @@ func TestAdoptionAnswersAnEarlierReleasesLatestGeneration(t *testing.T) {
 	must(t, err)
 	gen0 := *gen0p
 	gen1, err := old.client.CreateAccessPoint(old.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
-		ClientToken: generationToken(gen0.ClientToken, 1), Path: gen0.Path, Tags: gen0.Tags,
+		ClientToken: core.GenerationToken(gen0.ClientToken, 1), Path: gen0.Path, Tags: gen0.Tags,
 		PosixUser:    &efs.PosixUser{UID: gen0.PosixUser.UID, GID: gen0.PosixUser.GID + 1},
 		CreationInfo: &efs.CreationInfo{OwnerUID: gen0.PosixUser.UID, OwnerGID: gen0.PosixUser.GID + 1, Permissions: "700"}})
 	must(t, err)

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -31,13 +32,26 @@ type Effect interface{ effect() }
 // Result is the outcome of an effect, passed to Step.
 type Result struct {
 	AP     *efs.AccessPoint
+	APs    []efs.AccessPoint
 	Record *journal.Record
 	Yes    bool
+	ID     int64  // an id (Reserve, Candidate)
+	N      int    // its place in the volume's sequence (Candidate)
+	Handle int    // a reservation (Reserve)
+	Token  string // a client token (OutsideToken)
 	Err    error
+	// Now is when the outcome came: a machine that reads time reads it
+	// here (Create's window), never from a clock.
+	Now time.Time
 }
 
-// Answer ends the call with Err (nil: success). Nothing is passed back.
-type Answer struct{ Err error }
+// Answer ends the call with Err (nil: success), and for a create the
+// access point it answers (for Record, the record). Nothing is passed back.
+type Answer struct {
+	AP     *efs.AccessPoint
+	Record *journal.Record // Record's answer
+	Err    error
+}
 
 // Lock takes the volume locks Keys without waiting (pkg/keylock), held
 // until the call ends. Result.Err: keylock.ErrBusy when another call holds
@@ -95,6 +109,14 @@ func (m *machine) failed(r Result) bool {
 		return true
 	}
 	return false
+}
+
+// join is err with extra added, if any.
+func join(err, extra error) error {
+	if extra == nil {
+		return err
+	}
+	return errors.Join(err, extra)
 }
 
 // NameKey is the volume lock of a volume name or client token: every

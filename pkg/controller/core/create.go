@@ -1,0 +1,1037 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// Errors a create adds to the sentinels of pkg/efs, pkg/gid, pkg/journal
+// and pkg/keylock.
+var (
+	// ErrGIDContention: another writer took every GID this call tried; retry.
+	ErrGIDContention = errors.New("GID contention with another writer")
+	// ErrNotYetVisible: EFS says the token's access point exists but does not show it yet; retry.
+	ErrNotYetVisible = errors.New("access point not yet visible")
+)
+
+// The effects of a create, besides Answer, Lock, Log, ReadRecord,
+// DeleteAccessPoint and Finish. Every record write updates its Record in
+// place (its version, and what it wrote), as pkg/journal does, so the
+// machine's record is the one written.
+type (
+	// Reserve reserves an id of [Lo, Hi] in this process's allocator for
+	// Key, after a listing of the file system if its view is old
+	// (Result.Handle and Result.ID, or Result.Err: gid.ErrExhausted).
+	// Warn: log other clusters seen in the range. Held until Release or
+	// the call's end.
+	Reserve struct {
+		FileSystem string
+		Lo, Hi     int64
+		Key        string
+		Warn       bool
+	}
+	// Release ends a reservation. No result.
+	Release struct{ Handle int }
+	// Candidate is the volume's own sequence of ids from From, skipping
+	// ids carried by access points under other tokens (Result.ID and
+	// Result.N, its place in the sequence).
+	Candidate struct{ From int }
+	// Begin makes the volume's record, or finds it (Result.Record;
+	// Result.Yes: made now).
+	Begin struct{ Volume journal.Volume }
+	// Hold holds the record's id in the id table (Result.Yes: its token
+	// held it already; Result.Err: journal.ErrIDTaken by another volume).
+	Hold struct{ Record *journal.Record }
+	// HoldID holds the record's id, without the touch of Hold
+	// (Result.Err).
+	HoldID struct{ Record *journal.Record }
+	// Touch writes the record again at the version read, re-reading it on
+	// a conflict (journal.Touch; Result.Err).
+	Touch struct{ Record *journal.Record }
+	// SetIDs moves the record from the id From to these (Result.Err:
+	// journal.ErrConflict when another writer changed them first).
+	SetIDs struct {
+		Record             *journal.Record
+		From, UID, GID, ID int64
+		ClientToken        string
+		Probe              int
+	}
+	// ReleaseUnsentID releases an id the record held but never sent
+	// (Result.Err).
+	ReleaseUnsentID struct {
+		FileSystem string
+		ID         int64
+		Token      string
+	}
+	// ReleaseMovedID releases ID, held by this call for Record's volume,
+	// unless the record holds it; past the call's own context
+	// (Result.Err).
+	ReleaseMovedID struct {
+		Record *journal.Record
+		ID     int64
+	}
+	// SetAccessPoint records the access point the record's create made or
+	// found (Result.Err: journal.ErrDeleting, journal.ErrStaleToken).
+	SetAccessPoint struct {
+		Record  *journal.Record
+		Made    journal.Made
+		Replace bool
+	}
+	// SetClaim records the claim a reuseAccessPoint record serves.
+	SetClaim struct {
+		Record          *journal.Record
+		Name, Namespace string
+	}
+	// Withdraw marks a record's access point withdrawn, at the version
+	// read, while the record names none (Result.Err).
+	Withdraw struct {
+		Record      *journal.Record
+		AccessPoint string
+	}
+	// Describe is one access point, before new work (Result.AP, or
+	// efs.ErrAccessPointNotFound).
+	Describe struct{ AccessPoint string }
+	// List is a listing of the file system that starts after this call
+	// asked, before new work (Result.APs).
+	List struct{ FileSystem string }
+	// CreateAccessPoint sends Input (Result.AP, or Result.Err: an
+	// *efs.AlreadyExistsError for a token already bound).
+	CreateAccessPoint struct{ Input efs.CreateAccessPointInput }
+	// Seen tells the allocator's view an access point exists. No result.
+	Seen struct{ AP efs.AccessPoint }
+	// Detach runs the rest of the call past its own context, within the
+	// cleanup budget: what must follow what the call did. No result.
+	Detach struct{}
+	// NameTokensListed: the allocator's last listing of the file system
+	// showed access points under name tokens (Result.Yes).
+	NameTokensListed struct{ FileSystem string }
+	// OutsideToken is the token of the access point a writer outside the
+	// protocol made for the volume, as this process's outsider check saw
+	// it (Result.Token, "" if none).
+	OutsideToken struct{ FileSystem, Name string }
+	// LearnOutside remembers Token as that access point's. No result.
+	LearnOutside struct{ FileSystem, Name, Token string }
+	// Burned: EFS has named, for long enough, an access point it does
+	// not describe as holding Token (Result.Yes).
+	Burned struct{ FileSystem, Token string }
+)
+
+func (Reserve) effect()           {}
+func (Release) effect()           {}
+func (Candidate) effect()         {}
+func (Begin) effect()             {}
+func (Hold) effect()              {}
+func (HoldID) effect()            {}
+func (Touch) effect()             {}
+func (SetIDs) effect()            {}
+func (ReleaseUnsentID) effect()   {}
+func (ReleaseMovedID) effect()    {}
+func (SetAccessPoint) effect()    {}
+func (SetClaim) effect()          {}
+func (Withdraw) effect()          {}
+func (Describe) effect()          {}
+func (List) effect()              {}
+func (CreateAccessPoint) effect() {}
+func (Seen) effect()              {}
+func (Detach) effect()            {}
+func (NameTokensListed) effect()  {}
+func (OutsideToken) effect()      {}
+func (LearnOutside) effect()      {}
+func (Burned) effect()            {}
+
+// MaxIDAttempts bounds how many ids one call tries when other volumes hold
+// the ones it picked (in the record, or on access points carrying their
+// GID tokens: another controller's creates at the same moment).
+const MaxIDAttempts = 8
+
+// UnrecordedWindow is how long after its start a controller checks its
+// new access points against writers outside the GID token protocol: a
+// release before it (an earlier one of this driver, or upstream's)
+// running beside it in a rolling update or an in-place upgrade picks
+// GIDs, and makes access points for the same volumes, under tokens of its
+// own, which EFS does not compare with ours.
+const UnrecordedWindow = 10 * time.Minute
+
+// CreateConfig is what a create needs of its controller.
+type CreateConfig struct {
+	Started        time.Time // when the controller started (UnrecordedWindow)
+	CheckOutsiders bool      // --gid-verify is not "never"
+	API            string    // the backend's API, recorded with the volume
+}
+
+// Create is steps 4-7 of a CreateVolume (docs/design.md, "Create"), under
+// the volume's name locks. The record comes first: the volume's entry
+// (token, path, ids) and its id, held in the record, before any
+// CreateAccessPoint, so that every later step (a retry, a restart, another
+// controller, DeleteVolume, the orphan collector) knows what this create
+// may have made. The client token sent is the record's (a GID token for
+// allocating classes): EFS binds it to one access point, so no two writers
+// using GID tokens ever put one id on two access points, whatever record
+// each keeps. Nothing is deleted on this path but an access point nobody
+// answered: withdrawn, or made for a record being deleted or moved off
+// its token. The answer is the access point (Answer.AP).
+type Create struct {
+	machine
+	cfg CreateConfig
+	p   *Plan
+	now time.Time
+	rec *journal.Record
+	// res is the handle of the call's reservation in this process's
+	// allocator, -1 for none: it keeps this process's other creates off
+	// the id until the allocator has the access point (Seen) or the
+	// create failed; the record holds it for every process. The caller
+	// releases what is left at the call's end.
+	res int
+}
+
+// NewCreate starts the protocol of p at now.
+func NewCreate(cfg CreateConfig, p *Plan, now time.Time) *Create {
+	c := &Create{cfg: cfg, p: p, now: now, res: -1}
+	c.record(0, func() {
+		if c.rec.AccessPoint == "" {
+			c.send(1)
+			return
+		}
+		c.recorded()
+	})
+	return c
+}
+
+// NewRecord starts only the record's part of the protocol of p at now:
+// find or make the volume's record and hold its id (directory volumes,
+// which make no access point). The answer is the record (Answer.Record);
+// the caller releases the reservation once this process's allocator has
+// what the record holds.
+func NewRecord(cfg CreateConfig, p *Plan, now time.Time) *Create {
+	c := &Create{cfg: cfg, p: p, now: now, res: -1}
+	c.record(0, func() { c.do(Answer{Record: c.rec}, nil) })
+	return c
+}
+
+// Step passes the outcome of the effect Next returned, with the time it
+// came (Result.Now).
+func (c *Create) Step(r Result) {
+	if !r.Now.IsZero() {
+		c.now = r.Now
+	}
+	c.machine.Step(r)
+}
+
+func (c *Create) done(ap *efs.AccessPoint) { c.do(Answer{AP: ap}, nil) }
+
+// release ends the current reservation, if any, then runs k.
+func (c *Create) release(k func()) {
+	if c.res < 0 {
+		k()
+		return
+	}
+	h := c.res
+	c.res = -1
+	c.do(Release{Handle: h}, func(Result) { k() })
+}
+
+// record finds or makes the volume's record (with an id reserved in the
+// allocator for a new one) and makes its id held in the record, then runs
+// k with c.rec set. A withdrawn record's access point is deleted first,
+// and the record made again.
+func (c *Create) record(tries int, k func()) {
+	if tries >= MaxIDAttempts {
+		c.answer(fmt.Errorf("%w: the record of volume %q kept being withdrawn", ErrGIDContention, c.p.Name))
+		return
+	}
+	c.begin(func(rec *journal.Record, made bool) {
+		c.rec = rec
+		switch {
+		case rec.Withdrawn:
+			// An earlier attempt withdrew its access point but did not get
+			// to delete it: nobody answered it, so it goes.
+			c.finishWithdrawn(func() { c.record(tries+1, k) })
+			return
+		case rec.Deleting:
+			c.answer(fmt.Errorf("%w: %w: %s/%q", keylock.ErrBusy, journal.ErrDeleting, rec.FileSystem, rec.Token))
+			return
+		}
+		checked := func() {
+			if why := c.p.recordMismatch(rec); why != "" {
+				c.answer(fmt.Errorf("%w: volume %q: %s", ErrIncompatible, c.p.Name, why))
+				return
+			}
+			c.hold(1, !made, k)
+		}
+		if !made {
+			checked()
+			return
+		}
+		c.windowToken(func(tok string) {
+			if tok == "" {
+				checked()
+				return
+			}
+			// Sent under that token: EFS answers with its access point,
+			// which adopt records (with its own ids).
+			c.do(SetIDs{Record: rec, From: rec.Allocated, UID: rec.UID, GID: rec.GID, ID: rec.Allocated, ClientToken: tok, Probe: rec.Probe},
+				func(r Result) {
+					if !c.failed(r) {
+						checked()
+					}
+				})
+		})
+	})
+}
+
+// begin finds the volume's record or makes it with a freshly reserved id
+// (made true, the reservation kept in c.res). A retry whose record exists
+// needs no new id: when the range is full (it may be full of this very
+// volume's id) the record is looked up before giving up.
+func (c *Create) begin(k func(rec *journal.Record, made bool)) {
+	p := c.p
+	fsID := p.Params.FileSystemID
+	if !p.Params.NeedsGIDAllocation() {
+		c.beginWith(p.Params.UID, p.Params.GID, journal.NoID, false, k)
+		return
+	}
+	c.do(Reserve{FileSystem: fsID, Lo: p.Params.GIDRangeStart, Hi: p.Params.GIDRangeEnd, Key: p.Name, Warn: true}, func(r Result) {
+		if errors.Is(r.Err, gid.ErrExhausted) {
+			c.do(ReadRecord{FileSystem: fsID, Key: p.Input.ClientToken}, func(rr Result) {
+				switch {
+				case rr.Err == nil:
+					k(rr.Record, false)
+				case !errors.Is(rr.Err, journal.ErrNotFound):
+					c.answer(rr.Err)
+				default:
+					c.answer(r.Err)
+				}
+			})
+			return
+		}
+		if c.failed(r) {
+			return
+		}
+		c.res = r.Handle
+		if !p.usesGIDToken() {
+			c.beginWith(p.Params.UID, p.Params.GID, r.ID, false, k)
+			return
+		}
+		c.upgrading(func(upgrading bool) {
+			if upgrading {
+				c.beginWith(p.Params.UID, p.Params.GID, r.ID, false, k)
+				return
+			}
+			// The allocator only refreshed the view and said the range is
+			// not full: the volume's own sequence chooses.
+			c.release(func() {
+				c.do(Candidate{From: 0}, func(r Result) {
+					if !c.failed(r) {
+						c.beginWith(p.Params.UID, p.Params.GID, r.ID, true, k, r.N)
+					}
+				})
+			})
+		})
+	})
+}
+
+// beginWith writes the record with the id alloc (journal.NoID: the class
+// fixes both), under its GID token if gidToken (at place probe of the
+// volume's sequence).
+func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, k func(*journal.Record, bool), probe ...int) {
+	p := c.p
+	fsID := p.Params.FileSystemID
+	if alloc != journal.NoID {
+		uid, g = p.Params.Identity(alloc)
+	}
+	v := journal.Volume{
+		FileSystem: fsID, Token: p.Input.ClientToken, Name: p.Name, API: c.cfg.API, Path: p.Input.Path,
+		UID: uid, GID: g, Allocated: alloc, ClaimNamespace: p.Params.PVCNamespace, ClaimName: p.Params.PVCName,
+	}
+	if p.Dir {
+		v.Dir, v.Capacity = true, p.Capacity
+	}
+	v.Placed = p.Placed
+	if gidToken {
+		v.ClientToken, v.Probe = volume.GIDToken(fsID, alloc), probe[0]
+	}
+	c.do(Begin{Volume: v}, func(r Result) {
+		if c.failed(r) {
+			return
+		}
+		if !r.Yes {
+			c.release(func() { k(r.Record, false) }) // the record has its own
+			return
+		}
+		k(r.Record, true)
+	})
+}
+
+// inWindow reports whether creates are checked against writers outside
+// the protocol now: in the controller's first minutes, for a class that
+// allocates ids.
+func (c *Create) inWindow() bool {
+	return c.p.Params.NeedsGIDAllocation() && c.cfg.CheckOutsiders && c.now.Sub(c.cfg.Started) <= UnrecordedWindow
+}
+
+// upgrading reports whether a new record sends the volume name's token
+// rather than a GID token: in the controller's first minutes on a file
+// system whose last listing showed access points under name tokens, where
+// upstream's driver or a release before GID tokens may be creating the
+// same volumes right now (a rolling update, an in-place upgrade). EFS then
+// makes both writers converge on one access point per volume, as before
+// GID tokens; GIDs are then unique by the record, the allocator's view and
+// the other writer's own check, not by construction (docs/design.md,
+// "Writers outside the record").
+func (c *Create) upgrading(k func(bool)) {
+	if !c.inWindow() {
+		k(false)
+		return
+	}
+	c.do(NameTokensListed{FileSystem: c.p.Params.FileSystemID}, func(r Result) { k(r.Yes) })
+}
+
+// hold makes the record's id held in the id table, taking another id while
+// other volumes hold the ones it has. Then, for a record this call found
+// (found) or an id the volume's token held already (another create of it
+// at work: a retry, a duplicate), the record is confirmed, the last step
+// before the send: a delete, or another create's move to another id, may
+// have overtaken what this call read, and a delete marks the record before
+// it deletes anything. A send under a token that delete freed would make
+// an access point nobody answers (leak-dup-create-after-delete); one under
+// an id the record moved from, an id held for nobody
+// (record-id-left-after-stale-drop).
+func (c *Create) hold(attempt int, found bool, k func()) {
+	rec := c.rec
+	c.do(Hold{Record: rec}, func(r Result) {
+		if r.Err == nil {
+			if !found && !r.Yes {
+				k()
+				return
+			}
+			c.confirm(k)
+			return
+		}
+		if !errors.Is(r.Err, journal.ErrIDTaken) {
+			c.answer(r.Err)
+			return
+		}
+		if rec.AccessPoint != "" || !c.p.Params.NeedsGIDAllocation() || attempt >= MaxIDAttempts {
+			// An access point already carries the id (adopted from a
+			// release before the record, which shared it), or the class
+			// changed to fixed ids: nothing this call may change.
+			c.answer(fmt.Errorf("%w: %w", ErrGIDContention, r.Err))
+			return
+		}
+		// Another volume holds the id: this record's id was never sent (a
+		// create sends only a held id), so it may take another.
+		c.moveID(attempt, func() { c.hold(attempt+1, found, k) })
+	})
+}
+
+// moveID gives the record another id, and the GID token that goes with
+// it, once no access point of the record's can carry the one it has
+// (never sent, or EFS answered that another writer's holds its token).
+// For a GID token it is the next of the volume's own sequence, as every
+// writer of it takes, if the allocator's view says the range is not full;
+// else one reserved now, which replaces c.res. The old id's entry is
+// released first: a crash in between leaves a record naming an id it no
+// longer holds, which its retry holds again or moves from, never an id
+// held for nobody. Another writer that changed the record's ids first
+// wins: k holds what it chose.
+func (c *Create) moveID(attempt int, k func()) {
+	p, rec := c.p, c.rec
+	fsID := p.Params.FileSystemID
+	set := func(next int64, token string, probe, handle int) {
+		drop := func(then func()) {
+			if handle < 0 {
+				then()
+				return
+			}
+			c.do(Release{Handle: handle}, func(Result) { then() })
+		}
+		c.do(ReleaseUnsentID{FileSystem: fsID, ID: rec.Allocated, Token: rec.Token}, func(r Result) {
+			if r.Err != nil {
+				drop(func() { c.answer(r.Err) })
+				return
+			}
+			nu, ng := p.Params.Identity(next)
+			c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: token, Probe: probe}, func(r Result) {
+				switch {
+				case errors.Is(r.Err, journal.ErrConflict):
+					drop(k)
+				case r.Err != nil:
+					drop(func() { c.answer(r.Err) })
+				case handle >= 0:
+					c.release(func() {
+						c.res = handle
+						k()
+					})
+				default:
+					k()
+				}
+			})
+		})
+	}
+	lo, hi := p.Params.GIDRangeStart, p.Params.GIDRangeEnd
+	if !volume.IsGIDToken(rec.SentToken()) {
+		c.do(Reserve{FileSystem: fsID, Lo: lo, Hi: hi, Key: p.Name + "#" + strconv.Itoa(attempt)}, func(r Result) {
+			if !c.failed(r) {
+				set(r.ID, "", 0, r.Handle)
+			}
+		})
+		return
+	}
+	c.do(Reserve{FileSystem: fsID, Lo: lo, Hi: hi, Key: p.Name}, func(r Result) {
+		if c.failed(r) {
+			return
+		}
+		c.do(Release{Handle: r.Handle}, func(Result) {
+			c.do(Candidate{From: rec.Probe + 1}, func(r Result) {
+				switch {
+				case c.failed(r):
+				case r.ID == rec.Allocated:
+					c.answer(fmt.Errorf("%w in [%d, %d] on %s: volume %q's sequence came round to %d, which another volume holds",
+						gid.ErrExhausted, lo, hi, fsID, p.Name, r.ID))
+				default:
+					set(r.ID, volume.GIDToken(fsID, r.ID), r.N, -1)
+				}
+			})
+		})
+	})
+}
+
+// confirm writes the record again, a compare-and-swap at the version this
+// call read (journal.Touch): it proves the record unchanged since, or
+// reads it again. It must still be the same life, naming the same access
+// point and id, sending the same token, and not be being deleted; else
+// keylock.ErrBusy (the volume's delete, or another create, is under way:
+// retry), and the id this call holds for the record is released unless
+// the record holds it: this call may have held it again after the record
+// moved off it or its delete released it. A write, not a read: the
+// record's version moves, so a delete that read it before must read it
+// again to mark it (the Lease store batches writes; a read is a request
+// of its own).
+func (c *Create) confirm(k func()) {
+	rec := c.rec
+	held := *rec
+	c.do(Touch{Record: rec}, func(r Result) {
+		var err error
+		switch {
+		case errors.Is(r.Err, journal.ErrDeleting):
+			err = fmt.Errorf("%w: %w", keylock.ErrBusy, r.Err)
+		case r.Err != nil:
+			c.answer(r.Err)
+			return
+		case rec.AccessPoint != held.AccessPoint || !rec.Created.Equal(held.Created) ||
+			rec.Allocated != held.Allocated || rec.SentToken() != held.SentToken():
+			err = fmt.Errorf("%w: the record of volume %q changed (another create)", keylock.ErrBusy, rec.Name)
+		default:
+			k()
+			return
+		}
+		c.do(ReleaseMovedID{Record: &held, ID: held.Allocated}, func(r Result) { c.answer(join(err, r.Err)) })
+	})
+}
+
+// recorded answers the access point a create of this volume made and
+// recorded, if it fits the plan. Not visible: deleted behind the
+// record's back, or Describe lags; the create sent next tells which (the
+// token finds it, or it is free). But first the record again: a delete
+// marks it before it deletes the access point, so a read after this
+// Describe shows that delete, and a create sent now would make an access
+// point under the token it freed that nobody can answer (a kill before
+// its cleanup leaks it).
+func (c *Create) recorded() {
+	c.do(Describe{AccessPoint: c.rec.AccessPoint}, func(r Result) {
+		switch {
+		case r.Err == nil:
+			c.do(Seen{AP: *r.AP}, func(Result) {
+				if err := c.p.Check(r.AP); err != nil {
+					c.answer(err)
+					return
+				}
+				c.done(r.AP)
+			})
+		case !errors.Is(r.Err, efs.ErrAccessPointNotFound):
+			c.answer(r.Err)
+		default:
+			c.confirm(func() { c.send(1) })
+		}
+	})
+}
+
+// send makes the record's access point: CreateAccessPoint with the
+// record's token, ids and life.
+func (c *Create) send(attempt int) {
+	p, rec := c.p, c.rec
+	in := p.Input
+	in.ClientToken = rec.SentToken()
+	if in.Tags != nil {
+		in.Tags = maps.Clone(in.Tags)
+		in.Tags[ownership.TagRecordLife] = ownership.RecordLife(rec)
+	}
+	in.PosixUser = &efs.PosixUser{UID: rec.UID, GID: rec.GID}
+	in.CreationInfo = &efs.CreationInfo{OwnerUID: rec.UID, OwnerGID: rec.GID, Permissions: p.Params.DirectoryPerms}
+	sentID := rec.Allocated
+	c.do(CreateAccessPoint{Input: in}, func(r Result) {
+		if r.Err == nil && volume.IsGIDToken(in.ClientToken) && !p.ours(r.AP) {
+			// A lenient server (S3 Files) answers a repeated token with
+			// the access point holding it, as if created.
+			r.Err = &efs.AlreadyExistsError{AccessPointID: r.AP.ID}
+		}
+		switch {
+		case r.Err == nil:
+			c.made(r.AP, in.ClientToken, sentID)
+		case !errors.Is(r.Err, efs.ErrAlreadyExists):
+			// Unknown outcome (UNAVAILABLE, deadline) or refused: the
+			// record and its id stay, so the retry sends the identical
+			// request, and the id is on no other access point meanwhile.
+			c.answer(r.Err)
+		default:
+			c.holder(in.ClientToken, r.Err, func(found *efs.AccessPoint) { c.taken(attempt, in.ClientToken, found) })
+		}
+	})
+}
+
+// made records the access point this call just made. From here on past
+// the call's own context: cut short, this call would leave an access
+// point that a retry adopts only while the record is not being deleted.
+// One made after another replica's delete marked the record (a
+// duplicate's send delayed past the mark) would be named by nothing, and
+// that delete, which deletes the recorded access point, never sees it (the
+// simulator's seed 27447: no fault, no kill, a provisioner's timeout).
+// Recorded here, the write answers ErrDeleting and the access point is
+// deleted.
+func (c *Create) made(ap *efs.AccessPoint, token string, sentID int64) {
+	rec := c.rec
+	c.do(Seen{AP: *ap}, func(Result) { // before the local release: never free in between
+		c.do(Detach{}, func(Result) {
+			c.outsiders(ap, func() {
+				made := journal.Made{ID: ap.ID, Path: ap.Path, Token: ap.ClientToken, UID: rec.UID, GID: rec.GID, Allocated: rec.Allocated,
+					Sent: stale(token)}
+				c.do(SetAccessPoint{Record: rec, Made: made, Replace: true}, func(r Result) {
+					switch {
+					case errors.Is(r.Err, journal.ErrDeleting) || errors.Is(r.Err, journal.ErrStaleToken):
+						// The volume's delete began after this create read
+						// the record and deleted the access point before
+						// this one was made: nobody can answer this one
+						// (every create refuses a record being deleted), so
+						// it goes. Or a request sent under a token the
+						// record has moved from (ErrStaleToken): not the
+						// record's, never answered.
+						c.dropUnanswered(ap, sentID, r.Err,
+							"created while its volume was being deleted, or under a token its record moved from; never answered")
+					case r.Err != nil:
+						c.answer(r.Err)
+					default:
+						c.done(ap)
+					}
+				})
+			})
+		})
+	})
+}
+
+// burnAfter's stand-in: EFS keeps the token of an access point deleted
+// long ago (it documents nothing either way), so the id is unusable under
+// it. A stand-in that never shows in a listing keeps the id off this
+// process's allocator for good.
+func burnedStandIn(rec *journal.Record, token string) *efs.AccessPoint {
+	return &efs.AccessPoint{ID: "burned:" + token, FileSystemID: rec.FileSystem,
+		PosixUser: &efs.PosixUser{UID: rec.Allocated, GID: rec.Allocated}}
+}
+
+// holder describes the access point EFS named (err) as holding token, and
+// passes it to k; one EFS names but does not describe is not yet visible,
+// or, for a GID token EFS has named so for long, burned.
+func (c *Create) holder(token string, err error, k func(*efs.AccessPoint)) {
+	var ae *efs.AlreadyExistsError
+	if !errors.As(err, &ae) || ae.AccessPointID == "" {
+		c.answer(fmt.Errorf("client token %q is taken but EFS named no access point: %w", token, err))
+		return
+	}
+	// The token's create was applied: its read is a follow-up.
+	c.do(Describe{AccessPoint: ae.AccessPointID}, func(r Result) {
+		switch {
+		case r.Err == nil:
+			k(r.AP)
+		case !errors.Is(r.Err, efs.ErrAccessPointNotFound):
+			c.answer(r.Err)
+		case !volume.IsGIDToken(token):
+			c.answer(fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, token))
+		default:
+			c.do(Burned{FileSystem: c.rec.FileSystem, Token: token}, func(b Result) {
+				if !b.Yes {
+					c.answer(fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, token))
+					return
+				}
+				k(burnedStandIn(c.rec, token))
+			})
+		}
+	})
+}
+
+// taken goes on after EFS answered that found holds the token sent: this
+// volume's (an earlier attempt whose answer was lost, and the like) is
+// adopted; another writer's, holding the record's GID token, carries its
+// id, and no attempt of ours made one with it (EFS binds the token to one
+// access point): take another id and send again.
+func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) {
+	p, rec := c.p, c.rec
+	if !volume.IsGIDToken(token) || p.ours(found) {
+		c.adopt(found)
+		return
+	}
+	c.do(Seen{AP: *found}, func(Result) {
+		c.do(Log{Level: slog.LevelInfo, Msg: "GID taken by another writer's access point; taking another",
+			Attrs: []slog.Attr{slog.String("name", p.Name), slog.Int64("gid", rec.Allocated), slog.String("other", found.ID)}},
+			func(Result) {
+				if attempt >= MaxIDAttempts {
+					c.answer(fmt.Errorf("%w: GID %d on %s is carried by access point %s (tried %d ids)", ErrGIDContention, rec.Allocated, rec.FileSystem, found.ID, attempt))
+					return
+				}
+				c.moveID(attempt, func() { c.hold(1, false, func() { c.send(attempt + 1) }) })
+			})
+	})
+}
+
+// adopt answers a create whose token EFS says is taken by found, this
+// volume's: by an earlier attempt whose answer was lost, a killed process,
+// another controller of this cluster, an earlier release or the upstream
+// driver (whose tokens are ours), or with reuseAccessPoint a claim's
+// earlier volume. It is the volume's if it matches the plan, and the
+// record then names it, the ids and the token it carries.
+func (c *Create) adopt(found *efs.AccessPoint) {
+	c.do(Seen{AP: *found}, func(Result) {
+		c.laterGeneration(func(later *efs.AccessPoint) {
+			if later != nil {
+				found = later
+			}
+			c.adoptChecked(found)
+		})
+	})
+}
+
+func (c *Create) adoptChecked(found *efs.AccessPoint) {
+	p, rec := c.p, c.rec
+	if err := p.Check(found); err != nil {
+		c.answer(err)
+		return
+	}
+	if p.Params.ReuseAccessPoint && rec.AccessPoint == "" && !p.claimProven(found) && !madeWith(rec, found) {
+		c.answer(fmt.Errorf("%w: access point %s for volume %q: made for claim %q by an earlier driver, and nothing records its namespace (tag it %s=<namespace> to adopt it)",
+			ErrIncompatible, found.ID, p.Name, p.Params.PVCName, ownership.TagClaimNamespace))
+		return
+	}
+	uid, g := PosixIDs(found)
+	alloc := int64(journal.NoID)
+	if p.Params.NeedsGIDAllocation() {
+		alloc = AllocatedID(p.Params.GID, found)
+	}
+	c.outsiders(found, func() {
+		made := journal.Made{ID: found.ID, Path: found.Path, Token: found.ClientToken, UID: uid, GID: g, Allocated: alloc,
+			Sent: stale(rec.SentToken())}
+		claim := func() {
+			if !p.Params.ReuseAccessPoint {
+				c.done(found)
+				return
+			}
+			c.do(SetClaim{Record: rec, Name: p.Name, Namespace: p.Params.PVCNamespace}, func(r Result) {
+				if !c.failed(r) {
+					c.done(found)
+				}
+			})
+		}
+		set := func(then func()) {
+			c.do(SetAccessPoint{Record: rec, Made: made}, func(r Result) {
+				if r.Err != nil {
+					c.dropStale(found, alloc, r.Err)
+					return
+				}
+				then()
+			})
+		}
+		if alloc == rec.Allocated {
+			set(claim)
+			return
+		}
+		// The token is bound to found, so no attempt of ours made another
+		// access point: the id the record planned is on none of ours.
+		planned := rec.Allocated
+		adopted := *rec
+		adopted.Allocated = alloc
+		c.do(HoldID{Record: &adopted}, func(r Result) {
+			if r.Err != nil && !errors.Is(r.Err, journal.ErrIDTaken) {
+				c.answer(r.Err)
+				return
+			}
+			released := func() {
+				set(func() {
+					c.do(ReleaseUnsentID{FileSystem: rec.FileSystem, ID: planned, Token: rec.Token}, func(r Result) {
+						if !c.failed(r) {
+							claim()
+						}
+					})
+				})
+			}
+			if r.Err == nil {
+				released()
+				return
+			}
+			// Two access points of this file system already carry it (an
+			// earlier release or the upstream driver shared it): answering
+			// changes nothing, refusing would not fix it.
+			made.Allocated = journal.NoID
+			c.do(Log{Level: slog.LevelWarn, Msg: "adopted access point shares its GID with another recorded volume",
+				Attrs: []slog.Attr{slog.String("accessPoint", found.ID), slog.Int64("gid", alloc), slog.String("error", r.Err.Error())}},
+				func(Result) { released() })
+		})
+	})
+}
+
+// laterGeneration passes k the latest access point of an earlier release's
+// later generation of the volume, if a fresh listing has one, during
+// UnrecordedWindow (else nil). That release (3276f99 and before) gave a
+// volume whose GID it yielded another access point under the token
+// GenerationToken(base, g), answers only the latest, and deletes the
+// earlier ones: adopting one of those would answer an access point it is
+// about to delete (the e2e upgrade test saw its PV name a deleted access
+// point).
+func (c *Create) laterGeneration(k func(*efs.AccessPoint)) {
+	if c.now.Sub(c.cfg.Started) > UnrecordedWindow {
+		k(nil)
+		return
+	}
+	c.do(List{FileSystem: c.p.Params.FileSystemID}, func(r Result) {
+		if r.Err != nil {
+			k(nil)
+			return
+		}
+		byToken := make(map[string]*efs.AccessPoint, len(r.APs))
+		for i := range r.APs {
+			byToken[r.APs[i].ClientToken] = &r.APs[i]
+		}
+		for g := earlierMaxGenerations - 1; g > 0; g-- {
+			if ap := byToken[GenerationToken(c.p.Input.ClientToken, g)]; ap != nil {
+				c.do(Seen{AP: *ap}, func(Result) { k(ap) })
+				return
+			}
+		}
+		k(nil)
+	})
+}
+
+// windowToken passes k, for a record this call just made, the token of an
+// access point a writer outside the GID token protocol made for the
+// volume (its latest generation), "" if none is known: the create then
+// sends it and adopts that access point, as that writer answers it,
+// instead of making a second one. Known: seen by this process's outsider
+// check (OutsideToken); or, in the controller's first minutes on a file
+// system whose last listing showed access points under name tokens (an
+// upgrade from upstream's driver or a release before GID tokens, which may
+// be creating the same volumes right now), in a listing that starts now.
+// A file system only GID tokens are on pays no listing. The listing only
+// narrows the race with a concurrent outside create: the outsider check
+// after the create sees one made before its own listing.
+func (c *Create) windowToken(k func(string)) {
+	if !volume.IsGIDToken(c.rec.SentToken()) {
+		k("")
+		return
+	}
+	p := c.p
+	fsID := p.Params.FileSystemID
+	c.do(OutsideToken{FileSystem: fsID, Name: p.Name}, func(r Result) {
+		if r.Token != "" || !c.inWindow() {
+			k(r.Token)
+			return
+		}
+		c.do(NameTokensListed{FileSystem: fsID}, func(r Result) {
+			if !r.Yes {
+				k("")
+				return
+			}
+			c.do(List{FileSystem: fsID}, func(r Result) {
+				if c.failed(r) {
+					return
+				}
+				best, token := -1, ""
+				for i := range r.APs {
+					if !p.madeOutside(&r.APs[i]) {
+						continue
+					}
+					if g := GenerationOf(p.Input.ClientToken, r.APs[i].ClientToken); g > best {
+						best, token = g, r.APs[i].ClientToken
+					}
+				}
+				k(token)
+			})
+		})
+	})
+}
+
+// outsiders checks ap, which this call just made or found for the record
+// before the record names it, in the controller's first minutes, against
+// a listing that starts after it exists: another access point carrying
+// the record's allocated id, or made for this volume under another token,
+// was made by a writer outside the protocol (an earlier release
+// mid-upgrade), which answers its own. ours then gives way, by Withdraw:
+// a compare-and-swap on the version this call read, while the record
+// names no access point (every create that answers one writes the record
+// naming it first), so an access point withdrawn was never answered and
+// one answered is never withdrawn. Any failure answers nothing (the retry
+// checks again). The retry's record then adopts the other writer's access
+// point for this volume (OutsideToken), or takes another id.
+func (c *Create) outsiders(ap *efs.AccessPoint, k func()) {
+	p, rec := c.p, c.rec
+	if !c.inWindow() || rec.AccessPoint == ap.ID || !volume.IsGIDToken(ap.ClientToken) {
+		// Only an access point under a GID token is surely this driver's
+		// alone: one under a name token may be an outside writer's, which
+		// it may have answered.
+		k()
+		return
+	}
+	c.do(List{FileSystem: ap.FileSystemID}, func(r Result) {
+		if c.failed(r) {
+			return
+		}
+		var rival *efs.AccessPoint
+		learn, best := "", -1
+		for i := range r.APs {
+			uid, g := PosixIDs(&r.APs[i])
+			if r.APs[i].ID == ap.ID || uid != rec.Allocated && g != rec.Allocated && !p.madeOutside(&r.APs[i]) {
+				continue
+			}
+			if p.madeOutside(&r.APs[i]) {
+				if gen := GenerationOf(p.Input.ClientToken, r.APs[i].ClientToken); gen > best {
+					best, learn = gen, r.APs[i].ClientToken
+				}
+			}
+			if rival == nil || p.madeOutside(&r.APs[i]) {
+				rival = &r.APs[i]
+			}
+		}
+		if rival == nil {
+			k()
+			return
+		}
+		c.learnOutside(learn, func() { c.withdraw(ap, rival, k) })
+	})
+}
+
+// learnOutside remembers token as the access point an outside writer made
+// for the volume, unless this process knows a later generation ("": none
+// seen). Under the volume's name locks: no other create of it learns
+// between the read and the write.
+func (c *Create) learnOutside(token string, k func()) {
+	if token == "" {
+		k()
+		return
+	}
+	fsID, name, base := c.p.Params.FileSystemID, c.p.Name, c.p.Input.ClientToken
+	c.do(OutsideToken{FileSystem: fsID, Name: name}, func(r Result) {
+		if r.Token != "" && GenerationOf(base, r.Token) >= GenerationOf(base, token) {
+			k()
+			return
+		}
+		c.do(LearnOutside{FileSystem: fsID, Name: name, Token: token}, func(Result) { k() })
+	})
+}
+
+// withdraw gives way to rival: the record withdraws ap, which nobody
+// answered, deletes it and is finished; the call is ErrGIDContention.
+func (c *Create) withdraw(ap, rival *efs.AccessPoint, k func()) {
+	rec := c.rec
+	c.do(Seen{AP: *rival}, func(Result) {
+		c.do(Withdraw{Record: rec, AccessPoint: ap.ID}, func(r Result) {
+			switch {
+			case errors.Is(r.Err, journal.ErrConflict):
+				k() // another create wrote the record first: it may answer ap
+				return
+			case errors.Is(r.Err, journal.ErrDeleting):
+				c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, r.Err))
+				return
+			case c.failed(r):
+				return
+			}
+			c.do(Log{Level: slog.LevelWarn, Msg: "access point made outside the protocol for this GID or volume; withdrawing ours",
+				Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.Int64("gid", rec.Allocated), slog.String("other", rival.ID),
+					slog.String("otherToken", rival.ClientToken)}},
+				func(Result) {
+					c.finishWithdrawn(func() {
+						c.answer(fmt.Errorf("%w: GID %d on %s or volume %q is also on access point %s, made outside the protocol",
+							ErrGIDContention, rec.Allocated, ap.FileSystemID, c.p.Name, rival.ID))
+					})
+				})
+		})
+	})
+}
+
+// finishWithdrawn deletes a withdrawn record's access point, which nobody
+// answered (Withdraw), and removes the record: the next create of the
+// volume starts over with another id.
+func (c *Create) finishWithdrawn(k func()) {
+	rec := c.rec
+	finish := func() {
+		c.do(Finish{Record: rec}, func(r Result) {
+			if !c.failed(r) {
+				k()
+			}
+		})
+	}
+	if rec.AccessPoint == "" {
+		finish()
+		return
+	}
+	c.do(DeleteAccessPoint{FileSystem: rec.FileSystem, AccessPoint: rec.AccessPoint}, func(r Result) {
+		if c.failed(r) {
+			return
+		}
+		c.do(Log{Level: slog.LevelInfo, Msg: "access point deleted", Attrs: []slog.Attr{slog.String("accessPoint", rec.AccessPoint),
+			slog.String("reason", "withdrawn before any answer: its GID is carried by an access point made outside the protocol")}},
+			func(Result) { finish() })
+	})
+}
+
+// dropStale deletes found, an access point of this volume made under a
+// GID token its record no longer sends (err wraps journal.ErrStaleToken):
+// the record never named it, so nobody answered it (dropUnanswered).
+// Other errors are answered.
+func (c *Create) dropStale(found *efs.AccessPoint, id int64, err error) {
+	if !errors.Is(err, journal.ErrStaleToken) {
+		c.answer(err)
+		return
+	}
+	c.dropUnanswered(found, id, err, "made under a GID token its volume's record moved from; never answered")
+}
+
+// dropUnanswered deletes ap, which this call made or found for the
+// record's volume and which nobody can answer (why: the record is being
+// deleted or gone, or sends another token by now), then releases id, held
+// for it by this call, unless the record holds it: both past the call's
+// own context, since a call cut short here would leave them for nobody.
+// The call ends keylock.ErrBusy (retry), wrapping why.
+func (c *Create) dropUnanswered(ap *efs.AccessPoint, id int64, why error, reason string) {
+	rec := c.rec
+	c.do(Detach{}, func(Result) {
+		c.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}, func(r Result) {
+			if r.Err != nil {
+				c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, errors.Join(why, r.Err)))
+				return
+			}
+			c.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
+				Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("name", rec.Name), slog.String("reason", reason)}},
+				func(Result) {
+					c.do(ReleaseMovedID{Record: rec, ID: id}, func(r Result) {
+						c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, join(why, r.Err)))
+					})
+				})
+		})
+	})
+}

@@ -1,0 +1,176 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+)
+
+// stepper is a protocol of pkg/controller/core: it decides, effects does.
+type stepper interface {
+	Next() core.Effect
+	Step(core.Result)
+}
+
+// effects executes one call's core effects with this Service's clients:
+// the machine decides, this does each effect and passes back its outcome,
+// with the time it came. What an effect takes (volume locks,
+// reservations in the allocator, a delete counted under way, a context
+// detached from the call's) is held until release.
+type effects struct {
+	s    *Service
+	ctx  context.Context
+	p    *plan     // a create's plan (Candidate)
+	view *rootView // a delete's: the listing LookUp used, for RemoveRoot
+	res  []*gid.Reservation
+	held []func()
+}
+
+// run executes m's effects until its answer. The caller releases what the
+// call still holds.
+func (x *effects) run(m stepper) core.Answer {
+	for {
+		e := m.Next()
+		if a, ok := e.(core.Answer); ok {
+			return a
+		}
+		r, err := x.do(e)
+		if err != nil {
+			return core.Answer{Err: err}
+		}
+		r.Now = x.s.now()
+		m.Step(r)
+	}
+}
+
+// release lets go of what the call's effects took, last first.
+func (x *effects) release() {
+	for i := len(x.held) - 1; i >= 0; i-- {
+		x.held[i]()
+	}
+	x.held = nil
+	for _, r := range x.res {
+		r.Release() // idempotent: those the machine released stay released
+	}
+	x.res = nil
+}
+
+// do executes one effect. An effect of no known kind is a defect of the
+// core, answered rather than panicked.
+func (x *effects) do(e core.Effect) (core.Result, error) {
+	s, ctx := x.s, x.ctx
+	followUp := efs.WithPriority(ctx, efs.PriorityFollowUp) // what follows an applied request: before new work, never shed
+	var r core.Result
+	switch e := e.(type) {
+	case core.Lock:
+		var unlock func()
+		if unlock, r.Err = s.locks.TryLock(e.Keys...); r.Err == nil {
+			x.held = append(x.held, unlock)
+		}
+	case core.Log:
+		s.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
+
+	// The record.
+	case core.ReadRecord:
+		read := s.journal.Volume
+		if e.Hint {
+			read = s.journal.VolumeHint
+		}
+		r.Record, r.Err = read(ctx, e.FileSystem, e.Key)
+	case core.ReadRecordOf:
+		r.Record, r.Err = s.journal.ByAccessPoint(ctx, e.FileSystem, e.AccessPoint)
+	case core.Begin:
+		r.Record, r.Yes, r.Err = s.journal.Begin(ctx, e.Volume)
+	case core.Hold:
+		r.Yes, r.Err = s.journal.Hold(ctx, e.Record)
+	case core.HoldID:
+		r.Err = s.journal.HoldID(ctx, e.Record)
+	case core.Touch:
+		r.Err = s.journal.Touch(ctx, e.Record)
+	case core.SetIDs:
+		r.Err = s.journal.SetIDs(ctx, e.Record, e.From, e.UID, e.GID, e.ID, e.ClientToken, e.Probe)
+	case core.ReleaseUnsentID:
+		r.Err = s.journal.ReleaseUnsentID(ctx, e.FileSystem, e.ID, e.Token)
+	case core.ReleaseMovedID:
+		r.Err = s.releaseMovedID(ctx, e.Record, e.ID)
+	case core.SetAccessPoint:
+		r.Err = s.journal.SetAccessPoint(ctx, e.Record, e.Made, e.Replace)
+	case core.SetClaim:
+		r.Err = s.journal.SetClaim(ctx, e.Record, e.Name, e.Namespace)
+	case core.Withdraw:
+		r.Err = s.journal.Withdraw(ctx, e.Record, e.AccessPoint)
+	case core.Mark:
+		if e.IfAgrees == nil {
+			r.Err = s.journal.MarkDeleting(ctx, e.Record)
+			break
+		}
+		r.Record, r.Err = s.journal.MarkDeletingIf(ctx, e.Record, func(r *journal.Record) bool { return ownership.Agrees(r, e.IfAgrees) })
+	case core.Finish:
+		r.Err = s.journal.Finish(ctx, e.Record)
+
+	// EFS.
+	case core.CreateAccessPoint:
+		r.AP, r.Err = s.efs.CreateAccessPoint(ctx, e.Input)
+	case core.Describe:
+		r.AP, r.Err = s.efs.DescribeAccessPoint(followUp, e.AccessPoint)
+	case core.List:
+		r.APs, r.Err = s.listAfterNow(followUp, e.FileSystem)
+	case core.LookUp:
+		r.AP, x.view, r.Err = s.lookUp(ctx, e.ID)
+	case core.Reachable:
+		r.Err = s.reachable(ctx, e.FileSystem)
+	case core.DeleteAccessPoint:
+		r.Err = s.deleteAccessPoint(followUp, e.FileSystem, e.AccessPoint)
+	case core.RemoveRoot:
+		x.held = append(x.held, s.fs(e.AP.FileSystemID).deletingNow(e.AP.ID)) // through the DeleteAccessPoint
+		r.Err = s.removeRootDir(ctx, e.AP, e.Prov, x.view, e.Since)
+	case core.RootNotOwned:
+		s.roots.notOwned.Add(1)
+		s.log.Warn("root directory kept: the access point was not made by a CSI driver",
+			slog.String("accessPoint", e.AP.ID), slog.String("path", e.AP.Path))
+	case core.Detach:
+		var cancel context.CancelFunc
+		x.ctx, cancel = cleanupContext(ctx)
+		x.held = append(x.held, cancel)
+
+	// The allocator and this process's memory of the file system.
+	case core.Reserve:
+		var res *gid.Reservation
+		if res, r.Err = s.gids.ReserveFrom(ctx, s.gidSource(), e.FileSystem, e.Lo, e.Hi, e.Key); r.Err == nil {
+			r.Handle, r.ID = len(x.res), res.GID()
+			x.res = append(x.res, res)
+			if e.Warn {
+				s.warnOtherClusters(e.FileSystem, e.Lo, e.Hi)
+			}
+		}
+	case core.Release:
+		x.res[e.Handle].Release()
+	case core.Candidate:
+		r.ID, r.N, r.Err = s.candidate(x.p, e.From)
+	case core.Seen:
+		s.gids.Record(e.AP)
+	case core.NameTokensListed:
+		r.Yes = s.fs(e.FileSystem).nameTokensListed()
+	case core.OutsideToken:
+		r.Token = s.fs(e.FileSystem).outsideToken(e.Name)
+	case core.LearnOutside:
+		s.fs(e.FileSystem).learnOutside(e.Name, e.Token)
+	case core.Burned:
+		r.Yes = s.fs(e.FileSystem).burned(e.Token, s.now())
+	case core.Recall:
+		r.Yes = s.finished.done(s.finishedKey(e.FileSystem, e.AccessPoint), s.now())
+	case core.Forget:
+		s.fs(e.FileSystem).dropAnswer(e.AccessPoint)
+	case core.Remember:
+		s.finished.add(s.finishedKey(e.FileSystem, e.AccessPoint), e.Locks, s.now())
+	default:
+		return r, fmt.Errorf("%w: %T", core.ErrStuck, e)
+	}
+	return r, nil
+}
