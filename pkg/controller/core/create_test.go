@@ -1,0 +1,422 @@
+package core
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// gidPlan is a volume of a class that allocates GIDs in [60000, 60009]
+// and tags its access points: its creates send GID tokens.
+func gidPlan(t *testing.T) *Plan {
+	t.Helper()
+	params, err := volume.ParseParams(map[string]string{
+		volume.ParamProvisioningMode: volume.ProvisioningModeAccessPoint, volume.ParamFileSystemID: fsID,
+		volume.ParamGIDRangeStart: "60000", volume.ParamGIDRangeEnd: "60009", volume.ParamDirectoryPerms: "700",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := params.RootDir(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Plan{Name: name, Params: params, Capacity: 5 << 30, Cluster: "c1", Input: efs.CreateAccessPointInput{
+		FileSystemID: fsID, ClientToken: params.ClientToken(name), Path: root,
+		Tags: map[string]string{ownership.TagCluster: "true", ownership.TagVolumeName: name, ownership.TagClusterID: "c1",
+			ownership.TagCapacity: CapacityTag(5 << 30)},
+	}}
+}
+
+// newRecord is the record Begin makes for p with id.
+func newRecord(p *Plan, id int64) *journal.Record {
+	return &journal.Record{Volume: journal.Volume{FileSystem: fsID, Token: p.Input.ClientToken, ClientToken: volume.GIDToken(fsID, id),
+		Name: p.Name, Path: p.Input.Path, UID: id, GID: id, Allocated: id, Created: t0}}
+}
+
+// accessPoint is what EFS makes for in.
+func accessPoint(id string, in efs.CreateAccessPointInput) *efs.AccessPoint {
+	return &efs.AccessPoint{ID: id, FileSystemID: in.FileSystemID, ClientToken: in.ClientToken, Path: in.Path, Tags: in.Tags, PosixUser: in.PosixUser}
+}
+
+func describeCreate(e Effect) string {
+	switch e := e.(type) {
+	case Answer:
+		switch {
+		case e.Err != nil:
+			return "answer " + e.Err.Error()
+		case e.AP != nil:
+			return "answer " + e.AP.ID
+		}
+		return "answer ok"
+	case Reserve:
+		return "reserve " + e.Key
+	case Release:
+		return fmt.Sprintf("release %d", e.Handle)
+	case Candidate:
+		return fmt.Sprintf("candidate from %d", e.From)
+	case Begin:
+		return fmt.Sprintf("begin %s gid=%d", e.Volume.ClientToken, e.Volume.GID)
+	case Hold:
+		return "hold"
+	case Touch:
+		return "touch"
+	case CreateAccessPoint:
+		return fmt.Sprintf("create %s gid=%d", e.Input.ClientToken, e.Input.PosixUser.GID)
+	case Seen:
+		return "seen " + e.AP.ID
+	case Detach:
+		return "detach"
+	case SetAccessPoint:
+		return "record " + e.Made.ID
+	case Describe:
+		return "describe " + e.AccessPoint
+	case ReleaseUnsentID:
+		return fmt.Sprintf("release unsent %d", e.ID)
+	case ReleaseMovedID:
+		return fmt.Sprintf("release moved %d", e.ID)
+	case SetIDs:
+		return fmt.Sprintf("set ids %d -> %d", e.From, e.ID)
+	case DeleteAccessPoint:
+		return "delete " + e.AccessPoint
+	case OutsideToken:
+		return "outside token"
+	case List:
+		return "list " + e.FileSystem
+	}
+	return describe(e)
+}
+
+// TestCreateSteps drives the create protocol through scripted outcomes and
+// checks each effect it asks for, in order.
+func TestCreateSteps(t *testing.T) {
+	p := gidPlan(t)
+	g1, g2 := volume.GIDToken(fsID, 60001), volume.GIDToken(fsID, 60002)
+	rec := func() *journal.Record { return newRecord(p, 60001) }
+	other := &efs.AccessPoint{ID: "fsap-0000000000000000a", FileSystemID: fsID, ClientToken: g1,
+		Tags: map[string]string{ownership.TagVolumeName: "pvc-other"}, PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}}
+	type step struct {
+		want string
+		give func(e Effect) Result
+	}
+	ok := func(Effect) Result { return Result{} }
+	give := func(r Result) func(Effect) Result { return func(Effect) Result { return r } }
+	made := func(e Effect) Result { return Result{AP: accessPoint(apID, e.(CreateAccessPoint).Input)} }
+	begun := func(r *journal.Record, made bool) func(Effect) Result {
+		return func(e Effect) Result { return Result{Record: r, Yes: made} }
+	}
+	fresh := []step{
+		{"reserve " + name, give(Result{ID: 60005, Handle: 0})},
+		{"release 0", ok}, // the volume's own sequence chooses
+		{"candidate from 0", give(Result{ID: 60001, N: 0})},
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"a new volume: record, hold, send, record the access point, answer", append(append([]step{}, fresh...),
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
+			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
+			step{"record " + apID, ok}, step{"answer " + apID, ok})},
+		{"a retry whose record exists confirms it before its send", append(append([]step{}, fresh...),
+			step{"begin " + g1 + " gid=60001", begun(rec(), false)}, step{"hold", ok}, step{"touch", ok},
+			step{"create " + g1 + " gid=60001", give(Result{Err: &efs.AlreadyExistsError{AccessPointID: apID}})},
+			step{"describe " + apID, func(Effect) Result {
+				return Result{AP: accessPoint(apID, efs.CreateAccessPointInput{
+					FileSystemID: fsID, ClientToken: g1, Path: p.Input.Path, Tags: p.Input.Tags, PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}})}
+			}},
+			step{"seen " + apID, ok},
+			step{"record " + apID, ok}, step{"answer " + apID, ok})},
+		{"a record being deleted is ABORTED before anything is sent", append(append([]step{}, fresh...),
+			step{"begin " + g1 + " gid=60001", func(Effect) Result { r := rec(); r.Deleting = true; return Result{Record: r} }},
+			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error() + ": " + fsID + "/\"" + name + "\"", ok})},
+		{"another writer's access point holds the GID token: the next id of the sequence", append(append([]step{}, fresh...),
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
+			step{"create " + g1 + " gid=60001", give(Result{Err: &efs.AlreadyExistsError{AccessPointID: other.ID}})},
+			step{"describe " + other.ID, give(Result{AP: other})}, step{"seen " + other.ID, ok},
+			step{"log GID taken by another writer's access point; taking another", ok},
+			step{"reserve " + name, give(Result{ID: 60005, Handle: 1})}, step{"release 1", ok},
+			step{"candidate from 1", give(Result{ID: 60002, N: 1})},
+			step{"release unsent 60001", ok}, step{"set ids 60001 -> 60002", func(e Effect) Result {
+				s := e.(SetIDs)
+				s.Record.Allocated, s.Record.UID, s.Record.GID, s.Record.ClientToken = s.ID, s.UID, s.GID, s.ClientToken
+				return Result{}
+			}},
+			step{"hold", ok}, step{"create " + g2 + " gid=60002", made}, step{"seen " + apID, ok}, step{"detach", ok},
+			step{"record " + apID, ok}, step{"answer " + apID, ok})},
+		{"made while its volume was being deleted: deleted, never answered", append(append([]step{}, fresh...),
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
+			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
+			step{"record " + apID, give(Result{Err: journal.ErrDeleting})}, step{"detach", ok},
+			step{"delete " + apID, ok}, step{"log access point deleted", ok}, step{"release moved 60001", ok},
+			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error(), ok})},
+		{"an unknown outcome keeps the record and its id for the identical retry", append(append([]step{}, fresh...),
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
+			step{"create " + g1 + " gid=60001", give(Result{Err: errAPI})}, step{"answer " + errAPI.Error(), ok})},
+		{"a full range finds a retry's record before giving up", []step{
+			{"reserve " + name, give(Result{Err: gid.ErrExhausted})},
+			{"read record hint=false", begun(func() *journal.Record { r := rec(); r.AccessPoint = apID; return r }(), false)},
+			{"hold", ok}, {"touch", ok}, {"describe " + apID, func(Effect) Result {
+				return Result{AP: accessPoint(apID, efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: g1, Path: p.Input.Path,
+					Tags: p.Input.Tags, PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}})}
+			}},
+			{"seen " + apID, ok}, {"answer " + apID, ok}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			started := t0.Add(-time.Hour)
+			c := NewCreate(CreateConfig{Started: started, CheckOutsiders: true}, p, t0)
+			for i, s := range tc.steps {
+				e := c.Next()
+				if got := describeCreate(e); got != s.want {
+					t.Fatalf("step %d: effect %q, want %q", i, got, s.want)
+				}
+				r := s.give(e)
+				r.Now = t0
+				c.Step(r)
+			}
+			if a, ok := c.Next().(Answer); !ok || !errors.Is(a.Err, ErrStuck) {
+				t.Fatalf("after its end the machine asks for %s", describeCreate(c.Next()))
+			}
+		})
+	}
+}
+
+// TestCreateEveryOutcome runs the create protocol through every sequence
+// of outcomes its effects can have (each effect from a small set:
+// success, not found, a record made or found, found withdrawn, being
+// deleted or of another volume, an id taken, a lost compare-and-swap, a
+// token another writer's access point holds, a rival in a listing, an API
+// error; an effect's outcomes other than success are explored on its first
+// two occurrences in a run, which bounds the id moves), in and past the
+// controller's first minutes, and checks on each run what CreateVolume
+// promises (docs/design.md, Invariants I2, I3, I5; Create):
+//   - it ends in an answer;
+//   - every CreateAccessPoint sends an id only under that id's own GID
+//     token, only once the record holds the id (a Hold since the record
+//     last changed ids), and, for a record this call found or an id its
+//     token held already, only once a Touch proved the record unchanged
+//     after that (also after the recorded access point was not found);
+//   - an answered access point is the one the record names: recorded by
+//     this call, or the record's own as Describe shows it;
+//   - nothing is deleted that this call recorded or answered, and only
+//     what a record write said nobody can answer (withdrawn, being
+//     deleted, moved off its token).
+var exploreRepeats = flag.Int("core.repeats", 1, "TestCreateEveryOutcome: explore each effect's failing outcomes on this many of its occurrences in a run")
+
+func TestCreateEveryOutcome(t *testing.T) {
+	p := gidPlan(t)
+	g1 := volume.GIDToken(fsID, 60001)
+	other := &efs.AccessPoint{ID: "fsap-0000000000000000a", FileSystemID: fsID, ClientToken: g1,
+		Tags: map[string]string{ownership.TagVolumeName: "pvc-other"}, PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}}
+	outside := &efs.AccessPoint{ID: "fsap-0000000000000000b", FileSystemID: fsID, ClientToken: name, Path: "/outside",
+		PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}}
+	runs := 0
+	for _, window := range []bool{false, true} {
+		var choices []int
+		for {
+			started := t0.Add(-time.Hour)
+			if window {
+				started = t0
+			}
+			c := NewCreate(CreateConfig{Started: started, CheckOutsiders: true}, p, t0)
+			var (
+				trace        []string
+				counts       []int
+				seen         = map[string]int{}
+				rec          *journal.Record
+				held         bool // the record's current id is held
+				mustConfirm  bool // a Touch must come before the next send
+				recorded     = map[string]bool{}
+				droppable    = map[string]bool{}
+				answer       *Answer
+				madeN        int
+				lastOutcomes string
+			)
+			fail := func(format string, args ...any) {
+				t.Helper()
+				t.Fatalf("window %v, choices %v:\n  %s\n"+format, append([]any{window, choices, strings.Join(trace, "\n  ")}, args...)...)
+			}
+			for depth := 0; answer == nil; depth++ {
+				if depth > 300 {
+					fail("no answer after 300 effects")
+				}
+				e := c.Next()
+				trace = append(trace, describeCreate(e))
+				var opts []func() Result
+				one := func(r Result) func() Result { return func() Result { return r } }
+				okr := one(Result{})
+				errr := one(Result{Err: errAPI})
+				switch e := e.(type) {
+				case Answer:
+					answer = &e
+					continue
+				case Reserve:
+					opts = []func() Result{one(Result{ID: 60005, Handle: depth}), one(Result{Err: gid.ErrExhausted}), errr}
+				case Candidate:
+					opts = []func() Result{one(Result{ID: 60001 + int64(e.From), N: e.From}), errr}
+				case Begin, ReadRecord:
+					var v journal.Volume
+					if b, ok := e.(Begin); ok {
+						v = b.Volume
+					} else {
+						v = newRecord(p, 60001).Volume
+					}
+					mk := func(edit func(*journal.Record), made bool) func() Result {
+						return func() Result {
+							v.Created = t0
+							r := &journal.Record{Volume: v}
+							if edit != nil {
+								edit(r)
+							}
+							rec, held, mustConfirm = r, false, !made
+							return Result{Record: r, Yes: made}
+						}
+					}
+					opts = []func() Result{
+						mk(nil, true), mk(nil, false),
+						mk(func(r *journal.Record) { r.AccessPoint = apID }, false),
+						mk(func(r *journal.Record) { r.AccessPoint, r.Withdrawn = "fsap-00000000000000009", true }, false),
+						mk(func(r *journal.Record) { r.Deleting = true }, false),
+						mk(func(r *journal.Record) { r.Name = "pvc-other" }, false),
+						func() Result { return Result{Err: journal.ErrNotFound} },
+						errr,
+					}
+				case Hold:
+					opts = []func() Result{
+						func() Result { held = true; return Result{} },
+						func() Result { held, mustConfirm = true, true; return Result{Yes: true} },
+						one(Result{Err: journal.ErrIDTaken}), errr,
+					}
+				case Touch:
+					opts = []func() Result{
+						func() Result { mustConfirm = false; return Result{} },
+						func() Result { e.Record.Allocated++; return Result{} }, // another create moved it
+						one(Result{Err: journal.ErrDeleting}), errr,
+					}
+				case SetIDs:
+					opts = []func() Result{
+						func() Result {
+							e.Record.Allocated, e.Record.UID, e.Record.GID, e.Record.ClientToken, e.Record.Probe = e.ID, e.UID, e.GID, e.ClientToken, e.Probe
+							held, mustConfirm = false, false // a compare-and-swap at the version read: the record is unchanged
+							return Result{}
+						},
+						one(Result{Err: journal.ErrConflict}), errr,
+					}
+				case Describe:
+					opts = []func() Result{
+						one(Result{AP: accessPoint(e.AccessPoint, efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: rec.SentToken(),
+							Path: p.Input.Path, Tags: p.Input.Tags, PosixUser: &efs.PosixUser{UID: rec.UID, GID: rec.GID}})}),
+						one(Result{AP: other}),
+						func() Result {
+							if madeN == 0 && e.AccessPoint == rec.AccessPoint {
+								mustConfirm = true // the record's own is gone: confirm before making another
+							}
+							return Result{Err: efs.ErrAccessPointNotFound}
+						},
+						errr,
+					}
+				case CreateAccessPoint:
+					in := e.Input
+					if !held || mustConfirm {
+						fail("sent with its id held %v and the record confirmed %v", held, !mustConfirm)
+					}
+					if volume.IsGIDToken(in.ClientToken) && (in.ClientToken != volume.GIDToken(fsID, in.PosixUser.GID) || in.PosixUser.GID != rec.GID) {
+						fail("sent GID %d under token %s (the record's GID %d)", in.PosixUser.GID, in.ClientToken, rec.GID)
+					}
+					madeN++
+					id := fmt.Sprintf("fsap-%017d", 100+madeN)
+					opts = []func() Result{
+						one(Result{AP: accessPoint(id, in)}),
+						one(Result{Err: &efs.AlreadyExistsError{AccessPointID: apID}}),
+						one(Result{Err: &efs.AlreadyExistsError{AccessPointID: other.ID}}),
+						errr,
+					}
+					droppable[id] = false
+				case List:
+					opts = []func() Result{one(Result{}), one(Result{APs: []efs.AccessPoint{*other}}), one(Result{APs: []efs.AccessPoint{*outside}}), errr}
+				case NameTokensListed, Burned:
+					opts = []func() Result{one(Result{}), one(Result{Yes: true})}
+				case OutsideToken:
+					opts = []func() Result{one(Result{}), one(Result{Token: name})}
+				case SetAccessPoint:
+					opts = []func() Result{
+						func() Result { e.Record.AccessPoint = e.Made.ID; recorded[e.Made.ID] = true; return Result{} },
+						func() Result { droppable[e.Made.ID] = true; return Result{Err: journal.ErrDeleting} },
+						func() Result { droppable[e.Made.ID] = true; return Result{Err: journal.ErrStaleToken} },
+						errr,
+					}
+				case Withdraw:
+					opts = []func() Result{
+						func() Result {
+							e.Record.AccessPoint, e.Record.Withdrawn = e.AccessPoint, true
+							droppable[e.AccessPoint] = true
+							return Result{}
+						},
+						one(Result{Err: journal.ErrConflict}), one(Result{Err: journal.ErrDeleting}), errr,
+					}
+				case HoldID:
+					opts = []func() Result{okr, one(Result{Err: journal.ErrIDTaken}), errr}
+				case DeleteAccessPoint:
+					if recorded[e.AccessPoint] {
+						fail("deleted %s, which this call recorded", e.AccessPoint)
+					}
+					if !droppable[e.AccessPoint] && !(rec != nil && rec.Withdrawn && rec.AccessPoint == e.AccessPoint) {
+						fail("deleted %s, which no record write said nobody can answer", e.AccessPoint)
+					}
+					opts = []func() Result{okr, errr}
+				case ReleaseUnsentID, ReleaseMovedID, SetClaim, Finish:
+					opts = []func() Result{okr, errr}
+				default:
+					opts = []func() Result{okr}
+				}
+				kind := fmt.Sprintf("%T", e)
+				if seen[kind]++; seen[kind] > *exploreRepeats {
+					opts = opts[:1]
+				}
+				if depth == len(counts) {
+					counts = append(counts, len(opts))
+				}
+				if depth >= len(choices) {
+					choices = append(choices, 0)
+				}
+				r := opts[choices[depth]]()
+				r.Now = t0
+				lastOutcomes = kind
+				c.Step(r)
+			}
+			_ = lastOutcomes
+			if answer.AP != nil {
+				if answer.Err != nil {
+					fail("answered both an access point and an error")
+				}
+				if !recorded[answer.AP.ID] && (rec == nil || rec.AccessPoint != answer.AP.ID) {
+					fail("answered %s, which the record does not name", answer.AP.ID)
+				}
+			} else if answer.Err == nil {
+				fail("answered success without an access point")
+			}
+			runs++
+			for len(choices) > 0 && choices[len(choices)-1]+1 >= counts[len(choices)-1] {
+				choices = choices[:len(choices)-1]
+			}
+			if len(choices) == 0 {
+				break
+			}
+			choices[len(choices)-1]++
+		}
+	}
+	t.Logf("%d runs", runs)
+	if runs < 1000 {
+		t.Fatalf("only %d runs: the options do not branch", runs)
+	}
+}
