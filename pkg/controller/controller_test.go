@@ -78,7 +78,7 @@ func TestDeleteWhileCreateRetryInFlightIsAborted(t *testing.T) {
 	clk := newClock()
 	b := newBed(t, func(c *Config) { c.Now = clk.Now })
 	vol := b.mustCreate("pvc-1")
-	clk.Advance(repeatFresh) // past answering from memory
+	clk.Advance(core.RepeatFresh) // past answering from memory
 	g := newGate()
 	b.hook.set("DescribeAccessPoint", g.hold, nil) // the retry of an answered volume is one Describe
 	retry := async(func() error { _, err := b.create("pvc-1"); return err })

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
-	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -58,29 +56,26 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	return resp, err
 }
 
+// createVolume validates the request into a plan (step 1), then executes
+// the rest of the protocol (core.NewCreateVolume, effects.go) under the
+// name locks, and answers with the volume's context.
 func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest, b Backend) (*csi.CreateVolumeResponse, error) {
 	p, err := s.plan(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	p.backend = b
-	unlock, err := s.locks.TryLock(p.Locks()...)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	// Whatever this create answers, a delete of it must go the whole way.
-	s.finished.dropNames(p.Locks())
-	if p.Dir {
+	x := &effects{s: s, ctx: ctx, p: p}
+	defer x.release() // the name locks, after the answer's context is read
+	var ap *efs.AccessPoint
+	switch e := x.run(core.NewCreateVolume(s.createConfig(), &p.Plan, s.now())).(type) {
+	case core.CreateDir:
 		return s.createDirVolume(ctx, p)
-	}
-
-	ap := s.repeat(ctx, p)
-	if ap == nil {
-		if ap, err = s.createSeen(ctx, p); err != nil {
-			return nil, err
+	case core.Answer:
+		if e.Err != nil {
+			return nil, e.Err
 		}
-		s.remember(p.Name, ap)
+		ap = e.AP
 	}
 	volCtx, err := s.volumeContext(ctx, p.backend, p.crossAccount, p.Params.AZ, ap.FileSystemID)
 	if err != nil {
@@ -94,80 +89,6 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 		VolumeContext:      volCtx,
 		AccessibleTopology: p.topology,
 	}}, nil
-}
-
-// createSeen is createOrAdopt, and with root removal on it is seen by
-// the deletes of this process from before its record is written until
-// goneMemory after it ends (rootDirs.creating): a delete whose listing and
-// record read came earlier still sees it before it removes a directory.
-func (s *Service) createSeen(ctx context.Context, p *plan) (*efs.AccessPoint, error) {
-	if !s.delRoot {
-		return s.createOrAdopt(ctx, p)
-	}
-	done := s.fs(p.Params.FileSystemID).creating(p.Input.ClientToken, p.Name, p.Input.Path, s.now)
-	ap, err := s.createOrAdopt(ctx, p)
-	done(ap)
-	return ap, err
-}
-
-// repeatFresh is how long this process answers a repeated CreateVolume from
-// memory alone. A delete through this process drops the memory under the
-// volume's locks, so within the process the memory is exact; the bound
-// covers what it cannot see (an access point deleted behind its back, by
-// hand or by another replica), which an older answer is checked against with
-// one Describe. Provisioner retries and duplicate callers come within
-// seconds.
-const repeatFresh = time.Minute
-
-// repeat answers a repeated CreateVolume of a volume this process answered
-// before, without a mutation and without verification (it was verified when
-// first answered): from memory if the answer is fresh, else from one
-// Describe; and in both cases only once a read of the record, the last
-// step before the answer, shows the volume still recorded and not being
-// deleted. A delete through this process drops the memory, but one
-// through another replica marks only the record (before it deletes
-// anything), so no memory alone can say the access point is not being
-// deleted now. nil: go the whole way (unknown, gone, changed, being
-// deleted, or a read failed).
-func (s *Service) repeat(ctx context.Context, p *plan) *efs.AccessPoint {
-	ap := s.remembered(ctx, p)
-	if ap == nil {
-		return nil
-	}
-	rec, err := s.journal.Volume(ctx, ap.FileSystemID, p.Input.ClientToken)
-	if err != nil || rec.Deleting || !ownership.Agrees(rec, ap) {
-		return nil
-	}
-	return ap
-}
-
-// remembered is the access point this process answered for p's volume:
-// from memory if fresh, else as one Describe shows it; nil if none.
-func (s *Service) remembered(ctx context.Context, p *plan) *efs.AccessPoint {
-	st := s.fs(p.Params.FileSystemID)
-	known, ok := st.answered(p.Name)
-	if !ok {
-		return nil
-	}
-	if s.now().Sub(known.at) < repeatFresh && p.Check(known.ap) == nil {
-		return known.ap
-	}
-	ap, err := s.efs.DescribeAccessPoint(ctx, known.ap.ID)
-	if err != nil || p.Check(ap) != nil {
-		if errors.Is(err, efs.ErrAccessPointNotFound) {
-			st.dropAnswer(known.ap.ID)
-		}
-		return nil
-	}
-	s.gids.Record(*ap)
-	st.remember(p.Name, ap, s.now())
-	return ap
-}
-
-// remember records an answered volume (under its name lock).
-func (s *Service) remember(name string, ap *efs.AccessPoint) {
-	s.fs(ap.FileSystemID).remember(name, ap, s.now())
-	s.finished.drop(s.finishedKey(ap.FileSystemID, ap.ID))
 }
 
 func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan, error) {
@@ -268,27 +189,18 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 	return tags, nil
 }
 
-// createOrAdopt runs steps 4-7 under the name locks (core.Create, executed
-// by effects.go).
-func (s *Service) createOrAdopt(ctx context.Context, p *plan) (*efs.AccessPoint, error) {
-	x := &effects{s: s, ctx: ctx, p: p}
-	defer x.release()
-	a := x.run(core.NewCreate(s.createConfig(), &p.Plan, s.now()))
-	return a.AP, a.Err
-}
-
 // record finds or makes the volume's record and holds its id (core.Record,
 // for directory volumes). The caller calls release once this process's
 // allocator has what the record holds.
 func (s *Service) record(ctx context.Context, p *plan) (rec *journal.Record, release func(), err error) {
 	x := &effects{s: s, ctx: ctx, p: p}
-	a := x.run(core.NewRecord(s.createConfig(), &p.Plan, s.now()))
+	a, _ := x.run(core.NewRecord(s.createConfig(), &p.Plan, s.now())).(core.Answer)
 	return a.Record, x.release, a.Err
 }
 
 // createConfig is what core.Create needs of this controller.
 func (s *Service) createConfig() core.CreateConfig {
-	return core.CreateConfig{Started: s.started, CheckOutsiders: s.cfg.GIDVerify != VerifyNever, API: string(s.api)}
+	return core.CreateConfig{Started: s.started, CheckOutsiders: s.cfg.GIDVerify != VerifyNever, API: string(s.api), DeleteRootDir: s.delRoot}
 }
 
 // cleanupContext is ctx without its end, within cleanupTimeout: for what

@@ -60,14 +60,15 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 
 // deleteVolume executes the delete protocol (core.Delete, effects.go).
 func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.DeleteVolumeResponse, error) {
-	d := core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot}, volumeID, s.now())
-	if dir, ok := d.Next().(core.DeleteDir); ok {
-		return s.deleteDirVolume(ctx, dir.ID)
-	}
 	x := &effects{s: s, ctx: ctx}
 	defer x.release()
-	if a := x.run(d); a.Err != nil {
-		return nil, a.Err
+	switch e := x.run(core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot}, volumeID, s.now())).(type) {
+	case core.DeleteDir:
+		return s.deleteDirVolume(ctx, e.ID)
+	case core.Answer:
+		if e.Err != nil {
+			return nil, e.Err
+		}
 	}
 	return &csi.DeleteVolumeResponse{}, nil
 }

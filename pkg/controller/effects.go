@@ -28,17 +28,21 @@ type effects struct {
 	ctx  context.Context
 	p    *plan     // a create's plan (Candidate)
 	view *rootView // a delete's: the listing LookUp used, for RemoveRoot
-	res  []*gid.Reservation
-	held []func()
+	// ended ends what Creating began (a create's, with root removal).
+	ended func(*efs.AccessPoint)
+	res   []*gid.Reservation
+	held  []func()
 }
 
-// run executes m's effects until its answer. The caller releases what the
-// call still holds.
-func (x *effects) run(m stepper) core.Answer {
+// run executes m's effects until its answer (a core.Answer) or a hand-off
+// to a protocol the caller runs (a core.Handoff). The caller releases
+// what the call still holds.
+func (x *effects) run(m stepper) core.Effect {
 	for {
 		e := m.Next()
-		if a, ok := e.(core.Answer); ok {
-			return a
+		switch e.(type) {
+		case core.Answer, core.Handoff:
+			return e
 		}
 		r, err := x.do(e)
 		if err != nil {
@@ -118,7 +122,11 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	case core.CreateAccessPoint:
 		r.AP, r.Err = s.efs.CreateAccessPoint(ctx, e.Input)
 	case core.Describe:
-		r.AP, r.Err = s.efs.DescribeAccessPoint(followUp, e.AccessPoint)
+		dctx := ctx
+		if e.FollowUp {
+			dctx = followUp
+		}
+		r.AP, r.Err = s.efs.DescribeAccessPoint(dctx, e.AccessPoint)
 	case core.List:
 		r.APs, r.Err = s.listAfterNow(followUp, e.FileSystem)
 	case core.LookUp:
@@ -169,6 +177,21 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		s.fs(e.FileSystem).dropAnswer(e.AccessPoint)
 	case core.Remember:
 		s.finished.add(s.finishedKey(e.FileSystem, e.AccessPoint), e.Locks, s.now())
+	case core.ForgetFinished:
+		s.finished.dropNames(e.Names)
+	case core.Answered:
+		if a, ok := s.fs(e.FileSystem).answered(e.Name); ok {
+			r.AP, r.At = a.ap, a.at
+		}
+	case core.RememberAnswer:
+		s.fs(e.AP.FileSystemID).remember(e.Name, e.AP, s.now())
+		if e.Made {
+			s.finished.drop(s.finishedKey(e.AP.FileSystemID, e.AP.ID))
+		}
+	case core.Creating:
+		x.ended = s.fs(e.FileSystem).creating(e.Token, e.Name, e.Root, s.now)
+	case core.CreateEnded:
+		x.ended(e.AP)
 	default:
 		return r, fmt.Errorf("%w: %T", core.ErrStuck, e)
 	}

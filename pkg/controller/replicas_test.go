@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -90,4 +91,49 @@ func createFromBoth(t *testing.T, a, b *bed, clk *clock, n int, params map[strin
 	names := 0
 	vols.Range(func(any, any) bool { names++; return true })
 	return names
+}
+
+// A repeated CreateVolume answered from one replica's memory must find its
+// access point named by the record, not merely agreeing with it: after
+// another replica deleted the volume, the volume's next life (a create of
+// it in flight there, its record written, its CreateAccessPoint not yet
+// sent) has a record of the same token and path that names no access
+// point. Before, the repeat answered the deleted access point (found by
+// TestCreateEveryOutcome in pkg/controller/core).
+func TestRepeatFromMemoryDoesNotAnswerTheVolumesPreviousLife(t *testing.T) {
+	clk := newClock()
+	now := func(c *Config) { c.Now = clk.Now }
+	a := newBed(t, now)
+	b := newBedOn(t, a.url, a.emu, now)
+	first := a.mustCreate("pvc-1") // a answers it, and remembers
+	if err := b.delete(first); err != nil {
+		t.Fatal(err)
+	}
+	// b's next create of the volume writes its record and holds its id,
+	// then waits before its send.
+	sending, release := make(chan struct{}), make(chan struct{})
+	b.hook.set("CreateAccessPoint", func(any) {
+		close(sending)
+		<-release
+	}, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.create("pvc-1")
+		done <- err
+	}()
+	<-sending
+	r, err := a.create("pvc-1") // a repeat, within a minute of a's answer
+	close(release)
+	berr := <-done
+	if err == nil {
+		id := r.GetVolume().GetVolumeId()
+		if id == first {
+			t.Errorf("the repeat answered %s, which the other replica deleted", first)
+		} else if _, derr := a.client.DescribeAccessPoint(context.Background(), apOf(t, id)); derr != nil {
+			t.Errorf("the repeat answered %s: %v", id, derr)
+		}
+	}
+	if err := berr; err != nil && !retryable(err) {
+		t.Fatalf("the other replica's create: %v", err)
+	}
 }

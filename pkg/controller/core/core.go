@@ -38,7 +38,8 @@ type Result struct {
 	ID     int64  // an id (Reserve, Candidate)
 	N      int    // its place in the volume's sequence (Candidate)
 	Handle int    // a reservation (Reserve)
-	Token  string // a client token (OutsideToken)
+	Token  string    // a client token (OutsideToken)
+	At     time.Time // when this process answered AP (Answered)
 	Err    error
 	// Now is when the outcome came: a machine that reads time reads it
 	// here (Create's window), never from a clock.
@@ -79,6 +80,9 @@ var ErrStuck = errors.New("controller protocol has no next step")
 type machine struct {
 	next Effect
 	then func(Result)
+	// final, if set, receives the answer instead of the caller: a
+	// protocol run inside another hands its answer to the outer one.
+	final func(Answer)
 }
 
 // Next is the effect to execute now.
@@ -100,7 +104,25 @@ func (m *machine) Step(r Result) {
 
 func (m *machine) do(e Effect, then func(Result)) { m.next, m.then = e, then }
 
-func (m *machine) answer(err error) { m.do(Answer{Err: err}, nil) }
+func (m *machine) answer(err error) { m.finish(Answer{Err: err}) }
+
+// finish ends the protocol with a: to final if one waits for it, else to
+// the caller.
+func (m *machine) finish(a Answer) {
+	if f := m.final; f != nil {
+		m.final = nil
+		f(a)
+		return
+	}
+	m.do(a, nil)
+}
+
+// Handoff is an effect that ends the machine and hands the call to a
+// protocol the caller runs itself (DeleteDir, CreateDir).
+type Handoff interface {
+	Effect
+	handoff()
+}
 
 // failed answers r.Err if there is one, and reports whether it did.
 func (m *machine) failed(r Result) bool {

@@ -99,9 +99,13 @@ type (
 		Record      *journal.Record
 		AccessPoint string
 	}
-	// Describe is one access point, before new work (Result.AP, or
-	// efs.ErrAccessPointNotFound).
-	Describe struct{ AccessPoint string }
+	// Describe is one access point (Result.AP, or
+	// efs.ErrAccessPointNotFound); FollowUp: before new work (a create was
+	// applied).
+	Describe struct {
+		AccessPoint string
+		FollowUp    bool
+	}
 	// List is a listing of the file system that starts after this call
 	// asked, before new work (Result.APs).
 	List struct{ FileSystem string }
@@ -168,6 +172,7 @@ type CreateConfig struct {
 	Started        time.Time // when the controller started (UnrecordedWindow)
 	CheckOutsiders bool      // --gid-verify is not "never"
 	API            string    // the backend's API, recorded with the volume
+	DeleteRootDir  bool      // --delete-access-point-root-dir: this process's deletes see its creates
 }
 
 // Create is steps 4-7 of a CreateVolume (docs/design.md, "Create"), under
@@ -198,6 +203,13 @@ type Create struct {
 // NewCreate starts the protocol of p at now.
 func NewCreate(cfg CreateConfig, p *Plan, now time.Time) *Create {
 	c := &Create{cfg: cfg, p: p, now: now, res: -1}
+	c.start()
+	return c
+}
+
+// start runs steps 4-7: the record, then the recorded access point or a
+// send.
+func (c *Create) start() {
 	c.record(0, func() {
 		if c.rec.AccessPoint == "" {
 			c.send(1)
@@ -205,7 +217,6 @@ func NewCreate(cfg CreateConfig, p *Plan, now time.Time) *Create {
 		}
 		c.recorded()
 	})
-	return c
 }
 
 // NewRecord starts only the record's part of the protocol of p at now:
@@ -215,7 +226,7 @@ func NewCreate(cfg CreateConfig, p *Plan, now time.Time) *Create {
 // what the record holds.
 func NewRecord(cfg CreateConfig, p *Plan, now time.Time) *Create {
 	c := &Create{cfg: cfg, p: p, now: now, res: -1}
-	c.record(0, func() { c.do(Answer{Record: c.rec}, nil) })
+	c.record(0, func() { c.finish(Answer{Record: c.rec}) })
 	return c
 }
 
@@ -228,7 +239,7 @@ func (c *Create) Step(r Result) {
 	c.machine.Step(r)
 }
 
-func (c *Create) done(ap *efs.AccessPoint) { c.do(Answer{AP: ap}, nil) }
+func (c *Create) done(ap *efs.AccessPoint) { c.finish(Answer{AP: ap}) }
 
 // release ends the current reservation, if any, then runs k.
 func (c *Create) release(k func()) {
@@ -549,7 +560,7 @@ func (c *Create) confirm(k func()) {
 // point under the token it freed that nobody can answer (a kill before
 // its cleanup leaks it).
 func (c *Create) recorded() {
-	c.do(Describe{AccessPoint: c.rec.AccessPoint}, func(r Result) {
+	c.do(Describe{AccessPoint: c.rec.AccessPoint, FollowUp: true}, func(r Result) {
 		switch {
 		case r.Err == nil:
 			c.do(Seen{AP: *r.AP}, func(Result) {
@@ -658,7 +669,7 @@ func (c *Create) holder(token string, err error, k func(*efs.AccessPoint)) {
 		return
 	}
 	// The token's create was applied: its read is a follow-up.
-	c.do(Describe{AccessPoint: ae.AccessPointID}, func(r Result) {
+	c.do(Describe{AccessPoint: ae.AccessPointID, FollowUp: true}, func(r Result) {
 		switch {
 		case r.Err == nil:
 			k(r.AP)

@@ -221,26 +221,32 @@ func TestCreateEveryOutcome(t *testing.T) {
 	outside := &efs.AccessPoint{ID: "fsap-0000000000000000b", FileSystemID: fsID, ClientToken: name, Path: "/outside",
 		PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}}
 	runs := 0
-	for _, window := range []bool{false, true} {
+	for _, mode := range []struct{ window, whole, delRoot bool }{{false, false, false}, {true, false, false}, {false, true, true}, {true, true, false}} {
+		window := mode.window
 		var choices []int
 		for {
 			started := t0.Add(-time.Hour)
 			if window {
 				started = t0
 			}
-			c := NewCreate(CreateConfig{Started: started, CheckOutsiders: true}, p, t0)
+			cfg := CreateConfig{Started: started, CheckOutsiders: true, DeleteRootDir: mode.delRoot}
+			c := NewCreate(cfg, p, t0)
+			if mode.whole {
+				c = NewCreateVolume(cfg, p, t0)
+			}
 			var (
-				trace        []string
-				counts       []int
-				seen         = map[string]int{}
-				rec          *journal.Record
-				held         bool // the record's current id is held
-				mustConfirm  bool // a Touch must come before the next send
-				recorded     = map[string]bool{}
-				droppable    = map[string]bool{}
-				answer       *Answer
-				madeN        int
-				lastOutcomes string
+				creating, ended bool
+				trace           []string
+				counts          []int
+				seen            = map[string]int{}
+				rec             *journal.Record
+				held            bool // the record's current id is held
+				mustConfirm     bool // a Touch must come before the next send
+				recorded        = map[string]bool{}
+				droppable       = map[string]bool{}
+				answer          *Answer
+				madeN           int
+				lastOutcomes    string
 			)
 			fail := func(format string, args ...any) {
 				t.Helper()
@@ -260,7 +266,24 @@ func TestCreateEveryOutcome(t *testing.T) {
 				case Answer:
 					answer = &e
 					continue
+				case Lock:
+					opts = []func() Result{okr, one(Result{Err: keylock.ErrBusy})}
+				case Answered:
+					mine := accessPoint(apID, efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: g1, Path: p.Input.Path,
+						Tags: p.Input.Tags, PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}})
+					opts = []func() Result{okr, one(Result{AP: mine, At: t0}), one(Result{AP: mine, At: t0.Add(-2 * RepeatFresh)})}
+				case Creating:
+					creating = true
+					opts = []func() Result{okr}
+				case CreateEnded:
+					ended = true
+					opts = []func() Result{okr}
+				case CreateDir:
+					fail("a volume of access points handed to the directory create")
 				case Reserve:
+					if mode.delRoot && !creating {
+						fail("reserved before this process's deletes see the create")
+					}
 					opts = []func() Result{one(Result{ID: 60005, Handle: depth}), one(Result{Err: gid.ErrExhausted}), errr}
 				case Candidate:
 					opts = []func() Result{one(Result{ID: 60001 + int64(e.From), N: e.From}), errr}
@@ -313,12 +336,16 @@ func TestCreateEveryOutcome(t *testing.T) {
 						one(Result{Err: journal.ErrConflict}), errr,
 					}
 				case Describe:
+					cur := rec
+					if cur == nil { // a repeat's, before any record read
+						cur = newRecord(p, 60001)
+					}
 					opts = []func() Result{
-						one(Result{AP: accessPoint(e.AccessPoint, efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: rec.SentToken(),
-							Path: p.Input.Path, Tags: p.Input.Tags, PosixUser: &efs.PosixUser{UID: rec.UID, GID: rec.GID}})}),
+						one(Result{AP: accessPoint(e.AccessPoint, efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: cur.SentToken(),
+							Path: p.Input.Path, Tags: p.Input.Tags, PosixUser: &efs.PosixUser{UID: cur.UID, GID: cur.GID}})}),
 						one(Result{AP: other}),
 						func() Result {
-							if madeN == 0 && e.AccessPoint == rec.AccessPoint {
+							if madeN == 0 && rec != nil && e.AccessPoint == rec.AccessPoint {
 								mustConfirm = true // the record's own is gone: confirm before making another
 							}
 							return Result{Err: efs.ErrAccessPointNotFound}
@@ -399,11 +426,14 @@ func TestCreateEveryOutcome(t *testing.T) {
 				if answer.Err != nil {
 					fail("answered both an access point and an error")
 				}
-				if !recorded[answer.AP.ID] && (rec == nil || rec.AccessPoint != answer.AP.ID) {
-					fail("answered %s, which the record does not name", answer.AP.ID)
+				if !recorded[answer.AP.ID] && (rec == nil || rec.AccessPoint != answer.AP.ID || rec.Deleting) {
+					fail("answered %s, which the record does not name (or is deleting)", answer.AP.ID)
 				}
 			} else if answer.Err == nil {
 				fail("answered success without an access point")
+			}
+			if creating && !ended {
+				fail("a create seen by this process's deletes never ended")
 			}
 			runs++
 			for len(choices) > 0 && choices[len(choices)-1]+1 >= counts[len(choices)-1] {
@@ -416,7 +446,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 		}
 	}
 	t.Logf("%d runs", runs)
-	if runs < 1000 {
+	if runs < 10000 {
 		t.Fatalf("only %d runs: the options do not branch", runs)
 	}
 }

@@ -82,6 +82,7 @@ type (
 )
 
 func (DeleteDir) effect()         {}
+func (DeleteDir) handoff()        {}
 func (Recall) effect()            {}
 func (LookUp) effect()            {}
 func (ReadRecord) effect()        {}

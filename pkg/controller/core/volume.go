@@ -1,0 +1,163 @@
+package core
+
+import (
+	"errors"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+)
+
+// The effects of a CreateVolume around the record's protocol (Create).
+type (
+	// ForgetFinished drops this process's memory of finished deletes of
+	// the volume's names (Recall): whatever this create answers, a delete
+	// of it must go the whole way. No result.
+	ForgetFinished struct{ Names []string }
+	// CreateDir hands the call, under the locks taken, to the
+	// directory-volume create (pkg/controller's createdir.go).
+	CreateDir struct{}
+	// Answered is the access point this process answered for the volume
+	// (Result.AP, nil if none) and when (Result.At).
+	Answered struct{ FileSystem, Name string }
+	// RememberAnswer notes AP as the volume's answer, at the time of the
+	// outcome; Made: this call made or adopted it (a delete of it this
+	// process finished before is forgotten too). No result.
+	RememberAnswer struct {
+		Name string
+		AP   *efs.AccessPoint
+		Made bool
+	}
+	// Creating makes this create seen by this process's deletes (root
+	// removal keeps a directory it may reach) until CreateEnded, and for
+	// a while after. No result.
+	Creating struct{ FileSystem, Token, Name, Root string }
+	// CreateEnded: the create answered AP (nil: none). No result.
+	CreateEnded struct{ AP *efs.AccessPoint }
+)
+
+func (ForgetFinished) effect() {}
+func (CreateDir) effect()      {}
+func (CreateDir) handoff()     {}
+func (Answered) effect()       {}
+func (RememberAnswer) effect() {}
+func (Creating) effect()       {}
+func (CreateEnded) effect()    {}
+
+// RepeatFresh is how long this process answers a repeated CreateVolume
+// from memory alone. A delete through this process drops the memory under
+// the volume's locks, so within the process the memory is exact; the
+// bound covers what it cannot see (an access point deleted behind its
+// back, by hand or by another replica), which an older answer is checked
+// against with one Describe. Provisioner retries and duplicate callers
+// come within seconds.
+const RepeatFresh = time.Minute
+
+// NewCreateVolume starts a whole CreateVolume of p at now, after its
+// validation (docs/design.md, "Create", steps 2-8): the name locks, a
+// repeat answered from what this process answered before, else the
+// record's protocol (Create). A directory volume is handed off (CreateDir)
+// under the locks.
+func NewCreateVolume(cfg CreateConfig, p *Plan, now time.Time) *Create {
+	c := &Create{cfg: cfg, p: p, now: now, res: -1}
+	c.do(Lock{Keys: p.Locks()}, func(r Result) {
+		if c.failed(r) {
+			return
+		}
+		c.do(ForgetFinished{Names: p.Locks()}, func(Result) {
+			if p.Dir {
+				c.do(CreateDir{}, nil)
+				return
+			}
+			c.repeat()
+		})
+	})
+	return c
+}
+
+// repeat answers a repeated CreateVolume of a volume this process
+// answered before, without a mutation and without verification (it was
+// verified when first answered): from memory if the answer is fresh, else
+// from one Describe; and in both cases only once a read of the record, the
+// last step before the answer, shows the volume still recorded and not
+// being deleted. A delete through this process drops the memory, but one
+// through another replica marks only the record (before it deletes
+// anything), so no memory alone can say the access point is not being
+// deleted now. Anything else (unknown, gone, changed, being deleted, a
+// read failed) goes the whole way.
+func (c *Create) repeat() {
+	p := c.p
+	fsID := p.Params.FileSystemID
+	c.do(Answered{FileSystem: fsID, Name: p.Name}, func(r Result) {
+		known := r.AP
+		switch {
+		case known == nil:
+			c.fresh()
+		case c.now.Sub(r.At) < RepeatFresh && p.Check(known) == nil:
+			c.confirmAnswer(known)
+		default:
+			c.do(Describe{AccessPoint: known.ID}, func(r Result) {
+				switch {
+				case errors.Is(r.Err, efs.ErrAccessPointNotFound):
+					c.do(Forget{FileSystem: fsID, AccessPoint: known.ID}, func(Result) { c.fresh() })
+				case r.Err != nil || p.Check(r.AP) != nil:
+					c.fresh()
+				default:
+					ap := r.AP
+					c.do(Seen{AP: *ap}, func(Result) {
+						c.do(RememberAnswer{Name: p.Name, AP: ap}, func(Result) { c.confirmAnswer(ap) })
+					})
+				}
+			})
+		}
+	})
+}
+
+// confirmAnswer answers ap, which this process answered for the volume,
+// if the record still names it and is not being deleted. Names it, not
+// merely agrees with it (ownership.Agrees also takes a record that names
+// no access point yet and has ap's path): every answer was recorded
+// first, so the record of an answered access point names it, and one that
+// names none is the volume's next life, begun after another replica's
+// delete removed ap. Before, a repeat from memory answered that deleted
+// access point (TestCreateEveryOutcome: a record of the same token and
+// path, naming no access point).
+func (c *Create) confirmAnswer(ap *efs.AccessPoint) {
+	c.do(ReadRecord{FileSystem: ap.FileSystemID, Key: c.p.Input.ClientToken}, func(r Result) {
+		if r.Err != nil || r.Record.Deleting || !ownership.Agrees(r.Record, ap) || r.Record.AccessPoint != ap.ID {
+			c.fresh()
+			return
+		}
+		c.do(Answer{AP: ap}, nil)
+	})
+}
+
+// fresh runs the record's protocol (Create), seen by this process's
+// deletes with root removal on from before its record is written, and
+// remembers what it answers.
+func (c *Create) fresh() {
+	p := c.p
+	remember := func(a Answer) {
+		if a.Err != nil {
+			c.do(a, nil)
+			return
+		}
+		c.do(RememberAnswer{Name: p.Name, AP: a.AP, Made: true}, func(Result) { c.do(a, nil) })
+	}
+	// The protocol's end releases its reservation first: the allocator
+	// has the access point by then (Seen), or the create failed.
+	ended := func(then func(Answer)) func(Answer) {
+		return func(a Answer) { c.release(func() { then(a) }) }
+	}
+	if !c.cfg.DeleteRootDir {
+		c.final = ended(remember)
+		c.start()
+		return
+	}
+	c.do(Creating{FileSystem: p.Params.FileSystemID, Token: p.Input.ClientToken, Name: p.Name, Root: p.Input.Path}, func(Result) {
+		c.final = ended(func(a Answer) {
+			c.do(CreateEnded{AP: a.AP}, func(Result) { remember(a) })
+		})
+		c.start()
+	})
+}
