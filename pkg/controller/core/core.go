@@ -35,9 +35,9 @@ type Result struct {
 	APs    []efs.AccessPoint
 	Record *journal.Record
 	Yes    bool
-	ID     int64  // an id (Reserve, Candidate)
-	N      int    // its place in the volume's sequence (Candidate)
-	Handle int    // a reservation (Reserve)
+	ID     int64     // an id (Reserve, Candidate)
+	N      int       // its place in the volume's sequence (Candidate)
+	Handle int       // a reservation (Reserve)
 	Token  string    // a client token (OutsideToken)
 	At     time.Time // when this process answered AP (Answered)
 	Err    error
