@@ -444,6 +444,22 @@ func (j *Journal) MarkDeleting(ctx context.Context, r *Record) error {
 // errGone: the record a write was for is gone (wrapped with ErrDeleting).
 var errGone = errors.New("record is gone")
 
+// ofLife is nil if v, read again on a conflict, is still the life (the
+// creation time) a write was for, else ErrDeleting wrapping errGone: the
+// record the caller read was removed, and this is the volume's next
+// life, made under the same key. What the caller made or planned for the
+// old life (an access point, ids) is not the new one's: written there, a
+// create that read the old life before its delete recorded the deleted
+// access point in the new life's record and answered it (TestModel in
+// pkg/controller/core: a phantom, and the new life's own access point
+// named by nothing).
+func ofLife(created time.Time, v *Volume) error {
+	if v.Created.Equal(created) {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: %s/%q is a later life of the record", ErrDeleting, errGone, v.FileSystem, v.Token)
+}
+
 // errNotKept: MarkDeletingIf's condition no longer holds.
 var errNotKept = errors.New("record no longer as required")
 
@@ -514,7 +530,11 @@ func (j *Journal) Withdraw(ctx context.Context, r *Record, apID string) error {
 // another writer's access point holds the record's GID token).
 // ErrConflict, with r re-read, if another writer changed them first.
 func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int) error {
+	created := r.Created
 	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
+		if err := ofLife(created, v); err != nil {
+			return false, err
+		}
 		if v.Allocated != from || v.AccessPoint != "" {
 			return false, fmt.Errorf("%w: ids of %s/%q changed", ErrConflict, v.FileSystem, v.Token)
 		}
@@ -559,7 +579,11 @@ func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, ap Made, replac
 	if ap.Token == r.Token {
 		ap.Token = ""
 	}
+	created := r.Created
 	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
+		if err := ofLife(created, v); err != nil {
+			return false, err
+		}
 		if v.AccessPoint == ap.ID && v.Path == ap.Path && v.ClientToken == ap.Token && v.UID == ap.UID &&
 			v.GID == ap.GID && v.Allocated == ap.Allocated {
 			return false, nil

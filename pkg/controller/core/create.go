@@ -422,7 +422,10 @@ func (c *Create) hold(attempt int, found bool, k func()) {
 	rec := c.rec
 	c.do(Hold{Record: rec}, func(r Result) {
 		if r.Err == nil {
-			if !found && !r.Yes {
+			if !found && !r.Yes || rec.AccessPoint != "" {
+				// A record naming its access point is confirmed after
+				// the Describe that finds it, or before the send that
+				// makes it again (recorded).
 				k()
 				return
 			}
@@ -552,13 +555,18 @@ func (c *Create) confirm(k func()) {
 }
 
 // recorded answers the access point a create of this volume made and
-// recorded, if it fits the plan. Not visible: deleted behind the
-// record's back, or Describe lags; the create sent next tells which (the
-// token finds it, or it is free). But first the record again: a delete
-// marks it before it deletes the access point, so a read after this
-// Describe shows that delete, and a create sent now would make an access
-// point under the token it freed that nobody can answer (a kill before
-// its cleanup leaks it).
+// recorded, if it fits the plan, once the record, confirmed after the
+// Describe that found it (the last step before the answer), still names
+// it and is not being deleted: a delete marks the record before it
+// deletes the access point, so a confirm after the Describe shows a
+// delete that began before it. Confirmed before the Describe (in hold),
+// a duplicate answered an access point whose delete had marked the
+// record in between (TestModel, two preemptions: the delete then deleted
+// it). Not visible: deleted behind the record's back, or Describe lags;
+// the create sent next tells which (the token finds it, or it is free).
+// But first the record again, for the same reason: a create sent now
+// would make an access point under the token that delete freed, which
+// nobody can answer (a kill before its cleanup leaks it).
 func (c *Create) recorded() {
 	c.do(Describe{AccessPoint: c.rec.AccessPoint, FollowUp: true}, func(r Result) {
 		switch {
@@ -568,7 +576,7 @@ func (c *Create) recorded() {
 					c.answer(err)
 					return
 				}
-				c.done(r.AP)
+				c.confirm(func() { c.done(r.AP) })
 			})
 		case !errors.Is(r.Err, efs.ErrAccessPointNotFound):
 			c.answer(r.Err)

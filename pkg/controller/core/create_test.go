@@ -166,11 +166,11 @@ func TestCreateSteps(t *testing.T) {
 		{"a full range finds a retry's record before giving up", []step{
 			{"reserve " + name, give(Result{Err: gid.ErrExhausted})},
 			{"read record hint=false", begun(func() *journal.Record { r := rec(); r.AccessPoint = apID; return r }(), false)},
-			{"hold", ok}, {"touch", ok}, {"describe " + apID, func(Effect) Result {
+			{"hold", ok}, {"describe " + apID, func(Effect) Result {
 				return Result{AP: accessPoint(apID, efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: g1, Path: p.Input.Path,
 					Tags: p.Input.Tags, PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}})}
 			}},
-			{"seen " + apID, ok}, {"answer " + apID, ok}}},
+			{"seen " + apID, ok}, {"touch", ok}, {"answer " + apID, ok}}}, // confirmed after the Describe: the last step before the answer
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			started := t0.Add(-time.Hour)

@@ -1,0 +1,463 @@
+package core
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+)
+
+// The model checker: the production machines of this package, several at
+// once on two replicas of one cluster, every interleaving of their effects
+// up to a bound on preemptions (a switch away from a call that could go
+// on), each effect one atomic step. The record is pkg/journal over one
+// Memory store shared by the replicas (each with its own Journal); EFS is
+// a map with EFS's client-token rule (a token names the access point made
+// under it while that exists); each replica has its own memory of answers,
+// finished deletes and locks, as processes do. Nothing here is a mock of
+// the protocol: the decisions are the machines', the record's rules
+// pkg/journal's. What it does not do, the goroutine simulator
+// (pkg/controller/sim) does: faults, kills, listing lag, requests that
+// interleave inside one journal verb, other clusters and writers.
+//
+// After every step it checks that no two live access points carry one
+// GID and that an answer names a live access point whose record is not
+// being deleted; once every claim is created and deleted, that nothing is
+// left: no access point, no record entry.
+
+var (
+	modelPreemptions = flag.Int("core.preemptions", 2, "TestModel: preemptions per run")
+	modelVerbose     = flag.Bool("core.modelv", false, "TestModel: log every run's trace")
+)
+
+// modelWorld is one file system of one cluster.
+type modelWorld struct {
+	now     time.Time
+	store   *journal.Memory
+	aps     map[string]*efs.AccessPoint
+	byToken map[string]string
+	made    int
+	trace   []string
+	errs    []string
+}
+
+func (w *modelWorld) clock() time.Time { return w.now }
+
+func (w *modelWorld) violate(format string, args ...any) {
+	w.errs = append(w.errs, fmt.Sprintf(format, args...))
+}
+
+// modelReplica is one controller process.
+type modelReplica struct {
+	name     string
+	j        *journal.Journal
+	locks    map[string]bool
+	answered map[string]*efs.AccessPoint
+	at       map[string]time.Time
+	finished map[string][]string // access point -> the names its delete held
+}
+
+// modelActor is a caller: a provisioner that creates a claim's volume
+// until answered, then deletes it until done; or a duplicate caller of the
+// same claim on the other replica, which deletes what it was answered
+// once the provisioner is done.
+type modelActor struct {
+	name     string
+	plan     *Plan
+	replicas []*modelReplica // tried in turn
+	dupOf    *modelActor
+	attempts int
+	volID    string
+	done     bool
+	call     *modelCall
+}
+
+type modelCall struct {
+	m interface {
+		Next() Effect
+		Step(Result)
+	}
+	r     *modelReplica
+	locks []string
+	del   bool
+}
+
+const modelMaxAttempts = 4
+
+// start begins the actor's next call, if it has one to make now.
+func (a *modelActor) start(w *modelWorld, cfg CreateConfig) bool {
+	if a.done || a.call != nil || a.attempts >= modelMaxAttempts {
+		return false
+	}
+	if a.volID != "" && a.dupOf != nil && !a.dupOf.done {
+		return false // the duplicate deletes once the provisioner is done
+	}
+	r := a.replicas[a.attempts%len(a.replicas)]
+	a.attempts++
+	if a.volID == "" {
+		a.call = &modelCall{m: NewCreateVolume(cfg, a.plan, w.now), r: r}
+	} else {
+		a.call = &modelCall{m: NewDelete(DeleteConfig{Cluster: "c1"}, a.volID, w.now), r: r, del: true}
+	}
+	return true
+}
+
+// local reports whether e touches only this process's memory: no other
+// process sees it happen, so no other step need come between it and the
+// one before. A schedule switches calls only before an effect on the
+// record or on EFS; an answer goes with the effects before it (it
+// linearizes at the last read, as the goroutine simulator's answer does).
+func local(e Effect) bool {
+	switch e.(type) {
+	case Answer, Log, Seen, Reserve, Release, Candidate, NameTokensListed, OutsideToken, LearnOutside, Burned, Recall, Remember,
+		ForgetFinished, Forget, Answered, RememberAnswer, Creating, CreateEnded, Detach, RootNotOwned:
+		return true
+	}
+	return false
+}
+
+// step executes the call's next effect and every local one after it, up
+// to the next effect others can see, or its answer.
+func (a *modelActor) step(w *modelWorld) {
+	for a.effect(w) && a.call != nil && local(a.call.m.Next()) {
+	}
+}
+
+// effect executes the call's next effect, or ends it at its answer (false).
+func (a *modelActor) effect(w *modelWorld) bool {
+	c := a.call
+	e := c.m.Next()
+	if ans, ok := e.(Answer); ok {
+		for _, k := range c.locks {
+			delete(c.r.locks, k)
+		}
+		a.call = nil
+		w.trace = append(w.trace, fmt.Sprintf("%s@%s answer %v %v", a.name, c.r.name, apIDOf(ans.AP), ans.Err))
+		switch {
+		case ans.Err != nil:
+		case c.del:
+			a.done, a.attempts = true, 0
+		default:
+			w.answeredCheck(a, ans.AP)
+			a.volID, a.attempts = "efs:"+fsID+"::"+ans.AP.ID, 0
+		}
+		return false
+	}
+	if !local(e) {
+		w.now = w.now.Add(time.Millisecond) // a request takes time: lives of a record differ in their creation time
+	}
+	r := w.do(a, c, e)
+	r.Now = w.now
+	w.trace = append(w.trace, fmt.Sprintf("%s@%s %s -> %s", a.name, c.r.name, describeCreate(e), outcome(r)))
+	c.m.Step(r)
+	w.gidCheck()
+	return true
+}
+
+func apIDOf(ap *efs.AccessPoint) string {
+	if ap == nil {
+		return "-"
+	}
+	return ap.ID
+}
+
+func outcome(r Result) string {
+	switch {
+	case r.Err != nil:
+		return r.Err.Error()
+	case r.AP != nil:
+		return r.AP.ID
+	case r.Record != nil:
+		return fmt.Sprintf("record ap=%q gid=%d deleting=%v", r.Record.AccessPoint, r.Record.Allocated, r.Record.Deleting)
+	}
+	return "ok"
+}
+
+// answeredCheck: an answer names a live access point whose record is not
+// being deleted (Invariant I2).
+func (w *modelWorld) answeredCheck(a *modelActor, ap *efs.AccessPoint) {
+	if w.aps[ap.ID] == nil {
+		w.violate("phantom: %s answered %s, which does not exist", a.name, ap.ID)
+		return
+	}
+	rec, err := journal.NewClocked(w.store, w.clock).Volume(context.Background(), fsID, a.plan.Input.ClientToken)
+	switch {
+	case err != nil:
+		w.violate("phantom: %s answered %s, whose record is not found (%v)", a.name, ap.ID, err)
+	case rec.Deleting || rec.AccessPoint != ap.ID:
+		w.violate("phantom: %s answered %s, whose record names %q and is being deleted: %v", a.name, ap.ID, rec.AccessPoint, rec.Deleting)
+	}
+}
+
+// gidCheck: no two live access points carry one GID (Invariant I3).
+func (w *modelWorld) gidCheck() {
+	seen := map[int64]string{}
+	for _, ap := range w.aps {
+		g := PosixGID(ap)
+		if other, dup := seen[g]; dup {
+			w.violate("gid: %d on %s and %s", g, ap.ID, other)
+		}
+		seen[g] = ap.ID
+	}
+}
+
+// do executes one effect as the production executor does, against the
+// model's EFS, record and process memory.
+func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
+	ctx := context.Background()
+	r, j := c.r, c.r.j
+	var out Result
+	switch e := e.(type) {
+	case Lock:
+		for _, k := range e.Keys {
+			if r.locks[k] {
+				out.Err = keylock.ErrBusy
+				return out
+			}
+		}
+		for _, k := range e.Keys {
+			r.locks[k] = true
+			c.locks = append(c.locks, k)
+		}
+	case ReadRecord:
+		out.Record, out.Err = j.Volume(ctx, e.FileSystem, e.Key)
+	case ReadRecordOf:
+		out.Record, out.Err = j.ByAccessPoint(ctx, e.FileSystem, e.AccessPoint)
+	case Begin:
+		out.Record, out.Yes, out.Err = j.Begin(ctx, e.Volume)
+	case Hold:
+		out.Yes, out.Err = j.Hold(ctx, e.Record)
+	case HoldID:
+		out.Err = j.HoldID(ctx, e.Record)
+	case Touch:
+		out.Err = j.Touch(ctx, e.Record)
+	case SetIDs:
+		out.Err = j.SetIDs(ctx, e.Record, e.From, e.UID, e.GID, e.ID, e.ClientToken, e.Probe)
+	case ReleaseUnsentID:
+		out.Err = j.ReleaseUnsentID(ctx, e.FileSystem, e.ID, e.Token)
+	case ReleaseMovedID:
+		out.Err = j.ReleaseMovedID(ctx, e.Record.FileSystem, e.ID, e.Record.Token)
+	case SetAccessPoint:
+		out.Err = j.SetAccessPoint(ctx, e.Record, e.Made, e.Replace)
+	case SetClaim:
+		out.Err = j.SetClaim(ctx, e.Record, e.Name, e.Namespace)
+	case Withdraw:
+		out.Err = j.Withdraw(ctx, e.Record, e.AccessPoint)
+	case Mark:
+		if e.IfAgrees == nil {
+			out.Err = j.MarkDeleting(ctx, e.Record)
+			break
+		}
+		out.Record, out.Err = j.MarkDeletingIf(ctx, e.Record, func(rec *journal.Record) bool { return ownership.Agrees(rec, e.IfAgrees) })
+	case Finish:
+		out.Err = j.Finish(ctx, e.Record)
+	case CreateAccessPoint:
+		if id, ok := w.byToken[e.Input.ClientToken]; ok {
+			out.Err = &efs.AlreadyExistsError{AccessPointID: id}
+			break
+		}
+		w.made++
+		ap := &efs.AccessPoint{ID: fmt.Sprintf("fsap-%017d", w.made), FileSystemID: e.Input.FileSystemID, ClientToken: e.Input.ClientToken,
+			Path: e.Input.Path, Tags: e.Input.Tags, PosixUser: e.Input.PosixUser}
+		w.aps[ap.ID], w.byToken[ap.ClientToken] = ap, ap.ID
+		cp := *ap
+		out.AP = &cp
+	case Describe:
+		out.AP, out.Err = w.describe(e.AccessPoint)
+	case LookUp:
+		out.AP, out.Err = w.describe(e.ID.AccessPointID)
+	case List:
+		for _, ap := range w.aps {
+			out.APs = append(out.APs, *ap)
+		}
+	case DeleteAccessPoint:
+		if ap := w.aps[e.AccessPoint]; ap != nil {
+			delete(w.byToken, ap.ClientToken)
+			delete(w.aps, e.AccessPoint)
+		}
+	case Reserve:
+		out.ID = e.Lo
+	case Candidate:
+		p := a.plan.Params
+		out.ID, out.N = p.GIDRangeStart+int64(e.From)%(p.GIDRangeEnd-p.GIDRangeStart+1), e.From
+	case Recall:
+		_, out.Yes = r.finished[e.AccessPoint]
+	case Remember:
+		r.finished[e.AccessPoint] = e.Locks
+	case ForgetFinished:
+		for ap, names := range r.finished {
+			for _, n := range names {
+				if slices.Contains(e.Names, n) {
+					delete(r.finished, ap)
+				}
+			}
+		}
+	case Forget:
+		for name, ap := range r.answered {
+			if ap.ID == e.AccessPoint {
+				delete(r.answered, name)
+			}
+		}
+	case Answered:
+		out.AP, out.At = r.answered[e.Name], r.at[e.Name]
+	case RememberAnswer:
+		r.answered[e.Name], r.at[e.Name] = e.AP, w.now
+		if e.Made {
+			delete(r.finished, e.AP.ID)
+		}
+	case Log, Reachable, RemoveRoot, RootNotOwned, Detach, Release, Seen, NameTokensListed, OutsideToken, LearnOutside, Burned,
+		Creating, CreateEnded:
+		// Nothing this model keeps: no root directories, no allocator
+		// view, no other writers, no listing lag.
+	default:
+		w.violate("effect %T not modelled", e)
+	}
+	return out
+}
+
+func (w *modelWorld) describe(id string) (*efs.AccessPoint, error) {
+	ap := w.aps[id]
+	if ap == nil {
+		return nil, efs.ErrAccessPointNotFound
+	}
+	cp := *ap
+	return &cp, nil
+}
+
+// modelRun runs one schedule: choices[i] picks, at step i, which enabled
+// actor goes (0: the one that went last, if still enabled; a preemption
+// otherwise). It returns the options at each step, and whether every
+// actor finished.
+func modelRun(t *testing.T, plan *Plan, actors int, tick bool, choices []int, maxPreempt int) (w *modelWorld, counts []int, finished bool) {
+	w = &modelWorld{now: t0, store: journal.NewMemory(), aps: map[string]*efs.AccessPoint{}, byToken: map[string]string{}}
+	replicas := []*modelReplica{}
+	for _, n := range []string{"r0", "r1"} {
+		replicas = append(replicas, &modelReplica{name: n, j: journal.NewClocked(w.store, w.clock), locks: map[string]bool{},
+			answered: map[string]*efs.AccessPoint{}, at: map[string]time.Time{}, finished: map[string][]string{}})
+	}
+	prov := &modelActor{name: "prov", plan: plan, replicas: replicas}
+	all := []*modelActor{prov}
+	for i := 1; i < actors; i++ {
+		all = append(all, &modelActor{name: fmt.Sprintf("dup%d", i), plan: plan, dupOf: prov,
+			replicas: []*modelReplica{replicas[i%2], replicas[(i+1)%2]}})
+	}
+	cfg := CreateConfig{Started: t0.Add(-time.Hour), CheckOutsiders: true}
+	ticked := !tick
+	last, preempted := -1, 0
+	for depth := 0; ; depth++ {
+		// Enabled: actors with a call under way, or one to start.
+		var enabled []int
+		for i, a := range all {
+			if a.call != nil || (!a.done && a.attempts < modelMaxAttempts && (a.volID == "" || a.dupOf == nil || a.dupOf.done)) {
+				enabled = append(enabled, i)
+			}
+		}
+		if !ticked {
+			enabled = append(enabled, len(all)) // the clock passes RepeatFresh
+		}
+		if len(enabled) == 0 {
+			break
+		}
+		// The one that went last goes first among the options, so that
+		// choice 0 never preempts; past the bound it is the only one.
+		if k := slices.Index(enabled, last); k > 0 {
+			enabled[0], enabled[k] = enabled[k], enabled[0]
+		}
+		if slices.Contains(enabled, last) && preempted >= maxPreempt {
+			enabled = enabled[:1]
+		}
+		counts = append(counts, len(enabled))
+		pick := 0
+		if depth < len(choices) {
+			pick = choices[depth]
+		}
+		i := enabled[pick]
+		if i != last && slices.Contains(enabled, last) {
+			preempted++
+		}
+		last = i
+		if i == len(all) {
+			w.now = w.now.Add(2 * RepeatFresh)
+			w.trace = append(w.trace, "tick")
+			ticked = true
+			continue
+		}
+		a := all[i]
+		if a.call == nil {
+			a.start(w, cfg)
+		}
+		a.step(w)
+		if len(w.errs) > 0 || depth > 2000 {
+			break
+		}
+	}
+	finished = true
+	for _, a := range all {
+		finished = finished && a.done
+	}
+	return w, counts, finished
+}
+
+// TestModel checks every interleaving, up to -core.preemptions switches
+// away from a call that could go on, of a claim's provisioner and one
+// duplicate caller (and, in a second world, two), on two replicas, with
+// the clock passing the repeat memory once at any point.
+func TestModel(t *testing.T) {
+	plan := gidPlan(t)
+	for _, world := range []struct {
+		actors int
+		tick   bool
+	}{{2, true}, {3, false}} {
+		runs, unfinished := 0, 0
+		var choices []int
+		for {
+			w, counts, finished := modelRun(t, plan, world.actors, world.tick, choices, *modelPreemptions)
+			if len(w.errs) == 0 && finished {
+				if len(w.aps) > 0 {
+					w.violate("leak: %d access points left after every claim was deleted", len(w.aps))
+				}
+				n := 0
+				_ = w.store.List(context.Background(), journal.KindVolume, "", "", func(es []journal.Entry) error { n += len(es); return nil })
+				_ = w.store.List(context.Background(), journal.KindID, "", "", func(es []journal.Entry) error { n += len(es); return nil })
+				if n > 0 {
+					w.violate("record: %d entries left after every claim was deleted", n)
+				}
+			}
+			if len(w.errs) > 0 || *modelVerbose {
+				msg := fmt.Sprintf("actors %d, choices %v:\n  %s\n%s", world.actors, choices, strings.Join(w.trace, "\n  "), strings.Join(w.errs, "\n"))
+				if len(w.errs) > 0 {
+					t.Fatal(msg)
+				}
+				t.Log(msg)
+			}
+			runs++
+			if !finished {
+				unfinished++
+			}
+			// Next schedule: the last step with another option, advanced.
+			choices = append(choices[:0:0], choices...)
+			for len(choices) < len(counts) {
+				choices = append(choices, 0)
+			}
+			for len(choices) > 0 && choices[len(choices)-1]+1 >= counts[len(choices)-1] {
+				choices = choices[:len(choices)-1]
+			}
+			if len(choices) == 0 {
+				break
+			}
+			choices[len(choices)-1]++
+		}
+		t.Logf("actors %d, tick %v: %d schedules, %d with a caller out of attempts", world.actors, world.tick, runs, unfinished)
+		if runs < 100 {
+			t.Fatalf("only %d schedules: the scheduler does not branch", runs)
+		}
+	}
+}
