@@ -103,6 +103,10 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		r.Err = s.journal.ReleaseUnsentID(ctx, e.FileSystem, e.ID, e.Token)
 	case core.ReleaseMovedID:
 		r.Err = s.releaseMovedID(ctx, e.Record, e.ID)
+	case core.HoldForSweep:
+		r.Token, r.Err = s.journal.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
+	case core.ReleaseSweep:
+		r.Err = s.journal.ReleaseSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case core.SetAccessPoint:
 		r.Err = s.journal.SetAccessPoint(ctx, e.Record, e.Made, e.Replace)
 	case core.SetClaim:

@@ -81,6 +81,21 @@ type (
 		Record *journal.Record
 		ID     int64
 	}
+	// HoldForSweep holds ID for the deletion of AccessPoint, under a holder
+	// no volume has (journal.HoldForSweep): no create sends the id's GID
+	// token while it is held (Result.Err: journal.ErrIDTaken, with
+	// Result.Token the volume that holds it).
+	HoldForSweep struct {
+		FileSystem  string
+		ID          int64
+		AccessPoint string
+	}
+	// ReleaseSweep releases that hold (Result.Err).
+	ReleaseSweep struct {
+		FileSystem  string
+		ID          int64
+		AccessPoint string
+	}
 	// SetAccessPoint records the access point the record's create made or
 	// found (Result.Err: journal.ErrDeleting, journal.ErrStaleToken).
 	SetAccessPoint struct {
@@ -142,6 +157,8 @@ func (SetIDs) effect()            {}
 func (ReleaseUnsentID) effect()   {}
 func (ReleaseMovedID) effect()    {}
 func (SetAccessPoint) effect()    {}
+func (HoldForSweep) effect()      {}
+func (ReleaseSweep) effect()      {}
 func (SetClaim) effect()          {}
 func (Withdraw) effect()          {}
 func (Describe) effect()          {}
@@ -1018,6 +1035,34 @@ func (c *Create) finishWithdrawn(k func()) {
 	})
 }
 
+// keepForNextLife keeps ap, whose id this volume's key holds in the id
+// table, if the volume's record (a retry of this life, or its next life)
+// sends ap's token and names no other access point (its create adopts
+// ap), or is gone since the hold was refused (a next life may begin at
+// any moment: the collector's sweep decides). Otherwise the record sends
+// another token (it moved to another id, or to the token of a writer
+// outside the protocol) and its create does not find ap: it goes (drop).
+func (c *Create) keepForNextLife(ap *efs.AccessPoint, busy func(error), drop func()) {
+	rec := c.rec
+	keep := func() {
+		c.do(Log{Level: slog.LevelInfo, Msg: "access point kept: the volume's next create adopts it, or the collector's sweep deletes it",
+			Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("name", rec.Name)}},
+			func(Result) { busy(nil) })
+	}
+	c.do(ReadRecord{FileSystem: ap.FileSystemID, Key: rec.Token}, func(r Result) {
+		switch {
+		case errors.Is(r.Err, journal.ErrNotFound):
+			keep()
+		case r.Err != nil:
+			busy(r.Err)
+		case r.Record.SentToken() == ap.ClientToken && !r.Record.Deleting && (r.Record.AccessPoint == "" || r.Record.AccessPoint == ap.ID):
+			keep()
+		default:
+			drop()
+		}
+	})
+}
+
 // dropStale deletes found, an access point of this volume made under a
 // GID token its record no longer sends (err wraps journal.ErrStaleToken):
 // the record never named it, so nobody answered it (dropUnanswered).
@@ -1032,13 +1077,26 @@ func (c *Create) dropStale(found *efs.AccessPoint, id int64, err error) {
 
 // dropUnanswered deletes ap, which this call made or found for the
 // record's volume and which nobody can answer (why: the record is being
-// deleted or gone, or sends another token by now), then releases id, held
-// for it by this call, unless the record holds it: both past the call's
-// own context, since a call cut short here would leave them for nobody.
-// The call ends keylock.ErrBusy (retry), wrapping why.
+// deleted or gone, or sends another token by now), and releases id, held
+// for it by this call, unless the record holds it: past the call's own
+// context, since a call cut short here would leave them for nobody. The
+// call ends keylock.ErrBusy (retry), wrapping why.
+//
+// Nobody can answer ap now, but under a GID token the volume's next life
+// could: a create of it, begun once this life's delete finishes, sends
+// the same token (its sequence starts at the same id), finds ap and
+// adopts it. Deleted meanwhile, its answer was gone (TestModel, three
+// preemptions). So the id is held first as the collector's sweep holds
+// it (journal.HoldForSweep, Access points no record names): from then
+// on no create sends that token. Held by a volume already (the next life,
+// which may adopt ap, or another volume whose create finds ap another
+// writer's), ap is kept: that create adopts it, or the collector's sweep
+// deletes it once no record owns it. A class without allocated ids sends
+// no GID token: its ap goes at once.
 func (c *Create) dropUnanswered(ap *efs.AccessPoint, id int64, why error, reason string) {
 	rec := c.rec
-	c.do(Detach{}, func(Result) {
+	busy := func(err error) { c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, join(why, err))) }
+	deleted := func(then func()) {
 		c.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}, func(r Result) {
 			if r.Err != nil {
 				c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, errors.Join(why, r.Err)))
@@ -1046,11 +1104,38 @@ func (c *Create) dropUnanswered(ap *efs.AccessPoint, id int64, why error, reason
 			}
 			c.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
 				Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("name", rec.Name), slog.String("reason", reason)}},
-				func(Result) {
-					c.do(ReleaseMovedID{Record: rec, ID: id}, func(r Result) {
-						c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, join(why, r.Err)))
+				func(Result) { then() })
+		})
+	}
+	c.do(Detach{}, func(Result) {
+		if !volume.IsGIDToken(ap.ClientToken) || id == journal.NoID {
+			deleted(func() {
+				c.do(ReleaseMovedID{Record: rec, ID: id}, func(r Result) { busy(r.Err) })
+			})
+			return
+		}
+		c.do(ReleaseMovedID{Record: rec, ID: id}, func(r Result) {
+			if r.Err != nil {
+				busy(r.Err)
+				return
+			}
+			c.do(HoldForSweep{FileSystem: ap.FileSystemID, ID: id, AccessPoint: ap.ID}, func(r Result) {
+				switch {
+				case errors.Is(r.Err, journal.ErrIDTaken) && r.Token == rec.Token:
+					c.keepForNextLife(ap, busy, func() { deleted(func() { busy(nil) }) })
+				case errors.Is(r.Err, journal.ErrIDTaken):
+					// Another volume's create finds ap another writer's
+					// (its volume-name tag) and moves to another id: it
+					// never adopts ap.
+					deleted(func() { busy(nil) })
+				case r.Err != nil:
+					busy(r.Err)
+				default:
+					deleted(func() {
+						c.do(ReleaseSweep{FileSystem: ap.FileSystemID, ID: id, AccessPoint: ap.ID}, func(r Result) { busy(r.Err) })
 					})
-				})
+				}
+			})
 		})
 	})
 }

@@ -91,6 +91,10 @@ func describeCreate(e Effect) string {
 		return "delete " + e.AccessPoint
 	case OutsideToken:
 		return "outside token"
+	case HoldForSweep:
+		return fmt.Sprintf("hold for sweep %d", e.ID)
+	case ReleaseSweep:
+		return fmt.Sprintf("release sweep %d", e.ID)
 	case List:
 		return "list " + e.FileSystem
 	}
@@ -158,7 +162,16 @@ func TestCreateSteps(t *testing.T) {
 			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
 			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, give(Result{Err: journal.ErrDeleting})}, step{"detach", ok},
-			step{"delete " + apID, ok}, step{"log access point deleted", ok}, step{"release moved 60001", ok},
+			step{"release moved 60001", ok}, step{"hold for sweep 60001", ok}, // no create sends its token now
+			step{"delete " + apID, ok}, step{"log access point deleted", ok}, step{"release sweep 60001", ok},
+			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error(), ok})},
+		{"made for a life whose next one holds its id: kept, for that life to adopt", append(append([]step{}, fresh...),
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
+			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
+			step{"record " + apID, give(Result{Err: journal.ErrDeleting})}, step{"detach", ok},
+			step{"release moved 60001", ok}, step{"hold for sweep 60001", give(Result{Err: journal.ErrIDTaken, Token: name})},
+			step{"read record hint=false", begun(rec(), false)}, // the next life, sending the same GID token
+			step{"log access point kept: the volume's next create adopts it, or the collector's sweep deletes it", ok},
 			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error(), ok})},
 		{"an unknown outcome keeps the record and its id for the identical retry", append(append([]step{}, fresh...),
 			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
@@ -236,6 +249,10 @@ func TestCreateEveryOutcome(t *testing.T) {
 			}
 			var (
 				creating, ended bool
+				sweepHeld       bool // the id of an access point nobody answered is held against creates
+				ownHold         bool // refused: the volume's own key holds that id
+				lastReadGone    bool // a read of the record found none
+				tokenOf         = map[string]string{}
 				trace           []string
 				counts          []int
 				seen            = map[string]int{}
@@ -301,7 +318,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 							if edit != nil {
 								edit(r)
 							}
-							rec, held, mustConfirm = r, false, !made
+							rec, held, mustConfirm, lastReadGone = r, false, !made, false
 							return Result{Record: r, Yes: made}
 						}
 					}
@@ -311,7 +328,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 						mk(func(r *journal.Record) { r.AccessPoint, r.Withdrawn = "fsap-00000000000000009", true }, false),
 						mk(func(r *journal.Record) { r.Deleting = true }, false),
 						mk(func(r *journal.Record) { r.Name = "pvc-other" }, false),
-						func() Result { return Result{Err: journal.ErrNotFound} },
+						func() Result { lastReadGone = true; return Result{Err: journal.ErrNotFound} },
 						errr,
 					}
 				case Hold:
@@ -369,6 +386,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 						errr,
 					}
 					droppable[id] = false
+					tokenOf[id] = in.ClientToken
 				case List:
 					opts = []func() Result{one(Result{}), one(Result{APs: []efs.AccessPoint{*other}}), one(Result{APs: []efs.AccessPoint{*outside}}), errr}
 				case NameTokensListed, Burned:
@@ -391,17 +409,34 @@ func TestCreateEveryOutcome(t *testing.T) {
 						},
 						one(Result{Err: journal.ErrConflict}), one(Result{Err: journal.ErrDeleting}), errr,
 					}
+				case HoldForSweep:
+					opts = []func() Result{
+						func() Result { sweepHeld = true; return Result{} },
+						func() Result { ownHold = false; return Result{Err: journal.ErrIDTaken, Token: "pvc-other"} },
+						func() Result { ownHold = true; return Result{Err: journal.ErrIDTaken, Token: p.Input.ClientToken} },
+						errr,
+					}
 				case HoldID:
 					opts = []func() Result{okr, one(Result{Err: journal.ErrIDTaken}), errr}
 				case DeleteAccessPoint:
 					if recorded[e.AccessPoint] {
 						fail("deleted %s, which this call recorded", e.AccessPoint)
 					}
-					if !droppable[e.AccessPoint] && !(rec != nil && rec.Withdrawn && rec.AccessPoint == e.AccessPoint) {
+					withdrawn := rec != nil && rec.Withdrawn && rec.AccessPoint == e.AccessPoint
+					if !droppable[e.AccessPoint] && !withdrawn {
 						fail("deleted %s, which no record write said nobody can answer", e.AccessPoint)
 					}
+					// Made under a GID token: deleted only once no create
+					// of this volume can adopt it: its id held against
+					// creates, or held by another volume (whose create
+					// finds it another writer's), or by this volume's
+					// record that now sends another token.
+					if droppable[e.AccessPoint] && !withdrawn && volume.IsGIDToken(tokenOf[e.AccessPoint]) && !sweepHeld &&
+						ownHold && (lastReadGone || rec != nil && rec.SentToken() == tokenOf[e.AccessPoint] && !rec.Deleting && rec.AccessPoint == "") {
+						fail("deleted %s, which the volume's record (sending its token) may adopt", e.AccessPoint)
+					}
 					opts = []func() Result{okr, errr}
-				case ReleaseUnsentID, ReleaseMovedID, SetClaim, Finish:
+				case ReleaseUnsentID, ReleaseMovedID, SetClaim, Finish, ReleaseSweep:
 					opts = []func() Result{okr, errr}
 				default:
 					opts = []func() Result{okr}

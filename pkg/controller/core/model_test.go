@@ -34,7 +34,7 @@ import (
 // left: no access point, no record entry.
 
 var (
-	modelPreemptions = flag.Int("core.preemptions", 2, "TestModel: preemptions per run")
+	modelPreemptions = flag.Int("core.preemptions", 3, "TestModel: preemptions per run")
 	modelVerbose     = flag.Bool("core.modelv", false, "TestModel: log every run's trace")
 )
 
@@ -247,6 +247,10 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		out.Err = j.ReleaseMovedID(ctx, e.Record.FileSystem, e.ID, e.Record.Token)
 	case SetAccessPoint:
 		out.Err = j.SetAccessPoint(ctx, e.Record, e.Made, e.Replace)
+	case HoldForSweep:
+		out.Token, out.Err = j.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
+	case ReleaseSweep:
+		out.Err = j.ReleaseSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case SetClaim:
 		out.Err = j.SetClaim(ctx, e.Record, e.Name, e.Namespace)
 	case Withdraw:
