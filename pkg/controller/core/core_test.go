@@ -57,3 +57,22 @@ func TestCoreDoesNoIO(t *testing.T) {
 		}
 	}
 }
+
+// nextPath is the path after choices in a depth-first walk of every
+// sequence of options (counts[i]: how many the run had at step i): the
+// last step with an option left, advanced, the steps after it dropped
+// (they take their first option). false: every path has run.
+func nextPath(choices, counts []int) ([]int, bool) {
+	choices = append(choices[:0:0], choices...)
+	for len(choices) < len(counts) {
+		choices = append(choices, 0)
+	}
+	for len(choices) > 0 && choices[len(choices)-1]+1 >= counts[len(choices)-1] {
+		choices = choices[:len(choices)-1]
+	}
+	if len(choices) == 0 {
+		return nil, false
+	}
+	choices[len(choices)-1]++
+	return choices, true
+}

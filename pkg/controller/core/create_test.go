@@ -471,13 +471,10 @@ func TestCreateEveryOutcome(t *testing.T) {
 				fail("a create seen by this process's deletes never ended")
 			}
 			runs++
-			for len(choices) > 0 && choices[len(choices)-1]+1 >= counts[len(choices)-1] {
-				choices = choices[:len(choices)-1]
-			}
-			if len(choices) == 0 {
+			var more bool
+			if choices, more = nextPath(choices, counts); !more {
 				break
 			}
-			choices[len(choices)-1]++
 		}
 	}
 	t.Logf("%d runs", runs)

@@ -314,14 +314,10 @@ func TestDeleteEveryOutcome(t *testing.T) {
 				fail("answered success with this volume's access point still there")
 			}
 			runs++
-			// Next path: the last depth with an option left, advanced.
-			for len(choices) > 0 && choices[len(choices)-1]+1 >= counts[len(choices)-1] {
-				choices = choices[:len(choices)-1]
-			}
-			if len(choices) == 0 {
+			var more bool
+			if choices, more = nextPath(choices, counts); !more {
 				break
 			}
-			choices[len(choices)-1]++
 		}
 	}
 	t.Logf("%d runs", runs)

@@ -446,18 +446,10 @@ func TestModel(t *testing.T) {
 			if !finished {
 				unfinished++
 			}
-			// Next schedule: the last step with another option, advanced.
-			choices = append(choices[:0:0], choices...)
-			for len(choices) < len(counts) {
-				choices = append(choices, 0)
-			}
-			for len(choices) > 0 && choices[len(choices)-1]+1 >= counts[len(choices)-1] {
-				choices = choices[:len(choices)-1]
-			}
-			if len(choices) == 0 {
+			var more bool
+			if choices, more = nextPath(choices, counts); !more {
 				break
 			}
-			choices[len(choices)-1]++
 		}
 		t.Logf("actors %d, tick %v: %d schedules, %d with a caller out of attempts", world.actors, world.tick, runs, unfinished)
 		if runs < 100 {
