@@ -295,7 +295,10 @@ func (c *Create) record(tries int, k func()) {
 				c.answer(fmt.Errorf("%w: volume %q: %s", ErrIncompatible, c.p.Name, why))
 				return
 			}
-			c.hold(1, !made, k)
+			// A record naming its access point is confirmed after the
+			// Describe that finds it, or before the send that makes it
+			// again (recorded): not here.
+			c.hold(1, !made, rec.AccessPoint != "", k)
 		}
 		if !made {
 			checked()
@@ -434,15 +437,15 @@ func (c *Create) upgrading(k func(bool)) {
 // it deletes anything. A send under a token that delete freed would make
 // an access point nobody answers (leak-dup-create-after-delete); one under
 // an id the record moved from, an id held for nobody
-// (record-id-left-after-stale-drop).
-func (c *Create) hold(attempt int, found bool, k func()) {
+// (record-id-left-after-stale-drop). later: k confirms it itself, after
+// a Describe (recorded); every hold after a send confirms again, since a
+// delete may have come between that send and the next
+// (TestCreateEveryOutcome with -core.repeats=2).
+func (c *Create) hold(attempt int, found, later bool, k func()) {
 	rec := c.rec
 	c.do(Hold{Record: rec}, func(r Result) {
 		if r.Err == nil {
-			if !found && !r.Yes || rec.AccessPoint != "" {
-				// A record naming its access point is confirmed after
-				// the Describe that finds it, or before the send that
-				// makes it again (recorded).
+			if !found && !r.Yes || later {
 				k()
 				return
 			}
@@ -462,7 +465,7 @@ func (c *Create) hold(attempt int, found bool, k func()) {
 		}
 		// Another volume holds the id: this record's id was never sent (a
 		// create sends only a held id), so it may take another.
-		c.moveID(attempt, func() { c.hold(attempt+1, found, k) })
+		c.moveID(attempt, func() { c.hold(attempt+1, found, later, k) })
 	})
 }
 
@@ -733,7 +736,7 @@ func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) {
 					c.answer(fmt.Errorf("%w: GID %d on %s is carried by access point %s (tried %d ids)", ErrGIDContention, rec.Allocated, rec.FileSystem, found.ID, attempt))
 					return
 				}
-				c.moveID(attempt, func() { c.hold(1, false, func() { c.send(attempt + 1) }) })
+				c.moveID(attempt, func() { c.hold(1, false, false, func() { c.send(attempt + 1) }) })
 			})
 	})
 }
