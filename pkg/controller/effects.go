@@ -30,6 +30,9 @@ type effects struct {
 	view *rootView // a delete's: the listing LookUp used, for RemoveRoot
 	// ended ends what Creating began (a create's, with root removal).
 	ended func(*efs.AccessPoint)
+	// named reports whether a PersistentVolume names an access point (a
+	// sweep's).
+	named func(apID string) bool
 	res   []*gid.Reservation
 	held  []func()
 }
@@ -102,9 +105,11 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	case core.ReleaseUnsentID:
 		r.Err = s.journal.ReleaseUnsentID(ctx, e.FileSystem, e.ID, e.Token)
 	case core.ReleaseMovedID:
-		r.Err = s.releaseMovedID(ctx, e.Record, e.ID)
+		r.Err = s.releaseMovedID(ctx, e.FileSystem, e.ID, e.Holder)
 	case core.HoldForSweep:
 		r.Token, r.Err = s.journal.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
+	case core.Named:
+		r.Yes = x.named(e.AccessPoint)
 	case core.ReleaseSweep:
 		r.Err = s.journal.ReleaseSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case core.SetAccessPoint:

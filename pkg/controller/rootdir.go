@@ -103,11 +103,6 @@ func (s *Service) reaches(h holder, ap *efs.AccessPoint) bool {
 	return h.apID == "" || !s.fs(ap.FileSystemID).beingDeleted(h.apID)
 }
 
-// live: an access point being deleted gives its users no access any more.
-func live(ap *efs.AccessPoint) bool {
-	return ap.LifeCycleState != "deleting" && ap.LifeCycleState != "deleted"
-}
-
 // releaseMount unmounts and removes a temporary mount point, on a context
 // detached from the call's (which may be cancelled already), and retries
 // the unmounts that failed before. One that fails again is kept pending,

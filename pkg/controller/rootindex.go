@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 )
@@ -199,7 +200,7 @@ func newView(ctx context.Context, client EFS, j *journal.Journal, fsID string, b
 	for i := range aps {
 		ap := &aps[i]
 		v.byID[ap.ID] = ap
-		hs = append(hs, holder{apID: ap.ID, path: ap.Path, kind: listedHolder, live: live(ap)})
+		hs = append(hs, holder{apID: ap.ID, path: ap.Path, kind: listedHolder, live: core.Live(ap)})
 	}
 	err = j.Volumes(ctx, fsID, func(recs []*journal.Record) error {
 		for _, r := range recs {

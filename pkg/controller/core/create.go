@@ -74,12 +74,13 @@ type (
 		ID         int64
 		Token      string
 	}
-	// ReleaseMovedID releases ID, held by this call for Record's volume,
-	// unless the record holds it; past the call's own context
-	// (Result.Err).
+	// ReleaseMovedID releases ID, held for the volume of token Holder,
+	// unless that volume's record holds it and is not being deleted; past
+	// the call's own context (Result.Err).
 	ReleaseMovedID struct {
-		Record *journal.Record
-		ID     int64
+		FileSystem string
+		ID         int64
+		Holder     string
 	}
 	// HoldForSweep holds ID for the deletion of AccessPoint, under a holder
 	// no volume has (journal.HoldForSweep): no create sends the id's GID
@@ -570,7 +571,7 @@ func (c *Create) confirm(k func()) {
 			k()
 			return
 		}
-		c.do(ReleaseMovedID{Record: &held, ID: held.Allocated}, func(r Result) { c.answer(join(err, r.Err)) })
+		c.do(ReleaseMovedID{FileSystem: held.FileSystem, ID: held.Allocated, Holder: held.Token}, func(r Result) { c.answer(join(err, r.Err)) })
 	})
 }
 
@@ -1113,11 +1114,11 @@ func (c *Create) dropUnanswered(ap *efs.AccessPoint, id int64, why error, reason
 	c.do(Detach{}, func(Result) {
 		if !volume.IsGIDToken(ap.ClientToken) || id == journal.NoID {
 			deleted(func() {
-				c.do(ReleaseMovedID{Record: rec, ID: id}, func(r Result) { busy(r.Err) })
+				c.do(ReleaseMovedID{FileSystem: rec.FileSystem, ID: id, Holder: rec.Token}, func(r Result) { busy(r.Err) })
 			})
 			return
 		}
-		c.do(ReleaseMovedID{Record: rec, ID: id}, func(r Result) {
+		c.do(ReleaseMovedID{FileSystem: rec.FileSystem, ID: id, Holder: rec.Token}, func(r Result) {
 			if r.Err != nil {
 				busy(r.Err)
 				return

@@ -24,13 +24,17 @@ import (
 // under it while that exists); each replica has its own memory of answers,
 // finished deletes and locks, as processes do. Nothing here is a mock of
 // the protocol: the decisions are the machines', the record's rules
-// pkg/journal's. What it does not do, the goroutine simulator
-// (pkg/controller/sim) does: faults, kills, listing lag, requests that
-// interleave inside one journal verb, other clusters and writers.
+// pkg/journal's. A replica may be killed between two steps (its calls
+// end, its memory is gone; its callers retry), and the orphan collector's
+// sweep may run beside the callers. What it does not do, the goroutine
+// simulator (pkg/controller/sim) does: faults, lost answers, listing lag,
+// requests that interleave inside one journal verb, other clusters and
+// writers.
 //
 // After every step it checks that no two live access points carry one
-// GID and that an answer names a live access point whose record is not
-// being deleted; once every claim is created and deleted, that nothing is
+// GID, that an answer names a live access point whose record is not being
+// deleted, and that an answered access point stays until a DeleteVolume
+// names it; once every claim is created and deleted, that nothing is
 // left: no access point, no record entry.
 
 var (
@@ -47,6 +51,10 @@ type modelWorld struct {
 	made    int
 	trace   []string
 	errs    []string
+	// answered holds the access points answered to a create; deleting,
+	// those a DeleteVolume was called for.
+	answered, deleting map[string]bool
+	swept              int // live access points the sweep deleted
 }
 
 func (w *modelWorld) clock() time.Time { return w.now }
@@ -65,10 +73,22 @@ type modelReplica struct {
 	finished map[string][]string // access point -> the names its delete held
 }
 
+// restart is r's process starting again: its memory, locks and cached
+// hints are gone; the record and EFS are not.
+func (r *modelReplica) restart(w *modelWorld) {
+	r.j = journal.NewClocked(w.store, w.clock)
+	r.locks, r.answered, r.at, r.finished = map[string]bool{}, map[string]*efs.AccessPoint{}, map[string]time.Time{}, map[string][]string{}
+}
+
 // modelActor is a caller: a provisioner that creates a claim's volume
 // until answered, then deletes it until done; or a duplicate caller of the
 // same claim on the other replica, which deletes what it was answered
 // once the provisioner is done.
+//
+// Or the orphan collector's sweep (sweeper): rounds of one read of the
+// sweep's holds and one listing, each followed by a sweep machine per hold
+// and per access point listed, with no grace and no PersistentVolume
+// naming anything: its safety may rest on the record alone.
 type modelActor struct {
 	name     string
 	plan     *Plan
@@ -76,15 +96,23 @@ type modelActor struct {
 	dupOf    *modelActor
 	attempts int
 	volID    string
+	apID     string
 	done     bool
 	call     *modelCall
+
+	sweeper bool
+	rounds  int       // left to begin
+	queue   []stepper // sweeps to run in this round
+}
+
+// stepper is a machine of this package.
+type stepper interface {
+	Next() Effect
+	Step(Result)
 }
 
 type modelCall struct {
-	m interface {
-		Next() Effect
-		Step(Result)
-	}
+	m     stepper
 	r     *modelReplica
 	locks []string
 	del   bool
@@ -92,22 +120,91 @@ type modelCall struct {
 
 const modelMaxAttempts = 4
 
-// start begins the actor's next call, if it has one to make now.
-func (a *modelActor) start(w *modelWorld, cfg CreateConfig) bool {
-	if a.done || a.call != nil || a.attempts >= modelMaxAttempts {
+// canStart reports whether the actor has a call to begin now.
+func (a *modelActor) canStart() bool {
+	switch {
+	case a.call != nil:
+		return false
+	case a.sweeper:
+		return len(a.queue) > 0 || a.rounds > 0
+	case a.done || a.attempts >= modelMaxAttempts:
 		return false
 	}
-	if a.volID != "" && a.dupOf != nil && !a.dupOf.done {
-		return false // the duplicate deletes once the provisioner is done
+	return a.volID == "" || a.dupOf == nil || a.dupOf.done // the duplicate deletes once the provisioner is done
+}
+
+// start begins the actor's next call, if it has one to make now.
+func (a *modelActor) start(w *modelWorld, cfg CreateConfig) {
+	if !a.canStart() {
+		return
 	}
 	r := a.replicas[a.attempts%len(a.replicas)]
-	a.attempts++
-	if a.volID == "" {
+	switch {
+	case a.sweeper && len(a.queue) > 0:
+		r = a.replicas[(a.attempts-1)%len(a.replicas)] // its round's
+		a.call = &modelCall{m: a.queue[0], r: r}
+		a.queue = a.queue[1:]
+	case a.sweeper:
+		a.attempts++
+		a.rounds--
+		a.call = &modelCall{m: &modelRound{a: a}, r: r}
+	case a.volID == "":
+		a.attempts++
 		a.call = &modelCall{m: NewCreateVolume(cfg, a.plan, w.now), r: r}
-	} else {
+	default:
+		a.attempts++
+		w.deleting[a.apID] = true
 		a.call = &modelCall{m: NewDelete(DeleteConfig{Cluster: "c1"}, a.volID, w.now), r: r, del: true}
 	}
-	return true
+}
+
+// over reports whether the actor has nothing left to do.
+func (a *modelActor) over() bool {
+	if a.sweeper {
+		return a.call == nil && !a.canStart()
+	}
+	return a.done
+}
+
+// modelSweepCfg is the sweep's: this cluster, no grace.
+var modelSweepCfg = SweepConfig{Cluster: "c1"}
+
+// modelRound is the collector's round: it reads the sweep's holds, then
+// lists the file system, and queues a sweep for each.
+type modelRound struct {
+	a     *modelActor
+	holds map[int64]string
+	phase int
+}
+
+// sweepHolds reads the ids the sweep holds into Into (journal.SweepHolds).
+type sweepHolds struct{ Into *map[int64]string }
+
+func (sweepHolds) effect() {}
+
+func (m *modelRound) Next() Effect {
+	switch m.phase {
+	case 0:
+		return sweepHolds{Into: &m.holds}
+	case 1:
+		return List{FileSystem: fsID}
+	}
+	return Answer{}
+}
+
+func (m *modelRound) Step(r Result) {
+	switch m.phase {
+	case 0:
+		for id, apID := range m.holds {
+			m.a.queue = append(m.a.queue, NewResumeSweep(modelSweepCfg, fsID, id, apID))
+		}
+	case 1:
+		slices.SortFunc(r.APs, func(x, y efs.AccessPoint) int { return strings.Compare(x.ID, y.ID) })
+		for i := range r.APs {
+			m.a.queue = append(m.a.queue, NewSweep(modelSweepCfg, fsID, &r.APs[i], r.Now))
+		}
+	}
+	m.phase++
 }
 
 // local reports whether e touches only this process's memory: no other
@@ -117,7 +214,7 @@ func (a *modelActor) start(w *modelWorld, cfg CreateConfig) bool {
 // linearizes at the last read, as the goroutine simulator's answer does).
 func local(e Effect) bool {
 	switch e.(type) {
-	case Answer, Log, Seen, Reserve, Release, Candidate, NameTokensListed, OutsideToken, LearnOutside, Burned, Recall, Remember,
+	case Answer, Log, Named, Seen, Reserve, Release, Candidate, NameTokensListed, OutsideToken, LearnOutside, Burned, Recall, Remember,
 		ForgetFinished, Forget, Answered, RememberAnswer, Creating, CreateEnded, Detach, RootNotOwned:
 		return true
 	}
@@ -142,12 +239,13 @@ func (a *modelActor) effect(w *modelWorld) bool {
 		a.call = nil
 		w.trace = append(w.trace, fmt.Sprintf("%s@%s answer %v %v", a.name, c.r.name, apIDOf(ans.AP), ans.Err))
 		switch {
-		case ans.Err != nil:
+		case ans.Err != nil, a.sweeper:
 		case c.del:
 			a.done, a.attempts = true, 0
 		default:
 			w.answeredCheck(a, ans.AP)
-			a.volID, a.attempts = "efs:"+fsID+"::"+ans.AP.ID, 0
+			a.volID, a.apID, a.attempts = "efs:"+fsID+"::"+ans.AP.ID, ans.AP.ID, 0
+			w.answered[ans.AP.ID] = true
 		}
 		return false
 	}
@@ -159,7 +257,18 @@ func (a *modelActor) effect(w *modelWorld) bool {
 	w.trace = append(w.trace, fmt.Sprintf("%s@%s %s -> %s", a.name, c.r.name, describeCreate(e), outcome(r)))
 	c.m.Step(r)
 	w.gidCheck()
+	w.deletedCheck()
 	return true
+}
+
+// deletedCheck: an access point answered to a create stays until a
+// DeleteVolume of it is called (Invariant I5).
+func (w *modelWorld) deletedCheck() {
+	for id := range w.answered {
+		if !w.deleting[id] && w.aps[id] == nil {
+			w.violate("deleted: %s was answered and is gone, but no DeleteVolume named it", id)
+		}
+	}
 }
 
 func apIDOf(ap *efs.AccessPoint) string {
@@ -244,11 +353,13 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 	case ReleaseUnsentID:
 		out.Err = j.ReleaseUnsentID(ctx, e.FileSystem, e.ID, e.Token)
 	case ReleaseMovedID:
-		out.Err = j.ReleaseMovedID(ctx, e.Record.FileSystem, e.ID, e.Record.Token)
+		out.Err = j.ReleaseMovedID(ctx, e.FileSystem, e.ID, e.Holder)
 	case SetAccessPoint:
 		out.Err = j.SetAccessPoint(ctx, e.Record, e.Made, e.Replace)
 	case HoldForSweep:
 		out.Token, out.Err = j.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
+	case sweepHolds:
+		*e.Into, out.Err = j.SweepHolds(ctx, fsID)
 	case ReleaseSweep:
 		out.Err = j.ReleaseSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case SetClaim:
@@ -284,6 +395,9 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		}
 	case DeleteAccessPoint:
 		if ap := w.aps[e.AccessPoint]; ap != nil {
+			if a.sweeper {
+				w.swept++
+			}
 			delete(w.byToken, ap.ClientToken)
 			delete(w.aps, e.AccessPoint)
 		}
@@ -317,6 +431,8 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		if e.Made {
 			delete(r.finished, e.AP.ID)
 		}
+	case Named:
+		// No PersistentVolumes: the sweep must not need them.
 	case Log, Reachable, RemoveRoot, RootNotOwned, Detach, Release, Seen, NameTokensListed, OutsideToken, LearnOutside, Burned,
 		Creating, CreateEnded:
 		// Nothing this model keeps: no root directories, no allocator
@@ -340,32 +456,61 @@ func (w *modelWorld) describe(id string) (*efs.AccessPoint, error) {
 // actor goes (0: the one that went last, if still enabled; a preemption
 // otherwise). It returns the options at each step, and whether every
 // actor finished.
-func modelRun(t *testing.T, plan *Plan, actors int, tick bool, choices []int, maxPreempt int) (w *modelWorld, counts []int, finished bool) {
-	w = &modelWorld{now: t0, store: journal.NewMemory(), aps: map[string]*efs.AccessPoint{}, byToken: map[string]string{}}
+func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, maxPreempt int) (w *modelWorld, counts []int, finished bool) {
+	w = &modelWorld{now: t0, store: journal.NewMemory(), aps: map[string]*efs.AccessPoint{}, byToken: map[string]string{},
+		answered: map[string]bool{}, deleting: map[string]bool{}}
 	replicas := []*modelReplica{}
 	for _, n := range []string{"r0", "r1"} {
-		replicas = append(replicas, &modelReplica{name: n, j: journal.NewClocked(w.store, w.clock), locks: map[string]bool{},
-			answered: map[string]*efs.AccessPoint{}, at: map[string]time.Time{}, finished: map[string][]string{}})
+		r := &modelReplica{name: n}
+		r.restart(w)
+		replicas = append(replicas, r)
 	}
 	prov := &modelActor{name: "prov", plan: plan, replicas: replicas}
 	all := []*modelActor{prov}
-	for i := 1; i < actors; i++ {
+	for i := 1; i < world.actors; i++ {
 		all = append(all, &modelActor{name: fmt.Sprintf("dup%d", i), plan: plan, dupOf: prov,
 			replicas: []*modelReplica{replicas[i%2], replicas[(i+1)%2]}})
 	}
+	var sweeper *modelActor
+	if world.rounds > 0 {
+		// Its last round runs once every caller is done, as the
+		// collector runs for the controller's life.
+		sweeper = &modelActor{name: "sweep", sweeper: true, rounds: world.rounds - 1, replicas: []*modelReplica{replicas[1], replicas[0]}}
+	}
+	callersOver := func() bool {
+		for _, a := range all {
+			if a.call != nil || a.canStart() {
+				return false
+			}
+		}
+		return true
+	}
 	cfg := CreateConfig{Started: t0.Add(-time.Hour), CheckOutsiders: true}
-	ticked := !tick
-	last, preempted := -1, 0
+	ticked := !world.tick
+	last, preempted, kills := -1, 0, 0
 	for depth := 0; ; depth++ {
 		// Enabled: actors with a call under way, or one to start.
 		var enabled []int
 		for i, a := range all {
-			if a.call != nil || (!a.done && a.attempts < modelMaxAttempts && (a.volID == "" || a.dupOf == nil || a.dupOf.done)) {
+			if a.call != nil || a.canStart() {
 				enabled = append(enabled, i)
 			}
 		}
+		if sweeper != nil && sweeper.over() && callersOver() && sweeper.attempts < world.rounds {
+			sweeper.rounds++ // the last round
+		}
+		if sweeper != nil && !sweeper.over() {
+			enabled = append(enabled, len(all)+1)
+		}
 		if !ticked {
 			enabled = append(enabled, len(all)) // the clock passes RepeatFresh
+		}
+		if kills < world.kills {
+			for k, r := range replicas {
+				if slices.ContainsFunc(append(all, sweeper), func(a *modelActor) bool { return a != nil && a.call != nil && a.call.r == r }) {
+					enabled = append(enabled, len(all)+2+k) // r dies amid a call, and starts again
+				}
+			}
 		}
 		if len(enabled) == 0 {
 			break
@@ -394,7 +539,23 @@ func modelRun(t *testing.T, plan *Plan, actors int, tick bool, choices []int, ma
 			ticked = true
 			continue
 		}
-		a := all[i]
+		if i >= len(all)+2 {
+			kills++
+			r := replicas[i-len(all)-2]
+			w.trace = append(w.trace, "kill "+r.name)
+			for _, a := range append(all, sweeper) {
+				if a != nil && a.call != nil && a.call.r == r {
+					a.call = nil
+					a.queue = nil // a sweep's round ends with it
+				}
+			}
+			r.restart(w)
+			continue
+		}
+		a := sweeper
+		if i < len(all) {
+			a = all[i]
+		}
 		if a.call == nil {
 			a.start(w, cfg)
 		}
@@ -407,23 +568,35 @@ func modelRun(t *testing.T, plan *Plan, actors int, tick bool, choices []int, ma
 	for _, a := range all {
 		finished = finished && a.done
 	}
-	return w, counts, finished
+	return w, counts, finished && (sweeper == nil || sweeper.over())
+}
+
+// modelWorldConfig is who runs: a provisioner and actors-1 duplicate
+// callers; the clock passing RepeatFresh once (tick); the collector's
+// sweep for rounds rounds, the last once every caller is done.
+type modelWorldConfig struct {
+	actors int
+	tick   bool
+	rounds int
+	kills  int // replicas killed amid a call (each one choice at any step)
+	// fewer is how many fewer preemptions than -core.preemptions this
+	// world's schedules make: a kill is a choice more at every step.
+	fewer int
 }
 
 // TestModel checks every interleaving, up to -core.preemptions switches
 // away from a call that could go on, of a claim's provisioner and one
 // duplicate caller (and, in a second world, two), on two replicas, with
-// the clock passing the repeat memory once at any point.
+// the clock passing the repeat memory once at any point; and in a third,
+// the collector's sweep running beside them, one replica killed amid any
+// call (one preemption fewer).
 func TestModel(t *testing.T) {
 	plan := gidPlan(t)
-	for _, world := range []struct {
-		actors int
-		tick   bool
-	}{{2, true}, {3, false}} {
-		runs, unfinished := 0, 0
+	for _, world := range []modelWorldConfig{{actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}} {
+		runs, unfinished, swept := 0, 0, 0
 		var choices []int
 		for {
-			w, counts, finished := modelRun(t, plan, world.actors, world.tick, choices, *modelPreemptions)
+			w, counts, finished := modelRun(t, plan, world, choices, *modelPreemptions-world.fewer)
 			if len(w.errs) == 0 && finished {
 				if len(w.aps) > 0 {
 					w.violate("leak: %d access points left after every claim was deleted", len(w.aps))
@@ -443,6 +616,9 @@ func TestModel(t *testing.T) {
 				t.Log(msg)
 			}
 			runs++
+			if w.swept > 0 {
+				swept++
+			}
 			if !finished {
 				unfinished++
 			}
@@ -451,7 +627,8 @@ func TestModel(t *testing.T) {
 				break
 			}
 		}
-		t.Logf("actors %d, tick %v: %d schedules, %d with a caller out of attempts", world.actors, world.tick, runs, unfinished)
+		t.Logf("%+v: %d schedules, %d with a caller out of attempts, %d with an access point swept",
+			world, runs, unfinished, swept)
 		if runs < 100 {
 			t.Fatalf("only %d schedules: the scheduler does not branch", runs)
 		}

@@ -1,0 +1,103 @@
+package core
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// TestSweepSteps drives the sweep of one access point through scripted
+// outcomes: it deletes only under its own hold of the access point's id,
+// with the record read under that hold not owning it, and releases the
+// hold whatever it decides (but when the volume is busy in this process:
+// the next round resumes it).
+func TestSweepSteps(t *testing.T) {
+	cfg := SweepConfig{Cluster: "c1", Grace: time.Hour}
+	life := t0.Add(-2 * time.Hour)
+	ap, rec := ours()
+	ap.Tags[ownership.TagRecordLife] = life.Format(time.RFC3339Nano)
+	ap.PosixUser = &efs.PosixUser{UID: 60001, GID: 60001}
+	owning := *rec
+	owning.Created = life
+	moved := owning
+	moved.AccessPoint, moved.ClientToken = "", volume.GIDToken(fsID, 60002)
+	nextLife := owning
+	nextLife.Created = t0
+	young := *ap
+	young.Tags = map[string]string{}
+	for k, v := range ap.Tags {
+		young.Tags[k] = v
+	}
+	young.Tags[ownership.TagRecordLife] = t0.Add(-time.Minute).Format(time.RFC3339Nano)
+	foreign := young
+	foreign.Tags = map[string]string{ownership.TagCluster: "true", ownership.TagVolumeName: name, ownership.TagClusterID: "c2",
+		ownership.TagRecordLife: ap.Tags[ownership.TagRecordLife]}
+	notFound := Result{Err: journal.ErrNotFound}
+	lock := "lock name/" + name
+	type step struct {
+		want string
+		give Result
+	}
+	deleted := []step{{lock, Result{}}, {"read record hint=false", notFound}, {"core.Named", Result{}},
+		{"delete " + apID, Result{}}, {"log access point deleted", Result{}}, {"release sweep 60001", Result{}}, {"answer " + apID, Result{}}}
+	for _, tc := range []struct {
+		name  string
+		m     *Sweep
+		steps []step
+	}{
+		{"an access point made within the grace is left", NewSweep(cfg, fsID, &young, t0), []step{{"answer ok", Result{}}}},
+		{"another cluster's is left", NewSweep(cfg, fsID, &foreign, t0), []step{{"answer ok", Result{}}}},
+		{"one a PersistentVolume names is left", NewSweep(cfg, fsID, ap, t0), []step{{"core.Named", Result{Yes: true}}, {"answer ok", Result{}}}},
+		{"one its record names is left, nothing held", NewSweep(cfg, fsID, ap, t0), []step{
+			{"core.Named", Result{}}, {"read record hint=false", Result{Record: &owning}}, {"answer ok", Result{}}}},
+		{"one no record names is deleted under the sweep's hold", NewSweep(cfg, fsID, ap, t0), append([]step{
+			{"core.Named", Result{}}, {"read record hint=false", notFound}, {"hold for sweep 60001", Result{}}}, deleted...)},
+		{"a record that moved off it or is of another life does not own it", NewSweep(cfg, fsID, ap, t0), append([]step{
+			{"core.Named", Result{}}, {"read record hint=false", Result{Record: &moved}}, {"hold for sweep 60001", Result{}}}, deleted...)},
+		{"an id its volume's next life holds is left: that life may adopt it", NewSweep(cfg, fsID, ap, t0), []step{
+			{"core.Named", Result{}}, {"read record hint=false", Result{Record: &nextLife}},
+			{"hold for sweep 60001", Result{Err: journal.ErrIDTaken, Token: rec.Token}}, {"release moved 60001", Result{}},
+			{"hold for sweep 60001", Result{Err: journal.ErrIDTaken, Token: rec.Token}}, {"answer ok", Result{}}}},
+		{"an id held for nobody is released, then held", NewSweep(cfg, fsID, ap, t0), append([]step{
+			{"core.Named", Result{}}, {"read record hint=false", notFound},
+			{"hold for sweep 60001", Result{Err: journal.ErrIDTaken, Token: rec.Token}}, {"release moved 60001", Result{}},
+			{"hold for sweep 60001", Result{}}}, deleted...)},
+		{"a record that owns it under the hold keeps it, and the hold goes", NewSweep(cfg, fsID, ap, t0), []step{
+			{"core.Named", Result{}}, {"read record hint=false", notFound}, {"hold for sweep 60001", Result{}},
+			{lock, Result{}}, {"read record hint=false", Result{Record: &owning}}, {"release sweep 60001", Result{}}, {"answer ok", Result{}}}},
+		{"a volume busy in this process: the hold stays for the next round", NewSweep(cfg, fsID, ap, t0), []step{
+			{"core.Named", Result{}}, {"read record hint=false", notFound}, {"hold for sweep 60001", Result{}},
+			{lock, Result{Err: keylock.ErrBusy}}, {"answer ok", Result{}}}},
+		{"a failed delete keeps the hold: resumed next round", NewSweep(cfg, fsID, ap, t0), []step{
+			{"core.Named", Result{}}, {"read record hint=false", notFound}, {"hold for sweep 60001", Result{}},
+			{lock, Result{}}, {"read record hint=false", notFound}, {"core.Named", Result{}},
+			{"delete " + apID, Result{Err: errAPI}}, {"answer sweep " + apID + ": " + errAPI.Error(), Result{}}}},
+		{"a killed sweep's hold is resumed", NewResumeSweep(cfg, fsID, 60001, apID), append([]step{
+			{"describe " + apID, Result{AP: ap, Now: t0}}}, deleted...)},
+		{"a hold whose access point is gone is released", NewResumeSweep(cfg, fsID, 60001, apID), []step{
+			{"describe " + apID, Result{Err: efs.ErrAccessPointNotFound}}, {"release sweep 60001", Result{}}, {"answer ok", Result{}}}},
+		{"a forged hold (for an id the access point does not carry) deletes nothing", NewResumeSweep(cfg, fsID, 60007, apID), []step{
+			{"describe " + apID, Result{AP: ap, Now: t0}}, {"release sweep 60007", Result{}}, {"answer ok", Result{}}}},
+		{"a forged hold for another cluster's access point deletes nothing", NewResumeSweep(cfg, fsID, 60001, apID), []step{
+			{"describe " + apID, Result{AP: &foreign, Now: t0}}, {"release sweep 60001", Result{}}, {"answer ok", Result{}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i, s := range tc.steps {
+				e := tc.m.Next()
+				if got := describeCreate(e); got != s.want {
+					t.Fatalf("step %d: %q, want %q", i, got, s.want)
+				}
+				tc.m.Step(s.give)
+			}
+			if got, ok := tc.m.Next().(Answer); !ok || !errors.Is(got.Err, ErrStuck) {
+				t.Fatalf("after its end the machine asks for %s", describeCreate(tc.m.Next()))
+			}
+		})
+	}
+}
