@@ -224,12 +224,33 @@ func local(e Effect) bool {
 // step executes the call's next effect and every local one after it, up
 // to the next effect others can see, or its answer.
 func (a *modelActor) step(w *modelWorld) {
-	for a.effect(w) && a.call != nil && local(a.call.m.Next()) {
+	for a.effect(w, false) && a.call != nil && local(a.call.m.Next()) {
 	}
 }
 
-// effect executes the call's next effect, or ends it at its answer (false).
-func (a *modelActor) effect(w *modelWorld) bool {
+// lossy reports whether e is a request to the record or to EFS, whose
+// answer can be lost once applied.
+func lossy(e Effect) bool {
+	switch e.(type) {
+	case ReadRecord, ReadRecordOf, Begin, Hold, HoldID, Touch, SetIDs, ReleaseUnsentID, ReleaseMovedID, SetAccessPoint, HoldForSweep,
+		ReleaseSweep, SetClaim, Withdraw, Mark, Finish, CreateAccessPoint, Describe, LookUp, List, DeleteAccessPoint, sweepHolds:
+		return true
+	}
+	return false
+}
+
+// stepLost executes the call's next effect, a request, and loses its
+// answer (applied; the caller sees the service unavailable), then every
+// local effect after it.
+func (a *modelActor) stepLost(w *modelWorld) {
+	if a.effect(w, true) && a.call != nil && local(a.call.m.Next()) {
+		a.step(w)
+	}
+}
+
+// effect executes the call's next effect, or ends it at its answer
+// (false); lost loses the effect's answer.
+func (a *modelActor) effect(w *modelWorld, lost bool) bool {
 	c := a.call
 	e := c.m.Next()
 	if ans, ok := e.(Answer); ok {
@@ -253,6 +274,13 @@ func (a *modelActor) effect(w *modelWorld) bool {
 		w.now = w.now.Add(time.Millisecond) // a request takes time: lives of a record differ in their creation time
 	}
 	r := w.do(a, c, e)
+	if lost {
+		w.trace = append(w.trace, fmt.Sprintf("%s@%s %s -> %s, answer LOST", a.name, c.r.name, describeCreate(e), outcome(r)))
+		r = Result{Err: efs.ErrUnavailable}
+		if !slices.Contains([]string{"CreateAccessPoint", "Describe", "LookUp", "List", "DeleteAccessPoint"}, strings.TrimPrefix(fmt.Sprintf("%T", e), "core.")) {
+			r.Err = journal.ErrUnavailable
+		}
+	}
 	r.Now = w.now
 	w.trace = append(w.trace, fmt.Sprintf("%s@%s %s -> %s", a.name, c.r.name, describeCreate(e), outcome(r)))
 	c.m.Step(r)
@@ -487,7 +515,8 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 	}
 	cfg := CreateConfig{Started: t0.Add(-time.Hour), CheckOutsiders: true}
 	ticked := !world.tick
-	last, preempted, kills := -1, 0, 0
+	last, preempted, kills, losses, lastRound := -1, 0, 0, 0, true
+	lostBase := len(all) + 2 + len(replicas) // options: actors, the tick, the sweep, kills, then lost answers
 	for depth := 0; ; depth++ {
 		// Enabled: actors with a call under way, or one to start.
 		var enabled []int
@@ -496,8 +525,9 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 				enabled = append(enabled, i)
 			}
 		}
-		if sweeper != nil && sweeper.over() && callersOver() && sweeper.attempts < world.rounds {
+		if sweeper != nil && sweeper.over() && callersOver() && lastRound {
 			sweeper.rounds++ // the last round
+			lastRound = false
 		}
 		if sweeper != nil && !sweeper.over() {
 			enabled = append(enabled, len(all)+1)
@@ -523,16 +553,37 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 		if slices.Contains(enabled, last) && preempted >= maxPreempt {
 			enabled = enabled[:1]
 		}
+		if losses < world.losses {
+			// An answer lost: the actor's next request is applied and
+			// its caller sees the service unavailable.
+			for j, a := range all {
+				if a.call != nil && lossy(a.call.m.Next()) && (j == last || !slices.Contains(enabled, last) || preempted < maxPreempt) {
+					enabled = append(enabled, lostBase+j)
+				}
+			}
+		}
 		counts = append(counts, len(enabled))
 		pick := 0
 		if depth < len(choices) {
 			pick = choices[depth]
 		}
 		i := enabled[pick]
+		lose := i >= lostBase
+		if lose {
+			i -= lostBase
+		}
 		if i != last && slices.Contains(enabled, last) {
 			preempted++
 		}
 		last = i
+		if lose {
+			losses++
+			all[i].stepLost(w)
+			if len(w.errs) > 0 {
+				break
+			}
+			continue
+		}
 		if i == len(all) {
 			w.now = w.now.Add(2 * RepeatFresh)
 			w.trace = append(w.trace, "tick")
@@ -550,6 +601,7 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 				}
 			}
 			r.restart(w)
+			lastRound = true // the collector runs again once restarted
 			continue
 		}
 		a := sweeper
@@ -579,6 +631,7 @@ type modelWorldConfig struct {
 	tick   bool
 	rounds int
 	kills  int // replicas killed amid a call (each one choice at any step)
+	losses int // answers lost after their request applied (each one choice at any request)
 	// fewer is how many fewer preemptions than -core.preemptions this
 	// world's schedules make: a kill is a choice more at every step.
 	fewer int
@@ -592,7 +645,7 @@ type modelWorldConfig struct {
 // call (one preemption fewer).
 func TestModel(t *testing.T) {
 	plan := gidPlan(t)
-	for _, world := range []modelWorldConfig{{actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}} {
+	for _, world := range []modelWorldConfig{{actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}, {actors: 2, rounds: 1, losses: 1, fewer: 1}} {
 		runs, unfinished, swept := 0, 0, 0
 		var choices []int
 		for {
