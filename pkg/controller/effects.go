@@ -110,6 +110,8 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		r.Token, r.Err = s.journal.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case core.Named:
 		r.Yes = x.named(e.AccessPoint)
+	case core.ReleaseOrphanID:
+		r.Yes, r.Err = s.journal.ReleaseOrphanID(ctx, e.FileSystem, e.ID, e.Holder)
 	case core.ReleaseSweep:
 		r.Err = s.journal.ReleaseSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case core.SetAccessPoint:

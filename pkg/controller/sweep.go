@@ -12,9 +12,10 @@ import (
 // SweepUnrecorded deletes the access points of fsID that this cluster's
 // creates made for a record and that no record names (docs/design.md,
 // "Access points no record names"), for the orphan collector: the holds a
-// killed sweep left first, then every access point listed, each by a
-// machine of pkg/controller/core (core.NewResumeSweep, core.NewSweep),
-// which says what proves one unrecorded. named reports whether a
+// killed sweep left first, the ids held for volumes whose record is gone,
+// then every access point listed, each by a machine of
+// pkg/controller/core (core.NewResumeSweep, core.NewFreeID,
+// core.NewSweep), which says what proves one unrecorded. named reports whether a
 // PersistentVolume names an access point.
 //
 // Only the controller's own credentials are used, and only with a cluster
@@ -45,6 +46,14 @@ func (s *Service) SweepUnrecorded(ctx context.Context, fsID string, named func(a
 	}
 	for id, apID := range holds {
 		sweep(core.NewResumeSweep(cfg, fsID, id, apID))
+	}
+	// Then the ids held for volumes whose record is gone.
+	orphans, err := s.journal.OrphanIDs(ctx, fsID)
+	if err != nil {
+		return n, errors.Join(append(errs, err)...)
+	}
+	for id, holder := range orphans {
+		sweep(core.NewFreeID(fsID, id, holder))
 	}
 	aps, err := s.listAfterNow(ctx, fsID)
 	if err != nil {

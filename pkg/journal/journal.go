@@ -287,32 +287,57 @@ func (j *Journal) Hold(ctx context.Context, r *Record) (again bool, err error) {
 // the record sees that write, or the delete's compare-and-swap fails and
 // both are read again.
 func (j *Journal) ReleaseMovedID(ctx context.Context, fs string, id int64, token string) error {
+	_, err := j.releaseUnless(ctx, fs, id, token, func(cur *Record) bool { return cur.Allocated == id })
+	return err
+}
+
+// ReleaseOrphanID releases id, held for token's volume, once that
+// volume's record is being deleted or gone; it says whether it did. A
+// record that holds another id keeps it: a create of it may be moving to
+// id (it holds id before its record write), and only its own
+// ReleaseMovedID knows it has moved off. The collector's sweep uses it on
+// the ids OrphanIDs lists, which a call cut short (its cleanup past its
+// budget) left held for nobody.
+func (j *Journal) ReleaseOrphanID(ctx context.Context, fs string, id int64, token string) (bool, error) {
+	return j.releaseUnless(ctx, fs, id, token, func(*Record) bool { return true })
+}
+
+// releaseUnless deletes the entry of id on fs held for token unless the
+// volume's record, read after the entry, is not being deleted and keep
+// says so; it says whether it deleted. The entry is deleted at the version
+// read: a create that holds the id again writes the entry (Hold), so
+// either the read of the record sees what that create wrote before, or
+// the delete's compare-and-swap fails and both are read again.
+func (j *Journal) releaseUnless(ctx context.Context, fs string, id int64, token string, keep func(cur *Record) bool) (bool, error) {
 	for range maxConflicts {
 		e, err := j.s.Get(ctx, idKey(fs, id))
 		switch {
 		case errors.Is(err, ErrNotFound):
-			return nil
+			return false, nil
 		case err != nil:
-			return err
+			return false, err
 		case string(e.Value) != token:
-			return nil
+			return false, nil
 		}
 		cur, err := j.Volume(ctx, fs, token)
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
-			return err
-		case cur.Allocated == id && !cur.Deleting:
-			return nil // held again: the record's
+			return false, err
+		case !cur.Deleting && keep(cur):
+			return false, nil
 			// A record being deleted uses its id no more (no create
 			// sends under it), and its Finish may have released it
 			// already: an entry made since is nobody's.
 		}
-		if err := j.s.Delete(ctx, e); !errors.Is(err, ErrConflict) {
-			return err
+		switch err := j.s.Delete(ctx, e); {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, ErrConflict):
+			return false, err
 		}
 	}
-	return fmt.Errorf("%w: id %d on %s: %d conflicting writes", ErrUnavailable, id, fs, maxConflicts)
+	return false, fmt.Errorf("%w: id %d on %s: %d conflicting writes", ErrUnavailable, id, fs, maxConflicts)
 }
 
 // IDHolder is the token of the volume holding id on fs, "" if none.

@@ -70,3 +70,42 @@ func (j *Journal) SweepHolds(ctx context.Context, fs string) (map[int64]string, 
 	})
 	return held, err
 }
+
+// OrphanIDs lists the ids on fs held for a volume whose record the same
+// listing shows being deleted or does not show, with their holders: what
+// ReleaseOrphanID may release (a listing is a hint: an entry or record
+// written meanwhile may be missed, and ReleaseOrphanID reads both again).
+func (j *Journal) OrphanIDs(ctx context.Context, fs string) (map[int64]string, error) {
+	held := map[int64]string{}
+	err := j.s.List(ctx, KindID, fs, "", func(es []Entry) error {
+		for _, e := range es {
+			id, err := strconv.ParseInt(e.Key.Name, 10, 64)
+			if err != nil || e.Key.FileSystem != fs || strings.HasPrefix(string(e.Value), sweepPrefix) {
+				continue // the sweep's holds are SweepHolds'
+			}
+			held[id] = string(e.Value)
+		}
+		return nil
+	})
+	if err != nil || len(held) == 0 {
+		return nil, err
+	}
+	live := map[string]bool{}
+	err = j.Volumes(ctx, fs, func(rs []*Record) error {
+		for _, r := range rs {
+			if !r.Deleting {
+				live[r.Token] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for id, token := range held {
+		if live[token] {
+			delete(held, id)
+		}
+	}
+	return held, nil
+}

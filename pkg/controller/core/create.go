@@ -465,8 +465,13 @@ func (c *Create) hold(attempt int, found, later bool, k func()) {
 			return
 		}
 		// Another volume holds the id: this record's id was never sent (a
-		// create sends only a held id), so it may take another.
-		c.moveID(attempt, func() { c.hold(attempt+1, found, later, k) })
+		// create sends only a held id), so it may take another. Nothing
+		// is released: the entry was not this volume's when this Hold
+		// read it, and if it is by now, another create of this volume
+		// holds it, and may have sent under it (TestModel's id check,
+		// four preemptions: a duplicate released the id its retry had
+		// just held, sent and recorded).
+		c.moveID(attempt, false, func() { c.hold(attempt+1, found, later, k) })
 	})
 }
 
@@ -476,11 +481,11 @@ func (c *Create) hold(attempt int, found, later bool, k func()) {
 // For a GID token it is the next of the volume's own sequence, as every
 // writer of it takes, if the allocator's view says the range is not full;
 // else one reserved now, which replaces c.res. The old id's entry is
-// released first: a crash in between leaves a record naming an id it no
-// longer holds, which its retry holds again or moves from, never an id
-// held for nobody. Another writer that changed the record's ids first
-// wins: k holds what it chose.
-func (c *Create) moveID(attempt int, k func()) {
+// released first, if this call held it (held): a crash in between leaves a
+// record naming an id it no longer holds, which its retry holds again or
+// moves from, never an id held for nobody. Another writer that changed
+// the record's ids first wins: k holds what it chose.
+func (c *Create) moveID(attempt int, held bool, k func()) {
 	p, rec := c.p, c.rec
 	fsID := p.Params.FileSystemID
 	set := func(next int64, token string, probe, handle int) {
@@ -491,7 +496,7 @@ func (c *Create) moveID(attempt int, k func()) {
 			}
 			c.do(Release{Handle: handle}, func(Result) { then() })
 		}
-		c.do(ReleaseUnsentID{FileSystem: fsID, ID: rec.Allocated, Token: rec.Token}, func(r Result) {
+		released := func(r Result) {
 			if r.Err != nil {
 				drop(func() { c.answer(r.Err) })
 				return
@@ -512,7 +517,12 @@ func (c *Create) moveID(attempt int, k func()) {
 					k()
 				}
 			})
-		})
+		}
+		if !held {
+			released(Result{})
+			return
+		}
+		c.do(ReleaseUnsentID{FileSystem: fsID, ID: rec.Allocated, Token: rec.Token}, released)
 	}
 	lo, hi := p.Params.GIDRangeStart, p.Params.GIDRangeEnd
 	if !volume.IsGIDToken(rec.SentToken()) {
@@ -737,7 +747,7 @@ func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) {
 					c.answer(fmt.Errorf("%w: GID %d on %s is carried by access point %s (tried %d ids)", ErrGIDContention, rec.Allocated, rec.FileSystem, found.ID, attempt))
 					return
 				}
-				c.moveID(attempt, func() { c.hold(1, false, false, func() { c.send(attempt + 1) }) })
+				c.moveID(attempt, true, func() { c.hold(1, false, false, func() { c.send(attempt + 1) }) })
 			})
 	})
 }

@@ -144,6 +144,18 @@ func TestCreateSteps(t *testing.T) {
 		{"a record being deleted is ABORTED before anything is sent", append(append([]step{}, fresh...),
 			step{"begin " + g1 + " gid=60001", func(Effect) Result { r := rec(); r.Deleting = true; return Result{Record: r} }},
 			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error() + ": " + fsID + "/\"" + name + "\"", ok})},
+		{"an id another holds is moved from without releasing it: a create of this volume may hold it by now", append(append([]step{}, fresh...),
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok},
+			step{"hold", give(Result{Err: journal.ErrIDTaken})},
+			step{"reserve " + name, give(Result{ID: 60005, Handle: 1})}, step{"release 1", ok},
+			step{"candidate from 1", give(Result{ID: 60002, N: 1})},
+			step{"set ids 60001 -> 60002", func(e Effect) Result {
+				s := e.(SetIDs)
+				s.Record.Allocated, s.Record.UID, s.Record.GID, s.Record.ClientToken = s.ID, s.UID, s.GID, s.ClientToken
+				return Result{}
+			}},
+			step{"hold", ok}, step{"create " + g2 + " gid=60002", made}, step{"seen " + apID, ok}, step{"detach", ok},
+			step{"record " + apID, ok}, step{"answer " + apID, ok})},
 		{"another writer's access point holds the GID token: the next id of the sequence", append(append([]step{}, fresh...),
 			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
 			step{"create " + g1 + " gid=60001", give(Result{Err: &efs.AlreadyExistsError{AccessPointID: other.ID}})},

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -172,21 +173,28 @@ var modelSweepCfg = SweepConfig{Cluster: "c1"}
 // modelRound is the collector's round: it reads the sweep's holds, then
 // lists the file system, and queues a sweep for each.
 type modelRound struct {
-	a     *modelActor
-	holds map[int64]string
-	phase int
+	a              *modelActor
+	holds, orphans map[int64]string
+	phase          int
 }
 
 // sweepHolds reads the ids the sweep holds into Into (journal.SweepHolds).
 type sweepHolds struct{ Into *map[int64]string }
 
+// orphanIDs reads the ids held for volumes whose record is gone or being
+// deleted into Into (journal.OrphanIDs).
+type orphanIDs struct{ Into *map[int64]string }
+
 func (sweepHolds) effect() {}
+func (orphanIDs) effect()  {}
 
 func (m *modelRound) Next() Effect {
 	switch m.phase {
 	case 0:
 		return sweepHolds{Into: &m.holds}
 	case 1:
+		return orphanIDs{Into: &m.orphans}
+	case 2:
 		return List{FileSystem: fsID}
 	}
 	return Answer{}
@@ -199,6 +207,10 @@ func (m *modelRound) Step(r Result) {
 			m.a.queue = append(m.a.queue, NewResumeSweep(modelSweepCfg, fsID, id, apID))
 		}
 	case 1:
+		for id, holder := range m.orphans {
+			m.a.queue = append(m.a.queue, NewFreeID(fsID, id, holder))
+		}
+	case 2:
 		slices.SortFunc(r.APs, func(x, y efs.AccessPoint) int { return strings.Compare(x.ID, y.ID) })
 		for i := range r.APs {
 			m.a.queue = append(m.a.queue, NewSweep(modelSweepCfg, fsID, &r.APs[i], r.Now))
@@ -233,7 +245,8 @@ func (a *modelActor) step(w *modelWorld) {
 func lossy(e Effect) bool {
 	switch e.(type) {
 	case ReadRecord, ReadRecordOf, Begin, Hold, HoldID, Touch, SetIDs, ReleaseUnsentID, ReleaseMovedID, SetAccessPoint, HoldForSweep,
-		ReleaseSweep, SetClaim, Withdraw, Mark, Finish, CreateAccessPoint, Describe, LookUp, List, DeleteAccessPoint, sweepHolds:
+		ReleaseSweep, SetClaim, Withdraw, Mark, Finish, CreateAccessPoint, Describe, LookUp, List, DeleteAccessPoint, sweepHolds, orphanIDs,
+		ReleaseOrphanID:
 		return true
 	}
 	return false
@@ -286,7 +299,25 @@ func (a *modelActor) effect(w *modelWorld, lost bool) bool {
 	c.m.Step(r)
 	w.gidCheck()
 	w.deletedCheck()
+	w.idCheck(a)
 	return true
+}
+
+// idCheck: a record that names an access point, not being deleted, holds
+// its id in the id table (what keeps a GID to one volume of the record).
+func (w *modelWorld) idCheck(a *modelActor) {
+	if a.plan == nil {
+		return
+	}
+	ctx := context.Background()
+	rec, err := journal.NewClocked(w.store, w.clock).Volume(ctx, fsID, a.plan.Input.ClientToken)
+	if err != nil || rec.Deleting || rec.AccessPoint == "" || rec.Allocated == journal.NoID {
+		return
+	}
+	e, err := w.store.Get(ctx, journal.Key{Kind: journal.KindID, FileSystem: fsID, Name: strconv.FormatInt(rec.Allocated, 10)})
+	if err != nil || string(e.Value) != rec.Token {
+		w.violate("id: the record names %s with id %d, which the id table does not hold for it (%q, %v)", rec.AccessPoint, rec.Allocated, e.Value, err)
+	}
 }
 
 // deletedCheck: an access point answered to a create stays until a
@@ -388,6 +419,10 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		out.Token, out.Err = j.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case sweepHolds:
 		*e.Into, out.Err = j.SweepHolds(ctx, fsID)
+	case orphanIDs:
+		*e.Into, out.Err = j.OrphanIDs(ctx, fsID)
+	case ReleaseOrphanID:
+		out.Yes, out.Err = j.ReleaseOrphanID(ctx, e.FileSystem, e.ID, e.Holder)
 	case ReleaseSweep:
 		out.Err = j.ReleaseSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case SetClaim:

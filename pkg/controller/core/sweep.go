@@ -48,10 +48,43 @@ type SweepConfig struct {
 // Named asks whether a PersistentVolume names AccessPoint (Result.Yes).
 type Named struct{ AccessPoint string }
 
-func (Named) effect() {}
+// ReleaseOrphanID releases ID, held for the volume of token Holder, if
+// that volume's record is being deleted or gone (journal.ReleaseOrphanID;
+// Result.Yes: released).
+type ReleaseOrphanID struct {
+	FileSystem string
+	ID         int64
+	Holder     string
+}
 
-// Sweep is the sweep of one access point. Its answer carries the access
-// point when it deleted it.
+func (Named) effect()           {}
+func (ReleaseOrphanID) effect() {}
+
+// NewFreeID releases id on fsID, which the id table holds for the volume
+// of token holder, if that volume's record is being deleted or gone: a
+// call cut short past its cleanup's budget left it held for nobody, and
+// no create of the volume can be moving to it (every create writes its
+// record before it holds an id).
+func NewFreeID(fsID string, id int64, holder string) *Sweep {
+	s := &Sweep{}
+	s.do(ReleaseOrphanID{FileSystem: fsID, ID: id, Holder: holder}, func(r Result) {
+		switch {
+		case s.failed(r):
+			return
+		case !r.Yes:
+			s.answer(nil)
+			return
+		}
+		s.do(Log{Level: slog.LevelInfo, Msg: "id released", Attrs: []slog.Attr{slog.String("fileSystem", fsID),
+			slog.Int64("id", id), slog.String("holder", holder),
+			slog.String("reason", "held for a volume whose record is being deleted or gone")}},
+			func(Result) { s.answer(nil) })
+	})
+	return s
+}
+
+// Sweep is the sweep of one access point, or of one id (NewFreeID). Its
+// answer carries the access point when it deleted one.
 type Sweep struct{ machine }
 
 // NewSweep sweeps ap, listed on fsID at now.

@@ -86,6 +86,10 @@ func TestSweepSteps(t *testing.T) {
 			{"describe " + apID, Result{AP: ap, Now: t0}}, {"release sweep 60007", Result{}}, {"answer ok", Result{}}}},
 		{"a forged hold for another cluster's access point deletes nothing", NewResumeSweep(cfg, fsID, 60001, apID), []step{
 			{"describe " + apID, Result{AP: &foreign, Now: t0}}, {"release sweep 60001", Result{}}, {"answer ok", Result{}}}},
+		{"an id held for a volume whose record is gone is released, and logged", NewFreeID(fsID, 60004, rec.Token), []step{
+			{"core.ReleaseOrphanID", Result{Yes: true}}, {"log id released", Result{}}, {"answer ok", Result{}}}},
+		{"an id its volume's record keeps stays held", NewFreeID(fsID, 60004, rec.Token), []step{
+			{"core.ReleaseOrphanID", Result{}}, {"answer ok", Result{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for i, s := range tc.steps {

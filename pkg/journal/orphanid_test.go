@@ -1,0 +1,76 @@
+package journal_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+)
+
+// The sweep releases an id held for a volume only once that volume's
+// record is gone or being deleted: a record that exists keeps every id
+// held for it, even one it does not hold (a create of it may be moving to
+// that id: it holds the id before its record write). OrphanIDs lists the
+// candidates, never the sweep's own holds; ReleaseOrphanID decides on a
+// fresh read, whatever the listing saw.
+func TestReleaseOrphanIDOnlyForAVolumeWhoseRecordIsGone(t *testing.T) {
+	ctx := context.Background()
+	const fs, token = "fs-1", "pvc-1"
+	for _, tc := range []struct {
+		name   string
+		setup  func(t *testing.T, j *journal.Journal, rec *journal.Record)
+		listed bool // OrphanIDs names 60002
+		freed  bool
+	}{
+		{"the record holds another id: kept (a create may be moving to it)", nil, false, false},
+		{"the record is gone: released", func(t *testing.T, j *journal.Journal, rec *journal.Record) {
+			must(t, j.MarkDeleting(ctx, rec))
+			must(t, j.Finish(ctx, rec))
+		}, true, true},
+		{"the record is being deleted: released", func(t *testing.T, j *journal.Journal, rec *journal.Record) {
+			must(t, j.MarkDeleting(ctx, rec))
+		}, true, true},
+		{"a next life of the volume begun since the listing: kept", func(t *testing.T, j *journal.Journal, rec *journal.Record) {
+			must(t, j.MarkDeleting(ctx, rec))
+			must(t, j.Finish(ctx, rec))
+		}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := journal.New(journal.NewMemory())
+			rec, _, err := j.Begin(ctx, journal.Volume{FileSystem: fs, Token: token, Name: token, Path: "/" + token, Allocated: 60001})
+			must(t, err)
+			must(t, j.HoldID(ctx, rec))
+			other := *rec
+			other.Allocated = 60002
+			must(t, j.HoldID(ctx, &other)) // held for the volume, the record at 60001
+			if _, err := j.HoldForSweep(ctx, fs, 60003, "fsap-1"); err != nil {
+				t.Fatal(err)
+			}
+			if tc.setup != nil {
+				tc.setup(t, j, rec)
+			}
+			orphans, err := j.OrphanIDs(ctx, fs)
+			must(t, err)
+			if _, ok := orphans[60003]; ok {
+				t.Fatalf("OrphanIDs lists the sweep's own hold: %v", orphans)
+			}
+			if got := orphans[60002] == token; got != tc.listed {
+				t.Fatalf("OrphanIDs = %v; listing 60002: %v, want %v", orphans, got, tc.listed)
+			}
+			if tc.listed && !tc.freed {
+				_, _, err := j.Begin(ctx, journal.Volume{FileSystem: fs, Token: token, Name: token, Path: "/" + token, Allocated: 60002})
+				must(t, err)
+			}
+			freed, err := j.ReleaseOrphanID(ctx, fs, 60002, token)
+			must(t, err)
+			holder, err := j.IDHolder(ctx, fs, 60002)
+			must(t, err)
+			if freed != tc.freed || (holder == "") != tc.freed {
+				t.Fatalf("released %v (holder now %q), want %v", freed, holder, tc.freed)
+			}
+		})
+	}
+	if freed, err := journal.New(journal.NewMemory()).ReleaseOrphanID(ctx, fs, 60009, token); freed || err != nil {
+		t.Fatalf("an id no entry holds: released %v, %v", freed, err)
+	}
+}
