@@ -18,7 +18,10 @@ import (
 
 // gidPlan is a volume of a class that allocates GIDs in [60000, 60009]
 // and tags its access points: its creates send GID tokens.
-func gidPlan(t *testing.T) *Plan {
+func gidPlan(t *testing.T) *Plan { t.Helper(); return gidPlanOf(t, name) }
+
+// gidPlanOf is gidPlan for the volume named n.
+func gidPlanOf(t *testing.T, name string) *Plan {
 	t.Helper()
 	params, err := volume.ParseParams(map[string]string{
 		volume.ParamProvisioningMode: volume.ProvisioningModeAccessPoint, volume.ParamFileSystemID: fsID,

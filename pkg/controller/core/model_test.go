@@ -534,6 +534,11 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 		all = append(all, &modelActor{name: fmt.Sprintf("dup%d", i), plan: plan, dupOf: prov,
 			replicas: []*modelReplica{replicas[i%2], replicas[(i+1)%2]}})
 	}
+	if world.other != nil {
+		// Another claim's provisioner, on the other replica first: its
+		// volume's sequence starts at the same id.
+		all = append(all, &modelActor{name: "other", plan: world.other, replicas: []*modelReplica{replicas[1], replicas[0]}})
+	}
 	var sweeper *modelActor
 	if world.rounds > 0 {
 		// Its last round runs once every caller is done, as the
@@ -658,6 +663,26 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 	return w, counts, finished && (sweeper == nil || sweeper.over())
 }
 
+func (c modelWorldConfig) String() string {
+	s := fmt.Sprintf("%d callers of a claim", c.actors)
+	if c.other != nil {
+		s += ", another claim"
+	}
+	if c.tick {
+		s += ", the clock past RepeatFresh"
+	}
+	if c.rounds > 0 {
+		s += fmt.Sprintf(", %d sweep rounds", c.rounds)
+	}
+	if c.kills > 0 {
+		s += fmt.Sprintf(", %d kill", c.kills)
+	}
+	if c.losses > 0 {
+		s += fmt.Sprintf(", %d lost answer", c.losses)
+	}
+	return s + fmt.Sprintf(", %d fewer preemptions", c.fewer)
+}
+
 // modelWorldConfig is who runs: a provisioner and actors-1 duplicate
 // callers; the clock passing RepeatFresh once (tick); the collector's
 // sweep for rounds rounds, the last once every caller is done.
@@ -666,6 +691,7 @@ type modelWorldConfig struct {
 	tick   bool
 	rounds int
 	kills  int // replicas killed amid a call (each one choice at any step)
+	other  *Plan // another claim, provisioned beside the first
 	losses int // answers lost after their request applied (each one choice at any request)
 	// fewer is how many fewer preemptions than -core.preemptions this
 	// world's schedules make: a kill is a choice more at every step.
@@ -680,7 +706,8 @@ type modelWorldConfig struct {
 // call (one preemption fewer).
 func TestModel(t *testing.T) {
 	plan := gidPlan(t)
-	for _, world := range []modelWorldConfig{{actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}, {actors: 2, rounds: 1, losses: 1, fewer: 1}} {
+	other := gidPlanOf(t, "pvc-other")
+	for _, world := range []modelWorldConfig{{actors: 2, other: other, fewer: 1}, {actors: 1, other: other, rounds: 2, kills: 1, fewer: 2}, {actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}, {actors: 2, rounds: 1, losses: 1, fewer: 1}} {
 		runs, unfinished, swept := 0, 0, 0
 		var choices []int
 		for {
@@ -715,7 +742,7 @@ func TestModel(t *testing.T) {
 				break
 			}
 		}
-		t.Logf("%+v: %d schedules, %d with a caller out of attempts, %d with an access point swept",
+		t.Logf("%v: %d schedules, %d with a caller out of attempts, %d with an access point swept",
 			world, runs, unfinished, swept)
 		if runs < 100 {
 			t.Fatalf("only %d schedules: the scheduler does not branch", runs)
