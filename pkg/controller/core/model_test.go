@@ -690,9 +690,9 @@ type modelWorldConfig struct {
 	actors int
 	tick   bool
 	rounds int
-	kills  int // replicas killed amid a call (each one choice at any step)
+	kills  int   // replicas killed amid a call (each one choice at any step)
 	other  *Plan // another claim, provisioned beside the first
-	losses int // answers lost after their request applied (each one choice at any request)
+	losses int   // answers lost after their request applied (each one choice at any request)
 	// fewer is how many fewer preemptions than -core.preemptions this
 	// world's schedules make: a kill is a choice more at every step.
 	fewer int
