@@ -22,6 +22,7 @@ run: build
 test: build image-check
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+	$(GO) test -count=1 -run '^TestModel$$' ./pkg/controller/core
 	GO=$(GO) hack/sim.sh $(SIM_SEEDS) 1 $(SIM_PROCS)
 
 # The deterministic simulator (pkg/controller/sim, docs/design.md): make test
