@@ -39,18 +39,14 @@ func (s *Service) SweepUnrecorded(ctx context.Context, fsID string, named func(a
 		errs = append(errs, a.Err)
 	}
 	// A killed sweep's holds first: each is an access point it was about
-	// to delete, and an id held for nobody until resumed.
-	holds, err := s.journal.SweepHolds(ctx, fsID)
+	// to delete, and an id held for nobody until resumed. Then the ids
+	// held for volumes whose record is gone.
+	holds, orphans, err := s.journal.ToSweep(ctx, fsID)
 	if err != nil {
 		return 0, err
 	}
 	for id, apID := range holds {
 		sweep(core.NewResumeSweep(cfg, fsID, id, apID))
-	}
-	// Then the ids held for volumes whose record is gone.
-	orphans, err := s.journal.OrphanIDs(ctx, fsID)
-	if err != nil {
-		return n, errors.Join(append(errs, err)...)
 	}
 	for id, holder := range orphans {
 		sweep(core.NewFreeID(fsID, id, holder))

@@ -296,7 +296,7 @@ func (j *Journal) ReleaseMovedID(ctx context.Context, fs string, id int64, token
 // record that holds another id keeps it: a create of it may be moving to
 // id (it holds id before its record write), and only its own
 // ReleaseMovedID knows it has moved off. The collector's sweep uses it on
-// the ids OrphanIDs lists, which a call cut short (its cleanup past its
+// the ids ToSweep lists, which a call cut short (its cleanup past its
 // budget) left held for nobody.
 func (j *Journal) ReleaseOrphanID(ctx context.Context, fs string, id int64, token string) (bool, error) {
 	return j.releaseUnless(ctx, fs, id, token, func(*Record) bool { return true })

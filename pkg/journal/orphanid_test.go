@@ -10,8 +10,8 @@ import (
 // The sweep releases an id held for a volume only once that volume's
 // record is gone or being deleted: a record that exists keeps every id
 // held for it, even one it does not hold (a create of it may be moving to
-// that id: it holds the id before its record write). OrphanIDs lists the
-// candidates, never the sweep's own holds; ReleaseOrphanID decides on a
+// that id: it holds the id before its record write). ToSweep lists the
+// candidates apart from the sweep's own holds; ReleaseOrphanID decides on a
 // fresh read, whatever the listing saw.
 func TestReleaseOrphanIDOnlyForAVolumeWhoseRecordIsGone(t *testing.T) {
 	ctx := context.Background()
@@ -19,7 +19,7 @@ func TestReleaseOrphanIDOnlyForAVolumeWhoseRecordIsGone(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		setup  func(t *testing.T, j *journal.Journal, rec *journal.Record)
-		listed bool // OrphanIDs names 60002
+		listed bool // ToSweep names 60002 held for nobody
 		freed  bool
 	}{
 		{"the record holds another id: kept (a create may be moving to it)", nil, false, false},
@@ -49,13 +49,13 @@ func TestReleaseOrphanIDOnlyForAVolumeWhoseRecordIsGone(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, j, rec)
 			}
-			orphans, err := j.OrphanIDs(ctx, fs)
+			holds, orphans, err := j.ToSweep(ctx, fs)
 			must(t, err)
-			if _, ok := orphans[60003]; ok {
-				t.Fatalf("OrphanIDs lists the sweep's own hold: %v", orphans)
+			if _, ok := orphans[60003]; ok || holds[60003] != "fsap-1" {
+				t.Fatalf("ToSweep: holds %v, orphans %v; want the sweep's own hold among holds only", holds, orphans)
 			}
 			if got := orphans[60002] == token; got != tc.listed {
-				t.Fatalf("OrphanIDs = %v; listing 60002: %v, want %v", orphans, got, tc.listed)
+				t.Fatalf("ToSweep: orphans %v; listing 60002: %v, want %v", orphans, got, tc.listed)
 			}
 			if tc.listed && !tc.freed {
 				_, _, err := j.Begin(ctx, journal.Volume{FileSystem: fs, Token: token, Name: token, Path: "/" + token, Allocated: 60002})

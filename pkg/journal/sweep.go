@@ -17,10 +17,10 @@ import (
 // create sends that GID token (every create holds its id before it sends),
 // so none can adopt the access point while the sweep decides and deletes.
 // The hold is the sweep's intent, kept in the record: one a killed sweep
-// left is resumed (SweepHolds), never left held for nobody.
+// left is resumed (ToSweep), never left held for nobody.
 
-// sweepIndex is the Index of an id entry the sweep holds, which SweepHolds
-// lists by.
+// sweepIndex is the Index of an id entry the sweep holds: what a store
+// may select such entries by.
 const sweepIndex = "sweep"
 
 const sweepPrefix = "sweep:"
@@ -53,59 +53,43 @@ func (j *Journal) ReleaseSweep(ctx context.Context, fs string, id int64, apID st
 	return j.releaseID(ctx, fs, id, SweepToken(apID))
 }
 
-// SweepHolds returns the ids on fs the sweep holds, with the access point
-// each is held for.
-func (j *Journal) SweepHolds(ctx context.Context, fs string) (map[int64]string, error) {
-	held := map[int64]string{}
-	err := j.s.List(ctx, KindID, fs, sweepIndex, func(es []Entry) error {
+// ToSweep reads fs's id table in one listing: the ids the sweep holds,
+// with the access point each is held for (a killed sweep's intent, to
+// resume), and the ids held for a volume whose record a listing of the
+// volumes then shows being deleted or does not show, with their holders
+// (what ReleaseOrphanID may release). Listings are hints: an entry or
+// record written meanwhile may be missed, and the sweep and
+// ReleaseOrphanID read each again before they act.
+func (j *Journal) ToSweep(ctx context.Context, fs string) (holds, orphans map[int64]string, err error) {
+	holds, orphans = map[int64]string{}, map[int64]string{}
+	err = j.s.List(ctx, KindID, fs, "", func(es []Entry) error {
 		for _, e := range es {
 			id, err := strconv.ParseInt(e.Key.Name, 10, 64)
-			ap, ok := strings.CutPrefix(string(e.Value), sweepPrefix)
-			if err != nil || !ok || e.Key.FileSystem != fs {
-				continue // not a sweep's hold: never released here
+			if err != nil || e.Key.FileSystem != fs {
+				continue // not an id entry of fs: never released here
 			}
-			held[id] = ap
+			if ap, ok := strings.CutPrefix(string(e.Value), sweepPrefix); ok {
+				holds[id] = ap
+			} else {
+				orphans[id] = string(e.Value)
+			}
 		}
 		return nil
 	})
-	return held, err
-}
-
-// OrphanIDs lists the ids on fs held for a volume whose record the same
-// listing shows being deleted or does not show, with their holders: what
-// ReleaseOrphanID may release (a listing is a hint: an entry or record
-// written meanwhile may be missed, and ReleaseOrphanID reads both again).
-func (j *Journal) OrphanIDs(ctx context.Context, fs string) (map[int64]string, error) {
-	held := map[int64]string{}
-	err := j.s.List(ctx, KindID, fs, "", func(es []Entry) error {
-		for _, e := range es {
-			id, err := strconv.ParseInt(e.Key.Name, 10, 64)
-			if err != nil || e.Key.FileSystem != fs || strings.HasPrefix(string(e.Value), sweepPrefix) {
-				continue // the sweep's holds are SweepHolds'
-			}
-			held[id] = string(e.Value)
-		}
-		return nil
-	})
-	if err != nil || len(held) == 0 {
-		return nil, err
+	if err != nil || len(orphans) == 0 {
+		return holds, orphans, err
 	}
 	live := map[string]bool{}
 	err = j.Volumes(ctx, fs, func(rs []*Record) error {
 		for _, r := range rs {
-			if !r.Deleting {
-				live[r.Token] = true
-			}
+			live[r.Token] = live[r.Token] || !r.Deleting
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	for id, token := range held {
+	for id, token := range orphans {
 		if live[token] {
-			delete(held, id)
+			delete(orphans, id)
 		}
 	}
-	return held, nil
+	return holds, orphans, err
 }

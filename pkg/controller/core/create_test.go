@@ -119,6 +119,11 @@ func TestCreateSteps(t *testing.T) {
 	ok := func(Effect) Result { return Result{} }
 	give := func(r Result) func(Effect) Result { return func(Effect) Result { return r } }
 	made := func(e Effect) Result { return Result{AP: accessPoint(apID, e.(CreateAccessPoint).Input)} }
+	setIDs := func(e Effect) Result { // the record moves as asked
+		s := e.(SetIDs)
+		s.Record.Allocated, s.Record.UID, s.Record.GID, s.Record.ClientToken = s.ID, s.UID, s.GID, s.ClientToken
+		return Result{}
+	}
 	begun := func(r *journal.Record, made bool) func(Effect) Result {
 		return func(e Effect) Result { return Result{Record: r, Yes: made} }
 	}
@@ -152,11 +157,7 @@ func TestCreateSteps(t *testing.T) {
 			step{"hold", give(Result{Err: journal.ErrIDTaken})},
 			step{"reserve " + name, give(Result{ID: 60005, Handle: 1})}, step{"release 1", ok},
 			step{"candidate from 1", give(Result{ID: 60002, N: 1})},
-			step{"set ids 60001 -> 60002", func(e Effect) Result {
-				s := e.(SetIDs)
-				s.Record.Allocated, s.Record.UID, s.Record.GID, s.Record.ClientToken = s.ID, s.UID, s.GID, s.ClientToken
-				return Result{}
-			}},
+			step{"set ids 60001 -> 60002", setIDs},
 			step{"hold", ok}, step{"create " + g2 + " gid=60002", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, ok}, step{"answer " + apID, ok})},
 		{"another writer's access point holds the GID token: the next id of the sequence", append(append([]step{}, fresh...),
@@ -166,11 +167,7 @@ func TestCreateSteps(t *testing.T) {
 			step{"log GID taken by another writer's access point; taking another", ok},
 			step{"reserve " + name, give(Result{ID: 60005, Handle: 1})}, step{"release 1", ok},
 			step{"candidate from 1", give(Result{ID: 60002, N: 1})},
-			step{"release unsent 60001", ok}, step{"set ids 60001 -> 60002", func(e Effect) Result {
-				s := e.(SetIDs)
-				s.Record.Allocated, s.Record.UID, s.Record.GID, s.Record.ClientToken = s.ID, s.UID, s.GID, s.ClientToken
-				return Result{}
-			}},
+			step{"release unsent 60001", ok}, step{"set ids 60001 -> 60002", setIDs},
 			step{"hold", ok}, step{"create " + g2 + " gid=60002", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, ok}, step{"answer " + apID, ok})},
 		{"made while its volume was being deleted: deleted, never answered", append(append([]step{}, fresh...),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,23 +179,17 @@ type modelRound struct {
 	phase          int
 }
 
-// sweepHolds reads the ids the sweep holds into Into (journal.SweepHolds).
-type sweepHolds struct{ Into *map[int64]string }
+// toSweep reads the ids the sweep holds and those held for volumes whose
+// record is gone or being deleted (journal.ToSweep).
+type toSweep struct{ Holds, Orphans *map[int64]string }
 
-// orphanIDs reads the ids held for volumes whose record is gone or being
-// deleted into Into (journal.OrphanIDs).
-type orphanIDs struct{ Into *map[int64]string }
-
-func (sweepHolds) effect() {}
-func (orphanIDs) effect()  {}
+func (toSweep) effect() {}
 
 func (m *modelRound) Next() Effect {
 	switch m.phase {
 	case 0:
-		return sweepHolds{Into: &m.holds}
+		return toSweep{Holds: &m.holds, Orphans: &m.orphans}
 	case 1:
-		return orphanIDs{Into: &m.orphans}
-	case 2:
 		return List{FileSystem: fsID}
 	}
 	return Answer{}
@@ -203,14 +198,14 @@ func (m *modelRound) Next() Effect {
 func (m *modelRound) Step(r Result) {
 	switch m.phase {
 	case 0:
-		for id, apID := range m.holds {
-			m.a.queue = append(m.a.queue, NewResumeSweep(modelSweepCfg, fsID, id, apID))
+		// In id order: a replayed prefix must queue them alike.
+		for _, id := range slices.Sorted(maps.Keys(m.holds)) {
+			m.a.queue = append(m.a.queue, NewResumeSweep(modelSweepCfg, fsID, id, m.holds[id]))
+		}
+		for _, id := range slices.Sorted(maps.Keys(m.orphans)) {
+			m.a.queue = append(m.a.queue, NewFreeID(fsID, id, m.orphans[id]))
 		}
 	case 1:
-		for id, holder := range m.orphans {
-			m.a.queue = append(m.a.queue, NewFreeID(fsID, id, holder))
-		}
-	case 2:
 		slices.SortFunc(r.APs, func(x, y efs.AccessPoint) int { return strings.Compare(x.ID, y.ID) })
 		for i := range r.APs {
 			m.a.queue = append(m.a.queue, NewSweep(modelSweepCfg, fsID, &r.APs[i], r.Now))
@@ -245,7 +240,7 @@ func (a *modelActor) step(w *modelWorld) {
 func lossy(e Effect) bool {
 	switch e.(type) {
 	case ReadRecord, ReadRecordOf, Begin, Hold, HoldID, Touch, SetIDs, ReleaseUnsentID, ReleaseMovedID, SetAccessPoint, HoldForSweep,
-		ReleaseSweep, SetClaim, Withdraw, Mark, Finish, CreateAccessPoint, Describe, LookUp, List, DeleteAccessPoint, sweepHolds, orphanIDs,
+		ReleaseSweep, SetClaim, Withdraw, Mark, Finish, CreateAccessPoint, Describe, LookUp, List, DeleteAccessPoint, toSweep,
 		ReleaseOrphanID:
 		return true
 	}
@@ -417,10 +412,8 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		out.Err = j.SetAccessPoint(ctx, e.Record, e.Made, e.Replace)
 	case HoldForSweep:
 		out.Token, out.Err = j.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
-	case sweepHolds:
-		*e.Into, out.Err = j.SweepHolds(ctx, fsID)
-	case orphanIDs:
-		*e.Into, out.Err = j.OrphanIDs(ctx, fsID)
+	case toSweep:
+		*e.Holds, *e.Orphans, out.Err = j.ToSweep(ctx, fsID)
 	case ReleaseOrphanID:
 		out.Yes, out.Err = j.ReleaseOrphanID(ctx, e.FileSystem, e.ID, e.Holder)
 	case ReleaseSweep:

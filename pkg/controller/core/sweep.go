@@ -116,7 +116,7 @@ func NewSweep(cfg SweepConfig, fsID string, ap *efs.AccessPoint, now time.Time) 
 }
 
 // NewResumeSweep resumes the sweep of apID, whose hold of id on fsID a
-// killed sweep left (journal.SweepHolds). A hold that names an access
+// killed sweep left (journal.ToSweep). A hold that names an access
 // point the sweep would not take is released: anyone who may write the
 // record could forge one, and it proves nothing.
 func NewResumeSweep(cfg SweepConfig, fsID string, id int64, apID string) *Sweep {
