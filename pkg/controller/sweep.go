@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
@@ -45,11 +47,13 @@ func (s *Service) SweepUnrecorded(ctx context.Context, fsID string, named func(a
 	if err != nil {
 		return 0, err
 	}
-	for id, apID := range holds {
-		sweep(core.NewResumeSweep(cfg, fsID, id, apID))
+	// In id order, as the model checker queues them: a round acts the
+	// same way each time (the simulator replays a seed exactly).
+	for _, id := range slices.Sorted(maps.Keys(holds)) {
+		sweep(core.NewResumeSweep(cfg, fsID, id, holds[id]))
 	}
-	for id, holder := range orphans {
-		sweep(core.NewFreeID(fsID, id, holder))
+	for _, id := range slices.Sorted(maps.Keys(orphans)) {
+		sweep(core.NewFreeID(fsID, id, orphans[id]))
 	}
 	aps, err := s.listAfterNow(ctx, fsID)
 	if err != nil {

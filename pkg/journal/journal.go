@@ -655,41 +655,69 @@ func (j *Journal) MarkBound(ctx context.Context, r *Record) error {
 // proven never created): its id first, so that a crash in between leaves
 // a volume record (retried) and never an id held for nobody... and never
 // an id free while a record still names it as sent.
+//
+// Only r's life: the id table holds an id for a volume's token, not for
+// one life of its record, so a Finish of a life that another caller
+// finished already (a create's withdraw taken over by the volume's next
+// create, two deletes of one volume) must not release the id that the
+// record's next life holds again (TestModel's outside writer: a later
+// life answered with an id nobody held). So the id entry is read first,
+// then the record: the record still of r's life shows the entry read
+// before is this life's hold (a later life holds the id only once this
+// record is gone, under a version of its own, which the compare-and-swap
+// of the entry's delete refuses).
 func (j *Journal) Finish(ctx context.Context, r *Record) error {
-	if err := j.releaseID(ctx, r.FileSystem, r.Allocated, r.Token); err != nil {
-		return err
-	}
-	if r.Placed != "" {
-		// Before the volume entry: a crash in between leaves the record,
-		// whose delete is retried, never a place entry of nothing.
-		if err := j.Unplace(ctx, r.Placed, r.FileSystem); err != nil {
-			return err
-		}
-	}
+	life := r.Created
+	hinted := true
 	for range maxConflicts {
-		err := j.s.Delete(ctx, r.entry)
-		if !errors.Is(err, ErrConflict) {
+		var held *Entry
+		if r.Allocated != NoID {
+			e, ok := j.hint(idKey(r.FileSystem, r.Allocated))
+			if !ok || !hinted || string(e.Value) != r.Token {
+				var err error
+				e, err = j.s.Get(ctx, idKey(r.FileSystem, r.Allocated))
+				if err != nil && !errors.Is(err, ErrNotFound) {
+					return err
+				}
+				ok = err == nil
+			}
+			if ok && string(e.Value) == r.Token {
+				held = &e
+			}
+		}
+		hinted = false
+		cur, err := j.Volume(ctx, r.FileSystem, r.Token)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil // finished by another
+		case err != nil:
 			return err
+		case !cur.Created.Equal(life):
+			return nil // finished by another and made again since: the next life's
+		case cur.Allocated != r.Allocated:
+			*r = *cur // its id moved since r was read: release the one it has
+			continue
 		}
-		fresh, err := j.Volume(ctx, r.FileSystem, r.Token)
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if r.Deleting && !fresh.Deleting {
-			// Finished by another and made again since (a record being
-			// deleted is never unmarked): the record's next life, not
-			// this one to finish.
-			return nil
-		}
-		if fresh.Allocated != r.Allocated {
-			if err := j.releaseID(ctx, fresh.FileSystem, fresh.Allocated, fresh.Token); err != nil {
+		if held != nil {
+			if err := j.s.Delete(ctx, *held); errors.Is(err, ErrConflict) {
+				*r = *cur
+				continue
+			} else if err != nil {
 				return err
 			}
 		}
-		*r = *fresh
+		if cur.Placed != "" {
+			// Before the volume entry: a crash in between leaves the record,
+			// whose delete is retried, never a place entry of nothing.
+			if err := j.Unplace(ctx, cur.Placed, cur.FileSystem); err != nil {
+				return err
+			}
+		}
+		err = j.s.Delete(ctx, cur.entry)
+		if !errors.Is(err, ErrConflict) {
+			return err
+		}
+		*r = *cur
 	}
 	return fmt.Errorf("%w: %s/%q kept changing", ErrUnavailable, r.FileSystem, r.Token)
 }

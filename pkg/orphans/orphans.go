@@ -37,12 +37,14 @@
 package orphans
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -374,7 +376,11 @@ func (c *Collector) forgetAbsent(present map[key]*journal.Record) {
 // volume out of reach meanwhile.
 func (c *Collector) markNamed(ctx context.Context, present map[key]*journal.Record) error {
 	var errs []error
-	for k := range c.named {
+	// In order: the same round writes the same way each time (the
+	// simulator replays a seed exactly).
+	for _, k := range slices.SortedFunc(maps.Keys(c.named), func(a, b key) int {
+		return cmp.Or(strings.Compare(a.fs, b.fs), strings.Compare(a.token, b.token))
+	}) {
 		r := present[k]
 		if r == nil || r.Bound {
 			delete(c.named, k)

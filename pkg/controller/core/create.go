@@ -668,14 +668,20 @@ func (c *Create) made(ap *efs.AccessPoint, token string, sentID int64) {
 					Sent: stale(token)}
 				c.do(SetAccessPoint{Record: rec, Made: made, Replace: true}, func(r Result) {
 					switch {
-					case errors.Is(r.Err, journal.ErrDeleting) || errors.Is(r.Err, journal.ErrStaleToken):
+					case errors.Is(r.Err, journal.ErrDeleting) || errors.Is(r.Err, journal.ErrStaleToken) ||
+						errors.Is(r.Err, journal.ErrNotFound):
 						// The volume's delete began after this create read
 						// the record and deleted the access point before
 						// this one was made: nobody can answer this one
 						// (every create refuses a record being deleted), so
-						// it goes. Or a request sent under a token the
-						// record has moved from (ErrStaleToken): not the
-						// record's, never answered.
+						// it goes. Or the record is gone (ErrNotFound): that
+						// delete finished, or another create of the volume
+						// finished it on contention with a writer outside
+						// the protocol (the simulator's seed 31659, with
+						// the collector running beside the provisioners);
+						// no life of it names this one. Or a request sent
+						// under a token the record has moved from
+						// (ErrStaleToken): not the record's, never answered.
 						c.dropUnanswered(ap, sentID, r.Err,
 							"created while its volume was being deleted, or under a token its record moved from; never answered")
 					case r.Err != nil:
@@ -1001,8 +1007,12 @@ func (c *Create) withdraw(ap, rival *efs.AccessPoint, k func()) {
 	c.do(Seen{AP: *rival}, func(Result) {
 		c.do(Withdraw{Record: rec, AccessPoint: ap.ID}, func(r Result) {
 			switch {
-			case errors.Is(r.Err, journal.ErrConflict):
-				k() // another create wrote the record first: it may answer ap
+			case errors.Is(r.Err, journal.ErrConflict) || errors.Is(r.Err, journal.ErrNotFound):
+				// Another create wrote the record first: it may answer
+				// ap. Or the record is gone (its delete, or another
+				// create's withdraw, finished it): recording ap tells,
+				// and drops it (made).
+				k()
 				return
 			case errors.Is(r.Err, journal.ErrDeleting):
 				c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, r.Err))

@@ -57,6 +57,9 @@ type modelWorld struct {
 	// those a DeleteVolume was called for.
 	answered, deleting map[string]bool
 	swept              int // live access points the sweep deleted
+	// outside: access points a writer outside the protocol made (by hand:
+	// no tag of this driver, a token of its own).
+	outside map[string]bool
 }
 
 func (w *modelWorld) clock() time.Time { return w.now }
@@ -360,10 +363,27 @@ func (w *modelWorld) answeredCheck(a *modelActor, ap *efs.AccessPoint) {
 	}
 }
 
-// gidCheck: no two live access points carry one GID (Invariant I3).
+// carriedOutside reports whether an access point made outside the
+// protocol carries id.
+func (w *modelWorld) carriedOutside(id int64) bool {
+	for apID := range w.outside {
+		if ap := w.aps[apID]; ap != nil && PosixGID(ap) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// gidCheck: no two live access points this driver made carry one GID
+// (Invariant I3). One made outside the protocol may share a GID with one
+// this driver answered before it was made: nothing can prevent that; the
+// audit finds it.
 func (w *modelWorld) gidCheck() {
 	seen := map[int64]string{}
 	for _, ap := range w.aps {
+		if w.outside[ap.ID] {
+			continue
+		}
 		g := PosixGID(ap)
 		if other, dup := seen[g]; dup {
 			w.violate("gid: %d on %s and %s", g, ap.ID, other)
@@ -460,8 +480,16 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 	case Reserve:
 		out.ID = e.Lo
 	case Candidate:
+		// The volume's sequence, skipping ids that access points made
+		// outside the protocol carry (the allocator's view, as of a
+		// listing taken now).
 		p := a.plan.Params
-		out.ID, out.N = p.GIDRangeStart+int64(e.From)%(p.GIDRangeEnd-p.GIDRangeStart+1), e.From
+		n := p.GIDRangeEnd - p.GIDRangeStart + 1
+		for out.N = e.From; out.N < e.From+int(n); out.N++ {
+			if out.ID = p.GIDRangeStart + int64(out.N)%n; !w.carriedOutside(out.ID) {
+				break
+			}
+		}
 	case Recall:
 		_, out.Yes = r.finished[e.AccessPoint]
 	case Remember:
@@ -514,7 +542,7 @@ func (w *modelWorld) describe(id string) (*efs.AccessPoint, error) {
 // actor finished.
 func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, maxPreempt int) (w *modelWorld, counts []int, finished bool) {
 	w = &modelWorld{now: t0, store: journal.NewMemory(), aps: map[string]*efs.AccessPoint{}, byToken: map[string]string{},
-		answered: map[string]bool{}, deleting: map[string]bool{}}
+		answered: map[string]bool{}, deleting: map[string]bool{}, outside: map[string]bool{}}
 	replicas := []*modelReplica{}
 	for _, n := range []string{"r0", "r1"} {
 		r := &modelReplica{name: n}
@@ -547,9 +575,13 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 		return true
 	}
 	cfg := CreateConfig{Started: t0.Add(-time.Hour), CheckOutsiders: true}
-	ticked := !world.tick
+	if world.outside {
+		cfg.Started = t0 // the controller's first minutes: creates check for outsiders (outsiders, withdraw)
+	}
+	ticked, outsided := !world.tick, !world.outside
 	last, preempted, kills, losses, lastRound := -1, 0, 0, 0, true
-	lostBase := len(all) + 2 + len(replicas) // options: actors, the tick, the sweep, kills, then lost answers
+	outsideOpt := len(all) + 2 + len(replicas)
+	lostBase := outsideOpt + 1 // options: actors, the tick, the sweep, kills, the outside writer, then lost answers
 	for depth := 0; ; depth++ {
 		// Enabled: actors with a call under way, or one to start.
 		var enabled []int
@@ -567,6 +599,9 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 		}
 		if !ticked {
 			enabled = append(enabled, len(all)) // the clock passes RepeatFresh
+		}
+		if !outsided {
+			enabled = append(enabled, outsideOpt) // a writer outside the protocol makes an access point
 		}
 		if kills < world.kills {
 			for k, r := range replicas {
@@ -615,6 +650,17 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 			if len(w.errs) > 0 {
 				break
 			}
+			continue
+		}
+		if i == outsideOpt {
+			// By hand, on the volume sequence's first id: no tag of
+			// this driver, a token of its own.
+			w.made++
+			ap := &efs.AccessPoint{ID: fmt.Sprintf("fsap-%017d", w.made), FileSystemID: fsID, ClientToken: "console-1", Path: "/by-hand",
+				PosixUser: &efs.PosixUser{UID: plan.Params.GIDRangeStart, GID: plan.Params.GIDRangeStart}}
+			w.aps[ap.ID], w.byToken[ap.ClientToken], w.outside[ap.ID] = ap, ap.ID, true
+			w.trace = append(w.trace, "outside writer makes "+ap.ID+" with gid "+strconv.FormatInt(plan.Params.GIDRangeStart, 10))
+			outsided = true
 			continue
 		}
 		if i == len(all) {
@@ -673,6 +719,9 @@ func (c modelWorldConfig) String() string {
 	if c.losses > 0 {
 		s += fmt.Sprintf(", %d lost answer", c.losses)
 	}
+	if c.outside {
+		s += ", an outside writer"
+	}
 	return s + fmt.Sprintf(", %d fewer preemptions", c.fewer)
 }
 
@@ -685,7 +734,11 @@ type modelWorldConfig struct {
 	rounds int
 	kills  int   // replicas killed amid a call (each one choice at any step)
 	other  *Plan // another claim, provisioned beside the first
-	losses int   // answers lost after their request applied (each one choice at any request)
+	// outside: a writer outside the protocol makes an access point on the
+	// claim's first id at any step (one choice), in the controller's first
+	// minutes (creates check for outsiders).
+	outside bool
+	losses  int // answers lost after their request applied (each one choice at any request)
 	// fewer is how many fewer preemptions than -core.preemptions this
 	// world's schedules make: a kill is a choice more at every step.
 	fewer int
@@ -706,14 +759,14 @@ func TestModel(t *testing.T) {
 		bound = 2 // make test runs the bound of 3 without the race detector
 	}
 	other := gidPlanOf(t, "pvc-other")
-	for _, world := range []modelWorldConfig{{actors: 2, other: other, fewer: 1}, {actors: 1, other: other, rounds: 2, kills: 1, fewer: 2}, {actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}, {actors: 2, rounds: 1, losses: 1, fewer: 1}} {
+	for _, world := range []modelWorldConfig{{actors: 2, other: other, fewer: 1}, {actors: 1, other: other, rounds: 2, kills: 1, fewer: 2}, {actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}, {actors: 2, rounds: 1, losses: 1, fewer: 1}, {actors: 2, outside: true}} {
 		runs, unfinished, swept := 0, 0, 0
 		var choices []int
 		for {
 			w, counts, finished := modelRun(t, plan, world, choices, bound-world.fewer)
 			if len(w.errs) == 0 && finished {
-				if len(w.aps) > 0 {
-					w.violate("leak: %d access points left after every claim was deleted", len(w.aps))
+				if n := len(w.aps) - len(w.outside); n > 0 {
+					w.violate("leak: %d access points left after every claim was deleted", n)
 				}
 				n := 0
 				_ = w.store.List(context.Background(), journal.KindVolume, "", "", func(es []journal.Entry) error { n += len(es); return nil })

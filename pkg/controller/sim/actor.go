@@ -53,11 +53,13 @@ type actor struct {
 	gid       int64  // writers: the GID they put on their access point
 	stuck     string // a liveness violation, for the scheduler to report
 	claimGone bool   // the claim is deleted (its provisioner's DeleteVolume began)
+	over      bool   // it ended (s.mu; done closes just after)
 }
 
 func (s *Sim) finish(a *actor) {
 	s.mu.Lock()
 	s.running--
+	a.over = true
 	s.mu.Unlock()
 	close(a.done)
 }

@@ -61,8 +61,12 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 	quietRounds := 0
 	for round := 0; round < maxRounds && (round < minRounds || quietRounds < 2); round++ {
 		s.mu.Lock()
-		if s.quiet {
+		during := s.cfg.During && s.provisioning()
+		if s.quiet && !during {
 			quietRounds++
+		}
+		if during {
+			round = 0 // the rounds that count start once the provisioners end
 		}
 		s.mu.Unlock()
 		if !s.step(a.tag(), fmt.Sprintf("collect round %d on %s", round, st.name)) {
@@ -70,9 +74,14 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 		}
 		s.mu.Lock()
 		inst := c.slots[slot]
+		if during && inst.st != st {
+			// A replaced pod with a record of its own: its collector now
+			// reads the new one (what the old held is lost: leak/own).
+			st = inst.st
+		}
 		gone, empty := inst.st != st, len(st.list("volume", "", "")) == 0
 		s.mu.Unlock()
-		if gone || empty && c.shared == nil {
+		if gone || empty && c.shared == nil && !during {
 			// A record per pod is collected until it holds no volume; the
 			// cluster's one is swept as well, for the controller's life.
 			return
@@ -109,5 +118,18 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 		if d := max(s.cfg.Lag, s.cfg.ListingLag); d > 0 {
 			time.Sleep(d)
 		}
+		if during {
+			time.Sleep(time.Second) // the collector's --interval, beside the provisioners
+		}
 	}
+}
+
+// provisioning: an actor other than a collector still runs (s.mu held).
+func (s *Sim) provisioning() bool {
+	for _, a := range s.actors {
+		if a.kind != "gc" && !a.over {
+			return true
+		}
+	}
+	return false
 }

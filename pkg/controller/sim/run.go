@@ -46,8 +46,11 @@ type Config struct {
 	Earlier     bool          // an earlier release provisions volume 0 too, in generations
 	Abandon     int           // the first provisioners give their claim up when they forget a call (orphans)
 	Upgrade     bool          // upstream's controller provisions volume 0's claim too (in-place upgrade)
-	Steps       int           // decisions with faults; then faults stop
-	MaxSteps    int           // liveness bound on all decisions
+	// During: the orphan collector runs its rounds from the start, beside
+	// the provisioners (as a controller's does), not only once they end.
+	During   bool
+	Steps    int // decisions with faults; then faults stop
+	MaxSteps int // liveness bound on all decisions
 }
 
 // DefaultConfig is one cluster of one controller with three volumes.
@@ -100,6 +103,8 @@ func RandomConfig(seed uint64) Config {
 		c.Forge = 1
 		c.Writers = max(c.Writers, 1)
 	}
+	// Drawn last: the draws above stay what they were before it existed.
+	c.During = r.IntN(4) == 0
 	return c
 }
 
@@ -152,6 +157,9 @@ func (c Config) String() string {
 	}
 	if c.Upgrade {
 		b.WriteString(" upgrade=true")
+	}
+	if c.During {
+		b.WriteString(" during=true")
 	}
 	return b.String()
 }
@@ -219,6 +227,8 @@ func ParseConfig(fields []string) (Config, error) {
 			atoi(&c.Abandon)
 		case "upgrade":
 			c.Upgrade, err = strconv.ParseBool(v)
+		case "during":
+			c.During, err = strconv.ParseBool(v)
 		case "steps":
 			atoi(&c.Steps)
 		case "maxsteps":
@@ -301,8 +311,12 @@ func Run(cfg Config, script []string, trace bool) *Result {
 	if cfg.Earlier && cfg.Volumes > 0 {
 		s.actors = append(s.actors, &actor{name: "e0", kind: "earlier", pv: mains[0].pv, done: make(chan struct{})})
 	}
-	s.running = len(s.actors)
-	for _, a := range s.actors {
+	provs := len(s.actors)
+	s.running = provs
+	if cfg.During {
+		s.startCollectors()
+	}
+	for _, a := range s.actors[:provs] {
 		switch a.kind {
 		case "prov":
 			go s.runProv(a)
@@ -408,13 +422,13 @@ func opCmp(a, b string) int {
 }
 
 // startCollectors starts the orphan collector on every live record, once
-// every provisioner is done.
+// every provisioner is done (or, During, on every record at the start).
 func (s *Sim) startCollectors() {
 	s.collected = true
 	seen := map[*store]bool{}
 	for _, c := range s.clusters {
 		for _, inst := range c.slots {
-			if seen[inst.st] || len(inst.st.m) == 0 && c.shared == nil {
+			if seen[inst.st] || len(inst.st.m) == 0 && c.shared == nil && !s.cfg.During {
 				continue // nothing to collect (the cluster's one record is swept too)
 			}
 			seen[inst.st] = true

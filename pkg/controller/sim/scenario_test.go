@@ -18,7 +18,7 @@ import (
 // flip it then.
 var knownFailures = map[string]string{
 	// Found by the simulator, still open on main (issue 29's closing note).
-	"gid-upgrade-adopts-upstream": "documented limit: upstream's GIDs are outside the record during an in-place upgrade",
+	"gid-upgrade-adopts-upstream": "documented limit: during an in-place upgrade, name tokens and upstream's GIDs are outside the GID token protocol",
 }
 
 // knownBulk are the invariant kinds (per topology: one, own, clusters,
@@ -33,7 +33,7 @@ var knownBulk = map[string]string{
 	"gid/upgrade":       "gid-upgrade-adopts-upstream: upstream's writer shares GIDs (outside the protocol)",
 	"liveness/one":      "a forged record entry holds the last free id of a 2-id range, whose other id a writer outside the record took: every such seed (8 in 200,000) has forge=1; a writer of the record's namespace can hold ids, as it can any record entry",
 	"liveness/own":      "as liveness/one; records per pod",
-	"liveness/clusters": "as liveness/one",
+	"liveness/clusters": "as liveness/one; or (1 seed in 200,000) another cluster's orphan holds the range's other id until its collector runs, which without during=true starts only once every provisioner ends",
 	"liveness/upgrade":  "as liveness/one, with upstream's access points filling the range",
 	"phantom/one":       "two creates of one volume on two replicas: one deletes its access point as made under a token the record moved off, which the other's record moved back to and adopted (1 seed in 100,000)",
 	"phantom/own":       "records per pod: a delete marks only its own pod's record (issue 30's shared record)",
@@ -41,7 +41,7 @@ var knownBulk = map[string]string{
 	"phantom/upgrade":   "as phantom/own; upstream's writer",
 	"deleted/own":       "a per-pod record's withdraw of an access point another pod's record adopted",
 	"deleted/upgrade":   "as deleted/own",
-	"record/clusters":   "an id entry left held after a kill, with another cluster's or an earlier release's writers (0 in seeds 1 to 200,000 since the sweep releases ids held for volumes whose record is gone; record/one is strict)",
+	"record/clusters":   "a cluster with a record per pod (every seed in 200,000: 1,142, all with during=true, where the collector marks a volume bound that another pod's record deletes); none where every cluster shares one record since the sweep releases ids held for volumes whose record is gone (record/one is strict)",
 	"record/upgrade":    "upstream's claim access point, and an orphan whose access point a create adopted from upstream's writer (no record life: left to the audit, never collected)",
 	"leak/own":          "a replaced pod loses its record, and with it what the collector would collect (issue 30's shared record)",
 	"leak/clusters":     "as leak/own (0 in 200,000 seeds where every cluster shares one record, since the sweep)",
@@ -53,7 +53,7 @@ var knownBulk = map[string]string{
 	"name/upgrade":      "upstream's controller provisions the same claim under its own token",
 	// Seen once in 100,000 seeds each: the same families in another topology.
 	"deleted/clusters": "as deleted/own",
-	"record/own":       "as record/clusters; records per pod",
+	"record/own":       "as record/clusters: a delete finishes only its own pod's record, and the collector, running beside the provisioners (during=true), marked the other's bound",
 }
 
 // strictKinds are never known: what GID tokens and the shared record make
