@@ -3,6 +3,7 @@ package journal_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -195,39 +196,84 @@ func TestFinishLeavesTheRecordsNextLife(t *testing.T) {
 // alone the record's next life and the id it holds again: the id table
 // holds an id for a volume's token, whatever its life (found by TestModel
 // with a writer outside the protocol; the id was released first, then
-// the record found changed).
+// the record found changed). With hints (the Lease store), the stale
+// Finish's id entry, seen before its mark, is refused by version.
 func TestFinishLeavesTheNextLifesID(t *testing.T) {
-	ctx := context.Background()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	mem := journal.NewMemory()
-	j := journal.NewClocked(mem, func() time.Time { now = now.Add(time.Second); return now })
-	v := journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", UID: 60000, GID: 60000, Allocated: 60000}
-	life, _, err := j.Begin(ctx, v)
-	if err != nil {
-		t.Fatal(err)
+	for _, hints := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hints=%v", hints), func(t *testing.T) {
+			ctx := context.Background()
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			mem := journal.NewMemory()
+			var st journal.Store = mem
+			if hints {
+				st = &lastSeen{Store: mem, seen: map[journal.Key]journal.Entry{}}
+			}
+			j := journal.NewClocked(st, func() time.Time { now = now.Add(time.Second); return now })
+			v := journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", UID: 60000, GID: 60000, Allocated: 60000}
+			life, _, err := j.Begin(ctx, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := j.HoldID(ctx, life); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.MarkDeleting(ctx, life); err != nil { // as a delete does
+				t.Fatal(err)
+			}
+			stale := *life
+			if err := j.Finish(ctx, life); err != nil { // the other finisher
+				t.Fatal(err)
+			}
+			next, made, err := j.Begin(ctx, v)
+			if err != nil || !made {
+				t.Fatalf("the next life: made %v, %v", made, err)
+			}
+			if err := j.HoldID(ctx, next); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.Finish(ctx, &stale); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := j.Volume(ctx, "fs-1", "pvc-1"); err != nil || !got.Created.Equal(next.Created) {
+				t.Errorf("the next life's record after the stale Finish: %v, %v", got, err)
+			}
+			e, err := mem.Get(ctx, journal.Key{Kind: journal.KindID, FileSystem: "fs-1", Name: "60000"})
+			if err != nil || string(e.Value) != "pvc-1" {
+				t.Errorf("id 60000 after the stale Finish: %q, %v; want held for pvc-1", e.Value, err)
+			}
+		})
 	}
-	if err := j.HoldID(ctx, life); err != nil {
-		t.Fatal(err)
+}
+
+// lastSeen hints every entry as this process last read or wrote it, as
+// the Lease store does.
+type lastSeen struct {
+	journal.Store
+	seen map[journal.Key]journal.Entry
+}
+
+func (l *lastSeen) Hint(k journal.Key) (journal.Entry, bool) { e, ok := l.seen[k]; return e, ok }
+
+func (l *lastSeen) Get(ctx context.Context, k journal.Key) (journal.Entry, error) {
+	e, err := l.Store.Get(ctx, k)
+	if err == nil {
+		l.seen[k] = e
 	}
-	stale := *life
-	if err := j.Finish(ctx, life); err != nil { // the other finisher
-		t.Fatal(err)
+	return e, err
+}
+
+func (l *lastSeen) Create(ctx context.Context, e journal.Entry) (journal.Entry, error) {
+	got, err := l.Store.Create(ctx, e)
+	if err == nil || errors.Is(err, journal.ErrExists) {
+		l.seen[e.Key] = got
 	}
-	next, made, err := j.Begin(ctx, v)
-	if err != nil || !made {
-		t.Fatalf("the next life: made %v, %v", made, err)
+	return got, err
+}
+
+func (l *lastSeen) Update(ctx context.Context, e journal.Entry) (journal.Entry, error) {
+	got, err := l.Store.Update(ctx, e)
+	if err == nil {
+		l.seen[e.Key] = got
 	}
-	if err := j.HoldID(ctx, next); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Finish(ctx, &stale); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := j.Volume(ctx, "fs-1", "pvc-1"); err != nil || !got.Created.Equal(next.Created) {
-		t.Errorf("the next life's record after the stale Finish: %v, %v", got, err)
-	}
-	e, err := mem.Get(ctx, journal.Key{Kind: journal.KindID, FileSystem: "fs-1", Name: "60000"})
-	if err != nil || string(e.Value) != "pvc-1" {
-		t.Errorf("id 60000 after the stale Finish: %q, %v; want held for pvc-1", e.Value, err)
-	}
+	return got, err
 }

@@ -104,6 +104,13 @@ func (v *Volume) SentToken() string {
 type Record struct {
 	Volume
 	entry Entry
+	// idSeen is the id entry of Allocated as this process knew it (a
+	// hint) before its compare-and-swap write of entry succeeded: that
+	// write proves the record this life then, so the entry was this
+	// life's hold (or an earlier life's, left for the token), never a
+	// later life's. Finish deletes the id at that version with no read
+	// (TestFinishLeavesTheNextLifesID). Nil: unknown, or not proven.
+	idSeen *Entry
 }
 
 // Journal reads and writes Volumes and ids over a Store. Safe for
@@ -408,9 +415,13 @@ func (j *Journal) write(ctx context.Context, r *Record, deleting bool, change fu
 			return err
 		}
 		e.Version = r.entry.Version
+		seen, known := j.idHint(&v)
 		got, err := j.s.Update(ctx, e)
 		if err == nil {
-			r.Volume, r.entry = v, got
+			r.Volume, r.entry, r.idSeen = v, got, nil
+			if known {
+				r.idSeen = &seen
+			}
 			return nil
 		}
 		if errors.Is(err, ErrNotFound) {
@@ -429,6 +440,15 @@ func (j *Journal) write(ctx context.Context, r *Record, deleting bool, change fu
 		*r = *fresh
 	}
 	return fmt.Errorf("%w: %s/%q kept changing", ErrUnavailable, r.FileSystem, r.Token)
+}
+
+// idHint is the hint of v's id entry if it names v's token.
+func (j *Journal) idHint(v *Volume) (Entry, bool) {
+	if v.Allocated == NoID {
+		return Entry{}, false
+	}
+	e, ok := j.hint(idKey(v.FileSystem, v.Allocated))
+	return e, ok && string(e.Value) == v.Token
 }
 
 // Touch writes r unchanged, so that its version moves: a create that
@@ -667,6 +687,9 @@ func (j *Journal) MarkBound(ctx context.Context, r *Record) error {
 // record is gone, under a version of its own, which the compare-and-swap
 // of the entry's delete refuses).
 func (j *Journal) Finish(ctx context.Context, r *Record) error {
+	if done, err := j.finishSeen(ctx, r); done || err != nil {
+		return err
+	}
 	life := r.Created
 	hinted := true
 	for range maxConflicts {
@@ -720,6 +743,37 @@ func (j *Journal) Finish(ctx context.Context, r *Record) error {
 		*r = *cur
 	}
 	return fmt.Errorf("%w: %s/%q kept changing", ErrUnavailable, r.FileSystem, r.Token)
+}
+
+// finishSeen is Finish with no read, for a record whose last write by
+// this process proved it current after the id entry was seen (idSeen):
+// both deletes by compare-and-swap, at the versions known. False, with
+// nothing wrong, when that does not settle it (a conflict: another wrote
+// either since): Finish then reads.
+func (j *Journal) finishSeen(ctx context.Context, r *Record) (bool, error) {
+	seen := r.idSeen
+	if seen == nil || seen.Key != idKey(r.FileSystem, r.Allocated) || string(seen.Value) != r.Token {
+		return false, nil
+	}
+	switch err := j.s.Delete(ctx, *seen); {
+	case errors.Is(err, ErrConflict):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	r.idSeen = nil
+	if r.Placed != "" {
+		if err := j.Unplace(ctx, r.Placed, r.FileSystem); err != nil {
+			return false, err
+		}
+	}
+	switch err := j.s.Delete(ctx, r.entry); {
+	case errors.Is(err, ErrConflict):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
 }
 
 // placeKey is the place entry of the volume named name. Its file system
