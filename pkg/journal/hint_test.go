@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal/journaltest"
 )
 
 // hinted is a store whose hints are set by the test: any state, however
@@ -206,7 +207,7 @@ func TestFinishLeavesTheNextLifesID(t *testing.T) {
 			mem := journal.NewMemory()
 			var st journal.Store = mem
 			if hints {
-				st = &lastSeen{Store: mem, seen: map[journal.Key]journal.Entry{}}
+				st = journaltest.NewHinting(mem)
 			}
 			j := journal.NewClocked(st, func() time.Time { now = now.Add(time.Second); return now })
 			v := journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", UID: 60000, GID: 60000, Allocated: 60000}
@@ -243,37 +244,4 @@ func TestFinishLeavesTheNextLifesID(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lastSeen hints every entry as this process last read or wrote it, as
-// the Lease store does.
-type lastSeen struct {
-	journal.Store
-	seen map[journal.Key]journal.Entry
-}
-
-func (l *lastSeen) Hint(k journal.Key) (journal.Entry, bool) { e, ok := l.seen[k]; return e, ok }
-
-func (l *lastSeen) Get(ctx context.Context, k journal.Key) (journal.Entry, error) {
-	e, err := l.Store.Get(ctx, k)
-	if err == nil {
-		l.seen[k] = e
-	}
-	return e, err
-}
-
-func (l *lastSeen) Create(ctx context.Context, e journal.Entry) (journal.Entry, error) {
-	got, err := l.Store.Create(ctx, e)
-	if err == nil || errors.Is(err, journal.ErrExists) {
-		l.seen[e.Key] = got
-	}
-	return got, err
-}
-
-func (l *lastSeen) Update(ctx context.Context, e journal.Entry) (journal.Entry, error) {
-	got, err := l.Store.Update(ctx, e)
-	if err == nil {
-		l.seen[e.Key] = got
-	}
-	return got, err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal/journaltest"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 )
@@ -81,7 +82,9 @@ type modelReplica struct {
 // restart is r's process starting again: its memory, locks and cached
 // hints are gone; the record and EFS are not.
 func (r *modelReplica) restart(w *modelWorld) {
-	r.j = journal.NewClocked(w.store, w.clock)
+	// With hints of its own, as the Lease store keeps: stale by whatever
+	// the schedule made them.
+	r.j = journal.NewClocked(journaltest.NewHinting(w.store), w.clock)
 	r.locks, r.answered, r.at, r.finished = map[string]bool{}, map[string]*efs.AccessPoint{}, map[string]time.Time{}, map[string][]string{}
 }
 
