@@ -63,7 +63,7 @@ var (
 	ErrRefUnavailable = errors.New("file system reference not readable now")
 	// ErrNotReachable: the volume's file system is not visible with the
 	// credentials of the call (another account's, and no role named).
-	ErrNotReachable = errors.New("file system not reachable")
+	ErrNotReachable = core.ErrNotReachable
 	// ErrForeign: the access point is another cluster's.
 	ErrForeign = core.ErrForeign
 	// ErrGIDContention: another writer took every GID this call tried; retry.

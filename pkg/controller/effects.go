@@ -121,11 +121,14 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	case core.Withdraw:
 		r.Err = s.journal.Withdraw(ctx, e.Record, e.AccessPoint)
 	case core.Mark:
-		if e.IfAgrees == nil {
+		switch {
+		case e.IfOrphan != nil:
+			r.Record, r.Err = s.journal.MarkDeletingIf(ctx, e.Record, func(r *journal.Record) bool { return core.OrphanChange(e.IfOrphan, r) == "" })
+		case e.IfAgrees != nil:
+			r.Record, r.Err = s.journal.MarkDeletingIf(ctx, e.Record, func(r *journal.Record) bool { return ownership.Agrees(r, e.IfAgrees) })
+		default:
 			r.Err = s.journal.MarkDeleting(ctx, e.Record)
-			break
 		}
-		r.Record, r.Err = s.journal.MarkDeletingIf(ctx, e.Record, func(r *journal.Record) bool { return ownership.Agrees(r, e.IfAgrees) })
 	case core.Finish:
 		r.Err = s.journal.Finish(ctx, e.Record)
 

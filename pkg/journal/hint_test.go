@@ -245,3 +245,33 @@ func TestFinishLeavesTheNextLifesID(t *testing.T) {
 		})
 	}
 }
+
+// MarkBound marks only the life it read, naming the access point it read:
+// the volume's next life, begun by a create its caller forgot after the
+// PersistentVolume's volume was deleted, is no PersistentVolume's, and
+// marked bound it would never be collected (found by TestModel's abandoned
+// claim). It answers ErrNotFound and writes nothing.
+func TestMarkBoundOnlyTheLifeRead(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	j := journal.NewClocked(journal.NewMemory(), func() time.Time { now = now.Add(time.Second); return now })
+	v := journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", AccessPoint: "fsap-1"}
+	named, _, err := j.Begin(ctx, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := *named // as the collector read it, with the PV naming fsap-1
+	if err := j.Finish(ctx, named); err != nil {
+		t.Fatal(err)
+	}
+	v.AccessPoint = "fsap-2"
+	if _, _, err := j.Begin(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.MarkBound(ctx, &read); !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("MarkBound of the life read: %v, want ErrNotFound", err)
+	}
+	if got, err := j.Volume(ctx, "fs-1", "pvc-1"); err != nil || got.Bound {
+		t.Errorf("the next life after MarkBound of the one read: bound %v (%v), want not bound", got != nil && got.Bound, err)
+	}
+}

@@ -660,10 +660,20 @@ func (j *Journal) SetClaim(ctx context.Context, r *Record, name, namespace strin
 }
 
 // MarkBound records that a PersistentVolume named r's access point: the
-// orphan collector never collects it after that.
+// orphan collector never collects it after that. Only r's life, naming
+// the access point r names: read again on a conflict, the record may be
+// the volume's next life (the one the PersistentVolume named was deleted,
+// and a create its caller forgot began another), which no
+// PersistentVolume named; marked, it would never be collected (found by
+// the model checker's abandoned claim). That is ErrNotFound, nothing
+// written: the volume the PersistentVolume named is gone.
 func (j *Journal) MarkBound(ctx context.Context, r *Record) error {
+	created, ap := r.Created, r.AccessPoint
 	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
-		if v.Bound {
+		switch {
+		case !v.Created.Equal(created) || v.AccessPoint != ap:
+			return false, fmt.Errorf("%w: %s/%q: the record now is another life of it, or names another access point, than the one read", ErrNotFound, v.FileSystem, v.Token)
+		case v.Bound:
 			return false, nil
 		}
 		v.Bound = true

@@ -388,8 +388,12 @@ func (c *Collector) markNamed(ctx context.Context, present map[key]*journal.Reco
 		}
 		err := c.cfg.Journal.MarkBound(ctx, r) // sets r.Bound
 		switch {
-		case errors.Is(err, journal.ErrNotFound):
-			delete(c.named, k) // deleted since the read (its PV's DeleteVolume): nothing left to keep
+		case errors.Is(err, journal.ErrNotFound), errors.Is(err, journal.ErrDeleting):
+			// Deleted since the read, or being deleted (its PV's
+			// DeleteVolume), or a next life of it that no PV named:
+			// nothing left to keep. A PV that still names it keeps it
+			// next round.
+			delete(c.named, k)
 		case err != nil:
 			errs = append(errs, fmt.Errorf("mark %s/%q bound: %w", k.fs, k.token, err))
 		default:

@@ -47,13 +47,15 @@ type (
 	// repeat of its create is not answered from memory. No result.
 	Forget struct{ FileSystem, AccessPoint string }
 	// Mark marks Record deleting. With IfAgrees, a compare-and-swap at
-	// the version read while the record still names it
+	// the version read while the record still names it, or with IfOrphan
+	// while it is still the orphan the collector judged (OrphanChange)
 	// (journal.MarkDeletingIf): Result.Record is the marked record, nil if
 	// it changed; else unconditional (journal.MarkDeleting, Result.Err
 	// only).
 	Mark struct {
 		Record   *journal.Record
 		IfAgrees *efs.AccessPoint
+		IfOrphan *journal.Record
 	}
 	// RemoveRoot removes the access point's root directory unless another
 	// access point reaches it, checked against a listing that began at

@@ -61,6 +61,9 @@ type modelWorld struct {
 	// outside: access points a writer outside the protocol made (by hand:
 	// no tag of this driver, a token of its own).
 	outside map[string]bool
+	// claimGone: the claim was deleted before its volume was answered
+	// (abandon): its callers forgot their creates, whose calls go on.
+	claimGone bool
 }
 
 func (w *modelWorld) clock() time.Time { return w.now }
@@ -109,6 +112,8 @@ type modelActor struct {
 	call     *modelCall
 
 	sweeper bool
+	collect bool      // the sweeper's rounds collect orphaned records too
+	noSweep bool      // ...and do not sweep (a record per host: no Config.Sweep)
 	rounds  int       // left to begin
 	queue   []stepper // sweeps to run in this round
 }
@@ -124,6 +129,7 @@ type modelCall struct {
 	r     *modelReplica
 	locks []string
 	del   bool
+	ghost bool // a create its caller forgot (abandon): it goes on, its answer goes nowhere
 }
 
 const modelMaxAttempts = 4
@@ -155,7 +161,7 @@ func (a *modelActor) start(w *modelWorld, cfg CreateConfig) {
 	case a.sweeper:
 		a.attempts++
 		a.rounds--
-		a.call = &modelCall{m: &modelRound{a: a}, r: r}
+		a.call = &modelCall{m: &modelRound{a: a, w: w}, r: r}
 	case a.volID == "":
 		a.attempts++
 		a.call = &modelCall{m: NewCreateVolume(cfg, a.plan, w.now), r: r}
@@ -177,13 +183,43 @@ func (a *modelActor) over() bool {
 // modelSweepCfg is the sweep's: this cluster, no grace.
 var modelSweepCfg = SweepConfig{Cluster: "c1"}
 
-// modelRound is the collector's round: it reads the sweep's holds, then
-// lists the file system, and queues a sweep for each.
+// modelRound is the collector's round: with collect, it reads the
+// record's volumes and queues a collection of each orphan (pkg/orphans'
+// rule: not bound, its claim gone, no PersistentVolume naming it; a
+// volume a PersistentVolume names is marked bound); then it reads the
+// sweep's holds, lists the file system, and queues a sweep for each.
 type modelRound struct {
 	a              *modelActor
+	w              *modelWorld
+	recs           []*journal.Record
 	holds, orphans map[int64]string
 	phase          int
 }
+
+// listRecords reads every volume of the record (journal.Volumes).
+type listRecords struct{ Out *[]*journal.Record }
+
+// markBound marks Record bound (journal.MarkBound), as the collector does
+// once a PersistentVolume names its access point.
+type markBound struct{ Record *journal.Record }
+
+func (listRecords) effect() {}
+func (markBound) effect()   {}
+
+// modelMarkBound is the collector marking one record bound.
+type modelMarkBound struct {
+	rec  *journal.Record
+	done bool
+}
+
+func (m *modelMarkBound) Next() Effect {
+	if m.done {
+		return Answer{}
+	}
+	return markBound{Record: m.rec}
+}
+
+func (m *modelMarkBound) Step(Result) { m.done = true }
 
 // toSweep reads the ids the sweep holds and those held for volumes whose
 // record is gone or being deleted (journal.ToSweep).
@@ -192,18 +228,41 @@ type toSweep struct{ Holds, Orphans *map[int64]string }
 func (toSweep) effect() {}
 
 func (m *modelRound) Next() Effect {
+	if m.phase == 0 && !m.a.collect {
+		m.phase = 1
+	}
+	if m.over() {
+		return Answer{}
+	}
 	switch m.phase {
 	case 0:
-		return toSweep{Holds: &m.holds, Orphans: &m.orphans}
+		return listRecords{Out: &m.recs}
 	case 1:
+		return toSweep{Holds: &m.holds, Orphans: &m.orphans}
+	case 2:
 		return List{FileSystem: fsID}
 	}
 	return Answer{}
 }
 
+// over reports whether the round has nothing left to read: with noSweep,
+// once the records are read.
+func (m *modelRound) over() bool { return m.a.noSweep && m.phase > 0 }
+
 func (m *modelRound) Step(r Result) {
 	switch m.phase {
 	case 0:
+		slices.SortFunc(m.recs, func(x, y *journal.Record) int { return strings.Compare(x.Token, y.Token) })
+		for _, rec := range m.recs {
+			switch {
+			case rec.Bound:
+			case rec.AccessPoint != "" && m.w.answered[rec.AccessPoint]:
+				m.a.queue = append(m.a.queue, &modelMarkBound{rec: rec})
+			case m.w.claimGone:
+				m.a.queue = append(m.a.queue, NewCollect(CollectConfig{Cluster: "c1"}, rec))
+			}
+		}
+	case 1:
 		// In id order: a replayed prefix must queue them alike.
 		for _, id := range slices.Sorted(maps.Keys(m.holds)) {
 			m.a.queue = append(m.a.queue, NewResumeSweep(modelSweepCfg, fsID, id, m.holds[id]))
@@ -211,7 +270,7 @@ func (m *modelRound) Step(r Result) {
 		for _, id := range slices.Sorted(maps.Keys(m.orphans)) {
 			m.a.queue = append(m.a.queue, NewFreeID(fsID, id, m.orphans[id]))
 		}
-	case 1:
+	case 2:
 		slices.SortFunc(r.APs, func(x, y efs.AccessPoint) int { return strings.Compare(x.ID, y.ID) })
 		for i := range r.APs {
 			m.a.queue = append(m.a.queue, NewSweep(modelSweepCfg, fsID, &r.APs[i], r.Now))
@@ -247,7 +306,7 @@ func lossy(e Effect) bool {
 	switch e.(type) {
 	case ReadRecord, ReadRecordOf, Begin, Hold, HoldID, Touch, SetIDs, ReleaseUnsentID, ReleaseMovedID, SetAccessPoint, HoldForSweep,
 		ReleaseSweep, SetClaim, Withdraw, Mark, Finish, CreateAccessPoint, Describe, LookUp, List, DeleteAccessPoint, toSweep,
-		ReleaseOrphanID:
+		ReleaseOrphanID, listRecords, markBound:
 		return true
 	}
 	return false
@@ -267,6 +326,18 @@ func (a *modelActor) stepLost(w *modelWorld) {
 func (a *modelActor) effect(w *modelWorld, lost bool) bool {
 	c := a.call
 	e := c.m.Next()
+	if h, ok := e.(DeleteOrphan); ok {
+		// Its locks let go, the collection goes on as DeleteVolume of
+		// the access point (not counted as a DeleteVolume a caller made:
+		// one of an answered access point is a deleted violation).
+		for _, k := range c.locks {
+			delete(c.r.locks, k)
+		}
+		a.call = nil
+		w.trace = append(w.trace, fmt.Sprintf("%s@%s hands %s to DeleteVolume", a.name, c.r.name, h.AccessPoint))
+		a.queue = append([]stepper{NewDelete(DeleteConfig{Cluster: "c1"}, "efs:"+fsID+"::"+h.AccessPoint, w.now)}, a.queue...)
+		return false
+	}
 	if ans, ok := e.(Answer); ok {
 		for _, k := range c.locks {
 			delete(c.r.locks, k)
@@ -274,7 +345,7 @@ func (a *modelActor) effect(w *modelWorld, lost bool) bool {
 		a.call = nil
 		w.trace = append(w.trace, fmt.Sprintf("%s@%s answer %v %v", a.name, c.r.name, apIDOf(ans.AP), ans.Err))
 		switch {
-		case ans.Err != nil, a.sweeper:
+		case ans.Err != nil, a.sweeper, c.ghost:
 		case c.del:
 			a.done, a.attempts = true, 0
 		default:
@@ -437,6 +508,11 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		out.Token, out.Err = j.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case toSweep:
 		*e.Holds, *e.Orphans, out.Err = j.ToSweep(ctx, fsID)
+	case listRecords:
+		*e.Out = nil
+		out.Err = j.Volumes(ctx, fsID, func(rs []*journal.Record) error { *e.Out = append(*e.Out, rs...); return nil })
+	case markBound:
+		out.Err = j.MarkBound(ctx, e.Record)
 	case ReleaseOrphanID:
 		out.Yes, out.Err = j.ReleaseOrphanID(ctx, e.FileSystem, e.ID, e.Holder)
 	case ReleaseSweep:
@@ -446,11 +522,14 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 	case Withdraw:
 		out.Err = j.Withdraw(ctx, e.Record, e.AccessPoint)
 	case Mark:
-		if e.IfAgrees == nil {
+		switch {
+		case e.IfOrphan != nil:
+			out.Record, out.Err = j.MarkDeletingIf(ctx, e.Record, func(rec *journal.Record) bool { return OrphanChange(e.IfOrphan, rec) == "" })
+		case e.IfAgrees != nil:
+			out.Record, out.Err = j.MarkDeletingIf(ctx, e.Record, func(rec *journal.Record) bool { return ownership.Agrees(rec, e.IfAgrees) })
+		default:
 			out.Err = j.MarkDeleting(ctx, e.Record)
-			break
 		}
-		out.Record, out.Err = j.MarkDeletingIf(ctx, e.Record, func(rec *journal.Record) bool { return ownership.Agrees(rec, e.IfAgrees) })
 	case Finish:
 		out.Err = j.Finish(ctx, e.Record)
 	case CreateAccessPoint:
@@ -567,7 +646,8 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 	if world.rounds > 0 {
 		// Its last round runs once every caller is done, as the
 		// collector runs for the controller's life.
-		sweeper = &modelActor{name: "sweep", sweeper: true, rounds: world.rounds - 1, replicas: []*modelReplica{replicas[1], replicas[0]}}
+		sweeper = &modelActor{name: "sweep", sweeper: true, collect: world.collect, noSweep: world.noSweep, rounds: world.rounds - 1,
+			replicas: []*modelReplica{replicas[1], replicas[0]}}
 	}
 	callersOver := func() bool {
 		for _, a := range all {
@@ -584,7 +664,8 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 	ticked, outsided := !world.tick, !world.outside
 	last, preempted, kills, losses, lastRound := -1, 0, 0, 0, true
 	outsideOpt := len(all) + 2 + len(replicas)
-	lostBase := outsideOpt + 1 // options: actors, the tick, the sweep, kills, the outside writer, then lost answers
+	abandonOpt := outsideOpt + 1
+	lostBase := abandonOpt + 1 // options: actors, the tick, the sweep, kills, the outside writer, abandon, then lost answers
 	for depth := 0; ; depth++ {
 		// Enabled: actors with a call under way, or one to start.
 		var enabled []int
@@ -605,6 +686,9 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 		}
 		if !outsided {
 			enabled = append(enabled, outsideOpt) // a writer outside the protocol makes an access point
+		}
+		if world.abandon && !w.claimGone && prov.volID == "" && !prov.done {
+			enabled = append(enabled, abandonOpt) // the claim is deleted
 		}
 		if kills < world.kills {
 			for k, r := range replicas {
@@ -652,6 +736,26 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 			all[i].stepLost(w)
 			if len(w.errs) > 0 {
 				break
+			}
+			continue
+		}
+		if i == abandonOpt {
+			// The claim deleted before its volume was answered, and its
+			// provisioners restarted: they forget their creates, which
+			// go on in the controllers; a duplicate already answered
+			// deletes its volume as before.
+			w.claimGone = true
+			w.trace = append(w.trace, "claim deleted: its callers forget their creates")
+			for _, a := range all {
+				if a.plan != plan {
+					continue
+				}
+				if a.call != nil && !a.call.del {
+					a.call.ghost = true
+				}
+				if a.volID == "" {
+					a.done = true
+				}
 			}
 			continue
 		}
@@ -725,6 +829,15 @@ func (c modelWorldConfig) String() string {
 	if c.outside {
 		s += ", an outside writer"
 	}
+	if c.abandon {
+		s += ", the claim abandoned"
+	}
+	if c.collect {
+		s += ", orphans collected"
+	}
+	if c.noSweep {
+		s += " (no sweep)"
+	}
 	return s + fmt.Sprintf(", %d fewer preemptions", c.fewer)
 }
 
@@ -741,7 +854,12 @@ type modelWorldConfig struct {
 	// claim's first id at any step (one choice), in the controller's first
 	// minutes (creates check for outsiders).
 	outside bool
-	losses  int // answers lost after their request applied (each one choice at any request)
+	// abandon: the claim is deleted at any step before its provisioner is
+	// answered (one choice), and its callers forget their creates, which
+	// go on; collect: the collector's rounds collect orphaned records.
+	abandon, collect bool
+	noSweep          bool // the collector's rounds do not sweep
+	losses           int  // answers lost after their request applied (each one choice at any request)
 	// fewer is how many fewer preemptions than -core.preemptions this
 	// world's schedules make: a kill is a choice more at every step.
 	fewer int
@@ -762,7 +880,9 @@ func TestModel(t *testing.T) {
 		bound = 2 // make test runs the bound of 3 without the race detector
 	}
 	other := gidPlanOf(t, "pvc-other")
-	for _, world := range []modelWorldConfig{{actors: 2, other: other, fewer: 1}, {actors: 1, other: other, rounds: 2, kills: 1, fewer: 2}, {actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}, {actors: 2, rounds: 1, losses: 1, fewer: 1}, {actors: 2, outside: true}} {
+	for _, world := range []modelWorldConfig{{actors: 2, other: other, fewer: 1}, {actors: 1, other: other, rounds: 2, kills: 1, fewer: 2}, {actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}, {actors: 2, rounds: 1, losses: 1, fewer: 1}, {actors: 2, outside: true},
+		{actors: 2, rounds: 2, abandon: true, collect: true, fewer: 1}, {actors: 2, rounds: 2, abandon: true, collect: true, noSweep: true, fewer: 1},
+		{actors: 2, rounds: 2, abandon: true, collect: true, kills: 1, fewer: 2}} {
 		runs, unfinished, swept := 0, 0, 0
 		var choices []int
 		for {
