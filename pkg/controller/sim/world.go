@@ -8,11 +8,11 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal/journaltest"
 )
 
 // The simulated world: EFS and the record stores. Every mutation happens in
@@ -362,33 +362,7 @@ type storePort struct {
 	s    *Sim
 	inst *instance
 	st   *store
-
-	mu   sync.Mutex
-	seen map[journal.Key]journal.Entry
-}
-
-// saw remembers e as k's latest known state (gone: nil e).
-func (p *storePort) saw(k journal.Key, e *journal.Entry) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.seen == nil {
-		p.seen = map[journal.Key]journal.Entry{}
-	}
-	if e == nil {
-		delete(p.seen, k)
-		return
-	}
-	c := *e
-	c.Value = bytes.Clone(e.Value)
-	p.seen[k] = c
-}
-
-func (p *storePort) Hint(k journal.Key) (journal.Entry, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	e, ok := p.seen[k]
-	e.Value = bytes.Clone(e.Value)
-	return e, ok
+	journaltest.Hints
 }
 
 func (p *storePort) Get(ctx context.Context, k journal.Key) (journal.Entry, error) {
@@ -396,9 +370,9 @@ func (p *storePort) Get(ctx context.Context, k journal.Key) (journal.Entry, erro
 	e, _ := v.(journal.Entry)
 	switch {
 	case err == nil:
-		p.saw(k, &e)
+		p.Saw(k, &e)
 	case errors.Is(err, journal.ErrNotFound):
-		p.saw(k, nil)
+		p.Saw(k, nil)
 	}
 	return e, err
 }
@@ -407,7 +381,7 @@ func (p *storePort) Create(ctx context.Context, e journal.Entry) (journal.Entry,
 	v, err := p.s.park(ctx, p.inst, kindStore, "Create "+e.Key.String(), func() (any, error) { return p.st.create(e) })
 	got, _ := v.(journal.Entry)
 	if err == nil || errors.Is(err, journal.ErrExists) {
-		p.saw(e.Key, &got)
+		p.Saw(e.Key, &got)
 	}
 	return got, err
 }
@@ -417,9 +391,9 @@ func (p *storePort) Update(ctx context.Context, e journal.Entry) (journal.Entry,
 	got, _ := v.(journal.Entry)
 	switch {
 	case err == nil:
-		p.saw(e.Key, &got)
+		p.Saw(e.Key, &got)
 	case errors.Is(err, journal.ErrNotFound):
-		p.saw(e.Key, nil)
+		p.Saw(e.Key, nil)
 	}
 	return got, err
 }
@@ -427,7 +401,7 @@ func (p *storePort) Update(ctx context.Context, e journal.Entry) (journal.Entry,
 func (p *storePort) Delete(ctx context.Context, e journal.Entry) error {
 	_, err := p.s.park(ctx, p.inst, kindStore, "Delete "+e.Key.String(), func() (any, error) { return nil, p.st.delete(e) })
 	if err == nil {
-		p.saw(e.Key, nil)
+		p.Saw(e.Key, nil)
 	}
 	return err
 }

@@ -9,30 +9,24 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 )
 
-// Hinting is a Store that hints (journal.Hinter) every entry as this
-// Hinting last saw it answered, however stale since, as pkg/kube's Lease
-// store keeps its shards: give each process of a test its own over one
-// shared store, and the tests meet the schedules where a hint is out of
-// date.
-type Hinting struct {
-	journal.Store
-
+// Hints are entries as a process last saw them answered, however stale
+// since: what pkg/kube's Lease store keeps of its shards, for a test's
+// store to hint (journal.Hinter). Safe for concurrent use.
+type Hints struct {
 	mu   sync.Mutex
 	seen map[journal.Key]journal.Entry
 }
 
-// NewHinting hints what it sees of s.
-func NewHinting(s journal.Store) *Hinting {
-	return &Hinting{Store: s, seen: map[journal.Key]journal.Entry{}}
-}
-
-// saw remembers e as k's latest known state (gone: nil e).
-func (h *Hinting) saw(k journal.Key, e *journal.Entry) {
+// Saw remembers e as k's latest known state (gone: nil e).
+func (h *Hints) Saw(k journal.Key, e *journal.Entry) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e == nil {
 		delete(h.seen, k)
 		return
+	}
+	if h.seen == nil {
+		h.seen = map[journal.Key]journal.Entry{}
 	}
 	c := *e
 	c.Value = bytes.Clone(e.Value)
@@ -40,7 +34,7 @@ func (h *Hinting) saw(k journal.Key, e *journal.Entry) {
 }
 
 // Hint is k as last seen.
-func (h *Hinting) Hint(k journal.Key) (journal.Entry, bool) {
+func (h *Hints) Hint(k journal.Key) (journal.Entry, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e, ok := h.seen[k]
@@ -48,13 +42,24 @@ func (h *Hinting) Hint(k journal.Key) (journal.Entry, bool) {
 	return e, ok
 }
 
+// Hinting is a Store that hints every entry as this Hinting last saw it
+// answered: give each process of a test its own over one shared store,
+// and the tests meet the schedules where a hint is out of date.
+type Hinting struct {
+	journal.Store
+	Hints
+}
+
+// NewHinting hints what it sees of s.
+func NewHinting(s journal.Store) *Hinting { return &Hinting{Store: s} }
+
 func (h *Hinting) Get(ctx context.Context, k journal.Key) (journal.Entry, error) {
 	e, err := h.Store.Get(ctx, k)
 	switch {
 	case err == nil:
-		h.saw(k, &e)
+		h.Saw(k, &e)
 	case errors.Is(err, journal.ErrNotFound):
-		h.saw(k, nil)
+		h.Saw(k, nil)
 	}
 	return e, err
 }
@@ -62,7 +67,7 @@ func (h *Hinting) Get(ctx context.Context, k journal.Key) (journal.Entry, error)
 func (h *Hinting) Create(ctx context.Context, e journal.Entry) (journal.Entry, error) {
 	got, err := h.Store.Create(ctx, e)
 	if err == nil || errors.Is(err, journal.ErrExists) {
-		h.saw(e.Key, &got)
+		h.Saw(e.Key, &got)
 	}
 	return got, err
 }
@@ -71,9 +76,9 @@ func (h *Hinting) Update(ctx context.Context, e journal.Entry) (journal.Entry, e
 	got, err := h.Store.Update(ctx, e)
 	switch {
 	case err == nil:
-		h.saw(e.Key, &got)
+		h.Saw(e.Key, &got)
 	case errors.Is(err, journal.ErrNotFound):
-		h.saw(e.Key, nil)
+		h.Saw(e.Key, nil)
 	}
 	return got, err
 }
@@ -81,7 +86,7 @@ func (h *Hinting) Update(ctx context.Context, e journal.Entry) (journal.Entry, e
 func (h *Hinting) Delete(ctx context.Context, e journal.Entry) error {
 	err := h.Store.Delete(ctx, e)
 	if err == nil {
-		h.saw(e.Key, nil)
+		h.Saw(e.Key, nil)
 	}
 	return err
 }
