@@ -435,6 +435,15 @@ func (w *modelWorld) answeredCheck(a *modelActor, ap *efs.AccessPoint) {
 	case rec.Deleting || rec.AccessPoint != ap.ID:
 		w.violate("phantom: %s answered %s, whose record names %q and is being deleted: %v", a.name, ap.ID, rec.AccessPoint, rec.Deleting)
 	}
+	// In the controller's first minutes (the outside world), what the
+	// outsider check and Withdraw are for: no answered access point
+	// shares its GID with one made outside the protocol before it (IDs
+	// are made in order). One made after it is the audit's.
+	for id := range w.outside {
+		if o := w.aps[id]; o != nil && id < ap.ID && PosixGID(o) == PosixGID(w.aps[ap.ID]) {
+			w.violate("gid: %s answered %s with GID %d, which %s, made outside the protocol before it, carries", a.name, ap.ID, PosixGID(o), id)
+		}
+	}
 }
 
 // carriedOutside reports whether an access point made outside the
