@@ -27,7 +27,7 @@ func (s *Service) Journal() *journal.Journal { return s.journal }
 // (pkg/orphans), which proved from the record and Kubernetes that no
 // PersistentVolume ever named it and that its claim is gone. The
 // controller proves the rest under the volume's name locks
-// (core.NewCollect; a directory volume: collectDir), and deletes it
+// (core.NewCollect), and deletes it
 // through its own DeleteVolume.
 //
 // Only the controller's own credentials are used (the EFS client, or the
@@ -36,7 +36,7 @@ func (s *Service) Journal() *journal.Journal { return s.journal }
 // which they do not see, and is never collected (ErrNotCollectable).
 func (s *Service) CollectOrphan(ctx context.Context, rec *journal.Record) error {
 	if rec.Dir {
-		return s.collectDir(ctx, rec)
+		return s.collectOrphan(ctx, rec)
 	}
 	var b Backend
 	switch API(rec.API) {
@@ -56,37 +56,6 @@ func (s *Service) CollectOrphan(ctx context.Context, rec *journal.Record) error 
 	return svc.collectOrphan(ctx, rec)
 }
 
-// collectDir deletes the directory volume rec records, as DeleteVolume
-// does (its directory too with --delete-access-point-root-dir), once the
-// record read again under its locks is still the orphan the collector
-// judged.
-func (s *Service) collectDir(ctx context.Context, seen *journal.Record) error {
-	unlock, err := s.locks.TryLock(core.RecordLocks(seen)...)
-	if err != nil {
-		return err
-	}
-	rec, err := s.journal.Volume(ctx, seen.FileSystem, seen.Token)
-	switch {
-	case errors.Is(err, journal.ErrNotFound):
-		unlock()
-		return fmt.Errorf("%w: the record of %s/%q is gone", ErrNotOrphan, seen.FileSystem, seen.Token)
-	case err != nil:
-		unlock()
-		return err
-	}
-	if why := core.OrphanChange(seen, rec); why != "" {
-		unlock()
-		return fmt.Errorf("%w: volume %q (%s/%q): %s", ErrNotOrphan, rec.Name, rec.FileSystem, rec.Token, why)
-	}
-	// deleteDirVolume takes the locks itself (as collectOrphan's
-	// DeleteVolume), and reads the record again under them.
-	unlock()
-	if _, err := s.deleteDirVolume(ctx, volume.ID{FileSystemID: rec.FileSystem, Path: rec.Path, Dir: true}); err != nil {
-		return fmt.Errorf("delete orphan %s: %w", volume.DirID(rec.FileSystem, rec.Path), err)
-	}
-	return nil
-}
-
 // collectOrphan runs core.NewCollect, then, if it hands the volume to
 // DeleteVolume, that with the locks let go (DeleteVolume takes them itself
 // and reads the record again under them).
@@ -96,6 +65,13 @@ func (s *Service) collectOrphan(ctx context.Context, seen *journal.Record) error
 	x.release()
 	switch end := end.(type) {
 	case core.DeleteOrphan:
+		if end.Dir {
+			id := volume.ID{FileSystemID: end.FileSystem, Path: end.Path, Dir: true}
+			if _, err := s.deleteDirVolume(ctx, id); err != nil {
+				return fmt.Errorf("delete orphan %s: %w", volume.DirID(end.FileSystem, end.Path), err)
+			}
+			return nil
+		}
 		if _, err := s.deleteVolume(ctx, volume.ProvisionedID(end.FileSystem, end.AccessPoint)); err != nil {
 			return fmt.Errorf("delete orphan %s: %w", end.AccessPoint, err)
 		}

@@ -66,10 +66,15 @@ type CollectConfig struct {
 }
 
 // DeleteOrphan hands the collection to DeleteVolume of AccessPoint on
-// FileSystem (a Handoff): the caller lets go of the volume's locks first,
-// and DeleteVolume takes them itself and reads the record again under
-// them (a create of the volume starting in between makes it ErrBusy).
-type DeleteOrphan struct{ FileSystem, AccessPoint string }
+// FileSystem, or of the directory volume at Path when Dir (a Handoff):
+// the caller lets go of the volume's locks first, and DeleteVolume takes
+// them itself and reads the record again under them (a create of the
+// volume starting in between makes it ErrBusy).
+type DeleteOrphan struct {
+	FileSystem, AccessPoint string
+	Dir                     bool
+	Path                    string
+}
 
 func (DeleteOrphan) effect()  {}
 func (DeleteOrphan) handoff() {}
@@ -102,6 +107,13 @@ func NewCollect(cfg CollectConfig, seen *journal.Record) *Collect {
 					return
 				}
 				c.rec = r.Record
+				if r.Record.Dir {
+					// No access point: DeleteVolume of the directory
+					// volume proves the rest (its directory is removed
+					// only when the class or flag says so).
+					c.do(DeleteOrphan{FileSystem: seen.FileSystem, Dir: true, Path: r.Record.Path}, nil)
+					return
+				}
 				c.described()
 			}
 		})
