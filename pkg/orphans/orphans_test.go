@@ -129,12 +129,16 @@ func (b *bed) create(t *testing.T, uid, ns, claim string, extra ...string) strin
 }
 
 // failedCreate is a CreateVolume of pvc-<uid> for claim ns/name that EFS
-// never applied (every attempt 500, until the call's deadline): the record
-// it wrote stays, naming no access point, as after a create whose claim was
-// deleted before it succeeded. The claim does not exist.
+// never applied (its request held past the call's deadline, then dropped
+// with the connection): the record it wrote stays, naming no access point,
+// as after a create whose claim was deleted before it succeeded. The claim
+// does not exist. Not 500s until the deadline: a retry sent just before it
+// could reach the emulator after the faults are reset and be applied (seen
+// once under -race on a loaded machine: the other-directory case's own
+// access point then found its token taken).
 func (b *bed) failedCreate(t *testing.T, uid, ns, claim string) *journal.Record {
 	t.Helper()
-	b.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{ErrorRate: 1})
+	b.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{Latency: time.Hour})
 	defer b.emu.ResetFaults()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
