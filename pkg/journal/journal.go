@@ -361,32 +361,39 @@ func (j *Journal) IDHolder(ctx context.Context, fs string, id int64) (string, er
 
 // releaseID deletes the id entry of r if it names r's token.
 func (j *Journal) releaseID(ctx context.Context, fs string, id int64, token string) error {
-	if id == NoID {
-		return nil
-	}
 	// A hint that the entry is ours is proven by the compare-and-swap of
 	// the Delete; any other hint is read again (a stale "another's" or
 	// none would leave ours held for nobody).
-	e, hinted := j.hint(idKey(fs, id))
-	for {
-		if !hinted || string(e.Value) != token {
-			var err error
-			e, err = j.s.Get(ctx, idKey(fs, id))
-			if errors.Is(err, ErrNotFound) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if string(e.Value) != token {
-				return nil // another volume's now: ours was released before
-			}
+	for hinted := true; ; hinted = false {
+		e, err := j.heldFor(ctx, fs, id, token, hinted)
+		if err != nil || e == nil {
+			return err // none, or another volume's now: ours was released before
 		}
-		hinted = false
-		if err := j.s.Delete(ctx, e); !errors.Is(err, ErrConflict) {
+		if err := j.s.Delete(ctx, *e); !errors.Is(err, ErrConflict) {
 			return err
 		}
 	}
+}
+
+// heldFor is fs's entry of id if it names token, nil if none does: as
+// this process's hint says, if hint and it says so, else read.
+func (j *Journal) heldFor(ctx context.Context, fs string, id int64, token string, hint bool) (*Entry, error) {
+	if id == NoID {
+		return nil, nil
+	}
+	if e, ok := j.hint(idKey(fs, id)); hint && ok && string(e.Value) == token {
+		return &e, nil
+	}
+	e, err := j.s.Get(ctx, idKey(fs, id))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case string(e.Value) != token:
+		return nil, nil
+	}
+	return &e, nil
 }
 
 // maxConflicts bounds the re-reads of a mutator racing other writers.
@@ -546,26 +553,46 @@ func (j *Journal) MarkDeletingIf(ctx context.Context, r *Record, keep func(*Reco
 }
 
 // Withdraw marks r withdrawn and deleting, naming access point apID, which
-// its create just made and nobody answered: only if nobody wrote r since r
-// was read (no re-read), for every create that answers an access point
-// writes the record naming it first. ErrConflict if one did: the caller
-// then must not withdraw it.
+// its create just made and nobody answered: only while the record, of r's
+// life, names the access point r named (none, or another) and sends the
+// token r sent, for every create that answers an access point writes the
+// record naming it first. ErrConflict if one did, or a delete marked it
+// since r was read; ErrNotFound if it is gone or a later life; ErrDeleting
+// if r was read marked. The caller then must not withdraw it. r is
+// changed only when withdrawn: a caller that goes on records its access
+// point against the life it read.
 func (j *Journal) Withdraw(ctx context.Context, r *Record, apID string) error {
-	v := r.Volume
-	if v.Deleting {
-		return fmt.Errorf("%w: %s/%q", ErrDeleting, v.FileSystem, v.Token)
-	}
-	v.Deleting, v.Withdrawn, v.DeletingSince, v.AccessPoint = true, true, j.now().UTC(), apID
-	e, err := encode(&v)
-	if err != nil {
+	read := r.Volume
+	first := true
+	cur := *r
+	err := j.write(ctx, &cur, true, func(v *Volume) (bool, error) {
+		again := !first
+		first = false
+		switch {
+		case !again && v.Deleting:
+			return false, fmt.Errorf("%w: %s/%q", ErrDeleting, v.FileSystem, v.Token)
+		case !v.Created.Equal(read.Created):
+			return false, fmt.Errorf("%w: %w: %s/%q is a later life of the record", ErrNotFound, errGone, v.FileSystem, v.Token)
+		case v.Deleting || v.AccessPoint != read.AccessPoint || v.SentToken() != read.SentToken():
+			// Read again after a write won: a delete marked it, or
+			// another create recorded an access point or moved its ids.
+			return false, fmt.Errorf("%w: %s/%q changed", ErrConflict, v.FileSystem, v.Token)
+		}
+		// Read again, the record is as read but for a write that names no
+		// access point (another create's Touch before its send), which
+		// answers nothing: withdrawn at its version. Before, any write
+		// made the create give up and answer ap (TestModel's outside
+		// writer).
+		v.Deleting, v.Withdrawn, v.DeletingSince, v.AccessPoint = true, true, j.now().UTC(), apID
+		return true, nil
+	})
+	switch {
+	case errors.Is(err, errGone) && !errors.Is(err, ErrNotFound):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case err != nil:
 		return err
 	}
-	e.Version = r.entry.Version
-	got, err := j.s.Update(ctx, e)
-	if err != nil {
-		return err
-	}
-	r.Volume, r.entry = v, got
+	*r = cur
 	return nil
 }
 
@@ -703,20 +730,9 @@ func (j *Journal) Finish(ctx context.Context, r *Record) error {
 	life := r.Created
 	hinted := true
 	for range maxConflicts {
-		var held *Entry
-		if r.Allocated != NoID {
-			e, ok := j.hint(idKey(r.FileSystem, r.Allocated))
-			if !ok || !hinted || string(e.Value) != r.Token {
-				var err error
-				e, err = j.s.Get(ctx, idKey(r.FileSystem, r.Allocated))
-				if err != nil && !errors.Is(err, ErrNotFound) {
-					return err
-				}
-				ok = err == nil
-			}
-			if ok && string(e.Value) == r.Token {
-				held = &e
-			}
+		held, err := j.heldFor(ctx, r.FileSystem, r.Allocated, r.Token, hinted)
+		if err != nil {
+			return err
 		}
 		hinted = false
 		cur, err := j.Volume(ctx, r.FileSystem, r.Token)

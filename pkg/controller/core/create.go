@@ -109,8 +109,9 @@ type (
 		Record          *journal.Record
 		Name, Namespace string
 	}
-	// Withdraw marks a record's access point withdrawn, at the version
-	// read, while the record names none (Result.Err).
+	// Withdraw marks a record's access point withdrawn while the record
+	// is as read but for writes that name no access point
+	// (journal.Withdraw; Result.Err).
 	Withdraw struct {
 		Record      *journal.Record
 		AccessPoint string
@@ -977,7 +978,7 @@ func (c *Create) outsiders(ap *efs.AccessPoint, k func()) {
 			k()
 			return
 		}
-		c.learnOutside(learn, func() { c.withdraw(ap, rival, 0, k) })
+		c.learnOutside(learn, func() { c.withdraw(ap, rival, k) })
 	})
 }
 
@@ -1002,14 +1003,11 @@ func (c *Create) learnOutside(token string, k func()) {
 
 // withdraw gives way to rival: the record withdraws ap, which nobody
 // answered, deletes it and is finished; the call is ErrGIDContention.
-func (c *Create) withdraw(ap, rival *efs.AccessPoint, tries int, k func()) {
+func (c *Create) withdraw(ap, rival *efs.AccessPoint, k func()) {
 	rec := c.rec
 	c.do(Seen{AP: *rival}, func(Result) {
 		c.do(Withdraw{Record: rec, AccessPoint: ap.ID}, func(r Result) {
 			switch {
-			case errors.Is(r.Err, journal.ErrConflict) && tries < maxWithdrawTries:
-				c.withdrawAgain(ap, rival, tries, k)
-				return
 			case errors.Is(r.Err, journal.ErrConflict) || errors.Is(r.Err, journal.ErrNotFound):
 				// Another create recorded an access point first: it may
 				// answer ap. Or the record is gone (its delete, or
@@ -1033,35 +1031,6 @@ func (c *Create) withdraw(ap, rival *efs.AccessPoint, tries int, k func()) {
 					})
 				})
 		})
-	})
-}
-
-// maxWithdrawTries bounds the withdraws of one access point that another
-// write of its record (not naming one) made lose their compare-and-swap.
-const maxWithdrawTries = 3
-
-// withdrawAgain reads the record after a Withdraw lost its
-// compare-and-swap: a write that names no access point (another create's
-// Touch before its send, its ids moved) answers nothing, so the record,
-// still of this life, not being deleted and sending ap's token, is
-// withdrawn at its new version. Before, any write made the create give
-// up its withdraw and answer ap, whose GID an access point made outside
-// the protocol before it carried (TestModel's outside writer: a
-// duplicate's Touch). One that names an access point, or anything else,
-// goes on to record ap (k), which tells.
-func (c *Create) withdrawAgain(ap, rival *efs.AccessPoint, tries int, k func()) {
-	rec := c.rec
-	c.do(ReadRecord{FileSystem: rec.FileSystem, Key: rec.Token}, func(r Result) {
-		switch {
-		case r.Err != nil && !errors.Is(r.Err, journal.ErrNotFound):
-			c.answer(r.Err)
-		case r.Err == nil && r.Record.Created.Equal(rec.Created) && !r.Record.Deleting && r.Record.AccessPoint == "" &&
-			r.Record.SentToken() == ap.ClientToken:
-			c.rec = r.Record
-			c.withdraw(ap, rival, tries+1, k)
-		default:
-			k()
-		}
 	})
 }
 
