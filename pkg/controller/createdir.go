@@ -492,7 +492,7 @@ func (s *Service) dirVolumeIDs(ctx context.Context) ([]string, error) {
 // allocator's (directory volumes) count them used, and access point
 // creates under GID tokens, which hold no id entry and walk their own
 // sequence of ids, skip them as ids carried outside the GID token
-// protocol (a stand-in's token is no GID token: carriedOutside).
+// protocol (a stand-in's token is no GID token: skipped).
 //
 // The record is read by its index of directory volumes (one List per
 // listing, once a minute per file system), and only on file systems this

@@ -184,6 +184,7 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		r.ID, r.N, r.Err = s.candidate(x.p, e.From)
 	case core.Seen:
 		s.gids.Record(e.AP)
+		s.fs(e.AP.FileSystemID).sawToken(&e.AP, s.cluster)
 	case core.NameTokensListed:
 		r.Yes = s.fs(e.FileSystem).nameTokensListed()
 	case core.OutsideToken:

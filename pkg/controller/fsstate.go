@@ -5,7 +5,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // fileSystems holds this process's state of each file system it has seen,
@@ -30,7 +33,8 @@ func (f *fileSystems) of(fsID string) *fsState {
 	if st == nil {
 		st = &fsState{invisible: map[string]time.Time{}, outside: map[string]string{}, deleting: map[string]int{}, deleted: map[string]time.Time{},
 			creates: newPathIndex(), createOf: map[string]createEntry{},
-			answers: map[string]answer{}, answerOf: map[string]string{}}
+			answers: map[string]answer{}, answerOf: map[string]string{},
+			taken: map[int64]string{}, takenBy: map[string]int64{}}
 		f.byID[fsID] = st
 	}
 	return st
@@ -49,10 +53,19 @@ type fsState struct {
 	// clusters' access points carry, and one such cluster's ID; whether an
 	// access point under a volume name's token was listed (windowToken);
 	// the ids that access points under tokens other than GID tokens carry
-	// (carriedOutside).
+	// (skipped).
 	others     otherIDs
 	nameTokens bool
 	outsideIDs []int64
+
+	// taken: by id, the volume (its ownership tag; "" for another
+	// cluster's) of the access point that holds the id's GID token, as
+	// the last complete listing showed, and this process has made or seen
+	// since (takenBy: by access point, until it deletes it). EFS answers
+	// a send under that token with that access point, so a volume's
+	// sequence skips the id (candidate) as it would after that answer.
+	taken   map[int64]string
+	takenBy map[string]int64
 
 	// invisible: GID tokens EFS named for an access point it did not
 	// describe, and when first (burned).
@@ -117,10 +130,59 @@ type otherIDs struct {
 }
 
 // listed replaces what the last complete listing showed.
-func (st *fsState) listed(others otherIDs, nameTokens bool, outside []int64) {
+func (st *fsState) listed(others otherIDs, nameTokens bool, outside []int64, taken map[int64]string, takenBy map[string]int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.others, st.nameTokens, st.outsideIDs = others, nameTokens, outside
+	st.taken, st.takenBy = taken, takenBy
+}
+
+// tokenHolder is the id whose GID token ap holds, and its volume as
+// fsState.taken keeps it; ok is false for an access point under another
+// token, or whose ids are not its token's (nothing is inferred of it: a
+// send under that token learns what EFS answers).
+func tokenHolder(ap *efs.AccessPoint, cluster string) (id int64, vol string, ok bool) {
+	if !volume.IsGIDToken(ap.ClientToken) {
+		return 0, "", false
+	}
+	uid, g := core.PosixIDs(ap)
+	for _, id := range []int64{g, uid} {
+		if id >= 0 && volume.GIDToken(ap.FileSystemID, id) == ap.ClientToken {
+			if _, other := ownership.OtherCluster(ap, cluster); other {
+				return id, "", true
+			}
+			name, tagged := ap.Tags[ownership.TagVolumeName]
+			return id, name, tagged
+		}
+	}
+	return 0, "", false
+}
+
+// sawToken notes ap in taken, if it holds a GID token: this process made
+// or adopted it.
+func (st *fsState) sawToken(ap *efs.AccessPoint, cluster string) {
+	id, vol, ok := tokenHolder(ap, cluster)
+	if !ok {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.taken[id], st.takenBy[ap.ID] = vol, id
+}
+
+// skipped says why volume name's sequence passes over id: an access point
+// under another token carries it (outside: EFS cannot compare the two), or
+// another volume's access point held its GID token when last listed or
+// seen (taken: EFS would answer with that access point, unless it has been
+// deleted since by a writer this process does not hear of; a hint).
+func (st *fsState) skipped(id int64, name string) (outside, taken bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if _, found := slices.BinarySearch(st.outsideIDs, id); found {
+		return true, false
+	}
+	holder, held := st.taken[id]
+	return false, held && holder != name
 }
 
 // othersInRange returns how many of the ids other clusters' access points
@@ -154,15 +216,6 @@ func (st *fsState) addOutside(ids ...int64) {
 	}
 }
 
-// carriedOutside reports whether the last listing showed id on an access
-// point under a token other than a GID token (or addOutside added it).
-func (st *fsState) carriedOutside(id int64) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	_, found := slices.BinarySearch(st.outsideIDs, id)
-	return found
-}
-
 // burned reports whether token has been named by EFS for an access point
 // it does not describe for burnAfter, counting from this process's first
 // sighting (at now).
@@ -187,6 +240,10 @@ func (st *fsState) gone(apID string, now time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.deleted[apID] = now
+	if id, ok := st.takenBy[apID]; ok {
+		delete(st.takenBy, apID)
+		delete(st.taken, id)
+	}
 	if len(st.deleted) < st.deletedPruneAt {
 		return
 	}

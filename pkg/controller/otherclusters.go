@@ -33,8 +33,12 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 	var seen otherIDs
 	nameTokens := false
 	var outside []int64
+	taken, takenBy := map[int64]string{}, map[string]int64{}
 	err := w.EFS.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
 		for i := range page {
+			if id, vol, ok := tokenHolder(&page[i], w.own); ok {
+				taken[id], takenBy[page[i].ID] = vol, id
+			}
 			tok := page[i].ClientToken
 			nameTokens = nameTokens || volume.IsProvisionerVolumeName(tok) || volume.IsClaimNameHash(tok)
 			if !volume.IsGIDToken(tok) {
@@ -55,7 +59,7 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 		slices.Sort(seen.ids)
 		seen.ids = slices.Compact(seen.ids)
 		slices.Sort(outside)
-		w.fss.of(fsID).listed(seen, nameTokens, slices.Compact(outside))
+		w.fss.of(fsID).listed(seen, nameTokens, slices.Compact(outside), taken, takenBy)
 	}
 	return err
 }

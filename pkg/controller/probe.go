@@ -14,11 +14,15 @@ import (
 // volume's access point holds its token. So a volume's ids are a fixed
 // sequence, a function of its file system, name and class range (double
 // hashing: every id of the range once), not of this process's view. The
-// view is used only to skip ids that access points under other tokens
-// carry (upstream's, earlier releases', classes without GID tokens), which
-// EFS cannot compare with ours; those are long-lived, so writers skip them
-// alike. What can still part two writers of one volume: an access point
-// holding an id deleted between their two tries of it, or two volumes of
+// view is used only to skip ids that EFS holds alike for every writer: ids
+// that access points under other tokens carry (upstream's, earlier
+// releases', classes without GID tokens), which EFS cannot compare with
+// ours, and ids whose GID token another volume's access point holds, which
+// EFS would answer with that access point (fsState.skipped: the same move
+// without the request, so that a volume of a range 90% full does not give
+// up after MaxIDAttempts of them). What can still part two writers of one
+// volume: an access point holding an id deleted between their two tries of
+// it (or since the listing one of them skipped it by), or two volumes of
 // one record contending for an id (the id table) that another record's
 // writer does not see (docs/design.md, Known limits).
 
@@ -52,24 +56,44 @@ func (g gidProbe) at(i int) int64 {
 	return g.lo + int64(off)
 }
 
-// maxProbeSkips bounds the ids one call skips (carried by access points
-// under other tokens) before it gives the call back as contention.
+// maxProbeSkips bounds the ids one call skips (fsState.skipped) before it
+// gives the call back as contention.
 const maxProbeSkips = 1 << 16
 
 // candidate is the first id of p's sequence at or after index from (the
-// sequence wraps) that no listed access point under another token
-// carries, and its index.
+// sequence wraps) that the file system's state does not skip, and its
+// index. An id skipped only as taken is a hint that may be stale (its
+// access point deleted by another process): when nothing else is left but
+// the id the record has (the last of a full turn from its place), the
+// first such id is tried, and EFS's answer decides, so a stale hint costs
+// a request, never a create.
 func (s *Service) candidate(p *plan, from int) (int64, int, error) {
 	fsID, lo, hi := p.Params.FileSystemID, p.Params.GIDRangeStart, p.Params.GIDRangeEnd
 	seq := newGIDProbe(fsID, p.Name, lo, hi)
 	// The sequence wraps: an id taken when tried may be free on the next
 	// round (whether the range is full is the allocator's view's to say).
-	for i := from; i < from+maxProbeSkips && uint64(i-from) < seq.size; i++ {
-		if id := seq.at(i); !s.fs(fsID).carriedOutside(id) {
+	st := s.fs(fsID)
+	n := min(seq.size, maxProbeSkips)
+	recorded := from + int(seq.size) - 1 // the record's own id, for from > 0
+	soft := -1
+	for i := from; i < from+int(n); i++ {
+		id := seq.at(i)
+		outside, taken := st.skipped(id, p.Name)
+		switch {
+		case outside:
+		case taken:
+			if soft < 0 {
+				soft = i
+			}
+		case from > 0 && i == recorded && soft >= 0:
+		default:
 			return id, i, nil
 		}
 	}
-	if uint64(maxProbeSkips) >= seq.size {
+	if soft >= 0 {
+		return seq.at(soft), soft, nil
+	}
+	if n == seq.size {
 		return 0, 0, fmt.Errorf("%w in [%d, %d] on %s: access points under other tokens carry every id", gid.ErrExhausted, lo, hi, fsID)
 	}
 	return 0, 0, fmt.Errorf("%w: %d ids of volume %q's sequence on %s are carried by access points under other tokens", ErrGIDContention, maxProbeSkips, p.Name, fsID)
