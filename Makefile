@@ -30,7 +30,9 @@ test: build image-check
 # SIM_PROCS processes (a small set runs under it with the other tests);
 # make sim runs SEEDS more from FIRST, or as many as DURATION (e.g.
 # DURATION=10m) allows. A failing seed of a kind not known is shrunk and
-# written to pkg/controller/sim/testdata/found/.
+# written to pkg/controller/sim/testdata/found/. SIM_ARGS=-sim.wide draws
+# larger, harsher worlds (WideConfig: three clusters of three controllers,
+# six volumes, a dozen faults); SIM_ARGS=-sim.list logs every failing seed.
 SIM_SEEDS ?= 100000
 SIM_PROCS ?= 2
 SEEDS     ?= 1000000

@@ -258,6 +258,11 @@ func New(cfg Config) (*Service, error) {
 	if cfg.GIDOptions.Now == nil {
 		cfg.GIDOptions.Now = cfg.Now
 	}
+	if cfg.GIDOptions.ListingLag == 0 {
+		// What this process made and another deleted is freed by the
+		// first listing that would show it if it were there.
+		cfg.GIDOptions.ListingLag = cfg.ListingLag
+	}
 	if cfg.GIDOptions.MaxAge == 0 {
 		// Short enough that another cluster's access points are seen soon,
 		// long enough that listing stays a small share of the API calls.

@@ -105,3 +105,29 @@ func TestStaleTakenHintNeverFillsARange(t *testing.T) {
 	b.wantAccessPoints(2)
 	b.wantUniqueIDs(false)
 }
+
+// Replicas of one record: a volume made on one and deleted on the other
+// leaves the first with nothing but its own memory of the access point,
+// which no listing shows any more. That memory must not keep the id: the
+// range here has one, and before, every later create on the first replica
+// answered "no free GID" for good (the simulator's wide worlds).
+func TestIDDeletedOnAnotherReplicaIsFreeHere(t *testing.T) {
+	a := newBed(t)
+	b := newBedOn(t, a.url, a.emu)
+	p := params("gidRangeStart", "50000", "gidRangeEnd", "50001")
+	var made []string
+	for _, name := range []string{"pvc-1", "pvc-2"} {
+		r, err := a.svc.CreateVolume(a.ctx(), createReq(name, 1<<30, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, r.Volume.VolumeId)
+	}
+	if err := b.delete(made[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.svc.CreateVolume(a.ctx(), createReq("pvc-3", 1<<30, p)); err != nil {
+		t.Fatalf("create on the replica that made the deleted volume: %v", err)
+	}
+	a.wantAccessPoints(2)
+}

@@ -48,6 +48,13 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives a debug line per listing; default discards.
 	Logger *slog.Logger
+	// ListingLag is how long EFS may take to list a new access point: one
+	// this process recorded that a complete listing begun longer than this
+	// after the Record does not show is taken as deleted by another
+	// process. 0: any listing begun after the Record. The view is a hint
+	// to pick from: an id it frees too early is one EFS's client token, or
+	// the caller's record, then refuses.
+	ListingLag time.Duration
 	// Seed is mixed into every hint: processes with different seeds start
 	// their searches at different GIDs for the same volume, so two writers
 	// that cannot see each other's reservations rarely collide.
@@ -58,6 +65,7 @@ type Options struct {
 type Allocator struct {
 	src    Source
 	maxAge time.Duration
+	lag    time.Duration
 	now    func() time.Time
 	log    *slog.Logger
 	seed   string
@@ -79,7 +87,10 @@ type Allocator struct {
 // cannot tell which. By ID the merge is exact:
 //   - local holds access points this process created or found (Record)
 //     until a listing shows them; a listing that does not show one yet
-//     never drops it.
+//     does not drop it, unless it began more than Options.ListingLag
+//     after the Record: then another process deleted it (its ids would
+//     otherwise stay used here for good, and a range this process saw
+//     full would stay full after every delete of another replica).
 //   - deleted holds access points this process deleted (Forget) until a
 //     listing no longer shows them; a stale listing that still shows one
 //     never brings it back.
@@ -92,7 +103,7 @@ type fsView struct {
 	listedAt time.Time           // when that listing started
 	gen      uint64              // listings completed
 	apsOf    map[string][2]int64 // live access point ID -> its uid, gid (listing ∪ local − deleted)
-	local    map[string][2]int64 // recorded by this process, not yet seen in a listing
+	local    map[string]recorded // recorded by this process, not yet seen in a listing
 	deleted  map[string]bool     // forgotten by this process, still seen in the last listing
 	used     map[int64]int       // id -> access points in apsOf carrying it (as uid or gid)
 	reserved map[int64]int       // id -> reservations holding it
@@ -103,6 +114,12 @@ type fsView struct {
 	flight *listing // the listing in progress, nil when none
 }
 
+// recorded is an access point Record told of: its ids, and when.
+type recorded struct {
+	ids [2]int64
+	at  time.Time
+}
+
 // listing is one ListAccessPoints in progress; done is closed when it ends.
 type listing struct {
 	done chan struct{}
@@ -111,7 +128,7 @@ type listing struct {
 
 // New returns an Allocator reading access points from src.
 func New(src Source, opts Options) *Allocator {
-	a := &Allocator{src: src, maxAge: opts.MaxAge, now: opts.Now, log: opts.Logger, seed: opts.Seed, fss: map[string]*fsView{}}
+	a := &Allocator{src: src, maxAge: opts.MaxAge, lag: max(0, opts.ListingLag), now: opts.Now, log: opts.Logger, seed: opts.Seed, fss: map[string]*fsView{}}
 	if a.maxAge <= 0 {
 		a.maxAge = DefaultMaxAge
 	}
@@ -128,7 +145,7 @@ func New(src Source, opts Options) *Allocator {
 func (a *Allocator) view(fsID string) *fsView {
 	v := a.fss[fsID]
 	if v == nil {
-		v = &fsView{apsOf: map[string][2]int64{}, local: map[string][2]int64{}, deleted: map[string]bool{},
+		v = &fsView{apsOf: map[string][2]int64{}, local: map[string]recorded{}, deleted: map[string]bool{},
 			used: map[int64]int{}, reserved: map[int64]int{}, taken: map[int64]uint64{}}
 		a.fss[fsID] = v
 	}
@@ -249,7 +266,7 @@ func (a *Allocator) list(ctx context.Context, src Source, fsID string, v *fsView
 	if err != nil {
 		f.err = fmt.Errorf("gid: listing access points of %s: %w", fsID, err)
 	} else {
-		v.merge(got)
+		v.merge(got, began.Add(-a.lag))
 		v.listed, v.listedAt = true, began
 		v.gen++
 	}
@@ -261,11 +278,12 @@ func (a *Allocator) list(ctx context.Context, src Source, fsID string, v *fsView
 }
 
 // merge replaces the view with a listing, keeping what this process knows
-// better (see fsView). Caller holds a.mu.
-func (v *fsView) merge(got map[string][2]int64) {
-	for id := range v.local {
-		if _, ok := got[id]; ok {
-			delete(v.local, id) // the listing carries it now
+// better (see fsView): what it recorded at or after settled (the listing's
+// start less the lag) and the listing does not show yet. Caller holds a.mu.
+func (v *fsView) merge(got map[string][2]int64, settled time.Time) {
+	for id, l := range v.local {
+		if _, ok := got[id]; ok || settled.After(l.at) {
+			delete(v.local, id) // the listing carries it now, or it is gone
 		}
 	}
 	for id := range v.deleted {
@@ -279,8 +297,8 @@ func (v *fsView) merge(got map[string][2]int64) {
 			aps[id] = ids
 		}
 	}
-	for id, ids := range v.local {
-		aps[id] = ids
+	for id, l := range v.local {
+		aps[id] = l.ids
 	}
 	v.apsOf = aps
 	v.used = make(map[int64]int, len(v.used))
@@ -409,7 +427,8 @@ func (v *fsView) countUsed(lo, hi int64) int {
 // Record tells the allocator that ap exists: this process created it, or
 // found it by its client token. Its uid and gid stay used until a listing
 // shows it (and then for as long as listings do), whatever listings that
-// lag behind say. Record before releasing the reservation the access point
+// lag behind say: those begun within ListingLag of the Record. A later one
+// that does not show it frees them (another process deleted it). Record before releasing the reservation the access point
 // was created with, so that its GID is never free in between.
 func (a *Allocator) Record(ap efs.AccessPoint) {
 	a.mu.Lock()
@@ -417,7 +436,7 @@ func (a *Allocator) Record(ap efs.AccessPoint) {
 	v := a.view(ap.FileSystemID)
 	delete(v.deleted, ap.ID)
 	ids := idsOf(ap)
-	v.local[ap.ID] = ids
+	v.local[ap.ID] = recorded{ids: ids, at: a.now()}
 	v.addAP(ap.ID, ids)
 }
 

@@ -619,3 +619,43 @@ func TestPickMatchesNaiveScan(t *testing.T) {
 		}
 	}
 }
+
+// An access point this process made and another process deleted is never
+// shown by a listing here, and before it stayed used for good: a range this
+// process saw full stayed full after every delete of another replica (the
+// simulator's wide worlds: three replicas of one record, a claim's create
+// answered on one and deleted on another, and every later create of the
+// 2-id range answered "no free GID"). A listing that began more than
+// ListingLag after the Record and does not show it frees its ids; one that
+// began within the lag does not.
+func TestRecordedAccessPointDeletedElsewhereIsFreed(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		after    time.Duration // from the Record to the listing's start
+		wantFree bool
+	}{
+		{"listing within the lag", 500 * time.Millisecond, false},
+		{"listing past the lag", 1500 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newSource()
+			clk := testutil.NewClock(time.Unix(1_000_000, 0))
+			a := New(src, Options{MaxAge: time.Minute, ListingLag: time.Second, Now: clk.Now})
+			commitAs(a, mustReserve(t, a, 7, 7, "vol"), "fsap-deleted-elsewhere") // never added to src
+			clk.Advance(tc.after)
+			if err := a.refresh(context.Background(), src, fs1, a.lockedView(fs1)); err != nil {
+				t.Fatal(err)
+			}
+			a.mu.Unlock()
+			if free := a.usedCount(fs1, 7) == 0; free != tc.wantFree {
+				t.Fatalf("GID 7 free = %v after a listing begun %v after the Record, want %v", free, tc.after, tc.wantFree)
+			}
+		})
+	}
+}
+
+// lockedView is fsID's view with a.mu held, as refresh wants it.
+func (a *Allocator) lockedView(fsID string) *fsView {
+	a.mu.Lock()
+	return a.view(fsID)
+}

@@ -65,12 +65,7 @@ func RandomConfig(seed uint64) Config {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	c := DefaultConfig()
 	c.Seed = seed
-	n := 1 + r.IntN(2)
-	c.Controllers, c.Own = nil, nil
-	for i := 0; i < n; i++ {
-		c.Controllers = append(c.Controllers, 1+r.IntN(2))
-		c.Own = append(c.Own, r.IntN(4) == 0)
-	}
+	c.drawClusters(r, 2)
 	c.Volumes = 1 + r.IntN(3)
 	c.Dups = r.IntN(2)
 	c.Writers = r.IntN(2)
@@ -105,6 +100,43 @@ func RandomConfig(seed uint64) Config {
 	}
 	// Drawn last: the draws above stay what they were before it existed.
 	c.During = r.IntN(4) == 0
+	return c
+}
+
+// drawClusters draws 1 to most clusters of 1 to most controllers each, a
+// quarter of them with a record per controller.
+func (c *Config) drawClusters(r *rand.Rand, most int) {
+	n := 1 + r.IntN(most)
+	c.Controllers, c.Own = nil, nil
+	for i := 0; i < n; i++ {
+		c.Controllers = append(c.Controllers, 1+r.IntN(most))
+		c.Own = append(c.Own, r.IntN(4) == 0)
+	}
+}
+
+// WideConfig is RandomConfig's world made larger and harsher, for searches
+// outside the space the protocol was tuned on (make sim with
+// SIM_ARGS=-sim.wide): up to three clusters of three controllers, six
+// volumes with up to three duplicate callers each, up to a dozen faults at
+// up to 50% a release, more kills and forgets, and longer runs. It draws
+// from its own stream, after RandomConfig's.
+func WideConfig(seed uint64) Config {
+	c := RandomConfig(seed)
+	r := rand.New(rand.NewPCG(seed, 0x71de))
+	c.drawClusters(r, 3)
+	c.Volumes = 1 + r.IntN(6)
+	c.Dups = r.IntN(4)
+	c.Writers = max(c.Writers, r.IntN(3))
+	c.GIDs = 1 + r.IntN(8)
+	c.Faults = r.IntN(13)
+	c.FaultPct = 10 + r.IntN(41)
+	c.Kills = r.IntN(4)
+	c.Forgets = r.IntN(3)
+	c.Steps = 20 + r.IntN(180)
+	c.MaxSteps = 6000
+	if c.Abandon > c.Volumes {
+		c.Abandon = c.Volumes
+	}
 	return c
 }
 

@@ -22,7 +22,16 @@ var (
 	shrink      = flag.Bool("sim.shrink", true, "shrink a failing seed of a kind not known (knownBulk) and write it under testdata/found/")
 	shrinkKnown = flag.Bool("sim.shrinkknown", false, "with -sim.shrink, shrink seeds of known kinds too")
 	listSeeds   = flag.Bool("sim.list", false, "log every failing seed: its kind and config")
+	wide        = flag.Bool("sim.wide", false, "TestSchedules draws WideConfig's larger, harsher worlds")
 )
+
+// configOf is the world TestSchedules runs for seed.
+func configOf(seed uint64) Config {
+	if *wide {
+		return WideConfig(seed)
+	}
+	return RandomConfig(seed)
+}
 
 // runOne runs cfg (script: nil = generate) in a bubble of its own.
 func runOne(t *testing.T, cfg Config, script []string, trace bool) *Result {
@@ -44,8 +53,8 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	if *oneSeed != 0 {
-		r := runOne(t, RandomConfig(*oneSeed), nil, true)
-		t.Logf("config: %s\n%s", RandomConfig(*oneSeed), strings.Join(r.Trace, "\n"))
+		r := runOne(t, configOf(*oneSeed), nil, true)
+		t.Logf("config: %s\n%s", configOf(*oneSeed), strings.Join(r.Trace, "\n"))
 		for _, v := range r.Violations {
 			t.Errorf("seed %d: %s", *oneSeed, v)
 		}
@@ -75,16 +84,16 @@ func TestSchedules(t *testing.T) {
 				if deadline.IsZero() && seed >= *first+uint64(n) || !deadline.IsZero() && time.Now().After(deadline) {
 					return
 				}
-				r := runOne(t, RandomConfig(seed), nil, false)
+				r := runOne(t, configOf(seed), nil, false)
 				done.Add(1)
 				steps.Add(int64(r.Steps))
 				if r.Failed() {
 					mu.Lock()
-					k := r.Kind() + "/" + RandomConfig(seed).Topology()
+					k := r.Kind() + "/" + configOf(seed).Topology()
 					failed[k] = append(failed[k], seed)
 					mu.Unlock()
 					if *listSeeds {
-						t.Logf("FAILING %s %s", k, RandomConfig(seed))
+						t.Logf("FAILING %s %s", k, configOf(seed))
 					}
 				}
 			}
@@ -95,7 +104,7 @@ func TestSchedules(t *testing.T) {
 	t.Logf("%d schedules (%d decisions) in %v: %.0f schedules/s, %.0f decisions/s, %d workers",
 		done.Load(), steps.Load(), el.Round(time.Millisecond), float64(done.Load())/el.Seconds(), float64(steps.Load())/el.Seconds(), workers)
 	for kind, ss := range failed {
-		cfg := RandomConfig(ss[0])
+		cfg := configOf(ss[0])
 		r := runOne(t, cfg, nil, false)
 		msg := fmt.Sprintf("%d seeds break %q, first %d (%s): %s", len(ss), kind, ss[0], cfg, strings.Join(r.Violations, "; "))
 		if *shrink && (!knownKind(kind) || *shrinkKnown) {
