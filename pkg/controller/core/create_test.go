@@ -132,6 +132,13 @@ func TestCreateSteps(t *testing.T) {
 		{"release 0", ok}, // the volume's own sequence chooses
 		{"candidate from 0", give(Result{ID: 60001, N: 0})},
 	}
+	// made while its volume was being deleted: the record write says so.
+	madeWhileDeleting := func() []step {
+		return append(append([]step{}, fresh...),
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
+			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
+			step{"record " + apID, give(Result{Err: journal.ErrDeleting})}, step{"detach", ok})
+	}
 	for _, tc := range []struct {
 		name  string
 		steps []step
@@ -170,17 +177,24 @@ func TestCreateSteps(t *testing.T) {
 			step{"release unsent 60001", ok}, step{"set ids 60001 -> 60002", setIDs},
 			step{"hold", ok}, step{"create " + g2 + " gid=60002", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, ok}, step{"answer " + apID, ok})},
-		{"made while its volume was being deleted: deleted, never answered", append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
-			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
-			step{"record " + apID, give(Result{Err: journal.ErrDeleting})}, step{"detach", ok},
+		{"made while its volume was being deleted: deleted, never answered", append(madeWhileDeleting(),
 			step{"release moved 60001", ok}, step{"hold for sweep 60001", ok}, // no create sends its token now
 			step{"delete " + apID, ok}, step{"log access point deleted", ok}, step{"release sweep 60001", ok},
 			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error(), ok})},
-		{"made for a life whose next one holds its id: kept, for that life to adopt", append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
-			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
-			step{"record " + apID, give(Result{Err: journal.ErrDeleting})}, step{"detach", ok},
+		{"a cleanup write the store failed is sent again: the access point still goes", append(madeWhileDeleting(),
+			step{"release moved 60001", give(Result{Err: journal.ErrUnavailable})},
+			step{"release moved 60001", ok},
+			step{"hold for sweep 60001", give(Result{Err: journal.ErrUnavailable})},
+			step{"hold for sweep 60001", give(Result{Err: journal.ErrUnavailable})},
+			step{"hold for sweep 60001", ok},
+			step{"delete " + apID, ok}, step{"log access point deleted", ok}, step{"release sweep 60001", ok},
+			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error(), ok})},
+		{"a cleanup gives up after three writes the store failed: the sweep's then", append(madeWhileDeleting(),
+			step{"release moved 60001", give(Result{Err: journal.ErrUnavailable})},
+			step{"release moved 60001", give(Result{Err: journal.ErrUnavailable})},
+			step{"release moved 60001", give(Result{Err: journal.ErrUnavailable})},
+			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error() + "\n" + journal.ErrUnavailable.Error(), ok})},
+		{"made for a life whose next one holds its id: kept, for that life to adopt", append(madeWhileDeleting(),
 			step{"release moved 60001", ok}, step{"hold for sweep 60001", give(Result{Err: journal.ErrIDTaken, Token: name})},
 			step{"read record hint=false", begun(rec(), false)}, // the next life, sending the same GID token
 			step{"log access point kept: the volume's next create adopts it, or the collector's sweep deletes it", ok},

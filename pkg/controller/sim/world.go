@@ -318,11 +318,15 @@ func (p *efsPort) CreateAccessPoint(ctx context.Context, in efs.CreateAccessPoin
 }
 
 func (p *efsPort) DeleteAccessPoint(ctx context.Context, id string) error {
+	// Asked for, whatever EFS answers (a fault before it is applied too):
+	// one whose delete failed is the collector's (checkNamed).
+	p.s.mu.Lock()
+	if _, a := p.s.efs.find(id); a != nil {
+		a.delTried = true
+	}
+	p.s.mu.Unlock()
 	_, err := p.s.park(ctx, p.inst, kindEFS, "DeleteAccessPoint "+id, func() (any, error) {
 		_, a := p.s.efs.find(id)
-		if a != nil {
-			a.delTried = true
-		}
 		if a != nil && !a.driver && !p.s.answeredAP(id) {
 			p.s.violate("foreign: %s deleted %s, made by %s (%s), which no DeleteVolume named", p.inst.name, id, a.maker, a.ap.ClientToken)
 		}
