@@ -275,3 +275,28 @@ func TestMarkBoundOnlyTheLifeRead(t *testing.T) {
 		t.Errorf("the next life after MarkBound of the one read: bound %v (%v), want not bound", got != nil && got.Bound, err)
 	}
 }
+
+// SetAccessPoint is the last write before a create's answer, so it is
+// always written, at the version the caller read: the write proves the
+// record, at that moment, of the same life, naming the access point and
+// not being deleted. When the record read named the access point already,
+// it wrote nothing, and a create answered an access point that its
+// volume's delete had marked and deleted meanwhile (the simulator's wide
+// worlds, seed 319061).
+func TestSetAccessPointAlreadyNamedStillConfirms(t *testing.T) {
+	ctx := context.Background()
+	j := journal.New(journal.NewMemory())
+	v := journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", AccessPoint: "fsap-1"}
+	rec, _, err := j.Begin(ctx, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := *rec // a create's copy, naming fsap-1
+	if err := j.MarkDeleting(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	made := journal.Made{ID: "fsap-1", Path: "/pvc-1"}
+	if err := j.SetAccessPoint(ctx, &read, made, false); !errors.Is(err, journal.ErrDeleting) {
+		t.Fatalf("SetAccessPoint of the access point a record being deleted names: %v, want ErrDeleting", err)
+	}
+}

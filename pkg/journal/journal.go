@@ -646,7 +646,10 @@ type Made struct {
 // earlier release's later generation). replace: ap was just created with
 // the record's token, which proves the access point the record named
 // before is gone (EFS binds a token to one access point); otherwise a
-// record naming another access point is an error.
+// record naming another access point is an error. It is always written,
+// also when r names ap already: it is a create's last step before its
+// answer, and its compare-and-swap confirms the record (ErrDeleting once
+// a delete has marked it).
 func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, ap Made, replace bool) error {
 	if ap.Token == r.Token {
 		ap.Token = ""
@@ -656,10 +659,11 @@ func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, ap Made, replac
 		if err := ofLife(created, v); err != nil {
 			return false, err
 		}
-		if v.AccessPoint == ap.ID && v.Path == ap.Path && v.ClientToken == ap.Token && v.UID == ap.UID &&
-			v.GID == ap.GID && v.Allocated == ap.Allocated {
-			return false, nil
-		}
+		// Written even when the record names ap already: the write, at
+		// the version read, is what proves the record of this life and
+		// not being deleted when the create answers after it (a no-op
+		// here answered an access point the volume's delete had marked
+		// and deleted meanwhile: the simulator's wide seed 319061).
 		if ap.Sent != "" && v.SentToken() != ap.Sent {
 			return false, fmt.Errorf("%w: %s on %s, token %q, the record's is %q", ErrStaleToken, ap.ID, v.FileSystem, ap.Sent, v.SentToken())
 		}
