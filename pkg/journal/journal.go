@@ -317,14 +317,9 @@ func (j *Journal) ReleaseOrphanID(ctx context.Context, fs string, id int64, toke
 // the delete's compare-and-swap fails and both are read again.
 func (j *Journal) releaseUnless(ctx context.Context, fs string, id int64, token string, keep func(cur *Record) bool) (bool, error) {
 	for range maxConflicts {
-		e, err := j.s.Get(ctx, idKey(fs, id))
-		switch {
-		case errors.Is(err, ErrNotFound):
-			return false, nil
-		case err != nil:
+		e, err := j.heldFor(ctx, fs, id, token, false)
+		if err != nil || e == nil {
 			return false, err
-		case string(e.Value) != token:
-			return false, nil
 		}
 		cur, err := j.Volume(ctx, fs, token)
 		switch {
@@ -337,7 +332,7 @@ func (j *Journal) releaseUnless(ctx context.Context, fs string, id int64, token 
 			// sends under it), and its Finish may have released it
 			// already: an entry made since is nobody's.
 		}
-		switch err := j.s.Delete(ctx, e); {
+		switch err := j.s.Delete(ctx, *e); {
 		case err == nil:
 			return true, nil
 		case !errors.Is(err, ErrConflict):
