@@ -33,6 +33,9 @@ type simAP struct {
 	call     *callTag
 	inst     *instance
 	delTried bool
+	// lost: its CreateAccessPoint's answer was lost, so its maker never
+	// learned its ID and cannot delete it (checkNamed).
+	lost bool
 }
 
 // fileSystem is one EFS file system.
@@ -303,14 +306,20 @@ func (p *efsPort) CreateAccessPoint(ctx context.Context, in efs.CreateAccessPoin
 		gid = in.PosixUser.GID
 	}
 	t, _ := ctx.Value(tagKey{}).(*callTag)
+	var made *simAP
 	v, err := p.s.park(ctx, p.inst, kindEFS, fmt.Sprintf("CreateAccessPoint %s gid=%d", in.ClientToken, gid), func() (any, error) {
 		ap, err := p.s.efs.create(in, p.inst.name, true)
 		if err == nil {
-			_, a := p.s.efs.find(ap.ID)
-			a.call, a.inst = t, p.inst
+			_, made = p.s.efs.find(ap.ID)
+			made.call, made.inst = t, p.inst
 		}
 		return ap, err
 	})
+	if errors.Is(err, errLost) && made != nil {
+		p.s.mu.Lock()
+		made.lost = true
+		p.s.mu.Unlock()
+	}
 	if err != nil {
 		return nil, err
 	}
