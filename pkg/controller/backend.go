@@ -156,7 +156,7 @@ func (s *Service) backend(ctx context.Context, b Backend) (*Service, error) {
 	}
 	svc := &Service{efs: client, mounter: s.mounter, log: s.log.With(slog.String("backend", b.String())), api: b.API, shared: s.shared}
 	if d, ok := client.(FileSystemDescriber); ok {
-		svc.zones = newZoneCache(d, s.now) // the backend's file systems are described as its own
+		svc.describer = d // the backend's file systems are described as its own
 	}
 	if mounter != nil {
 		svc.mounter = mounter

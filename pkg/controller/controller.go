@@ -157,9 +157,11 @@ type Service struct {
 	csi.UnimplementedControllerServer
 	efs     EFS
 	mounter FileSystemMounter
-	zones   *zoneCache // nil without Config.Zones
-	log     *slog.Logger
-	api     API
+	// describer: the zones of file systems (topology.go); nil without
+	// Config.Zones.
+	describer FileSystemDescriber
+	log       *slog.Logger
+	api       API
 
 	*shared
 }
@@ -195,11 +197,6 @@ type shared struct {
 
 	// fss: this process's state of each file system (fsstate.go).
 	fss *fileSystems
-
-	// finished: the deletes this process finished, so that a repeat costs
-	// no request either (finished.go). A create drops its name's entries
-	// under its locks.
-	finished *finishedDeletes
 
 	// dirs: the file systems mounted for making directory volumes
 	// (createdir.go).
@@ -268,10 +265,6 @@ func New(cfg Config) (*Service, error) {
 		// long enough that listing stays a small share of the API calls.
 		cfg.GIDOptions.MaxAge = time.Minute
 	}
-	var zones *zoneCache
-	if cfg.Zones != nil {
-		zones = newZoneCache(cfg.Zones, cfg.Now)
-	}
 	listings := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) ([]efs.AccessPoint, error) {
 		return efs.Collect(ctx, k.client.ListAccessPoints, k.fsID)
 	})
@@ -280,14 +273,13 @@ func New(cfg Config) (*Service, error) {
 		return newView(ctx, k.client, j, k.fsID, cfg.Now())
 	})
 	return &Service{
-		efs: cfg.EFS, mounter: cfg.Mounter, zones: zones, log: cfg.Logger,
+		efs: cfg.EFS, mounter: cfg.Mounter, describer: cfg.Zones, log: cfg.Logger,
 		shared: &shared{
 			refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 			locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDOptions), journal: j,
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
-			finished: newFinishedDeletes(),
-			fss:      newFileSystems(), dirs: &dirMounts{},
+			fss: newFileSystems(), dirs: &dirMounts{},
 		},
 	}, nil
 }

@@ -413,8 +413,7 @@ func (s *Service) mountRoot(ctx context.Context, fsID string) (string, error) {
 // then Finish (id, then record).
 func (s *Service) deleteDirVolume(ctx context.Context, id volume.ID) (*csi.DeleteVolumeResponse, error) {
 	token := volume.DirToken(id.Path)
-	fkey := s.finishedKey(id.FileSystemID, "dir:"+token)
-	if s.finished.done(fkey, s.now()) {
+	if s.fs(id.FileSystemID).deleteFinished(dirKey(token), s.now()) {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	began := s.now()
@@ -465,7 +464,7 @@ func (s *Service) deleteDirVolume(ctx context.Context, id volume.ID) (*csi.Delet
 		return nil, err
 	}
 	s.log.Info("directory volume deleted", slog.String("volumeID", id.String()), slog.Bool("directoryRemoved", s.delRoot))
-	s.finished.add(fkey, locks, s.now())
+	s.fs(rec.FileSystem).finishDelete(dirKey(token), locks, s.now())
 	return &csi.DeleteVolumeResponse{}, nil
 }
 

@@ -194,22 +194,19 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	case core.Burned:
 		r.Yes = s.fs(e.FileSystem).burned(e.Token, s.now())
 	case core.Recall:
-		r.Yes = s.finished.done(s.finishedKey(e.FileSystem, e.AccessPoint), s.now())
+		r.Yes = s.fs(e.FileSystem).deleteFinished(e.AccessPoint, s.now())
 	case core.Forget:
 		s.fs(e.FileSystem).dropAnswer(e.AccessPoint)
 	case core.Remember:
-		s.finished.add(s.finishedKey(e.FileSystem, e.AccessPoint), e.Locks, s.now())
+		s.fs(e.FileSystem).finishDelete(e.AccessPoint, e.Locks, s.now())
 	case core.ForgetFinished:
-		s.finished.dropNames(e.Names)
+		s.fs(e.FileSystem).forgetFinished(e.Names)
 	case core.Answered:
 		if a, ok := s.fs(e.FileSystem).answered(e.Name); ok {
 			r.AP, r.At = a.ap, a.at
 		}
 	case core.RememberAnswer:
-		s.fs(e.AP.FileSystemID).remember(e.Name, e.AP, s.now())
-		if e.Made {
-			s.finished.drop(s.finishedKey(e.AP.FileSystemID, e.AP.ID))
-		}
+		s.fs(e.AP.FileSystemID).remember(e.Name, e.AP, e.Made, s.now())
 	case core.Creating:
 		x.ended = s.fs(e.FileSystem).creating(e.Token, e.Name, e.Root, s.now)
 	case core.CreateEnded:

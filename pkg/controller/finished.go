@@ -1,9 +1,6 @@
 package controller
 
-import (
-	"sync"
-	"time"
-)
+import "time"
 
 // finishedDeletes are the volumes whose DeleteVolume this process finished:
 // their access point deleted (or proven gone) and their record removed. A
@@ -24,8 +21,11 @@ import (
 //
 // Bounded in time (finishedFresh) and size (maxFinished, the oldest go
 // first): a repeat that finds nothing costs what it did before.
+//
+// One per file system, in its fsState and under its lock (the keys are
+// the file system's access point IDs, and "dir:" and a directory volume's
+// token).
 type finishedDeletes struct {
-	mu     sync.Mutex
 	byKey  map[string]finished
 	byName map[string]map[string]bool // name lock -> keys remembered under it
 	order  []finishedAt               // in the order added, for the bounds
@@ -54,18 +54,9 @@ func newFinishedDeletes() *finishedDeletes {
 	return &finishedDeletes{byKey: map[string]finished{}, byName: map[string]map[string]bool{}}
 }
 
-// finishedKey names a volume of this Service's API by what its ID says:
-// the file system and the access point (the ID's other forms name the same
-// volume).
-func (s *Service) finishedKey(fsID, apID string) string {
-	return string(s.api) + "/" + fsID + "/" + apID
-}
-
 // add remembers that key's delete finished at now; names are the name locks
 // the delete holds while it calls add.
 func (f *finishedDeletes) add(key string, names []string, now time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.dropLocked(key)
 	f.byKey[key] = finished{at: now, names: names}
 	for _, n := range names {
@@ -80,8 +71,6 @@ func (f *finishedDeletes) add(key string, names []string, now time.Time) {
 
 // done reports whether key's delete finished within finishedFresh.
 func (f *finishedDeletes) done(key string, now time.Time) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	e, ok := f.byKey[key]
 	return ok && now.Sub(e.at) < finishedFresh
 }
@@ -89,8 +78,6 @@ func (f *finishedDeletes) done(key string, now time.Time) bool {
 // dropNames forgets every finished delete remembered under one of names:
 // a create of the volume is under way (called under its name locks).
 func (f *finishedDeletes) dropNames(names []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	for _, n := range names {
 		for key := range f.byName[n] {
 			f.dropLocked(key)
@@ -100,8 +87,6 @@ func (f *finishedDeletes) dropNames(names []string) {
 
 // drop forgets key: a create answered its volume ID.
 func (f *finishedDeletes) drop(key string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.dropLocked(key)
 }
 
@@ -136,7 +121,5 @@ func (f *finishedDeletes) pruneLocked(now time.Time) {
 
 // len is how many finished deletes are remembered (tests).
 func (f *finishedDeletes) len() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	return len(f.byKey)
 }

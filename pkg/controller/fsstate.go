@@ -16,7 +16,7 @@ import (
 // across accounts and APIs). The record (pkg/journal), the allocator's
 // view (pkg/gid) and the volume locks (pkg/keylock) keep their own; what
 // is here is every other thing a create or delete remembers of a file
-// system between calls. Entries are never dropped: one per file system
+// system between calls (and its zone, for placement). Entries are never dropped: one per file system
 // this controller provisions on.
 type fileSystems struct {
 	mu   sync.Mutex
@@ -34,7 +34,7 @@ func (f *fileSystems) of(fsID string) *fsState {
 		st = &fsState{invisible: map[string]time.Time{}, outside: map[string]string{}, deleting: map[string]int{}, deleted: map[string]time.Time{},
 			creates: newPathIndex(), createOf: map[string]createEntry{},
 			answers: map[string]answer{}, answerOf: map[string]string{},
-			taken: map[int64]string{}, takenBy: map[string]int64{}}
+			taken: map[int64]string{}, takenBy: map[string]int64{}, finished: newFinishedDeletes()}
 		f.byID[fsID] = st
 	}
 	return st
@@ -102,10 +102,63 @@ type fsState struct {
 	answers  map[string]answer
 	answerOf map[string]string
 
+	// finished: the deletes this process finished here, so that a repeat
+	// costs no request either (finished.go). A create drops its name's
+	// entries under its locks.
+	finished *finishedDeletes
+
 	// dirs: this process has provisioned a directory volume here, so the
 	// allocator's listings add the record's directory volumes (dirSource).
 	dirs bool
+
+	// zone: the file system's availability zone ("" for a regional one)
+	// as described at zoneAt (zero: never), for placement and topology
+	// (Service.zone).
+	zone   string
+	zoneAt time.Time
 }
+
+// knownZone is the zone described within zoneFresh before now.
+func (st *fsState) knownZone(now time.Time) (string, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.zone, !st.zoneAt.IsZero() && now.Sub(st.zoneAt) < zoneFresh
+}
+
+// setZone notes the zone described at now.
+func (st *fsState) setZone(zone string, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.zone, st.zoneAt = zone, now
+}
+
+// deleteFinished reports whether the delete of key (an access point ID,
+// or dirKey's) finished here within finishedFresh.
+func (st *fsState) deleteFinished(key string, now time.Time) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.finished.done(key, now)
+}
+
+// finishDelete remembers that key's delete finished at now; names are the
+// name locks the delete holds while it calls this.
+func (st *fsState) finishDelete(key string, names []string, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.finished.add(key, names, now)
+}
+
+// forgetFinished forgets every finished delete remembered under one of
+// names: a create of the volume is under way (called under its name
+// locks).
+func (st *fsState) forgetFinished(names []string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.finished.dropNames(names)
+}
+
+// dirKey is the finished-delete key of the directory volume of token.
+func dirKey(token string) string { return "dir:" + token }
 
 // provisionsDirs notes that this process provisions directory volumes here.
 func (st *fsState) provisionsDirs() {
@@ -369,13 +422,16 @@ func (st *fsState) answered(name string) (answer, bool) {
 
 // remember records that this process answered ap for the volume name at
 // at (under the volume's name lock).
-func (st *fsState) remember(name string, ap *efs.AccessPoint, at time.Time) {
+func (st *fsState) remember(name string, ap *efs.AccessPoint, made bool, at time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if old, ok := st.answers[name]; ok {
 		delete(st.answerOf, old.ap.ID)
 	}
 	st.answers[name], st.answerOf[ap.ID] = answer{ap, at}, name
+	if made {
+		st.finished.drop(ap.ID)
+	}
 }
 
 // dropAnswer stops answering repeats of apID's volume from memory: called

@@ -78,10 +78,10 @@ func (s *Service) place(ctx context.Context, name string, params volume.Params, 
 // One Zone file system in none of them; "" when it can (Regional, in one,
 // no requirement, or zones not known to this controller).
 func (s *Service) zoneMismatch(ctx context.Context, fs string, req *csi.TopologyRequirement) string {
-	if s.zones == nil || len(requisiteZones(req.GetRequisite())) == 0 {
+	if s.describer == nil || len(requisiteZones(req.GetRequisite())) == 0 {
 		return ""
 	}
-	zone, err := s.zones.zone(ctx, fs)
+	zone, err := s.zone(ctx, fs)
 	switch {
 	case err != nil:
 		return "not reachable: " + err.Error()

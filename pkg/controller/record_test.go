@@ -228,7 +228,11 @@ func TestCreateAfterAFinishedDeleteThenDeleteReallyDeletes(t *testing.T) {
 	if store.Len() != 0 {
 		t.Errorf("%d record entries left: the second delete was answered from memory", store.Len())
 	}
-	if n := b.svc.finished.len(); n != 1 {
+	st := b.svc.fs(testFS)
+	st.mu.Lock()
+	n := st.finished.len()
+	st.mu.Unlock()
+	if n != 1 {
 		t.Errorf("%d finished deletes remembered, want the last one", n)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -38,52 +37,25 @@ type FileSystemDescriber interface {
 
 // zoneFresh is how long a file system's zone is reused without asking EFS
 // again. The zone of a file system never changes, so any bound is correct;
-// the cache only saves a burst of claims of a One Zone class one
-// DescribeFileSystems each (an API with its own, account-wide throttle). The
-// bound keeps the map from holding file systems no class names any more,
-// and lets a file system ID that was deleted be looked up again.
+// remembering it only saves a burst of claims of a One Zone class one
+// DescribeFileSystems each (an API with its own, account-wide throttle).
+// The bound lets a file system ID that was deleted be looked up again.
 const zoneFresh = 10 * time.Minute
 
-// zoneCache remembers file systems' zones ("" for a regional one). Errors
-// are never cached.
-type zoneCache struct {
-	describe FileSystemDescriber
-	now      func() time.Time
-
-	mu    sync.Mutex
-	zones map[string]zoneEntry
-}
-
-type zoneEntry struct {
-	zone string
-	at   time.Time
-}
-
-func newZoneCache(d FileSystemDescriber, now func() time.Time) *zoneCache {
-	return &zoneCache{describe: d, now: now, zones: map[string]zoneEntry{}}
-}
-
-// zone returns fsID's availability zone, "" for a regional file system.
-func (c *zoneCache) zone(ctx context.Context, fsID string) (string, error) {
-	now := c.now()
-	c.mu.Lock()
-	e, ok := c.zones[fsID]
-	c.mu.Unlock()
-	if ok && now.Sub(e.at) < zoneFresh {
-		return e.zone, nil
+// zone returns fsID's availability zone, "" for a regional file system:
+// as its fsState remembers it from within zoneFresh, else described
+// through this Service's describer (a backend's file systems are described
+// through its own credentials). Errors are never remembered.
+func (s *Service) zone(ctx context.Context, fsID string) (string, error) {
+	st := s.fs(fsID)
+	if zone, ok := st.knownZone(s.now()); ok {
+		return zone, nil
 	}
-	fs, err := c.describe.DescribeFileSystem(ctx, fsID)
+	fs, err := s.describer.DescribeFileSystem(ctx, fsID)
 	if err != nil {
 		return "", err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for id, old := range c.zones { // few entries: one per file system of a zonal class
-		if now.Sub(old.at) >= zoneFresh {
-			delete(c.zones, id)
-		}
-	}
-	c.zones[fsID] = zoneEntry{fs.AvailabilityZoneName, now}
+	st.setZone(fs.AvailabilityZoneName, s.now())
 	return fs.AvailabilityZoneName, nil
 }
 
@@ -97,10 +69,10 @@ func (s *Service) topology(ctx context.Context, params volume.Params, req *csi.T
 	if !params.EnforceZoneAffinity {
 		return nil, nil
 	}
-	if s.zones == nil {
+	if s.describer == nil {
 		return nil, fmt.Errorf("%w: %s needs a file system describer, which this controller has none of", ErrNotSupported, volume.ParamEnforceZoneAffinity)
 	}
-	zone, err := s.zones.zone(ctx, params.FileSystemID)
+	zone, err := s.zone(ctx, params.FileSystemID)
 	if err != nil {
 		return nil, fmt.Errorf("%s: describe file system %s: %w", volume.ParamEnforceZoneAffinity, params.FileSystemID, err)
 	}

@@ -13,7 +13,10 @@ type (
 	// ForgetFinished drops this process's memory of finished deletes of
 	// the volume's names (Recall): whatever this create answers, a delete
 	// of it must go the whole way. No result.
-	ForgetFinished struct{ Names []string }
+	ForgetFinished struct {
+		FileSystem string
+		Names      []string
+	}
 	// CreateDir hands the call, under the locks taken, to the
 	// directory-volume create (pkg/controller's createdir.go).
 	CreateDir struct{}
@@ -64,7 +67,7 @@ func NewCreateVolume(cfg CreateConfig, p *Plan, now time.Time) *Create {
 		if c.failed(r) {
 			return
 		}
-		c.do(ForgetFinished{Names: p.Locks()}, func(Result) {
+		c.do(ForgetFinished{FileSystem: p.Params.FileSystemID, Names: p.Locks()}, func(Result) {
 			if p.Dir {
 				c.do(CreateDir{}, nil)
 				return
