@@ -268,6 +268,9 @@ func New(cfg Config) (*Service, error) {
 	listings := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) ([]efs.AccessPoint, error) {
 		return efs.Collect(ctx, k.client.ListAccessPoints, k.fsID)
 	})
+	fss := newFileSystems()
+	gidOpts := cfg.GIDOptions
+	gidOpts.Home = fss.gidView // the allocator's view of a file system is in its fsState, under its lock
 	j := journal.NewClocked(cfg.Journal, cfg.Now)
 	views := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) (*rootView, error) {
 		return newView(ctx, k.client, j, k.fsID, cfg.Now())
@@ -276,10 +279,10 @@ func New(cfg Config) (*Service, error) {
 		efs: cfg.EFS, mounter: cfg.Mounter, describer: cfg.Zones, log: cfg.Logger,
 		shared: &shared{
 			refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
-			locks: keylock.New(), gids: gid.New(cfg.EFS, cfg.GIDOptions), journal: j,
+			locks: keylock.New(), gids: gid.New(cfg.EFS, gidOpts), journal: j,
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
 			backends: cfg.Backends, others: map[Backend]*Service{},
-			fss: newFileSystems(), dirs: &dirMounts{},
+			fss: fss, dirs: &dirMounts{},
 		},
 	}, nil
 }

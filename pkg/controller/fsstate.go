@@ -7,16 +7,18 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // fileSystems holds this process's state of each file system it has seen,
 // one fsState each, shared by every backend (file system IDs are unique
-// across accounts and APIs). The record (pkg/journal), the allocator's
-// view (pkg/gid) and the volume locks (pkg/keylock) keep their own; what
-// is here is every other thing a create or delete remembers of a file
-// system between calls (and its zone, for placement). Entries are never dropped: one per file system
+// across accounts and APIs). The record (pkg/journal) and the volume
+// locks (pkg/keylock) keep their own; what is here is every other thing a
+// create or delete remembers of a file system between calls, the GID
+// allocator's view included (pkg/gid keeps it under fsState's lock), and
+// its zone, for placement. Entries are never dropped: one per file system
 // this controller provisions on.
 type fileSystems struct {
 	mu   sync.Mutex
@@ -40,13 +42,25 @@ func (f *fileSystems) of(fsID string) *fsState {
 	return st
 }
 
+// gidView is the allocator's view of fsID and its lock (gid.Options.Home):
+// part of fsID's state, under its one lock.
+func (f *fileSystems) gidView(fsID string) (*gid.View, sync.Locker) {
+	st := f.of(fsID)
+	return &st.gids, &st.mu
+}
+
 // fs is fsID's state.
 func (s *Service) fs(fsID string) *fsState { return s.fss.of(fsID) }
 
 // fsState is what this process knows of one file system, under one lock.
 // Nothing blocks while it is held: no request, no callback of a caller.
+// No method of it calls the allocator (pkg/gid), which takes the lock.
 type fsState struct {
 	mu sync.Mutex
+
+	// gids: the GID allocator's view (pkg/gid, which keeps it under mu:
+	// gidView). Only the allocator reads or writes it.
+	gids gid.View
 
 	// From the allocator's last complete listing (watchedSource,
 	// otherclusters.go): the ids (uid and gid), sorted, that other

@@ -59,6 +59,13 @@ type Options struct {
 	// their searches at different GIDs for the same volume, so two writers
 	// that cannot see each other's reservations rarely collide.
 	Seed string
+	// Home, if set, is where each file system's View lives and the lock
+	// that guards it: the caller's own state of that file system, so that
+	// one file system's state is under one lock (pkg/controller's
+	// fsState). It returns the same pair for every call with one fsID, and
+	// nothing that holds the lock may call the Allocator. Default: the
+	// Allocator keeps each View with a mutex of its own.
+	Home func(fsID string) (*View, sync.Locker)
 }
 
 // Allocator hands out GIDs per file system. It is safe for concurrent use.
@@ -70,16 +77,25 @@ type Allocator struct {
 	log    *slog.Logger
 	seed   string
 
-	mu  sync.Mutex
-	fss map[string]*fsView
+	home func(fsID string) (*View, sync.Locker)
+
+	mu    sync.Mutex       // guards views: which View and lock each file system has
+	views map[string]homed // by file system ID
 
 	// waiting, if set, is called (without the lock) when a caller starts
 	// waiting for another caller's listing. Tests use it to order events.
 	waiting func()
 }
 
-// fsView is what the allocator knows about one file system. Guarded by
-// Allocator.mu.
+// homed is a file system's View and the lock that guards it.
+type homed struct {
+	v  *View
+	mu sync.Locker
+}
+
+// View is what the allocator knows about one file system, guarded by the
+// lock Options.Home gives with it. Its zero value is ready; it must not be
+// copied once used.
 //
 // It is kept per access point ID, not per GID count, because a listing is a
 // snapshot of some moment while it ran (or of a lagging replica): it may or
@@ -98,7 +114,7 @@ type Allocator struct {
 // Every access point's uid and gid both count as used: classes that fix
 // the gid allocate the uid from the range, and a value that is any live
 // access point's uid or gid is never handed out.
-type fsView struct {
+type View struct {
 	listed   bool                // listedAPs holds a complete listing
 	listedAt time.Time           // when that listing started
 	gen      uint64              // listings completed
@@ -128,7 +144,8 @@ type listing struct {
 
 // New returns an Allocator reading access points from src.
 func New(src Source, opts Options) *Allocator {
-	a := &Allocator{src: src, maxAge: opts.MaxAge, lag: max(0, opts.ListingLag), now: opts.Now, log: opts.Logger, seed: opts.Seed, fss: map[string]*fsView{}}
+	a := &Allocator{src: src, maxAge: opts.MaxAge, lag: max(0, opts.ListingLag), now: opts.Now, log: opts.Logger, seed: opts.Seed,
+		home: opts.Home, views: map[string]homed{}}
 	if a.maxAge <= 0 {
 		a.maxAge = DefaultMaxAge
 	}
@@ -141,25 +158,42 @@ func New(src Source, opts Options) *Allocator {
 	return a
 }
 
-// view returns fsID's view, creating an empty one. Caller holds a.mu.
-func (a *Allocator) view(fsID string) *fsView {
-	v := a.fss[fsID]
-	if v == nil {
-		v = &fsView{apsOf: map[string][2]int64{}, local: map[string]recorded{}, deleted: map[string]bool{},
-			used: map[int64]int{}, reserved: map[int64]int{}, taken: map[int64]uint64{}}
-		a.fss[fsID] = v
+// view returns fsID's view, ready, and its lock, locked: the caller
+// unlocks it.
+func (a *Allocator) view(fsID string) (*View, sync.Locker) {
+	a.mu.Lock()
+	h, ok := a.views[fsID]
+	if !ok {
+		if a.home != nil {
+			h.v, h.mu = a.home(fsID)
+		} else {
+			h = homed{&View{}, &sync.Mutex{}}
+		}
+		a.views[fsID] = h
 	}
-	return v
+	a.mu.Unlock()
+	h.mu.Lock()
+	h.v.ready()
+	return h.v, h.mu
+}
+
+// ready makes v's maps. Caller holds its lock.
+func (v *View) ready() {
+	if v.apsOf != nil {
+		return
+	}
+	v.apsOf, v.local, v.deleted = map[string][2]int64{}, map[string]recorded{}, map[string]bool{}
+	v.used, v.reserved, v.taken = map[int64]int{}, map[int64]int{}, map[int64]uint64{}
 }
 
 // Reservation is a GID held for one create until Release. A create whose
 // outcome is unknown keeps its reservation (the access point may exist with
 // this GID) and hands it to the retry.
 type Reservation struct {
-	a        *Allocator
-	fsID     string
+	v        *View
+	mu       sync.Locker // v's
 	gid      int64
-	released bool // guarded by a.mu
+	released bool // guarded by mu
 }
 
 // GID is the reserved GID.
@@ -192,15 +226,14 @@ func (a *Allocator) ReserveFrom(ctx context.Context, src Source, fsID string, lo
 		return nil, fmt.Errorf("gid: invalid range [%d, %d]", lo, hi)
 	}
 	start := probeStart(lo, hi, a.seed+hint)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	v := a.view(fsID)
+	v, mu := a.view(fsID)
+	defer mu.Unlock()
 	startGen := v.gen
 	for {
 		// A listing completed during this call is fresh whatever the clock
 		// says, so a listing slower than MaxAge cannot loop forever.
 		if !v.listed || (v.gen == startGen && a.now().Sub(v.listedAt) > a.maxAge) {
-			if err := a.refresh(ctx, src, fsID, v); err != nil {
+			if err := a.refresh(ctx, src, fsID, v, mu); err != nil {
 				return nil, err
 			}
 			continue
@@ -208,24 +241,24 @@ func (a *Allocator) ReserveFrom(ctx context.Context, src Source, fsID string, lo
 		if g, ok := v.pick(lo, hi, start); ok {
 			v.reserved[g]++
 			v.sync(g)
-			return &Reservation{a: a, fsID: fsID, gid: g}, nil
+			return &Reservation{v: v, mu: mu, gid: g}, nil
 		}
 		if v.gen != startGen {
 			// Listed during this call and still full: really full.
 			return nil, fmt.Errorf("%w in [%d, %d] on %s (%d in use, %d reserved)", ErrExhausted, lo, hi, fsID, v.countUsed(lo, hi), len(v.reserved))
 		}
-		if err := a.refresh(ctx, src, fsID, v); err != nil {
+		if err := a.refresh(ctx, src, fsID, v, mu); err != nil {
 			return nil, err
 		}
 	}
 }
 
 // refresh lists fsID, or waits for the listing already running. Called and
-// returns with a.mu held; releases it while the listing runs.
-func (a *Allocator) refresh(ctx context.Context, src Source, fsID string, v *fsView) error {
+// returns with mu (v's lock) held; releases it while the listing runs.
+func (a *Allocator) refresh(ctx context.Context, src Source, fsID string, v *View, mu sync.Locker) error {
 	for {
 		if f := v.flight; f != nil {
-			a.mu.Unlock()
+			mu.Unlock()
 			if a.waiting != nil {
 				a.waiting()
 			}
@@ -233,7 +266,7 @@ func (a *Allocator) refresh(ctx context.Context, src Source, fsID string, v *fsV
 			case <-f.done:
 			case <-ctx.Done():
 			}
-			a.mu.Lock()
+			mu.Lock()
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("gid: waiting for the access point listing of %s: %w", fsID, err)
 			}
@@ -243,16 +276,16 @@ func (a *Allocator) refresh(ctx context.Context, src Source, fsID string, v *fsV
 			}
 			return f.err
 		}
-		return a.list(ctx, src, fsID, v)
+		return a.list(ctx, src, fsID, v, mu)
 	}
 }
 
-// list runs one listing. Called and returns with a.mu held.
-func (a *Allocator) list(ctx context.Context, src Source, fsID string, v *fsView) error {
+// list runs one listing. Called and returns with mu (v's lock) held.
+func (a *Allocator) list(ctx context.Context, src Source, fsID string, v *View, mu sync.Locker) error {
 	f := &listing{done: make(chan struct{})}
 	v.flight = f
 	began := a.now()
-	a.mu.Unlock()
+	mu.Unlock()
 
 	got := map[string][2]int64{}
 	err := src.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
@@ -262,7 +295,7 @@ func (a *Allocator) list(ctx context.Context, src Source, fsID string, v *fsView
 		return nil
 	})
 
-	a.mu.Lock()
+	mu.Lock()
 	if err != nil {
 		f.err = fmt.Errorf("gid: listing access points of %s: %w", fsID, err)
 	} else {
@@ -278,9 +311,10 @@ func (a *Allocator) list(ctx context.Context, src Source, fsID string, v *fsView
 }
 
 // merge replaces the view with a listing, keeping what this process knows
-// better (see fsView): what it recorded at or after settled (the listing's
-// start less the lag) and the listing does not show yet. Caller holds a.mu.
-func (v *fsView) merge(got map[string][2]int64, settled time.Time) {
+// better (see View): what it recorded at or after settled (the listing's
+// start less the lag) and the listing does not show yet. Caller holds v's
+// lock.
+func (v *View) merge(got map[string][2]int64, settled time.Time) {
 	for id, l := range v.local {
 		if _, ok := got[id]; ok || settled.After(l.at) {
 			delete(v.local, id) // the listing carries it now, or it is gone
@@ -337,8 +371,9 @@ func distinct(ids [2]int64) []int64 {
 	return ids[:]
 }
 
-// addAP and removeAP keep used and taken in step with apsOf. Caller holds a.mu.
-func (v *fsView) addAP(id string, ids [2]int64) {
+// addAP and removeAP keep used and taken in step with apsOf. Caller holds
+// v's lock.
+func (v *View) addAP(id string, ids [2]int64) {
 	if _, ok := v.apsOf[id]; ok {
 		return
 	}
@@ -349,7 +384,7 @@ func (v *fsView) addAP(id string, ids [2]int64) {
 	}
 }
 
-func (v *fsView) removeAP(id string) {
+func (v *View) removeAP(id string) {
 	ids, ok := v.apsOf[id]
 	if !ok {
 		return
@@ -374,7 +409,7 @@ func probeStart(lo, hi int64, hint string) int64 {
 }
 
 // pick returns the first free GID at or after start, wrapping around.
-func (v *fsView) pick(lo, hi, start int64) (int64, bool) {
+func (v *View) pick(lo, hi, start int64) (int64, bool) {
 	if g, ok := v.firstFree(start, hi); ok {
 		return g, true
 	}
@@ -385,7 +420,7 @@ func (v *fsView) pick(lo, hi, start int64) (int64, bool) {
 }
 
 // firstFree returns the lowest GID in [from, to] whose taken bit is clear.
-func (v *fsView) firstFree(from, to int64) (int64, bool) {
+func (v *View) firstFree(from, to int64) (int64, bool) {
 	for g := from; g <= to; {
 		word := g >> 6
 		free := ^v.taken[word] &^ (1<<(g&63) - 1) // clear bits of GIDs below g
@@ -401,7 +436,7 @@ func (v *fsView) firstFree(from, to int64) (int64, bool) {
 }
 
 // sync sets g's taken bit from its used count and reservation.
-func (v *fsView) sync(g int64) {
+func (v *View) sync(g int64) {
 	word, bit := g>>6, uint64(1)<<(g&63)
 	if v.used[g] > 0 || v.reserved[g] > 0 {
 		v.taken[word] |= bit
@@ -414,7 +449,7 @@ func (v *fsView) sync(g int64) {
 	}
 }
 
-func (v *fsView) countUsed(lo, hi int64) int {
+func (v *View) countUsed(lo, hi int64) int {
 	n := 0
 	for g, k := range v.used {
 		if k > 0 && g >= lo && g <= hi {
@@ -431,9 +466,8 @@ func (v *fsView) countUsed(lo, hi int64) int {
 // that does not show it frees them (another process deleted it). Record before releasing the reservation the access point
 // was created with, so that its GID is never free in between.
 func (a *Allocator) Record(ap efs.AccessPoint) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	v := a.view(ap.FileSystemID)
+	v, mu := a.view(ap.FileSystemID)
+	defer mu.Unlock()
 	delete(v.deleted, ap.ID)
 	ids := idsOf(ap)
 	v.local[ap.ID] = recorded{ids: ids, at: a.now()}
@@ -444,13 +478,13 @@ func (a *Allocator) Record(ap efs.AccessPoint) {
 // either with an access point that Record has been told about, or with the
 // proof that no access point carries it. Idempotent.
 func (r *Reservation) Release() {
-	r.a.mu.Lock()
-	defer r.a.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.released {
 		return
 	}
 	r.released = true
-	v := r.a.view(r.fsID)
+	v := r.v
 	if v.reserved[r.gid]--; v.reserved[r.gid] <= 0 {
 		delete(v.reserved, r.gid)
 	}
@@ -461,12 +495,8 @@ func (r *Reservation) Release() {
 // ids become free once no other live access point carries them; a listing
 // that still shows it does not bring them back.
 func (a *Allocator) Forget(fsID, apID string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	v := a.fss[fsID]
-	if v == nil {
-		return
-	}
+	v, mu := a.view(fsID)
+	defer mu.Unlock()
 	delete(v.local, apID)
 	v.deleted[apID] = true
 	v.removeAP(apID)
@@ -481,11 +511,10 @@ func (a *Allocator) Count(ctx context.Context, src Source, fsID string) (int, er
 	if src == nil {
 		src = a.src
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	v := a.view(fsID)
+	v, mu := a.view(fsID)
+	defer mu.Unlock()
 	if !v.listed || a.now().Sub(v.listedAt) > a.maxAge {
-		if err := a.refresh(ctx, src, fsID, v); err != nil {
+		if err := a.refresh(ctx, src, fsID, v, mu); err != nil {
 			return 0, err
 		}
 	}
@@ -507,10 +536,16 @@ type Stats struct {
 // Stats reports every file system the allocator has seen.
 func (a *Allocator) Stats() map[string]Stats {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make(map[string]Stats, len(a.fss))
-	for fsID, v := range a.fss {
+	ids := make([]string, 0, len(a.views))
+	for fsID := range a.views {
+		ids = append(ids, fsID)
+	}
+	a.mu.Unlock()
+	out := make(map[string]Stats, len(ids))
+	for _, fsID := range ids {
+		v, mu := a.view(fsID)
 		out[fsID] = Stats{Used: len(v.used), Reserved: len(v.reserved)}
+		mu.Unlock()
 	}
 	return out
 }

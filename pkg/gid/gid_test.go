@@ -111,9 +111,9 @@ func mustReserve(t testing.TB, a *Allocator, lo, hi int64, hint string) *Reserva
 
 // used is the view's count of access points using g.
 func (a *Allocator) usedCount(fsID string, g int64) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.view(fsID).used[g]
+	v, mu := a.view(fsID)
+	defer mu.Unlock()
+	return v.used[g]
 }
 
 func TestConcurrentReservesGetDistinctFreeGIDs(t *testing.T) {
@@ -592,7 +592,7 @@ func BenchmarkReserveCommit(b *testing.B) {
 func TestPickMatchesNaiveScan(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 500 {
-		v := &fsView{used: map[int64]int{}, reserved: map[int64]int{}, taken: map[int64]uint64{}}
+		v := &View{used: map[int64]int{}, reserved: map[int64]int{}, taken: map[int64]uint64{}}
 		lo := rng.Int64N(300)
 		hi := lo + rng.Int64N(300)
 		density := rng.Float64()
@@ -643,10 +643,12 @@ func TestRecordedAccessPointDeletedElsewhereIsFreed(t *testing.T) {
 			a := New(src, Options{MaxAge: time.Minute, ListingLag: time.Second, Now: clk.Now})
 			commitAs(a, mustReserve(t, a, 7, 7, "vol"), "fsap-deleted-elsewhere") // never added to src
 			clk.Advance(tc.after)
-			if err := a.refresh(context.Background(), src, fs1, a.lockedView(fs1)); err != nil {
+			v, mu := a.view(fs1)
+			err := a.refresh(context.Background(), src, fs1, v, mu)
+			mu.Unlock()
+			if err != nil {
 				t.Fatal(err)
 			}
-			a.mu.Unlock()
 			if free := a.usedCount(fs1, 7) == 0; free != tc.wantFree {
 				t.Fatalf("GID 7 free = %v after a listing begun %v after the Record, want %v", free, tc.after, tc.wantFree)
 			}
@@ -654,8 +656,50 @@ func TestRecordedAccessPointDeletedElsewhereIsFreed(t *testing.T) {
 	}
 }
 
-// lockedView is fsID's view with a.mu held, as refresh wants it.
-func (a *Allocator) lockedView(fsID string) *fsView {
-	a.mu.Lock()
-	return a.view(fsID)
+// countingLock is a mutex that counts its Locks.
+type countingLock struct {
+	sync.Mutex
+	n atomic.Int64
+}
+
+func (l *countingLock) Lock() { l.n.Add(1); l.Mutex.Lock() }
+
+// With Options.Home, a file system's view is the one its home gives, and
+// every call on it runs under the home's lock (the controller's one lock
+// per file system): nothing of it is kept elsewhere.
+func TestHomeHoldsTheViewUnderItsLock(t *testing.T) {
+	src := newSource()
+	src.fill(fs1, 10, 3) // ids 10, 11, 12 in use
+	var view View
+	lock := &countingLock{}
+	homes := 0
+	a := New(src, Options{Home: func(fsID string) (*View, sync.Locker) {
+		if fsID != fs1 {
+			t.Fatalf("home asked for %s", fsID)
+		}
+		homes++
+		return &view, lock
+	}})
+	r := mustReserve(t, a, 10, 13, "vol")
+	if r.GID() != 13 {
+		t.Fatalf("reserved %d, want 13, the only free id", r.GID())
+	}
+	lock.Lock()
+	reserved, used := view.reserved[13], len(view.used)
+	lock.Unlock()
+	if reserved != 1 || used != 3 {
+		t.Fatalf("the home's view holds %d reservations of 13 and %d used ids, want 1 and 3", reserved, used)
+	}
+	before := lock.n.Load()
+	commitAs(a, r, "fsap-new")
+	a.Forget(fs1, "fsap-new")
+	if _, err := a.Count(context.Background(), nil, fs1); err != nil {
+		t.Fatal(err)
+	}
+	if got := lock.n.Load() - before; got < 4 {
+		t.Errorf("Record, Release, Forget and Count took the home's lock %d times, want at least 4", got)
+	}
+	if homes != 1 {
+		t.Errorf("home asked %d times for one file system, want once", homes)
+	}
 }
