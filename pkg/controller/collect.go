@@ -66,8 +66,7 @@ func (s *Service) collectOrphan(ctx context.Context, seen *journal.Record) error
 	switch end := end.(type) {
 	case core.DeleteOrphan:
 		if end.Dir {
-			id := volume.ID{FileSystemID: end.FileSystem, Path: end.Path, Dir: true}
-			if _, err := s.deleteDirVolume(ctx, id); err != nil {
+			if _, err := s.deleteVolume(ctx, volume.DirID(end.FileSystem, end.Path)); err != nil {
 				return fmt.Errorf("delete orphan %s: %w", volume.DirID(end.FileSystem, end.Path), err)
 			}
 			return nil

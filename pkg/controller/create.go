@@ -67,16 +67,18 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	p.backend = b
 	x := &effects{s: s, ctx: ctx, p: p}
 	defer x.release() // the name locks, after the answer's context is read
-	var ap *efs.AccessPoint
-	switch e := x.run(core.NewCreateVolume(s.createConfig(), &p.Plan, s.now())).(type) {
-	case core.CreateDir:
-		return s.createDirVolume(ctx, p)
-	case core.Answer:
-		if e.Err != nil {
-			return nil, e.Err
-		}
-		ap = e.AP
+	end := x.run(core.NewCreateVolume(s.createConfig(), &p.Plan, s.now()))
+	e, ok := end.(core.Answer)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%w: a create ended with %T", core.ErrStuck, end)
+	case e.Err != nil:
+		return nil, e.Err
 	}
+	if p.Dir {
+		return s.dirAnswer(ctx, p, e.Record)
+	}
+	ap := e.AP
 	volCtx, err := s.volumeContext(ctx, p.backend, p.crossAccount, p.Params.AZ, ap.FileSystemID)
 	if err != nil {
 		return nil, err

@@ -26,7 +26,6 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/dirfd"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
-	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -50,13 +49,9 @@ func (s *Service) dirPlan(name string, capacity int64, crossAccount bool, params
 	}, nil
 }
 
-// createDirVolume answers a CreateVolume of a directory volume, under the
-// name locks (plan.locks: the name's and the path's token's).
-func (s *Service) createDirVolume(ctx context.Context, p *plan) (*csi.CreateVolumeResponse, error) {
-	rec, err := s.createDirSeen(ctx, p)
-	if err != nil {
-		return nil, err
-	}
+// dirAnswer answers a CreateVolume of a directory volume, whose record
+// the create (core's createDir) answered, still under the name locks.
+func (s *Service) dirAnswer(ctx context.Context, p *plan, rec *journal.Record) (*csi.CreateVolumeResponse, error) {
 	volCtx, err := s.volumeContext(ctx, p.backend, p.crossAccount, p.Params.AZ, rec.FileSystem)
 	if err != nil {
 		return nil, err
@@ -69,97 +64,6 @@ func (s *Service) createDirVolume(ctx context.Context, p *plan) (*csi.CreateVolu
 		VolumeContext:      volCtx,
 		AccessibleTopology: p.topology,
 	}}, nil
-}
-
-// createDirSeen is createDir, seen by this process's deletes (root
-// removal) as createSeen's creates are.
-func (s *Service) createDirSeen(ctx context.Context, p *plan) (*journal.Record, error) {
-	if !s.delRoot {
-		return s.createDir(ctx, p)
-	}
-	done := s.fs(p.Params.FileSystemID).creating(p.Input.ClientToken, p.Name, p.Input.Path, s.now)
-	rec, err := s.createDir(ctx, p)
-	if rec != nil {
-		done(dirStandIn(rec))
-	} else {
-		done(nil)
-	}
-	return rec, err
-}
-
-// createDir: the record and its id first (record: Begin, or Touch of an
-// existing one, then HoldID, as for access points), then the directory,
-// then SetDirMade (a compare-and-swap write), then the answer. A delete
-// that marked the record deleting before SetDirMade makes it fail: the
-// directory this call made (nobody answered it) is removed again and the
-// call is ABORTED. One that marks it after removes the directory after
-// it was made.
-func (s *Service) createDir(ctx context.Context, p *plan) (*journal.Record, error) {
-	rec, release, err := s.record(ctx, p)
-	defer release()
-	if err != nil {
-		return nil, err
-	}
-	if why := p.dirMismatch(rec); why != "" {
-		return nil, fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.Name, why)
-	}
-	// Before the local reservation goes: this process's allocator keeps
-	// every create off the id until DeleteVolume forgets it (the
-	// allocator's listings add the record's directory volumes too:
-	// dirSource).
-	s.gids.Record(*dirStandIn(rec))
-	// And access point creates of this process skip it from now on (every
-	// listing tells the others: dirSource).
-	s.fs(rec.FileSystem).addOutside(rec.UID, rec.GID)
-	made, err := s.makeDir(ctx, rec, p.Params.DirectoryPerms)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.journal.SetDirMade(ctx, rec); err != nil {
-		if !errors.Is(err, journal.ErrDeleting) {
-			return nil, err
-		}
-		// Marked deleting (or finished) since this call read the record:
-		// nobody can answer the volume any more.
-		if made {
-			if rerr := s.unmakeDir(ctx, rec); rerr != nil {
-				err = errors.Join(err, rerr)
-			}
-		}
-		return nil, fmt.Errorf("%w: %w", keylock.ErrBusy, err)
-	}
-	return rec, nil
-}
-
-// dirMismatch says why rec, the record of p's path, serves another
-// volume than p describes, or "". Its name is checked by record.
-func (p *plan) dirMismatch(rec *journal.Record) string {
-	switch {
-	case !rec.Dir:
-		return fmt.Sprintf("its path %s is recorded for an access point volume", rec.Path)
-	case rec.Path != p.Input.Path:
-		return fmt.Sprintf("directory %q, want %q", rec.Path, p.Input.Path)
-	case rec.Capacity != p.Capacity:
-		return fmt.Sprintf("capacity %d bytes, want %d", rec.Capacity, p.Capacity)
-	case p.Params.UID >= 0 && rec.UID != p.Params.UID:
-		return fmt.Sprintf("uid %d, want %d", rec.UID, p.Params.UID)
-	case p.Params.GID >= 0 && rec.GID != p.Params.GID:
-		return fmt.Sprintf("gid %d, want %d", rec.GID, p.Params.GID)
-	case p.Params.NeedsGIDAllocation() && (rec.Allocated < p.Params.GIDRangeStart || rec.Allocated > p.Params.GIDRangeEnd):
-		return fmt.Sprintf("allocated id %d outside [%d, %d]", rec.Allocated, p.Params.GIDRangeStart, p.Params.GIDRangeEnd)
-	}
-	return ""
-}
-
-// dirStandIn is the access point a directory volume stands for where
-// access points are counted: in the allocator (its ids), root removal's
-// indexes (its path; the token tells its own record apart) and the
-// removal itself. Its ID ("dir:" and the token) is no EFS ID.
-func dirStandIn(rec *journal.Record) *efs.AccessPoint {
-	return &efs.AccessPoint{
-		ID: "dir:" + rec.Token, FileSystemID: rec.FileSystem, Path: rec.Path, ClientToken: rec.Token,
-		PosixUser: &efs.PosixUser{UID: rec.UID, GID: rec.GID},
-	}
 }
 
 // makeDir makes rec's directory on its file system, through this
@@ -403,71 +307,6 @@ func (s *Service) mountRoot(ctx context.Context, fsID string) (string, error) {
 	return mnt, nil
 }
 
-// deleteDirVolume deletes a directory volume (docs/design.md, "Directory
-// volumes"): only one the record names (the ID's path's token, a directory
-// volume at that path); anything else is answered OK with nothing removed,
-// as a static volume is. Under the record's name locks: MarkDeleting, then
-// with --delete-access-point-root-dir the directory's removal under root
-// removal's rules (removeRootDir: never one another listed access point or
-// recorded volume reaches, after the listing lag, through descriptors),
-// then Finish (id, then record).
-func (s *Service) deleteDirVolume(ctx context.Context, id volume.ID) (*csi.DeleteVolumeResponse, error) {
-	token := volume.DirToken(id.Path)
-	if s.fs(id.FileSystemID).deleteFinished(dirKey(token), s.now()) {
-		return &csi.DeleteVolumeResponse{}, nil
-	}
-	began := s.now()
-	rec, err := s.journal.Volume(ctx, id.FileSystemID, token)
-	if errors.Is(err, journal.ErrNotFound) {
-		return &csi.DeleteVolumeResponse{}, nil // never made, or deleted: nothing recorded, nothing removed
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !rec.Dir || rec.Path != id.Path {
-		s.log.Warn("volume not deleted: the record at its path is not this directory volume",
-			slog.String("volumeID", id.String()), slog.String("recorded", rec.Path))
-		return &csi.DeleteVolumeResponse{}, nil
-	}
-	locks := core.RecordLocks(rec)
-	unlock, err := s.locks.TryLock(locks...)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	// Read again under the locks: a create that held them may have
-	// changed it, or a delete finished it.
-	if rec, err = s.journal.Volume(ctx, id.FileSystemID, token); errors.Is(err, journal.ErrNotFound) {
-		return &csi.DeleteVolumeResponse{}, nil
-	} else if err != nil {
-		return nil, err
-	}
-	if err := s.journal.MarkDeleting(ctx, rec); err != nil {
-		return nil, err
-	}
-	standIn := dirStandIn(rec)
-	if s.delRoot {
-		defer s.fs(rec.FileSystem).deletingNow(standIn.ID)()
-		since := began
-		if !rec.DeletingSince.IsZero() && rec.DeletingSince.Before(since) {
-			since = rec.DeletingSince
-		}
-		if err := s.removeRootDir(ctx, standIn, core.Provenance{Recorded: true, CSI: true, VolumeName: rec.Name, Locks: locks}, nil, since); err != nil {
-			return nil, err
-		}
-	} else {
-		s.log.Info("directory kept: --delete-access-point-root-dir is off", slog.String("volumeID", id.String()))
-	}
-	s.fs(rec.FileSystem).gone(standIn.ID, s.now())
-	s.gids.Forget(rec.FileSystem, standIn.ID)
-	if err := s.journal.Finish(ctx, rec); err != nil {
-		return nil, err
-	}
-	s.log.Info("directory volume deleted", slog.String("volumeID", id.String()), slog.Bool("directoryRemoved", s.delRoot))
-	s.fs(rec.FileSystem).finishDelete(dirKey(token), locks, s.now())
-	return &csi.DeleteVolumeResponse{}, nil
-}
-
 // dirVolumeIDs are the IDs of this cluster's directory volumes (the
 // record's, not being deleted), for ListVolumes.
 func (s *Service) dirVolumeIDs(ctx context.Context) ([]string, error) {
@@ -486,7 +325,7 @@ func (s *Service) dirVolumeIDs(ctx context.Context) ([]string, error) {
 // dirSource is the EFS client with the record's directory volumes in
 // every listing of a file system, under the allocator's Source
 // (watchedSource): each listing of its access points is followed by a
-// page of stand-ins carrying their ids (dirStandIn), so that no create
+// page of stand-ins carrying their ids (core.DirStandIn), so that no create
 // picks an id a directory volume holds, after a restart too: the
 // allocator's (directory volumes) count them used, and access point
 // creates under GID tokens, which hold no id entry and walk their own
@@ -516,7 +355,7 @@ func (d dirSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]
 	err := d.j.DirVolumes(ctx, fsID, func(recs []*journal.Record) error {
 		for _, r := range recs {
 			if r.Allocated != journal.NoID {
-				page = append(page, *dirStandIn(r))
+				page = append(page, *core.DirStandIn(r))
 			}
 		}
 		return nil

@@ -62,13 +62,8 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.DeleteVolumeResponse, error) {
 	x := &effects{s: s, ctx: ctx}
 	defer x.release()
-	switch e := x.run(core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot}, volumeID, s.now())).(type) {
-	case core.DeleteDir:
-		return s.deleteDirVolume(ctx, e.ID)
-	case core.Answer:
-		if e.Err != nil {
-			return nil, e.Err
-		}
+	if e, ok := x.run(core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot}, volumeID, s.now())).(core.Answer); ok && e.Err != nil {
+		return nil, e.Err
 	}
 	return &csi.DeleteVolumeResponse{}, nil
 }

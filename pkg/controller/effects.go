@@ -163,6 +163,13 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		s.roots.notOwned.Add(1)
 		s.log.Warn("root directory kept: the access point was not made by a CSI driver",
 			slog.String("accessPoint", e.AP.ID), slog.String("path", e.AP.Path))
+	// Directory volumes (createdir.go).
+	case core.MakeDir:
+		r.Yes, r.Err = s.makeDir(ctx, e.Record, e.Perms)
+	case core.UnmakeDir:
+		r.Err = s.unmakeDir(ctx, e.Record)
+	case core.SetDirMade:
+		r.Err = s.journal.SetDirMade(ctx, e.Record)
 	case core.Detach:
 		var cancel context.CancelFunc
 		x.ctx, cancel = cleanupContext(ctx)
@@ -185,6 +192,13 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	case core.Seen:
 		s.gids.Record(e.AP)
 		s.fs(e.AP.FileSystemID).sawToken(&e.AP, s.cluster)
+	case core.DirSeen:
+		s.gids.Record(*core.DirStandIn(e.Record))
+		s.fs(e.Record.FileSystem).addOutside(e.Record.UID, e.Record.GID)
+	case core.DirGone:
+		standIn := core.DirStandIn(e.Record)
+		s.fs(standIn.FileSystemID).gone(standIn.ID, s.now())
+		s.gids.Forget(standIn.FileSystemID, standIn.ID)
 	case core.NameTokensListed:
 		r.Yes = s.fs(e.FileSystem).nameTokensListed()
 	case core.OutsideToken:

@@ -147,7 +147,8 @@ func (st *fsState) setZone(zone string, now time.Time) {
 }
 
 // deleteFinished reports whether the delete of key (an access point ID,
-// or dirKey's) finished here within finishedFresh.
+// or a directory volume's core.DirStandInID) finished here within
+// finishedFresh.
 func (st *fsState) deleteFinished(key string, now time.Time) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -170,9 +171,6 @@ func (st *fsState) forgetFinished(names []string) {
 	defer st.mu.Unlock()
 	st.finished.dropNames(names)
 }
-
-// dirKey is the finished-delete key of the directory volume of token.
-func dirKey(token string) string { return "dir:" + token }
 
 // provisionsDirs notes that this process provisions directory volumes here.
 func (st *fsState) provisionsDirs() {

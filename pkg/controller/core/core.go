@@ -118,7 +118,7 @@ func (m *machine) finish(a Answer) {
 }
 
 // Handoff is an effect that ends the machine and hands the call to a
-// protocol the caller runs itself (DeleteDir, CreateDir).
+// protocol the caller runs itself (DeleteOrphan).
 type Handoff interface {
 	Effect
 	handoff()

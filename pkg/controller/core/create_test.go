@@ -23,22 +23,30 @@ func gidPlan(t *testing.T) *Plan { t.Helper(); return gidPlanOf(t, name) }
 // gidPlanOf is gidPlan for the volume named n.
 func gidPlanOf(t *testing.T, name string) *Plan {
 	t.Helper()
-	params, err := volume.ParseParams(map[string]string{
-		volume.ParamProvisioningMode: volume.ProvisioningModeAccessPoint, volume.ParamFileSystemID: fsID,
-		volume.ParamGIDRangeStart: "60000", volume.ParamGIDRangeEnd: "60009", volume.ParamDirectoryPerms: "700",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := params.RootDir(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	params, root := classOf(t, volume.ProvisioningModeAccessPoint, name)
 	return &Plan{Name: name, Params: params, Capacity: 5 << 30, Cluster: "c1", Input: efs.CreateAccessPointInput{
 		FileSystemID: fsID, ClientToken: params.ClientToken(name), Path: root,
 		Tags: map[string]string{ownership.TagCluster: "true", ownership.TagVolumeName: name, ownership.TagClusterID: "c1",
 			ownership.TagCapacity: CapacityTag(5 << 30)},
 	}}
+}
+
+// classOf is the parameters of a class of mode that allocates ids in
+// [60000, 60009] on fsID, and the root directory of the volume named n.
+func classOf(t *testing.T, mode, n string) (volume.Params, string) {
+	t.Helper()
+	params, err := volume.ParseParams(map[string]string{
+		volume.ParamProvisioningMode: mode, volume.ParamFileSystemID: fsID,
+		volume.ParamGIDRangeStart: "60000", volume.ParamGIDRangeEnd: "60009", volume.ParamDirectoryPerms: "700",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := params.RootDir(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return params, root
 }
 
 // newRecord is the record Begin makes for p with id.
@@ -321,8 +329,8 @@ func TestCreateEveryOutcome(t *testing.T) {
 				case CreateEnded:
 					ended = true
 					opts = []func() Result{okr}
-				case CreateDir:
-					fail("a volume of access points handed to the directory create")
+				case MakeDir:
+					fail("a volume of access points made a directory")
 				case Reserve:
 					if mode.delRoot && !creating {
 						fail("reserved before this process's deletes see the create")

@@ -18,10 +18,6 @@ var ErrForeign = errors.New("access point of another cluster")
 
 // The effects of a delete, besides Answer, Lock and Log.
 type (
-	// DeleteDir hands the call to the directory-volume delete (a
-	// protocol of its own, pkg/controller's createdir.go), whose answer
-	// is the call's.
-	DeleteDir struct{ ID volume.ID }
 	// Recall asks whether this process finished a delete of the access
 	// point recently (Result.Yes): a repeat is answered from memory.
 	Recall struct{ FileSystem, AccessPoint string }
@@ -83,8 +79,6 @@ type (
 	}
 )
 
-func (DeleteDir) effect()         {}
-func (DeleteDir) handoff()        {}
 func (Recall) effect()            {}
 func (LookUp) effect()            {}
 func (ReadRecord) effect()        {}
@@ -138,7 +132,7 @@ func NewDelete(cfg DeleteConfig, volumeID string, now time.Time) *Delete {
 	id, err := volume.ParseID(volumeID)
 	switch {
 	case err == nil && id.Dir:
-		d.do(DeleteDir{ID: id}, nil)
+		d.deleteDir(id)
 	case err != nil || id.AccessPointID == "":
 		// Not ours to delete: the CO may send anything, and a static volume
 		// owns no access point (the upstream driver answers OK for both).

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"errors"
 	"testing"
 	"time"
 
@@ -40,10 +39,6 @@ func TestSweepSteps(t *testing.T) {
 		ownership.TagRecordLife: ap.Tags[ownership.TagRecordLife]}
 	notFound := Result{Err: journal.ErrNotFound}
 	lock := "lock name/" + name
-	type step struct {
-		want string
-		give Result
-	}
 	deleted := []step{{lock, Result{}}, {"read record hint=false", notFound}, {"core.Named", Result{}},
 		{"delete " + apID, Result{}}, {"log access point deleted", Result{}}, {"release sweep 60001", Result{}}, {"answer " + apID, Result{}}}
 	for _, tc := range []struct {
@@ -92,16 +87,7 @@ func TestSweepSteps(t *testing.T) {
 			{"core.ReleaseOrphanID", Result{}}, {"answer ok", Result{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for i, s := range tc.steps {
-				e := tc.m.Next()
-				if got := describeCreate(e); got != s.want {
-					t.Fatalf("step %d: %q, want %q", i, got, s.want)
-				}
-				tc.m.Step(s.give)
-			}
-			if got, ok := tc.m.Next().(Answer); !ok || !errors.Is(got.Err, ErrStuck) {
-				t.Fatalf("after its end the machine asks for %s", describeCreate(tc.m.Next()))
-			}
+			drive(t, tc.m, describeCreate, tc.steps)
 		})
 	}
 }

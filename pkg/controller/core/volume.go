@@ -17,9 +17,6 @@ type (
 		FileSystem string
 		Names      []string
 	}
-	// CreateDir hands the call, under the locks taken, to the
-	// directory-volume create (pkg/controller's createdir.go).
-	CreateDir struct{}
 	// Answered is the access point this process answered for the volume
 	// (Result.AP, nil if none) and when (Result.At).
 	Answered struct{ FileSystem, Name string }
@@ -40,8 +37,6 @@ type (
 )
 
 func (ForgetFinished) effect() {}
-func (CreateDir) effect()      {}
-func (CreateDir) handoff()     {}
 func (Answered) effect()       {}
 func (RememberAnswer) effect() {}
 func (Creating) effect()       {}
@@ -59,8 +54,8 @@ const RepeatFresh = time.Minute
 // NewCreateVolume starts a whole CreateVolume of p at now, after its
 // validation (docs/design.md, "Create", steps 2-8): the name locks, a
 // repeat answered from what this process answered before, else the
-// record's protocol (Create). A directory volume is handed off (CreateDir)
-// under the locks.
+// record's protocol (Create); a directory volume's (createDir) answers
+// its record (Answer.Record).
 func NewCreateVolume(cfg CreateConfig, p *Plan, now time.Time) *Create {
 	c := &Create{cfg: cfg, p: p, now: now, res: -1}
 	c.do(Lock{Keys: p.Locks()}, func(r Result) {
@@ -69,7 +64,7 @@ func NewCreateVolume(cfg CreateConfig, p *Plan, now time.Time) *Create {
 		}
 		c.do(ForgetFinished{FileSystem: p.Params.FileSystemID, Names: p.Locks()}, func(Result) {
 			if p.Dir {
-				c.do(CreateDir{}, nil)
+				c.createDir()
 				return
 			}
 			c.repeat()

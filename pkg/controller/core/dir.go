@@ -1,0 +1,243 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// Directory volumes (provisioningMode efs-dir; docs/design.md, "Directory
+// volumes"): a directory on the file system, made by the controller
+// through its mount of it, recorded as an access point volume is, with no
+// access point. Their effects, besides the record's and Lock, Log,
+// Recall, Remember, Mark, RemoveRoot and Finish.
+type (
+	// DirSeen: this process's allocator counts the ids of Record's
+	// directory volume used (DirStandIn), and its access point creates
+	// skip them as ids carried outside the GID token protocol. No result.
+	DirSeen struct{ Record *journal.Record }
+	// MakeDir makes Record's directory, mode Perms, owned by its ids;
+	// an existing one is used as it is (Result.Yes: this call made it;
+	// Result.Err: the record stays, a retry makes it).
+	MakeDir struct {
+		Record *journal.Record
+		Perms  string
+	}
+	// UnmakeDir removes Record's directory, which this call made and
+	// nobody answered, if it is empty (Result.Err).
+	UnmakeDir struct{ Record *journal.Record }
+	// SetDirMade records the directory made: a compare-and-swap that
+	// confirms the record (journal.SetDirMade; Result.Err,
+	// journal.ErrDeleting once a delete marked it).
+	SetDirMade struct{ Record *journal.Record }
+	// DirGone: Record's directory volume is deleted; this process's
+	// allocator and root removal forget its stand-in. No result.
+	DirGone struct{ Record *journal.Record }
+)
+
+func (DirSeen) effect()    {}
+func (MakeDir) effect()    {}
+func (UnmakeDir) effect()  {}
+func (SetDirMade) effect() {}
+func (DirGone) effect()    {}
+
+// DirStandIn is the access point a directory volume stands for where
+// access points are counted: in the allocator (its ids), root removal's
+// indexes (its path; the token tells its own record apart), the removal
+// itself and the finished deletes (Recall). Its ID (DirStandInID) is no
+// EFS ID.
+func DirStandIn(rec *journal.Record) *efs.AccessPoint {
+	return &efs.AccessPoint{
+		ID: DirStandInID(rec.Token), FileSystemID: rec.FileSystem, Path: rec.Path, ClientToken: rec.Token,
+		PosixUser: &efs.PosixUser{UID: rec.UID, GID: rec.GID},
+	}
+}
+
+// DirStandInID is the stand-in ID of the directory volume of token.
+func DirStandInID(token string) string { return "dir:" + token }
+
+// createDir is a directory volume's create, under the name locks (the
+// name's and the path's token's): the record and its id first (Begin, or
+// Touch of an existing one, then HoldID, as for access points), then the
+// directory, then SetDirMade, then the answer (Answer.Record). A delete
+// that marked the record before SetDirMade makes it fail: the directory
+// this call made (nobody answered it) is removed again and the call is
+// ABORTED. One that marks it after removes the directory after it was
+// made. With root removal on, this process's deletes see the create from
+// before its record is written (Creating) until its end.
+func (c *Create) createDir() {
+	p := c.p
+	end := func(then func(Answer)) func(Answer) {
+		return func(a Answer) { c.release(func() { then(a) }) }
+	}
+	answer := func(a Answer) { c.do(a, nil) }
+	run := func() {
+		c.record(0, func() {
+			rec := c.rec
+			if why := p.dirMismatch(rec); why != "" {
+				c.answer(fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.Name, why))
+				return
+			}
+			// Before the reservation goes (the call's end): this process's
+			// allocator keeps every create off the id until the delete's
+			// DirGone.
+			c.do(DirSeen{Record: rec}, func(Result) { c.makeDir(rec) })
+		})
+	}
+	if !c.cfg.DeleteRootDir {
+		c.final = end(answer)
+		run()
+		return
+	}
+	c.do(Creating{FileSystem: p.Params.FileSystemID, Token: p.Input.ClientToken, Name: p.Name, Root: p.Input.Path}, func(Result) {
+		c.final = end(func(a Answer) {
+			var made *efs.AccessPoint
+			if a.Err == nil {
+				made = DirStandIn(a.Record)
+			}
+			c.do(CreateEnded{AP: made}, func(Result) { answer(a) })
+		})
+		run()
+	})
+}
+
+// makeDir makes rec's directory and confirms the record.
+func (c *Create) makeDir(rec *journal.Record) {
+	c.do(MakeDir{Record: rec, Perms: c.p.Params.DirectoryPerms}, func(r Result) {
+		if c.failed(r) {
+			return
+		}
+		made := r.Yes
+		c.do(SetDirMade{Record: rec}, func(r Result) {
+			switch {
+			case r.Err == nil:
+				c.finish(Answer{Record: rec})
+			case !errors.Is(r.Err, journal.ErrDeleting):
+				c.answer(r.Err)
+			case !made:
+				c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, r.Err))
+			default:
+				// Marked deleting (or finished) since this call read the
+				// record: nobody can answer the volume any more.
+				why := r.Err
+				c.do(UnmakeDir{Record: rec}, func(r Result) {
+					c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, join(why, r.Err)))
+				})
+			}
+		})
+	})
+}
+
+// dirMismatch says why rec, the record of p's path, serves another
+// volume than p describes, or "". Its name is checked by record.
+func (p *Plan) dirMismatch(rec *journal.Record) string {
+	switch {
+	case !rec.Dir:
+		return fmt.Sprintf("its path %s is recorded for an access point volume", rec.Path)
+	case rec.Path != p.Input.Path:
+		return fmt.Sprintf("directory %q, want %q", rec.Path, p.Input.Path)
+	case rec.Capacity != p.Capacity:
+		return fmt.Sprintf("capacity %d bytes, want %d", rec.Capacity, p.Capacity)
+	case p.Params.UID >= 0 && rec.UID != p.Params.UID:
+		return fmt.Sprintf("uid %d, want %d", rec.UID, p.Params.UID)
+	case p.Params.GID >= 0 && rec.GID != p.Params.GID:
+		return fmt.Sprintf("gid %d, want %d", rec.GID, p.Params.GID)
+	case p.Params.NeedsGIDAllocation() && (rec.Allocated < p.Params.GIDRangeStart || rec.Allocated > p.Params.GIDRangeEnd):
+		return fmt.Sprintf("allocated id %d outside [%d, %d]", rec.Allocated, p.Params.GIDRangeStart, p.Params.GIDRangeEnd)
+	}
+	return ""
+}
+
+// deleteDir is a directory volume's delete: only one the record names
+// (the ID's path's token, a directory volume at that path); anything else
+// is answered OK with nothing removed, as a static volume is. Under the
+// record's name locks: Mark, then with root removal the directory's
+// removal under root removal's rules (RemoveRoot: never one another
+// listed access point or recorded volume reaches, after the listing lag),
+// then DirGone and Finish (id, then record), remembered for a repeat.
+func (d *Delete) deleteDir(id volume.ID) {
+	token := volume.DirToken(id.Path)
+	key := DirStandInID(token)
+	read := ReadRecord{FileSystem: id.FileSystemID, Key: token}
+	// ours passes the record read to k if it is this directory volume's;
+	// anything else is done.
+	ours := func(r Result, k func(*journal.Record)) {
+		switch {
+		case errors.Is(r.Err, journal.ErrNotFound):
+			d.answer(nil) // never made, or deleted: nothing recorded, nothing removed
+		case d.failed(r):
+		case !r.Record.Dir || r.Record.Path != id.Path:
+			d.do(Log{Level: slog.LevelWarn, Msg: "volume not deleted: the record at its path is not this directory volume",
+				Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.String("recorded", r.Record.Path)}},
+				func(Result) { d.answer(nil) })
+		default:
+			k(r.Record)
+		}
+	}
+	d.do(Recall{FileSystem: id.FileSystemID, AccessPoint: key}, func(r Result) {
+		if r.Yes {
+			d.answer(nil)
+			return
+		}
+		d.do(read, func(r Result) {
+			ours(r, func(rec *journal.Record) {
+				locks := RecordLocks(rec)
+				d.do(Lock{Keys: locks}, func(r Result) {
+					if d.failed(r) {
+						return
+					}
+					// Read again under the locks: a create that held them
+					// may have changed it, or a delete finished it.
+					d.do(read, func(r Result) {
+						ours(r, func(rec *journal.Record) { d.markDir(rec, locks) })
+					})
+				})
+			})
+		})
+	})
+}
+
+// markDir marks rec deleting, removes its directory with root removal on,
+// and finishes it.
+func (d *Delete) markDir(rec *journal.Record, locks []string) {
+	finish := func() {
+		d.do(DirGone{Record: rec}, func(Result) {
+			d.do(Finish{Record: rec}, func(r Result) {
+				if d.failed(r) {
+					return
+				}
+				d.do(Log{Level: slog.LevelInfo, Msg: "directory volume deleted",
+					Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.Bool("directoryRemoved", d.cfg.DeleteRootDir)}},
+					func(Result) {
+						d.do(Remember{FileSystem: rec.FileSystem, AccessPoint: DirStandInID(rec.Token), Locks: locks},
+							func(Result) { d.answer(nil) })
+					})
+			})
+		})
+	}
+	d.do(Mark{Record: rec}, func(r Result) {
+		if d.failed(r) {
+			return
+		}
+		if !d.cfg.DeleteRootDir {
+			d.do(Log{Level: slog.LevelInfo, Msg: "directory kept: --delete-access-point-root-dir is off",
+				Attrs: []slog.Attr{slog.String("volumeID", d.raw)}}, func(Result) { finish() })
+			return
+		}
+		since := d.began
+		if !rec.DeletingSince.IsZero() && rec.DeletingSince.Before(since) {
+			since = rec.DeletingSince // an earlier attempt's, before a restart too
+		}
+		prov := Provenance{Recorded: true, CSI: true, VolumeName: rec.Name, Locks: locks}
+		d.do(RemoveRoot{AP: DirStandIn(rec), Prov: prov, Since: since}, func(r Result) {
+			if !d.failed(r) {
+				finish()
+			}
+		})
+	})
+}
