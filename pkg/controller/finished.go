@@ -22,9 +22,9 @@ import "time"
 // Bounded in time (finishedFresh) and size (maxFinished, the oldest go
 // first): a repeat that finds nothing costs what it did before.
 //
-// One per file system, in its fsState and under its lock (the keys are
-// the file system's access point IDs, and "dir:" and a directory volume's
-// token).
+// One per file system, in its fsState and under its lock, keyed by access
+// point ID. Not for directory volumes: every life of one has the same ID
+// (core's deleteDir).
 type finishedDeletes struct {
 	byKey  map[string]finished
 	byName map[string]map[string]bool // name lock -> keys remembered under it

@@ -146,9 +146,8 @@ func (st *fsState) setZone(zone string, now time.Time) {
 	st.zone, st.zoneAt = zone, now
 }
 
-// deleteFinished reports whether the delete of key (an access point ID,
-// or a directory volume's core.DirStandInID) finished here within
-// finishedFresh.
+// deleteFinished reports whether the delete of access point key finished
+// here within finishedFresh.
 func (st *fsState) deleteFinished(key string, now time.Time) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()

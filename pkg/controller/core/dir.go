@@ -49,8 +49,7 @@ func (DirGone) effect()    {}
 // DirStandIn is the access point a directory volume stands for where
 // access points are counted: in the allocator (its ids), root removal's
 // indexes (its path; the token tells its own record apart), the removal
-// itself and the finished deletes (Recall). Its ID (DirStandInID) is no
-// EFS ID.
+// itself. Its ID (DirStandInID) is no EFS ID.
 func DirStandIn(rec *journal.Record) *efs.AccessPoint {
 	return &efs.AccessPoint{
 		ID: DirStandInID(rec.Token), FileSystemID: rec.FileSystem, Path: rec.Path, ClientToken: rec.Token,
@@ -159,10 +158,18 @@ func (p *Plan) dirMismatch(rec *journal.Record) string {
 // record's name locks: Mark, then with root removal the directory's
 // removal under root removal's rules (RemoveRoot: never one another
 // listed access point or recorded volume reaches, after the listing lag),
-// then DirGone and Finish (id, then record), remembered for a repeat.
+// then DirGone and Finish (id, then record).
+//
+// A repeat is not answered from this process's finished deletes (Recall),
+// as an access point volume's is: every life of a directory volume has the
+// same ID (its path), so a delete finished here says nothing of a later
+// life that another replica made (the simulator's wide seed 568: a
+// duplicate create's new life, deleted through the replica that had
+// deleted the first, was answered from memory, and its record, id and
+// directory were left). The record read it costs instead is all a repeat
+// costs: no EFS request.
 func (d *Delete) deleteDir(id volume.ID) {
 	token := volume.DirToken(id.Path)
-	key := DirStandInID(token)
 	read := ReadRecord{FileSystem: id.FileSystemID, Key: token}
 	// ours passes the record read to k if it is this directory volume's;
 	// anything else is done.
@@ -179,23 +186,17 @@ func (d *Delete) deleteDir(id volume.ID) {
 			k(r.Record)
 		}
 	}
-	d.do(Recall{FileSystem: id.FileSystemID, AccessPoint: key}, func(r Result) {
-		if r.Yes {
-			d.answer(nil)
-			return
-		}
-		d.do(read, func(r Result) {
-			ours(r, func(rec *journal.Record) {
-				locks := RecordLocks(rec)
-				d.do(Lock{Keys: locks}, func(r Result) {
-					if d.failed(r) {
-						return
-					}
-					// Read again under the locks: a create that held them
-					// may have changed it, or a delete finished it.
-					d.do(read, func(r Result) {
-						ours(r, func(rec *journal.Record) { d.markDir(rec, locks) })
-					})
+	d.do(read, func(r Result) {
+		ours(r, func(rec *journal.Record) {
+			locks := RecordLocks(rec)
+			d.do(Lock{Keys: locks}, func(r Result) {
+				if d.failed(r) {
+					return
+				}
+				// Read again under the locks: a create that held them may
+				// have changed it, or a delete finished it.
+				d.do(read, func(r Result) {
+					ours(r, func(rec *journal.Record) { d.markDir(rec, locks) })
 				})
 			})
 		})
@@ -213,10 +214,7 @@ func (d *Delete) markDir(rec *journal.Record, locks []string) {
 				}
 				d.do(Log{Level: slog.LevelInfo, Msg: "directory volume deleted",
 					Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.Bool("directoryRemoved", d.cfg.DeleteRootDir)}},
-					func(Result) {
-						d.do(Remember{FileSystem: rec.FileSystem, AccessPoint: DirStandInID(rec.Token), Locks: locks},
-							func(Result) { d.answer(nil) })
-					})
+					func(Result) { d.answer(nil) })
 			})
 		})
 	}

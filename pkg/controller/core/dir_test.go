@@ -109,21 +109,18 @@ func TestDeleteDirSteps(t *testing.T) {
 	rec := dirRecord(p, 60003)
 	token := p.Input.ClientToken
 	id := volume.DirID(fsID, p.Input.Path)
-	standIn := DirStandInID(token)
 	locks := "lock name/" + name + ",name/" + token
 	notDir := dirRecord(p, 60003)
 	notDir.Dir = false
 	earlier := dirRecord(p, 60003)
 	earlier.Deleting, earlier.DeletingSince = true, t0.Add(-time.Hour)
-	head := []step{{"recall " + standIn, Result{}}, {"read record " + token, Result{Record: rec}}, {locks, Result{}},
-		{"read record " + token, Result{Record: rec}}}
+	head := []step{{"read record " + token, Result{Record: rec}}, {locks, Result{}}, {"read record " + token, Result{Record: rec}}}
 	then := func(r *journal.Record, tail ...step) []step {
 		s := append([]step{}, head...)
-		s[3].give = Result{Record: r}
+		s[2].give = Result{Record: r}
 		return append(s, tail...)
 	}
-	finished := []step{{"dir gone", Result{}}, {"finish", Result{}}, {"log directory volume deleted", Result{}},
-		{"remember " + standIn, Result{}}, {"answer ok", Result{}}}
+	finished := []step{{"dir gone", Result{}}, {"finish", Result{}}, {"log directory volume deleted", Result{}}, {"answer ok", Result{}}}
 	for _, tc := range []struct {
 		name    string
 		delRoot bool
@@ -135,15 +132,14 @@ func TestDeleteDirSteps(t *testing.T) {
 			{"mark if=false", Result{}}, {"log directory kept: --delete-access-point-root-dir is off", Result{}}}, finished...)...)},
 		{"an earlier attempt's mark is when the listing lag counts from", true, then(earlier,
 			step{"mark if=false", Result{}}, step{"remove root since=-1h0m0s", Result{Err: errAPI}}, step{"answer " + errAPI.Error(), Result{}})},
-		{"a repeat of a finished delete is answered from memory", true, []step{{"recall " + standIn, Result{Yes: true}}, {"answer ok", Result{}}}},
-		{"no record: nothing made, nothing removed", true, []step{{"recall " + standIn, Result{}},
+		{"no record (never made, or a repeat of a finished delete): nothing removed", true, []step{
 			{"read record " + token, Result{Err: journal.ErrNotFound}}, {"answer ok", Result{}}}},
-		{"the record at its path is not a directory volume: nothing removed", true, []step{{"recall " + standIn, Result{}},
+		{"the record at its path is not a directory volume: nothing removed", true, []step{
 			{"read record " + token, Result{Record: notDir}}, {"log volume not deleted: the record at its path is not this directory volume", Result{}},
 			{"answer ok", Result{}}}},
-		{"a create under way makes it ABORTED", true, []step{head[0], head[1], {locks, Result{Err: keylock.ErrBusy}},
+		{"a create under way makes it ABORTED", true, []step{head[0], {locks, Result{Err: keylock.ErrBusy}},
 			{"answer " + keylock.ErrBusy.Error(), Result{}}}},
-		{"finished by another while it took the locks", true, []step{head[0], head[1], head[2],
+		{"finished by another while it took the locks", true, []step{head[0], head[1],
 			{"read record " + token, Result{Err: journal.ErrNotFound}}, {"answer ok", Result{}}}},
 		{"a failed mark removes nothing", true, then(rec, step{"mark if=false", Result{Err: errAPI}}, step{"answer " + errAPI.Error(), Result{}})},
 	} {

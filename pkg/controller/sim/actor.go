@@ -13,9 +13,11 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // callTimeout is the provisioner's deadline for one CSI call (its --timeout).
@@ -147,7 +149,11 @@ func (s *Sim) attempt(a *actor, what string, err error) bool {
 
 // create calls CreateVolume until it answers; "" if the run stops first.
 func (s *Sim) create(a *actor) string {
-	req := createReq(a.pv, s.params())
+	v := a.idx
+	if a.main != nil {
+		v = a.main.idx
+	}
+	req := createReq(a.pv, s.params(v))
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			time.Sleep(backoff(attempt))
@@ -217,8 +223,13 @@ func (a *actor) tag() *callTag {
 func (s *Sim) answer(a *actor, inst *instance, volID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	apID := parseVolID(volID)
+	apID, dir := parseVolID(volID)
 	an := &answered{volID: volID, name: a.pv, apID: apID, by: a.name, inst: inst, gid: -2} // -2: no such access point
+	if dir != "" {
+		s.answerDir(an, dir)
+		s.atracef(a, "%s answered %s via %s: directory %s gid=%d", a.name, a.pv, inst.name, dir, an.gid)
+		return
+	}
 	if f, ap := s.efs.find(apID); f != nil {
 		an.token, an.gid = ap.ap.ClientToken, -1
 		if ap.ap.PosixUser != nil {
@@ -227,6 +238,22 @@ func (s *Sim) answer(a *actor, inst *instance, volID string) {
 	}
 	s.answers = append(s.answers, an)
 	s.atracef(a, "%s answered %s via %s: %s gid=%d", a.name, a.pv, inst.name, apID, an.gid)
+}
+
+// answerDir notes an, answered with the directory volume of dir: its GID
+// is its record's, in the answering controller's store; -2 if the
+// directory did not exist when answered.
+func (s *Sim) answerDir(an *answered, dir string) {
+	token := volume.DirToken(dir)
+	an.apID, an.dir, an.token = core.DirStandInID(token), dir, token
+	s.scanMounts()
+	if _, ok := s.efs.fss[FS].dirs[dir]; ok {
+		an.gid = -1
+		if v := recordOf(an.inst.st, FS, "", token, ""); v != nil {
+			an.gid = v.GID
+		}
+	}
+	s.answers = append(s.answers, an)
 }
 
 // runProv is the provisioner of one claim: create until answered, then,

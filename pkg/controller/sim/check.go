@@ -13,9 +13,11 @@ import (
 // its kind before the colon:
 //
 //	gid       no GID answered on two live access points of one file system
-//	          (across every controller and cluster)
+//	          (across every controller and cluster), nor on a live
+//	          directory volume and another live volume of its record
 //	name      one name never answered with two live access points
-//	deleted   no answered volume's access point gone without its own DeleteVolume
+//	deleted   no answered volume's access point (or directory) gone without
+//	          its own DeleteVolume
 //	phantom   no answered volume's record marked deleting before its DeleteVolume
 //	leak      every access point this driver made is named by a record in a
 //	          live store or by an answer; at the end, after every claim is
@@ -32,14 +34,24 @@ func (s *Sim) check() {
 	s.scanMounts()
 	fs := s.efs.fss[FS]
 	s.checkNamed(fs)
-	byGID := map[int64]*answered{}
+	byGID := map[int64][]*answered{}
 	byName := map[string]*answered{}
 	for _, an := range s.answers {
 		if s.deletedIDs[an.volID] {
 			continue
 		}
-		ap := fs.aps[an.apID]
-		if ap == nil {
+		exists := fs.aps[an.apID] != nil
+		if an.dir != "" {
+			_, exists = fs.dirs[an.dir]
+			if exists && s.deleteIssued[an.volID] {
+				// Its delete releases the id once the record is marked
+				// (and, with root removal, the directory removed): a
+				// directory kept (root removal off) keeps its data, as an
+				// access point's root does, not its volume's id.
+				continue
+			}
+		}
+		if !exists {
 			if an.gid == -2 {
 				s.violate("phantom: %s answered to %s (%s) did not exist when answered", an.apID, an.by, an.name)
 			} else if !s.deleteIssued[an.volID] {
@@ -48,11 +60,22 @@ func (s *Sim) check() {
 			continue
 		}
 		if an.gid >= 0 {
-			if o, ok := byGID[an.gid]; ok && o.apID != an.apID {
-				s.violate("gid: GID %d answered on two live access points: %s (%s to %s via %s) and %s (%s to %s via %s)",
-					an.gid, o.apID, o.name, o.by, o.inst.name, an.apID, an.name, an.by, an.inst.name)
+			for _, o := range byGID[an.gid] {
+				switch {
+				case o.apID == an.apID:
+				case o.dir == "" && an.dir == "":
+					s.violate("gid: GID %d answered on two live access points: %s (%s to %s via %s) and %s (%s to %s via %s)",
+						an.gid, o.apID, o.name, o.by, o.inst.name, an.apID, an.name, an.by, an.inst.name)
+				case o.inst.st == an.inst.st:
+					// A directory volume's id is unique within its record
+					// only: EFS cannot compare a directory with another
+					// record's access points (docs/design.md, Directory
+					// volumes).
+					s.violate("gid: GID %d answered on two live volumes of record %s: %s (%s to %s via %s) and %s (%s to %s via %s)",
+						an.gid, an.inst.st.name, o.apID, o.name, o.by, o.inst.name, an.apID, an.name, an.by, an.inst.name)
+				}
 			}
-			byGID[an.gid] = an
+			byGID[an.gid] = append(byGID[an.gid], an)
 		}
 		if s.deleteIssued[an.volID] {
 			continue

@@ -13,13 +13,15 @@ import (
 )
 
 // mounter stands for mounting a whole file system (root removal,
-// Config.DeleteRootDir): MountFileSystem makes the file system's
-// directories under the target, a real directory, so that the
-// controller's own removal (pkg/rmtree) runs on them; Unmount sees what
-// was removed, applies it to the simulated file system and checks that no
-// data a live access point reaches was removed. The removal runs in the
-// step that answered the mount: the access points that existed then are
-// the ones whose data it could remove.
+// Config.DeleteRootDir; directory volumes): MountFileSystem makes the
+// file system's directories under the target, a real directory, so that
+// the controller's own removal (pkg/rmtree) and directory making
+// (mkdirAt) run on them. At every step (scanMounts) and at Unmount, what
+// was removed and made under each target is applied to the simulated file
+// system and to every other mounted target (they mount one file system),
+// and no data a live access point or directory volume reaches may have
+// been removed. A removal runs in the step that answered the mount: the
+// volumes that existed then are the ones whose data it could remove.
 type mounter struct {
 	s    *Sim
 	inst *instance
@@ -31,7 +33,7 @@ type mount struct {
 	target  string
 	inst    *instance
 	fsID    string
-	dirs    []string // directories made under the target, not seen removed yet
+	dirs    map[string]bool // the file system's directories under the target, as last synced
 	reached map[string][]string
 }
 
@@ -42,12 +44,9 @@ func (m *mounter) MountFileSystem(ctx context.Context, fsID, target string) erro
 			return nil, err
 		}
 		m.s.mountSeq++
-		mt := &mount{seq: m.s.mountSeq, target: target, inst: m.inst, fsID: fsID, reached: m.s.liveReach(f)}
-		for _, d := range slices.Sorted(maps.Keys(f.dirs)) {
-			if err := os.MkdirAll(filepath.Join(target, d), 0o755); err != nil {
-				return nil, err
-			}
-			mt.dirs = append(mt.dirs, d)
+		mt := &mount{seq: m.s.mountSeq, target: target, inst: m.inst, fsID: fsID, reached: m.s.liveReach(f), dirs: map[string]bool{}}
+		if err := m.s.sync(mt); err != nil {
+			return nil, err
 		}
 		m.s.mounts[target] = mt
 		return nil, nil
@@ -61,7 +60,7 @@ func (m *mounter) Unmount(ctx context.Context, target string) error {
 		if !ok {
 			return nil, nil
 		}
-		m.s.removals(mt)
+		m.s.changes(mt)
 		delete(m.s.mounts, target)
 		entries, _ := os.ReadDir(target)
 		for _, e := range entries {
@@ -79,14 +78,19 @@ func nested(a, b string) bool {
 	return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/") || b == "/" || a == "/"
 }
 
-// liveReach is, per directory, the live access points that reach it: made
-// by writers that are not this driver, or answered and not being deleted.
+// liveReach is, per directory, the live access points that reach it (made
+// by writers that are not this driver, or answered and not being
+// deleted) and the answered directory volumes not being deleted.
 func (s *Sim) liveReach(f *fileSystem) map[string][]string {
 	out := map[string][]string{}
 	answered := map[string]bool{}
 	for _, an := range s.answers {
-		if !s.deleteIssued[an.volID] {
-			answered[an.apID] = true
+		if s.deleteIssued[an.volID] {
+			continue
+		}
+		answered[an.apID] = true
+		if an.dir != "" {
+			out[an.dir] = append(out[an.dir], an.apID)
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(f.aps)) {
@@ -98,9 +102,10 @@ func (s *Sim) liveReach(f *fileSystem) map[string][]string {
 	return out
 }
 
-// scanMounts looks, at every step, for what the removals of the step
-// before took from the mounted targets (in the order mounted: the
-// controller unmounts its pending targets in map order).
+// scanMounts looks, at every step, for what the controllers removed from
+// and made under the mounted targets in the step before (in the order
+// mounted: the controller unmounts its pending targets in map order), and
+// then makes every target show the file system as it is now.
 func (s *Sim) scanMounts() {
 	if len(s.mounts) == 0 {
 		return
@@ -108,19 +113,27 @@ func (s *Sim) scanMounts() {
 	ms := slices.Collect(maps.Values(s.mounts))
 	slices.SortFunc(ms, func(a, b *mount) int { return a.seq - b.seq })
 	for _, mt := range ms {
-		s.removals(mt)
+		s.changes(mt)
+	}
+	for _, mt := range ms {
+		if err := s.sync(mt); err != nil {
+			s.violate("sim: sync %s: %v", mt.target, err)
+		}
 	}
 }
 
-// removals applies what was removed under mt to the file system, and
-// checks it against the access points live when it was mounted.
-func (s *Sim) removals(mt *mount) {
+// changes applies what was removed and made under mt since it was last
+// synced to the file system, and checks each removal against the volumes
+// live when mt was mounted.
+func (s *Sim) changes(mt *mount) {
 	f := s.efs.fss[mt.fsID]
-	kept := mt.dirs[:0]
-	for _, d := range mt.dirs {
+	for _, d := range slices.Sorted(maps.Keys(mt.dirs)) {
 		if _, err := os.Lstat(filepath.Join(mt.target, d)); !errors.Is(err, fs.ErrNotExist) {
-			kept = append(kept, d)
 			continue
+		}
+		delete(mt.dirs, d)
+		if _, ok := f.dirs[d]; !ok {
+			continue // removed under another target first
 		}
 		delete(f.dirs, d)
 		s.tracef("%s removed %s", mt.inst.name, d)
@@ -130,5 +143,41 @@ func (s *Sim) removals(mt *mount) {
 			}
 		}
 	}
-	mt.dirs = kept
+	_ = filepath.WalkDir(mt.target, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() || p == mt.target {
+			return nil
+		}
+		d := "/" + filepath.ToSlash(strings.TrimPrefix(p, mt.target+string(filepath.Separator)))
+		if !mt.dirs[d] {
+			mt.dirs[d] = true
+			if _, ok := f.dirs[d]; !ok {
+				f.dirs[d] = ""
+				s.tracef("%s made %s", mt.inst.name, d)
+			}
+		}
+		return nil
+	})
+}
+
+// sync makes mt's target show the file system's directories: those made
+// or removed under another target since.
+func (s *Sim) sync(mt *mount) error {
+	f := s.efs.fss[mt.fsID]
+	for _, d := range slices.Sorted(maps.Keys(f.dirs)) {
+		if !mt.dirs[d] {
+			if err := os.MkdirAll(filepath.Join(mt.target, d), 0o755); err != nil {
+				return err
+			}
+			mt.dirs[d] = true
+		}
+	}
+	for _, d := range slices.Sorted(maps.Keys(mt.dirs)) {
+		if _, ok := f.dirs[d]; !ok {
+			if err := os.RemoveAll(filepath.Join(mt.target, d)); err != nil {
+				return err
+			}
+			delete(mt.dirs, d)
+		}
+	}
+	return nil
 }

@@ -48,7 +48,12 @@ type Config struct {
 	Upgrade     bool          // upstream's controller provisions volume 0's claim too (in-place upgrade)
 	// During: the orphan collector runs its rounds from the start, beside
 	// the provisioners (as a controller's does), not only once they end.
-	During   bool
+	During bool
+	// Dirs: the last volumes (never volume 0, which earlier releases and
+	// upstream's driver provision too) are directory volumes
+	// (provisioningMode efs-dir), made on real directories through the
+	// controllers' mounts.
+	Dirs     int
 	Steps    int // decisions with faults; then faults stop
 	MaxSteps int // liveness bound on all decisions
 }
@@ -137,8 +142,19 @@ func WideConfig(seed uint64) Config {
 	if c.Abandon > c.Volumes {
 		c.Abandon = c.Volumes
 	}
+	// Drawn last: the draws above stay what they were before it existed.
+	if r.IntN(3) == 0 {
+		c.Dirs = 1 + r.IntN(2)
+	}
 	return c
 }
+
+// dir reports whether volume v is a directory volume (Dirs).
+func (c Config) dir(v int) bool { return v > 0 && v >= c.Volumes-c.Dirs }
+
+// mounts: the controllers mount the file system (root removal, directory
+// volumes), on real directories.
+func (c Config) mounts() bool { return c.RootDir || c.Dirs > 0 }
 
 // Topology classes the config: "upgrade" (upstream's controller provisions
 // a claim too), else "one" (one cluster, one shared record), "own" (one
@@ -192,6 +208,9 @@ func (c Config) String() string {
 	}
 	if c.During {
 		b.WriteString(" during=true")
+	}
+	if c.Dirs > 0 {
+		fmt.Fprintf(&b, " dirs=%d", c.Dirs)
 	}
 	return b.String()
 }
@@ -261,6 +280,8 @@ func ParseConfig(fields []string) (Config, error) {
 			c.Upgrade, err = strconv.ParseBool(v)
 		case "during":
 			c.During, err = strconv.ParseBool(v)
+		case "dirs":
+			atoi(&c.Dirs)
 		case "steps":
 			atoi(&c.Steps)
 		case "maxsteps":
@@ -287,7 +308,7 @@ func Run(cfg Config, script []string, trace bool) *Result {
 		s.script = slices.Clone(script)
 		s.faultsLeft, s.killsLeft, s.forgetLeft = 1<<30, 1<<30, 1<<30
 	}
-	if cfg.RootDir {
+	if cfg.mounts() {
 		tmp, err := os.MkdirTemp(tmpRoot(), "efs-csi-sim-")
 		if err != nil {
 			panic(err)
@@ -297,7 +318,7 @@ func Run(cfg Config, script []string, trace bool) *Result {
 	}
 	s.efs = efsWorld{fss: map[string]*fileSystem{FS: {id: FS, aps: map[string]*simAP{}, tokens: map[string]string{}, limit: cfg.Limit}},
 		lenient: cfg.Lenient, lag: cfg.Lag, rnd: s.wrng.IntN, now: s.now}
-	if cfg.RootDir {
+	if cfg.mounts() {
 		s.efs.fss[FS].dirs = map[string]string{}
 	}
 	for i, n := range cfg.Controllers {

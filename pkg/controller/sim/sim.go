@@ -155,6 +155,9 @@ type answered struct {
 	gid                      int64
 	by                       string
 	inst                     *instance
+	// dir: the directory of a directory volume (apID is then its
+	// stand-in's, "dir:" and the path); gid is its record's.
+	dir string
 }
 
 func (s *Sim) now() time.Time { return time.Now() }
@@ -256,9 +259,11 @@ func (s *Sim) newInstance(c *cluster, slot int) *instance {
 		// which may understate it.
 		ListingLag: s.cfg.Lag,
 	}
+	if s.cfg.mounts() {
+		cc.Mounter, cc.TempDir = &mounter{s: s, inst: inst}, s.tmp
+	}
 	if s.cfg.RootDir {
-		cc.DeleteRootDir, cc.Mounter, cc.TempDir = true, &mounter{s: s, inst: inst}, s.tmp
-		cc.ListingLag = s.cfg.ListingLag
+		cc.DeleteRootDir, cc.ListingLag = true, s.cfg.ListingLag
 	}
 	svc, err := controller.New(cc)
 	if err != nil {
@@ -296,10 +301,15 @@ func (s *Sim) kill(inst *instance, apply bool) {
 	}
 }
 
-// params is the StorageClass every volume is made with.
-func (s *Sim) params() map[string]string {
+// params is the StorageClass volume v is made with: of access points,
+// or of directories (Config.Dirs) over the same GID range.
+func (s *Sim) params(v int) map[string]string {
+	mode := "efs-ap"
+	if s.cfg.dir(v) {
+		mode = "efs-dir"
+	}
 	return map[string]string{
-		"provisioningMode": "efs-ap", "fileSystemId": FS, "directoryPerms": "700",
+		"provisioningMode": mode, "fileSystemId": FS, "directoryPerms": "700",
 		"gidRangeStart": fmt.Sprint(GIDStart), "gidRangeEnd": fmt.Sprint(GIDStart + s.cfg.GIDs),
 	}
 }
@@ -364,11 +374,15 @@ func (s *Sim) violate(format string, args ...any) {
 	}
 }
 
-// parseVolID is the access point of a volume ID.
-func parseVolID(id string) string {
+// parseVolID is the access point of a volume ID, or the directory of a
+// directory volume's.
+func parseVolID(id string) (apID, dir string) {
 	v, err := volume.ParseID(id)
-	if err != nil {
-		return ""
+	switch {
+	case err != nil:
+		return "", ""
+	case v.Dir:
+		return "", v.Path
 	}
-	return v.AccessPointID
+	return v.AccessPointID, ""
 }
