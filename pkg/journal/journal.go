@@ -293,28 +293,44 @@ func (j *Journal) Hold(ctx context.Context, r *Record) (again bool, err error) {
 // after its record write (HoldID writes the entry), so either this read of
 // the record sees that write, or the delete's compare-and-swap fails and
 // both are read again.
+//
+// A record being deleted uses its id no more for this caller, a create of
+// the volume that knows what it made under it (no create sends under a
+// record being deleted), and its Finish may have released it already: an
+// entry held since would be nobody's (seed 66453). The caller holds it for
+// the sweep next (HoldForSweep), or made it under a token of the volume's
+// own, bound to the one access point it deleted.
 func (j *Journal) ReleaseMovedID(ctx context.Context, fs string, id int64, token string) error {
-	_, err := j.releaseUnless(ctx, fs, id, token, func(cur *Record) bool { return cur.Allocated == id })
+	_, err := j.releaseUnless(ctx, fs, id, token, func(cur *Record) bool { return !cur.Deleting && cur.Allocated == id })
 	return err
 }
 
 // ReleaseOrphanID releases id, held for token's volume, once that
-// volume's record is being deleted or gone; it says whether it did. A
-// record that holds another id keeps it: a create of it may be moving to
-// id (it holds id before its record write), and only its own
-// ReleaseMovedID knows it has moved off. The collector's sweep uses it on
-// the ids ToSweep lists, which a call cut short (its cleanup past its
-// budget) left held for nobody.
+// volume's record is gone, or is being deleted and holds another id; it
+// says whether it did. A live record that holds another id keeps it: a
+// create of it may be moving to id (it holds id before its record write),
+// and only its own ReleaseMovedID knows it has moved off. The collector's
+// sweep uses it on the ids ToSweep lists, which a call cut short (its
+// cleanup past its budget) left held for nobody.
+//
+// A record being deleted keeps its own id until its Finish releases it
+// (the id first, then the record): until then its access point, or its
+// directory, may still be live with that id. Only a GID token protects an
+// access point's id without the table; a directory volume, or an access
+// point under another token, has nothing else, and releasing the id on
+// the mark let another volume of the record take it while the first was
+// live (the simulator's wide seed 934: the collector released a deleting
+// access point volume's id, and a directory volume took it).
 func (j *Journal) ReleaseOrphanID(ctx context.Context, fs string, id int64, token string) (bool, error) {
-	return j.releaseUnless(ctx, fs, id, token, func(*Record) bool { return true })
+	return j.releaseUnless(ctx, fs, id, token, func(cur *Record) bool { return !cur.Deleting || cur.Allocated == id })
 }
 
 // releaseUnless deletes the entry of id on fs held for token unless the
-// volume's record, read after the entry, is not being deleted and keep
-// says so; it says whether it deleted. The entry is deleted at the version
-// read: a create that holds the id again writes the entry (Hold), so
-// either the read of the record sees what that create wrote before, or
-// the delete's compare-and-swap fails and both are read again.
+// volume's record, read after the entry, exists and keep says so; it says
+// whether it deleted. The entry is deleted at the version read: a create
+// that holds the id again writes the entry (Hold), so either the read of
+// the record sees what that create wrote before, or the delete's
+// compare-and-swap fails and both are read again.
 func (j *Journal) releaseUnless(ctx context.Context, fs string, id int64, token string, keep func(cur *Record) bool) (bool, error) {
 	for range maxConflicts {
 		e, err := j.heldFor(ctx, fs, id, token, false)
@@ -326,11 +342,8 @@ func (j *Journal) releaseUnless(ctx context.Context, fs string, id int64, token 
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
 			return false, err
-		case !cur.Deleting && keep(cur):
+		case keep(cur):
 			return false, nil
-			// A record being deleted uses its id no more (no create
-			// sends under it), and its Finish may have released it
-			// already: an entry made since is nobody's.
 		}
 		switch err := j.s.Delete(ctx, *e); {
 		case err == nil:

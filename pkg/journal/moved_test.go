@@ -53,6 +53,9 @@ func TestReleaseMovedIDKeepsWhatTheRecordHoldsAgain(t *testing.T) {
 			must(t, j.SetIDs(ctx, rec, 60001, 60002, 60002, 60002, "", 0))
 			must(t, j.MarkDeleting(ctx, rec))
 		}, nil, ""},
+		{"the record is being deleted and holds another id: released", func(t *testing.T, j *journal.Journal, rec *journal.Record) {
+			must(t, j.MarkDeleting(ctx, rec))
+		}, nil, ""},
 		{"the record moves back to the id meanwhile: kept", nil, func(t *testing.T, j *journal.Journal, rec *journal.Record) {
 			must(t, j.SetIDs(ctx, rec, 60001, 60002, 60002, 60002, "", 0))
 			must(t, j.HoldID(ctx, rec))

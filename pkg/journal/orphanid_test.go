@@ -74,3 +74,25 @@ func TestReleaseOrphanIDOnlyForAVolumeWhoseRecordIsGone(t *testing.T) {
 		t.Fatalf("an id no entry holds: released %v, %v", freed, err)
 	}
 }
+
+// A record being deleted keeps its own id until its Finish: its access
+// point or directory may still be live with it, and for a directory volume
+// (or an access point under a token other than its GID's) nothing but the
+// id table keeps another volume off it (the simulator's wide seed 934).
+func TestReleaseOrphanIDKeepsADeletingRecordsOwnID(t *testing.T) {
+	ctx := context.Background()
+	j := journal.New(journal.NewMemory())
+	rec, _, err := j.Begin(ctx, journal.Volume{FileSystem: "fs-1", Token: "dir:1", Name: "pvc-1", Path: "/pvc-1", Allocated: 60001, Dir: true})
+	must(t, err)
+	must(t, j.HoldID(ctx, rec))
+	must(t, j.MarkDeleting(ctx, rec))
+	freed, err := j.ReleaseOrphanID(ctx, "fs-1", 60001, "dir:1")
+	must(t, err)
+	if holder, err := j.IDHolder(ctx, "fs-1", 60001); freed || err != nil || holder != "dir:1" {
+		t.Fatalf("id 60001 released %v, held for %q (%v) while its record is being deleted, want dir:1 until its Finish", freed, holder, err)
+	}
+	must(t, j.Finish(ctx, rec))
+	if holder, err := j.IDHolder(ctx, "fs-1", 60001); err != nil || holder != "" {
+		t.Fatalf("id 60001 held for %q (%v) after Finish", holder, err)
+	}
+}

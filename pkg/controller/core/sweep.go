@@ -49,8 +49,8 @@ type SweepConfig struct {
 type Named struct{ AccessPoint string }
 
 // ReleaseOrphanID releases ID, held for the volume of token Holder, if
-// that volume's record is being deleted or gone (journal.ReleaseOrphanID;
-// Result.Yes: released).
+// that volume's record is gone, or is being deleted and holds another id
+// (journal.ReleaseOrphanID; Result.Yes: released).
 type ReleaseOrphanID struct {
 	FileSystem string
 	ID         int64
@@ -61,10 +61,12 @@ func (Named) effect()           {}
 func (ReleaseOrphanID) effect() {}
 
 // NewFreeID releases id on fsID, which the id table holds for the volume
-// of token holder, if that volume's record is being deleted or gone: a
-// call cut short past its cleanup's budget left it held for nobody, and
-// no create of the volume can be moving to it (every create writes its
-// record before it holds an id).
+// of token holder, if that volume's record is gone, or is being deleted
+// and holds another id: a call cut short past its cleanup's budget left
+// it held for nobody, and no create of the volume can be moving to it
+// (every create writes its record before it holds an id, and refuses a
+// record being deleted). A record being deleted keeps its own id until its
+// Finish (journal.ReleaseOrphanID).
 func NewFreeID(fsID string, id int64, holder string) *Sweep {
 	s := &Sweep{}
 	s.do(ReleaseOrphanID{FileSystem: fsID, ID: id, Holder: holder}, func(r Result) {
@@ -77,7 +79,7 @@ func NewFreeID(fsID string, id int64, holder string) *Sweep {
 		}
 		s.do(Log{Level: slog.LevelInfo, Msg: "id released", Attrs: []slog.Attr{slog.String("fileSystem", fsID),
 			slog.Int64("id", id), slog.String("holder", holder),
-			slog.String("reason", "held for a volume whose record is being deleted or gone")}},
+			slog.String("reason", "held for a volume whose record is gone, or is being deleted and holds another id")}},
 			func(Result) { s.answer(nil) })
 	})
 	return s
