@@ -62,7 +62,11 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.DeleteVolumeResponse, error) {
 	x := &effects{s: s, ctx: ctx}
 	defer x.release()
-	if e, ok := x.run(core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot}, volumeID, s.now())).(core.Answer); ok && e.Err != nil {
+	end := x.run(core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot}, volumeID, s.now()))
+	switch e, ok := end.(core.Answer); {
+	case !ok:
+		return nil, fmt.Errorf("%w: a delete ended with %T", core.ErrStuck, end)
+	case e.Err != nil:
 		return nil, e.Err
 	}
 	return &csi.DeleteVolumeResponse{}, nil
