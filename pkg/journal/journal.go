@@ -111,6 +111,11 @@ type Record struct {
 	// later life's. Finish deletes the id at that version with no read
 	// (TestFinishLeavesTheNextLifesID). Nil: unknown, or not proven.
 	idSeen *Entry
+	// held is the id entry this Record's last Hold wrote, at its version:
+	// ReleaseUnsentID deletes that version only. One written again since
+	// is another create's of the volume (HoldID writes it anew), which may
+	// send under it. Nil: none, or a later read replaced the Record.
+	held *Entry
 }
 
 // Journal reads and writes Volumes and ids over a Store. Safe for
@@ -269,6 +274,9 @@ func (j *Journal) Hold(ctx context.Context, r *Record) (again bool, err error) {
 	want := Entry{Key: idKey(r.FileSystem, r.Allocated), Value: []byte(r.Token)}
 	for range maxConflicts {
 		got, err := j.s.Create(ctx, want)
+		if err == nil {
+			r.held = &got
+		}
 		if !errors.Is(err, ErrExists) {
 			return again, err
 		}
@@ -276,7 +284,10 @@ func (j *Journal) Hold(ctx context.Context, r *Record) (again bool, err error) {
 			return false, fmt.Errorf("%w: id %d on %s is held by the volume of token %q", ErrIDTaken, r.Allocated, r.FileSystem, got.Value)
 		}
 		again = true
-		_, err = j.s.Update(ctx, got)
+		upd, err := j.s.Update(ctx, got)
+		if err == nil {
+			r.held = &upd
+		}
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
 			return true, err
 		}
@@ -630,10 +641,24 @@ func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocat
 }
 
 // ReleaseUnsentID releases id of r's token, which the caller proves no
-// access point carries for r (a CreateAccessPoint with it was never sent,
-// or r's token is bound to an access point with other ids).
-func (j *Journal) ReleaseUnsentID(ctx context.Context, fs string, id int64, token string) error {
-	return j.releaseID(ctx, fs, id, token)
+// access point of its own carries for r (its CreateAccessPoint with it was
+// never sent, or EFS answered that the id's token is bound to another
+// writer's access point, or r's token to one with other ids). If r's last
+// Hold was of id, only the entry that Hold wrote is released: one written
+// again since is another create's of the volume, which held it after that
+// proof and may send under it while the other writer's access point goes.
+// That create answers it or releases it itself; released here, the id was
+// free while an access point of the volume carried it, and a directory
+// volume, which only the id table keeps off an id, took it (the
+// simulator's wide seed 188758).
+func (j *Journal) ReleaseUnsentID(ctx context.Context, r *Record, id int64) error {
+	if h := r.held; h != nil && h.Key == idKey(r.FileSystem, id) {
+		if err := j.s.Delete(ctx, *h); !errors.Is(err, ErrConflict) {
+			return err
+		}
+		return nil // written again since: another create's now
+	}
+	return j.releaseID(ctx, r.FileSystem, id, r.Token)
 }
 
 // Made is an access point as the record names it.

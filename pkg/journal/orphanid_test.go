@@ -96,3 +96,43 @@ func TestReleaseOrphanIDKeepsADeletingRecordsOwnID(t *testing.T) {
 		t.Fatalf("id 60001 held for %q (%v) after Finish", holder, err)
 	}
 }
+
+// ReleaseUnsentID releases only the id entry the caller's own Hold wrote:
+// another create of the volume that held the id again since (a new
+// version) may be sending under it, and keeps it (the simulator's wide
+// seed 188758). Without a Hold of its own the caller releases what it
+// reads.
+func TestReleaseUnsentIDLeavesAHoldWrittenAgain(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		again    bool // a duplicate holds the id again after the caller's Hold
+		ownHold  bool // the caller's Record is the one that held it
+		wantHeld bool
+	}{
+		{"only the caller held it: released", false, true, false},
+		{"a duplicate held it again since: kept", true, true, true},
+		{"no Hold of the caller's: released as read", true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := journal.New(journal.NewMemory())
+			rec, _, err := j.Begin(ctx, journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", Allocated: 60001})
+			must(t, err)
+			caller := *rec
+			must(t, j.HoldID(ctx, &caller))
+			if tc.again {
+				dup := *rec
+				must(t, j.HoldID(ctx, &dup))
+			}
+			if !tc.ownHold {
+				caller = *rec
+			}
+			must(t, j.ReleaseUnsentID(ctx, &caller, 60001))
+			holder, err := j.IDHolder(ctx, "fs-1", 60001)
+			must(t, err)
+			if (holder == "pvc-1") != tc.wantHeld {
+				t.Fatalf("id 60001 held for %q, want held: %v", holder, tc.wantHeld)
+			}
+		})
+	}
+}

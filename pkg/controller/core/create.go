@@ -67,12 +67,14 @@ type (
 		ClientToken        string
 		Probe              int
 	}
-	// ReleaseUnsentID releases an id the record held but never sent
-	// (Result.Err).
+	// ReleaseUnsentID releases ID, which Record held but this call never
+	// sent, or sent to be told another writer's access point holds its
+	// token: only the entry this call's Hold wrote, if it held ID (another
+	// create of the volume may hold it again since, and send under it;
+	// journal.ReleaseUnsentID) (Result.Err).
 	ReleaseUnsentID struct {
-		FileSystem string
-		ID         int64
-		Token      string
+		Record *journal.Record
+		ID     int64
 	}
 	// ReleaseMovedID releases ID, held for the volume of token Holder,
 	// unless that volume's record holds it and is not being deleted; past
@@ -523,7 +525,7 @@ func (c *Create) moveID(attempt int, held bool, k func()) {
 			released(Result{})
 			return
 		}
-		c.do(ReleaseUnsentID{FileSystem: fsID, ID: rec.Allocated, Token: rec.Token}, released)
+		c.do(ReleaseUnsentID{Record: rec, ID: rec.Allocated}, released)
 	}
 	lo, hi := p.Params.GIDRangeStart, p.Params.GIDRangeEnd
 	if !volume.IsGIDToken(rec.SentToken()) {
@@ -831,7 +833,7 @@ func (c *Create) adoptChecked(found *efs.AccessPoint) {
 			}
 			released := func() {
 				set(func() {
-					c.do(ReleaseUnsentID{FileSystem: rec.FileSystem, ID: planned, Token: rec.Token}, func(r Result) {
+					c.do(ReleaseUnsentID{Record: rec, ID: planned}, func(r Result) {
 						if !c.failed(r) {
 							claim()
 						}
