@@ -13,10 +13,13 @@ import (
 
 // dirPlan is a directory volume of a class that allocates GIDs in
 // [60000, 60009].
-func dirPlan(t *testing.T) *Plan {
+func dirPlan(t *testing.T) *Plan { t.Helper(); return dirPlanOf(t, name) }
+
+// dirPlanOf is dirPlan for the volume named n.
+func dirPlanOf(t *testing.T, n string) *Plan {
 	t.Helper()
-	params, root := classOf(t, volume.ProvisioningModeDirectory, name)
-	return &Plan{Name: name, Params: params, Capacity: 5 << 30, Cluster: "c1", Dir: true,
+	params, root := classOf(t, volume.ProvisioningModeDirectory, n)
+	return &Plan{Name: n, Params: params, Capacity: 5 << 30, Cluster: "c1", Dir: true,
 		Input: efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: volume.DirToken(root), Path: root}}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/journal/journaltest"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // The model checker: the production machines of this package, several at
@@ -287,7 +288,7 @@ func (m *modelRound) Step(r Result) {
 func local(e Effect) bool {
 	switch e.(type) {
 	case Answer, Log, Named, Seen, Reserve, Release, Candidate, NameTokensListed, OutsideToken, LearnOutside, Burned, Recall, Remember,
-		ForgetFinished, Forget, Answered, RememberAnswer, Creating, CreateEnded, Detach, RootNotOwned:
+		ForgetFinished, Forget, Answered, RememberAnswer, Creating, CreateEnded, Detach, RootNotOwned, DirSeen, DirGone:
 		return true
 	}
 	return false
@@ -306,7 +307,7 @@ func lossy(e Effect) bool {
 	switch e.(type) {
 	case ReadRecord, ReadRecordOf, Begin, Hold, HoldID, Touch, SetIDs, ReleaseUnsentID, ReleaseMovedID, SetAccessPoint, HoldForSweep,
 		ReleaseSweep, SetClaim, Withdraw, Mark, Finish, CreateAccessPoint, Describe, LookUp, List, DeleteAccessPoint, toSweep,
-		ReleaseOrphanID, listRecords, markBound:
+		ReleaseOrphanID, listRecords, markBound, SetDirMade:
 		return true
 	}
 	return false
@@ -348,6 +349,12 @@ func (a *modelActor) effect(w *modelWorld, lost bool) bool {
 		case ans.Err != nil, a.sweeper, c.ghost:
 		case c.del:
 			a.done, a.attempts = true, 0
+		case a.plan.Dir:
+			// A directory volume: its stand-in is what the model counts.
+			ap := DirStandIn(ans.Record)
+			w.answeredCheck(a, ap)
+			a.volID, a.apID, a.attempts = volume.DirID(fsID, ans.Record.Path), ap.ID, 0
+			w.answered[ap.ID] = true
 		default:
 			w.answeredCheck(a, ans.AP)
 			a.volID, a.apID, a.attempts = "efs:"+fsID+"::"+ans.AP.ID, ans.AP.ID, 0
@@ -383,7 +390,14 @@ func (w *modelWorld) idCheck(a *modelActor) {
 	}
 	ctx := context.Background()
 	rec, err := journal.NewClocked(w.store, w.clock).Volume(ctx, fsID, a.plan.Input.ClientToken)
-	if err != nil || rec.Deleting || rec.AccessPoint == "" || rec.Allocated == journal.NoID {
+	if err != nil || rec.Deleting || rec.Allocated == journal.NoID {
+		return
+	}
+	if rec.Dir {
+		if w.aps[DirStandIn(rec).ID] == nil || rec.Recorded.IsZero() {
+			return // not made and recorded made yet
+		}
+	} else if rec.AccessPoint == "" {
 		return
 	}
 	e, err := w.store.Get(ctx, journal.Key{Kind: journal.KindID, FileSystem: fsID, Name: strconv.FormatInt(rec.Allocated, 10)})
@@ -432,7 +446,9 @@ func (w *modelWorld) answeredCheck(a *modelActor, ap *efs.AccessPoint) {
 	switch {
 	case err != nil:
 		w.violate("phantom: %s answered %s, whose record is not found (%v)", a.name, ap.ID, err)
-	case rec.Deleting || rec.AccessPoint != ap.ID:
+	case rec.Dir && (rec.Deleting || DirStandIn(rec).ID != ap.ID):
+		w.violate("phantom: %s answered directory volume %s, whose record is of %s and is being deleted: %v", a.name, ap.ID, rec.Path, rec.Deleting)
+	case !rec.Dir && (rec.Deleting || rec.AccessPoint != ap.ID):
 		w.violate("phantom: %s answered %s, whose record names %q and is being deleted: %v", a.name, ap.ID, rec.AccessPoint, rec.Deleting)
 	}
 	// In the controller's first minutes (the outside world), what the
@@ -461,17 +477,28 @@ func (w *modelWorld) carriedOutside(id int64) bool {
 // (Invariant I3). One made outside the protocol may share a GID with one
 // this driver answered before it was made: nothing can prevent that; the
 // audit finds it.
+//
+// A directory volume (its stand-in) is kept off an id by the id table
+// alone, not by EFS: an access point a late create makes under a GID
+// token its record's delete freed may carry a directory volume's id for a
+// while, but nobody answers it (its record write fails, and it is
+// dropped). So a pair with a directory volume counts once both are
+// answered.
 func (w *modelWorld) gidCheck() {
-	seen := map[int64]string{}
-	for _, ap := range w.aps {
+	seen := map[int64][]string{}
+	for _, id := range slices.Sorted(maps.Keys(w.aps)) {
+		ap := w.aps[id]
 		if w.outside[ap.ID] {
 			continue
 		}
 		g := PosixGID(ap)
-		if other, dup := seen[g]; dup {
-			w.violate("gid: %d on %s and %s", g, ap.ID, other)
+		for _, other := range seen[g] {
+			dir := strings.HasPrefix(ap.ID, "dir:") || strings.HasPrefix(other, "dir:")
+			if !dir || w.answered[ap.ID] && w.answered[other] {
+				w.violate("gid: %d on %s and %s", g, ap.ID, other)
+			}
 		}
-		seen[g] = ap.ID
+		seen[g] = append(seen[g], ap.ID)
 	}
 }
 
@@ -569,7 +596,31 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 			delete(w.aps, e.AccessPoint)
 		}
 	case Reserve:
-		out.ID = e.Lo
+		// The allocator's pick: the lowest id no live access point or
+		// directory volume carries, as of a listing taken now.
+		for out.ID = e.Lo; out.ID < e.Hi; out.ID++ {
+			if !slices.ContainsFunc(slices.Collect(maps.Values(w.aps)), func(ap *efs.AccessPoint) bool { return PosixGID(ap) == out.ID }) {
+				break
+			}
+		}
+	case MakeDir:
+		// The directory: a stand-in the gid check counts, from its making
+		// until DirGone or UnmakeDir (root removal is off here; a directory
+		// kept by its delete holds no volume's id).
+		ap := DirStandIn(e.Record)
+		if w.aps[ap.ID] == nil {
+			w.aps[ap.ID], out.Yes = ap, true
+		}
+	case UnmakeDir, DirGone:
+		var rec *journal.Record
+		if u, ok := e.(UnmakeDir); ok {
+			rec = u.Record
+		} else {
+			rec = e.(DirGone).Record
+		}
+		delete(w.aps, DirStandIn(rec).ID)
+	case SetDirMade:
+		out.Err = j.SetDirMade(ctx, e.Record)
 	case Candidate:
 		// The volume's sequence, skipping ids that access points made
 		// outside the protocol carry (the allocator's view, as of a
@@ -609,7 +660,7 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 	case Named:
 		// No PersistentVolumes: the sweep must not need them.
 	case Log, Reachable, RemoveRoot, RootNotOwned, Detach, Release, Seen, NameTokensListed, OutsideToken, LearnOutside, Burned,
-		Creating, CreateEnded:
+		Creating, CreateEnded, DirSeen:
 		// Nothing this model keeps: no root directories, no allocator
 		// view, no other writers, no listing lag.
 	default:
@@ -889,7 +940,11 @@ func TestModel(t *testing.T) {
 		bound = 2 // make test runs the bound of 3 without the race detector
 	}
 	other := gidPlanOf(t, "pvc-other")
-	for _, world := range []modelWorldConfig{{actors: 2, other: other, fewer: 1}, {actors: 1, other: other, rounds: 2, kills: 1, fewer: 2}, {actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}, {actors: 2, rounds: 1, losses: 1, fewer: 1}, {actors: 2, outside: true},
+	// A directory volume of the same class's range beside the claim: only
+	// the id table keeps it off the claim's ids.
+	dir := dirPlanOf(t, "pvc-dir")
+	for _, world := range []modelWorldConfig{{actors: 2, other: other, fewer: 1}, {actors: 2, other: dir, fewer: 1},
+		{actors: 1, other: dir, rounds: 2, kills: 1, fewer: 2}, {actors: 1, other: other, rounds: 2, kills: 1, fewer: 2}, {actors: 2, tick: true}, {actors: 3}, {actors: 2, rounds: 2, kills: 1, fewer: 1}, {actors: 2, rounds: 1, losses: 1, fewer: 1}, {actors: 2, outside: true},
 		{actors: 2, rounds: 2, abandon: true, collect: true, fewer: 1}, {actors: 2, rounds: 2, abandon: true, collect: true, noSweep: true, fewer: 1},
 		{actors: 2, rounds: 2, abandon: true, collect: true, kills: 1, fewer: 2}} {
 		runs, unfinished, swept := 0, 0, 0
