@@ -103,7 +103,7 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	case core.SetIDs:
 		r.Err = s.journal.SetIDs(ctx, e.Record, e.From, e.UID, e.GID, e.ID, e.ClientToken, e.Probe)
 	case core.ReleaseUnsentID:
-		r.Err = s.journal.ReleaseUnsentID(ctx, e.Record, e.ID)
+		r.Err = s.journal.ReleaseUnsentID(ctx, e.Record, e.ID, e.OnlyMade)
 	case core.ReleaseMovedID:
 		r.Err = s.releaseMovedID(ctx, e.FileSystem, e.ID, e.Holder)
 	case core.HoldForSweep:

@@ -111,11 +111,14 @@ type Record struct {
 	// later life's. Finish deletes the id at that version with no read
 	// (TestFinishLeavesTheNextLifesID). Nil: unknown, or not proven.
 	idSeen *Entry
-	// held is the id entry this Record's last Hold wrote, at its version:
-	// ReleaseUnsentID deletes that version only. One written again since
-	// is another create's of the volume (HoldID writes it anew), which may
+	// held is the id entry this Record's last Hold wrote, at its version,
+	// and heldNew whether that Hold made it (else it wrote again an entry
+	// another create of the volume had made): ReleaseUnsentID deletes only
+	// an entry the Hold made, at that version. One written again since is
+	// another create's of the volume (HoldID writes it anew), which may
 	// send under it. Nil: none, or a later read replaced the Record.
-	held *Entry
+	held    *Entry
+	heldNew bool
 }
 
 // Journal reads and writes Volumes and ids over a Store. Safe for
@@ -275,7 +278,7 @@ func (j *Journal) Hold(ctx context.Context, r *Record) (again bool, err error) {
 	for range maxConflicts {
 		got, err := j.s.Create(ctx, want)
 		if err == nil {
-			r.held = &got
+			r.held, r.heldNew = &got, true
 		}
 		if !errors.Is(err, ErrExists) {
 			return again, err
@@ -286,7 +289,7 @@ func (j *Journal) Hold(ctx context.Context, r *Record) (again bool, err error) {
 		again = true
 		upd, err := j.s.Update(ctx, got)
 		if err == nil {
-			r.held = &upd
+			r.held, r.heldNew = &upd, false
 		}
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
 			return true, err
@@ -644,15 +647,21 @@ func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocat
 // access point of its own carries for r (its CreateAccessPoint with it was
 // never sent, or EFS answered that the id's token is bound to another
 // writer's access point, or r's token to one with other ids). If r's last
-// Hold was of id, only the entry that Hold wrote is released: one written
-// again since is another create's of the volume, which held it after that
-// proof and may send under it while the other writer's access point goes.
-// That create answers it or releases it itself; released here, the id was
-// free while an access point of the volume carried it, and a directory
-// volume, which only the id table keeps off an id, took it (the
-// simulator's wide seed 188758).
-func (j *Journal) ReleaseUnsentID(ctx context.Context, r *Record, id int64) error {
+// Hold was of id, only the entry that Hold wrote is released, at its
+// version: one written again since is another create's of the volume,
+// which held it after that proof and may send under it while the other
+// writer's access point goes. That create answers it or releases it
+// itself; released here, the id was free while an access point of the
+// volume carried it, and a directory volume, which only the id table
+// keeps off an id, took it (the simulator's wide seed 188758). With
+// onlyMade, the entry is released only if that Hold made it: one it wrote
+// again was the volume's hold already (a record being deleted keeps its
+// own until its Finish: wide seed 676900).
+func (j *Journal) ReleaseUnsentID(ctx context.Context, r *Record, id int64, onlyMade bool) error {
 	if h := r.held; h != nil && h.Key == idKey(r.FileSystem, id) {
+		if onlyMade && !r.heldNew {
+			return nil // the volume's hold before this caller's: not its to release
+		}
 		if err := j.s.Delete(ctx, *h); !errors.Is(err, ErrConflict) {
 			return err
 		}

@@ -101,23 +101,33 @@ func TestReleaseOrphanIDKeepsADeletingRecordsOwnID(t *testing.T) {
 // another create of the volume that held the id again since (a new
 // version) may be sending under it, and keeps it (the simulator's wide
 // seed 188758). Without a Hold of its own the caller releases what it
-// reads.
+// reads. With onlyMade, an entry the caller's Hold wrote again (the
+// volume held it before) is kept (wide seed 676900).
 func TestReleaseUnsentIDLeavesAHoldWrittenAgain(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name     string
+		before   bool // another create of the volume held the id before the caller
 		again    bool // a duplicate holds the id again after the caller's Hold
 		ownHold  bool // the caller's Record is the one that held it
+		onlyMade bool
 		wantHeld bool
 	}{
-		{"only the caller held it: released", false, true, false},
-		{"a duplicate held it again since: kept", true, true, true},
-		{"no Hold of the caller's: released as read", true, false, false},
+		{"only the caller held it: released", false, false, true, false, false},
+		{"a duplicate held it again since: kept", false, true, true, false, true},
+		{"no Hold of the caller's: released as read", false, true, false, false, false},
+		{"onlyMade, the caller made it: released", false, false, true, true, false},
+		{"onlyMade, the caller wrote the volume's hold again: kept", true, false, true, true, true},
+		{"without onlyMade, the caller's write of the volume's hold: released", true, false, true, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := journal.New(journal.NewMemory())
 			rec, _, err := j.Begin(ctx, journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", Allocated: 60001})
 			must(t, err)
+			if tc.before {
+				first := *rec
+				must(t, j.HoldID(ctx, &first))
+			}
 			caller := *rec
 			must(t, j.HoldID(ctx, &caller))
 			if tc.again {
@@ -127,7 +137,7 @@ func TestReleaseUnsentIDLeavesAHoldWrittenAgain(t *testing.T) {
 			if !tc.ownHold {
 				caller = *rec
 			}
-			must(t, j.ReleaseUnsentID(ctx, &caller, 60001))
+			must(t, j.ReleaseUnsentID(ctx, &caller, 60001, tc.onlyMade))
 			holder, err := j.IDHolder(ctx, "fs-1", 60001)
 			must(t, err)
 			if (holder == "pvc-1") != tc.wantHeld {

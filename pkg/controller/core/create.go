@@ -75,6 +75,9 @@ type (
 	ReleaseUnsentID struct {
 		Record *journal.Record
 		ID     int64
+		// OnlyMade: only if this call's Hold made the entry, not wrote
+		// again one the volume held already.
+		OnlyMade bool
 	}
 	// ReleaseMovedID releases ID, held for the volume of token Holder,
 	// unless that volume's record holds it and is not being deleted; past
@@ -562,7 +565,11 @@ func (c *Create) moveID(attempt int, held bool, k func()) {
 // keylock.ErrBusy (the volume's delete, or another create, is under way:
 // retry), and the id this call holds for the record is released unless
 // the record holds it: this call may have held it again after the record
-// moved off it or its delete released it. A write, not a read: the
+// moved off it or its delete released it. Being deleted, the record still
+// holds its id until its Finish (its access point may live), so only an
+// entry this call's hold made is released (ReleaseUnsentID): one it wrote
+// again was the volume's (the simulator's wide seed 676900: a directory
+// volume took the id of an access point whose delete was under way). A write, not a read: the
 // record's version moves, so a delete that read it before must read it
 // again to mark it (the Lease store batches writes; a read is a request
 // of its own).
@@ -582,6 +589,10 @@ func (c *Create) confirm(k func()) {
 			err = fmt.Errorf("%w: the record of volume %q changed (another create)", keylock.ErrBusy, rec.Name)
 		default:
 			k()
+			return
+		}
+		if errors.Is(r.Err, journal.ErrDeleting) {
+			c.do(ReleaseUnsentID{Record: &held, ID: held.Allocated, OnlyMade: true}, func(r Result) { c.answer(join(err, r.Err)) })
 			return
 		}
 		c.do(ReleaseMovedID{FileSystem: held.FileSystem, ID: held.Allocated, Holder: held.Token}, func(r Result) { c.answer(join(err, r.Err)) })

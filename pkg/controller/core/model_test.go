@@ -535,7 +535,7 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 	case SetIDs:
 		out.Err = j.SetIDs(ctx, e.Record, e.From, e.UID, e.GID, e.ID, e.ClientToken, e.Probe)
 	case ReleaseUnsentID:
-		out.Err = j.ReleaseUnsentID(ctx, e.Record, e.ID)
+		out.Err = j.ReleaseUnsentID(ctx, e.Record, e.ID, e.OnlyMade)
 	case ReleaseMovedID:
 		out.Err = j.ReleaseMovedID(ctx, e.FileSystem, e.ID, e.Holder)
 	case SetAccessPoint:
