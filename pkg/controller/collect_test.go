@@ -40,7 +40,12 @@ func orphanParams(extra ...string) map[string]string {
 // applies: its record stays, naming no access point.
 func (b *bed) failCreate(name string, p map[string]string, secrets map[string]string) *journal.Record {
 	b.t.Helper()
-	b.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{ErrorRate: 1})
+	// Held past the call's deadline and dropped with the connection, not
+	// 500s until it: a retry sent just before the deadline could reach the
+	// emulator after the faults are reset and be applied (make test on a
+	// loaded machine: the other-directory case found its token taken; the
+	// same fix as pkg/orphans' failedCreate).
+	b.emu.SetFault(emulator.OpCreateAccessPoint, emulator.Fault{Latency: time.Hour})
 	defer b.emu.ResetFaults()
 	ctx, cancel := context.WithTimeout(b.ctx(), 200*time.Millisecond)
 	defer cancel()
