@@ -136,10 +136,17 @@ func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) erro
 	if err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
 		return err
 	}
-	s.fs(fsID).gone(apID, s.now())
-	s.gids.Forget(fsID, apID)
+	s.forgetGone(fsID, apID)
 	s.fs(fsID).dropAnswer(apID)
 	return nil
+}
+
+// forgetGone tells root removal's memory and the allocator that apID (an
+// access point, or a directory volume's stand-in) is deleted: its ids are
+// free once no other live access point carries them.
+func (s *Service) forgetGone(fsID, apID string) {
+	s.fs(fsID).gone(apID, s.now())
+	s.gids.Forget(fsID, apID)
 }
 
 // cleanupTimeout bounds the unmount after the call's own context is gone.

@@ -197,8 +197,7 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		s.fs(e.Record.FileSystem).addOutside(e.Record.UID, e.Record.GID)
 	case core.DirGone:
 		standIn := core.DirStandIn(e.Record)
-		s.fs(standIn.FileSystemID).gone(standIn.ID, s.now())
-		s.gids.Forget(standIn.FileSystemID, standIn.ID)
+		s.forgetGone(standIn.FileSystemID, standIn.ID)
 	case core.NameTokensListed:
 		r.Yes = s.fs(e.FileSystem).nameTokensListed()
 	case core.OutsideToken:
