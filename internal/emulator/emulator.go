@@ -26,6 +26,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 )
 
 // Config configures an Emulator.
@@ -76,6 +78,12 @@ type Config struct {
 	// the stored ones); keys not named are DefaultAccount's. Any turns
 	// accounts on.
 	AccessKeyAccounts map[string]string
+	// IAMPolicies are JSON identity policies (docs/emulator.md, "IAM
+	// policies"): every caller is one principal with these policies, and
+	// each EFS, S3 Files and STS request is evaluated under them before it
+	// is applied. None: everything is allowed. A malformed one is an error
+	// of New.
+	IAMPolicies []string
 	// Now is the clock of issued credentials' expiry; nil: time.Now. See
 	// also SetClockOffset.
 	Now func() time.Time
@@ -124,9 +132,11 @@ type Emulator struct {
 	accountsOn  atomic.Bool
 	clockOffset atomic.Int64
 	faults      faults
-	counts      map[Op]*atomic.Int64
-	hook        atomic.Pointer[Hook]
-	mux         *http.ServeMux
+	// policies are Config.IAMPolicies, parsed once (iam.go).
+	policies []*iam.Policy
+	counts   map[Op]*atomic.Int64
+	hook     atomic.Pointer[Hook]
+	mux      *http.ServeMux
 
 	mu        sync.Mutex
 	servers   []*http.Server
@@ -192,6 +202,10 @@ func New(cfg Config) (*Emulator, error) {
 	if err := validateFaults(cfg.Faults); err != nil {
 		return nil, fmt.Errorf("emulator: %w", err)
 	}
+	policies, err := parsePolicies(cfg.IAMPolicies)
+	if err != nil {
+		return nil, fmt.Errorf("emulator: %w", err)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -207,7 +221,7 @@ func New(cfg Config) (*Emulator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("emulator: %w", err)
 	}
-	e := &Emulator{cfg: cfg, log: log, rand: newLockedRand(cfg.Seed), counts: map[Op]*atomic.Int64{}}
+	e := &Emulator{cfg: cfg, log: log, rand: newLockedRand(cfg.Seed), counts: map[Op]*atomic.Int64{}, policies: policies}
 	e.cfg.DataDir = dataDir
 	if e.state, err = newState(st, dataDir, log, e.rand); err != nil {
 		_ = st.close()

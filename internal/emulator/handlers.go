@@ -24,7 +24,9 @@ type request struct {
 	// resource is the file system, access point or mount target (an ID) the
 	// caller's account must own, when accounts are on; "" for none.
 	resource string
-	run      func() (status int, body any, err *apiError)
+	// iam is what IAM evaluation needs beyond op and resource (iam.go).
+	iam iamFacts
+	run func() (status int, body any, err *apiError)
 }
 
 // protocol writes a service's answers: EFS's JSON or STS's XML.
@@ -74,6 +76,8 @@ func (e *Emulator) routes() *http.ServeMux {
 type recorder struct {
 	http.ResponseWriter
 	status int
+	// denied is the IAM action a policy denied, for the log line.
+	denied string
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -103,6 +107,9 @@ func (e *Emulator) logRequest(r *http.Request, op Op, rec *recorder, start time.
 	}
 	if fault != "" {
 		attrs = append(attrs, "fault", fault)
+	}
+	if rec.denied != "" {
+		attrs = append(attrs, "deniedAction", rec.denied)
 	}
 	e.log.Info("request", attrs...)
 }
@@ -168,6 +175,9 @@ func (e *Emulator) serve(ctx context.Context, op Op, p protocol, decode decoder,
 	req, aerr := decode(r)
 	if aerr == nil {
 		aerr = e.authorize(who, op, req.resource)
+	}
+	if aerr == nil {
+		w.denied, aerr = e.authorizeIAM(who, op, &req)
 	}
 	if aerr != nil {
 		writeError(w, aerr)
@@ -300,7 +310,7 @@ func (e *Emulator) decodeCreateAccessPoint(r *http.Request) (request, *apiError)
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, resource: n.fsID, run: func() (int, any, *apiError) {
+	return request{in: in, resource: n.fsID, iam: iamFacts{tags: n.tags, createAction: "CreateAccessPoint"}, run: func() (int, any, *apiError) {
 		opt := createOptions{limit: e.cfg.AccessPointLimit, lenient: e.cfg.LenientClientToken}
 		if f := e.faults.get(OpCreateAccessPoint); f != nil && f.VisibilityDelay > 0 {
 			opt.visibleAt = time.Now().Add(f.VisibilityDelay)
@@ -427,7 +437,7 @@ func (e *Emulator) decodeCreateFileSystem(r *http.Request) (request, *apiError) 
 	if rec.Tags, aerr = validateTags(in.Tags); aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, iam: iamFacts{tags: rec.Tags, createAction: "CreateFileSystem"}, run: func() (int, any, *apiError) {
 		fs, aerr := e.state.createFileSystem(rec, false)
 		return http.StatusCreated, fs, aerr
 	}}, nil
@@ -554,7 +564,7 @@ func (e *Emulator) decodeTagResource(r *http.Request) (request, *apiError) {
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, resource: id, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, iam: iamFacts{tags: add}, run: func() (int, any, *apiError) {
 		return http.StatusOK, nil, e.state.updateTags(svcEFS, id, func(old []tag) ([]tag, *apiError) { return mergeTags(old, add) })
 	}}, nil
 }
@@ -578,7 +588,7 @@ func (e *Emulator) decodeUntagResource(r *http.Request) (request, *apiError) {
 		}
 		drop[k] = true
 	}
-	return request{in: in, resource: id, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, iam: iamFacts{untagKeys: in.TagKeys}, run: func() (int, any, *apiError) {
 		return http.StatusOK, nil, e.state.updateTags(svcEFS, id, func(old []tag) ([]tag, *apiError) { return dropTags(old, drop), nil })
 	}}, nil
 }

@@ -375,7 +375,9 @@ func byS3ID(field, kind string, run func(id string, q url.Values) (int, any, *ap
 		if aerr != nil {
 			return request{}, aerr
 		}
-		return request{in: &S3FilesRequest{ID: id, Query: q}, resource: id, run: func() (int, any, *apiError) { return run(id, q) }}, nil
+		// tagKeys is UntagResource's (aws:TagKeys); no other such request has it.
+		return request{in: &S3FilesRequest{ID: id, Query: q}, resource: id, iam: iamFacts{untagKeys: q["tagKeys"]},
+			run: func() (int, any, *apiError) { return run(id, q) }}, nil
 	}
 }
 
@@ -411,7 +413,7 @@ func (e *Emulator) decodeS3CreateAccessPoint(r *http.Request) (request, *apiErro
 		return request{}, aerr
 	}
 	n.api = svcS3Files
-	return request{in: in, resource: n.fsID, run: func() (int, any, *apiError) {
+	return request{in: in, resource: n.fsID, iam: iamFacts{tags: n.tags, createAction: "CreateAccessPoint"}, run: func() (int, any, *apiError) {
 		opt := createOptions{limit: e.cfg.AccessPointLimit, ignoreRepeat: true, strict: e.cfg.S3FilesStrictClientToken}
 		if f := e.faults.get(OpS3CreateAccessPoint); f != nil && f.VisibilityDelay > 0 {
 			opt.visibleAt = time.Now().Add(f.VisibilityDelay)
@@ -479,7 +481,7 @@ func (e *Emulator) decodeS3CreateFileSystem(r *http.Request) (request, *apiError
 	}
 	rec := fileSystemRec{API: svcS3Files, CreationToken: token, Bucket: bucket, RoleARN: role, Prefix: str(in.Prefix),
 		KmsKeyID: str(in.KmsKeyId), Encrypted: true, Tags: tags, PerformanceMode: defaultPerformanceMode, ThroughputMode: defaultThroughputMode}
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, iam: iamFacts{tags: tags, createAction: "CreateFileSystem"}, run: func() (int, any, *apiError) {
 		_, aerr := e.state.createFileSystem(rec, false)
 		id := rec.ID
 		if aerr != nil {
@@ -597,7 +599,7 @@ func (e *Emulator) decodeS3TagResource(r *http.Request) (request, *apiError) {
 	if aerr != nil {
 		return request{}, aerr
 	}
-	return request{in: in, resource: id, run: func() (int, any, *apiError) {
+	return request{in: in, resource: id, iam: iamFacts{tags: add}, run: func() (int, any, *apiError) {
 		return http.StatusOK, struct{}{}, e.state.updateTags(svcS3Files, id, func(old []tag) ([]tag, *apiError) { return mergeTags(old, add) })
 	}}, nil
 }

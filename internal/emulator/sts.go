@@ -178,7 +178,7 @@ func (e *Emulator) decodeAssumeRole(r *http.Request, form url.Values) (request, 
 		in.DurationSeconds = n
 	}
 	who := callerFrom(r.Context())
-	return request{in: in, run: func() (int, any, *apiError) {
+	return request{in: in, iam: iamFacts{arn: in.RoleArn}, run: func() (int, any, *apiError) {
 		s, aerr := e.accounts.assumeRole(in, who, e.Now(), e.rand)
 		if aerr != nil {
 			return 0, nil, aerr
