@@ -6,10 +6,12 @@
 //	    [--one-zone-file-system fs-ID=ZONE ...] [--s3files-file-system fs-ID ...]
 //	    [--access-point-limit N] [--lenient-client-token] [--s3files-strict-client-token]
 //	    [fault flags] [--role ARN[#EXTERNAL_ID] ...] [--access-key KEY=ACCOUNT ...]
-//	    [--file-system-owner fs-ID=ACCOUNT ...]
+//	    [--file-system-owner fs-ID=ACCOUNT ...] [--iam-policy FILE ...]
 //
 // It also serves STS AssumeRole on the same address (AWS_ENDPOINT_URL_STS), and the
-// S3 Files API (at the root path; EFS is under /2015-02-01/).
+// S3 Files API (at the root path; EFS is under /2015-02-01/). With
+// --iam-policy, every request is evaluated under those IAM identity
+// policies, as AWS would (docs/emulator.md, "IAM policies").
 package main
 
 import (
@@ -60,6 +62,7 @@ func run(args []string) error {
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	emulator.RegisterFaultFlags(fs, cfg.Faults)
 	emulator.RegisterAccountFlags(fs, &cfg)
+	emulator.RegisterIAMFlag(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,7 +107,8 @@ func run(args []string) error {
 			_ = emu.Close()
 		}
 	}()
-	cfg.Logger.Info("serving the EFS API and STS AssumeRole", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "fileSystems", cfg.FileSystems, "oneZoneFileSystems", cfg.OneZoneFileSystems)
+	cfg.Logger.Info("serving the EFS API and STS AssumeRole", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "fileSystems", cfg.FileSystems, "oneZoneFileSystems", cfg.OneZoneFileSystems,
+		"iamPolicies", len(cfg.IAMPolicies))
 	if err := emu.Serve(l); err != nil {
 		_ = emu.Close()
 		return err

@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -167,5 +169,72 @@ func TestCommandLineRejectsBadFlags(t *testing.T) {
 				t.Fatalf("exit %v, want a failure\n%s", err, log)
 			}
 		})
+	}
+}
+
+func TestCommandLineIAMPolicyFlagRefusesMissingAndMalformedFiles(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"Statement":{"Effect":"Allow","Resource":"*"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.json")
+	for name, tc := range map[string]struct {
+		file string
+		want []string
+	}{
+		"missing file":   {missing, []string{"iam-policy", missing, "no such file"}},
+		"malformed file": {bad, []string{"iam-policy", bad, "invalid IAM policy", "missing Action"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd, log := command("--data-dir", dir, "--iam-policy", tc.file)
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+				t.Fatalf("exit %v, want a failure\n%s", err, log)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(log.String(), w) {
+					t.Errorf("stderr does not say %q:\n%s", w, log)
+				}
+			}
+		})
+	}
+}
+
+func TestCommandLineIAMPoliciesAreEvaluated(t *testing.T) {
+	ctx := context.Background()
+	dir, addr := t.TempDir(), freeAddr(t)
+	managed := filepath.Join(dir, "managed.json")
+	deny := filepath.Join(dir, "deny.json")
+	if err := errors.Join(os.WriteFile(managed, []byte(iam.ManagedPolicy), 0o600),
+		os.WriteFile(deny, []byte(`{"Statement":{"Effect":"Deny","Action":"elasticfilesystem:DescribeMountTargets","Resource":"*"}}`), 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	cmd, log := start(t, addr, "--data-dir", filepath.Join(dir, "data"), "--file-system", "fs-0123456789abcdef0",
+		"--iam-policy", managed, "--iam-policy", deny)
+	c := client(addr)
+	in := func(kv ...string) *efs.CreateAccessPointInput {
+		in := &efs.CreateAccessPointInput{FileSystemId: aws.String("fs-0123456789abcdef0"), ClientToken: aws.String(strings.Join(kv, "-") + "x")}
+		for i := 0; i+1 < len(kv); i += 2 {
+			in.Tags = append(in.Tags, types.Tag{Key: aws.String(kv[i]), Value: aws.String(kv[i+1])})
+		}
+		return in
+	}
+	if _, err := c.CreateAccessPoint(ctx, in("efs.csi.aws.com/cluster", "true")); err != nil {
+		t.Fatalf("create with the cluster tag: %v", err)
+	}
+	var denied interface{ ErrorCode() string }
+	_, err := c.CreateAccessPoint(ctx, in("efs.csi.aws.com/cluster", "true", "team", "a"))
+	if !errors.As(err, &denied) || denied.ErrorCode() != "AccessDeniedException" {
+		t.Fatalf("create with an extra tag: %v, want AccessDeniedException", err)
+	}
+	_, err = c.DescribeMountTargets(ctx, &efs.DescribeMountTargetsInput{FileSystemId: aws.String("fs-0123456789abcdef0")})
+	if !errors.As(err, &denied) || denied.ErrorCode() != "AccessDeniedException" || !strings.Contains(err.Error(), "explicit deny") {
+		t.Fatalf("DescribeMountTargets under the second policy's Deny: %v", err)
+	}
+	stop(t, cmd, log)
+	if !strings.Contains(log.String(), "deniedAction=elasticfilesystem:DescribeMountTargets") {
+		t.Errorf("the log does not name the denied action:\n%s", log)
 	}
 }

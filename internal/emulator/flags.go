@@ -3,9 +3,12 @@ package emulator
 import (
 	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 )
 
 // RegisterFaultFlags defines the fault flags on fs; each use sets one aspect
@@ -198,4 +201,22 @@ func (z oneZoneFlag) Set(v string) error {
 	}
 	z[id] = zone
 	return nil
+}
+
+// RegisterIAMFlag defines --iam-policy FILE on fs (repeatable): each file is
+// one JSON identity policy of the principal every caller is
+// (Config.IAMPolicies). A file that cannot be read, or is not a valid
+// policy, is an error of the flag naming the file.
+func RegisterIAMFlag(fs *flag.FlagSet, cfg *Config) {
+	fs.Func("iam-policy", "evaluate every request under the IAM identity policy in JSON `FILE`; repeatable (none: allow everything)", func(path string) error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err // names the file
+		}
+		if _, err := iam.Parse(b); err != nil {
+			return err // the flag package's message names the file
+		}
+		cfg.IAMPolicies = append(cfg.IAMPolicies, string(b))
+		return nil
+	})
 }
