@@ -102,7 +102,7 @@ func plant(t *testing.T, collector bool) *planted {
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherCtl, err := controller.New(controller.Config{EFS: client, ClusterID: "the-other-cluster"})
+	otherCtl, err := controller.New(controller.Config{DescriptiveTags: true, EFS: client, ClusterID: "the-other-cluster"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +470,7 @@ func TestAFileSystemOfAnotherAccountIsReadAndFixedAsTheClassRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl, err := controller.New(controller.Config{EFS: asRole, Journal: b.store, ClusterID: kubetest.KubeSystemUID})
+	ctl, err := controller.New(controller.Config{DescriptiveTags: true, EFS: asRole, Journal: b.store, ClusterID: kubetest.KubeSystemUID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +527,7 @@ func TestS3FilesVolumesAreAuditedAndFixedThroughTheirAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl, err := controller.New(controller.Config{EFS: own, Journal: b.store, ClusterID: kubetest.KubeSystemUID, Backends: s3Backend{cl}})
+	ctl, err := controller.New(controller.Config{DescriptiveTags: true, EFS: own, Journal: b.store, ClusterID: kubetest.KubeSystemUID, Backends: s3Backend{cl}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,7 @@ func (b *bed) useJournal(store journal.Store) {
 		b.t.Fatal(err)
 	}
 	b.store = store
-	if b.ctl, err = controller.New(controller.Config{EFS: client, Journal: store, ClusterID: kubetest.KubeSystemUID}); err != nil {
+	if b.ctl, err = controller.New(controller.Config{DescriptiveTags: true, EFS: client, Journal: store, ClusterID: kubetest.KubeSystemUID}); err != nil {
 		b.t.Fatal(err)
 	}
 }

@@ -148,7 +148,7 @@ func TestCollectOrphan(t *testing.T) {
 // name's: a create of another volume name of the same claim (the token is
 // the claim's) makes the collection of the orphan wait too.
 func TestCollectOrphanTakesTheTokensLock(t *testing.T) {
-	b := newBed(t)
+	b := newBed(t, descriptive) // a reuseAccessPoint token proves nothing without the tags
 	if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-1", 1<<30, orphanParams("reuseAccessPoint", "true"))); err != nil {
 		t.Fatal(err)
 	}

@@ -117,14 +117,20 @@ const (
 // Config wires the service. EFS is required; Mounter is required when
 // DeleteRootDir is set.
 type Config struct {
-	EFS           EFS
-	Mounter       FileSystemMounter
-	Refs          RefReader           // nil: a class naming its file system by reference is an error
-	Backends      Backends            // nil: only Config.EFS (no other account, no S3 Files)
-	Zones         FileSystemDescriber // nil: a class with enforceZoneAffinity "true" is an error
-	Tags          map[string]string   // added to every access point (--tags)
-	ClusterID     string              // --cluster-id, written as TagClusterID; "" = unknown: no tag
-	DeleteRootDir bool                // --delete-access-point-root-dir
+	EFS       EFS
+	Mounter   FileSystemMounter
+	Refs      RefReader           // nil: a class naming its file system by reference is an error
+	Backends  Backends            // nil: only Config.EFS (no other account, no S3 Files)
+	Zones     FileSystemDescriber // nil: a class with enforceZoneAffinity "true" is an error
+	Tags      map[string]string   // added to every access point (--tags)
+	ClusterID string              // --cluster-id: marks GID tokens; with DescriptiveTags written as TagClusterID; "" = unknown
+	// DescriptiveTags (--descriptive-tags) adds this driver's own tags
+	// (volume name, capacity, claim, base path, cluster ID, record life)
+	// to efs.csi.aws.com/cluster on every access point. AWS's managed
+	// policy AmazonEFSCSIDriverPolicy allows only the cluster tag: with it
+	// every create is denied (docs/iam.md).
+	DescriptiveTags bool
+	DeleteRootDir   bool // --delete-access-point-root-dir
 	// ListingLag (--listing-lag) is how long EFS may take to list an
 	// access point after creating it. A root directory is removed only
 	// after a listing that began this long after its DeleteVolume did, so

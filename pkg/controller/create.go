@@ -163,7 +163,11 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 
 // tagsFor is what a volume's access point is tagged with: nil for a class
 // with enableTagging "false" (no tag at all, as upstream: so --tags, which
-// upstream also refuses with it, is INVALID_ARGUMENT).
+// upstream also refuses with it, is INVALID_ARGUMENT). By default only
+// efs.csi.aws.com/cluster=true, as upstream, and --tags: AWS's managed
+// policy allows that one key and no other (what proves an access point
+// this cluster's is its record and its GID token, core.TaggedFor). The
+// descriptive tags (Config.DescriptiveTags) only when asked.
 func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (map[string]string, error) {
 	if !params.EnableTagging {
 		if len(s.tags) > 0 {
@@ -177,6 +181,9 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 		tags = map[string]string{}
 	}
 	tags[TagCluster] = "true"
+	if !s.cfg.DescriptiveTags {
+		return tags, nil
+	}
 	tags[TagVolumeName] = name
 	tags[TagCapacity] = core.CapacityTag(capacity)
 	if s.cluster != "" {

@@ -64,7 +64,7 @@ func TestSequenceNeverSkipsTheVolumesOwnAccessPoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, taken := b.svc.fs(testFS).skipped(core.PosixGID(ap), "pvc-2"); !taken {
+	if _, taken := b.svc.fs(testFS).skipped(core.PosixGID(ap), "pvc-2", "/pvc-2"); !taken {
 		t.Fatalf("b's state does not skip pvc-1's id for another volume")
 	}
 	again, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-1", 1<<30, p))

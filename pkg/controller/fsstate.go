@@ -202,9 +202,11 @@ func (st *fsState) listed(others otherIDs, nameTokens bool, outside []int64, tak
 }
 
 // tokenHolder is the id whose GID token ap holds, and its volume as
-// fsState.taken keeps it; ok is false for an access point under another
-// token, or whose ids are not its token's (nothing is inferred of it: a
-// send under that token learns what EFS answers).
+// fsState.taken keeps it: its volume-name tag, or without one its root
+// directory (pathHolder), which tells GID-token volumes apart
+// (core.Plan.usesGIDToken); "" for another cluster's. ok is false for an access point under another token,
+// or whose ids are not its token's (nothing is inferred of it: a send
+// under that token learns what EFS answers).
 func tokenHolder(ap *efs.AccessPoint, cluster string) (id int64, vol string, ok bool) {
 	if !volume.IsGIDToken(ap.ClientToken) {
 		return 0, "", false
@@ -215,12 +217,18 @@ func tokenHolder(ap *efs.AccessPoint, cluster string) (id int64, vol string, ok 
 			if _, other := ownership.OtherCluster(ap, cluster); other {
 				return id, "", true
 			}
-			name, tagged := ap.Tags[ownership.TagVolumeName]
-			return id, name, tagged
+			if name, tagged := ap.Tags[ownership.TagVolumeName]; tagged {
+				return id, name, true
+			}
+			return id, pathHolder(ap.Path), true
 		}
 	}
 	return 0, "", false
 }
+
+// pathHolder is fsState.taken's holder of an access point known by its
+// root directory (no volume name begins with "/").
+func pathHolder(root string) string { return root }
 
 // sawToken notes ap in taken, if it holds a GID token: this process made
 // or adopted it.
@@ -234,19 +242,20 @@ func (st *fsState) sawToken(ap *efs.AccessPoint, cluster string) {
 	st.taken[id], st.takenBy[ap.ID] = vol, id
 }
 
-// skipped says why volume name's sequence passes over id: an access point
-// under another token carries it (outside: EFS cannot compare the two), or
-// another volume's access point held its GID token when last listed or
-// seen (taken: EFS would answer with that access point, unless it has been
-// deleted since by a writer this process does not hear of; a hint).
-func (st *fsState) skipped(id int64, name string) (outside, taken bool) {
+// skipped says why the sequence of the volume named name, at root
+// directory root, passes over id: an access point under another token
+// carries it (outside: EFS cannot compare the two), or another volume's
+// access point held its GID token when last listed or seen (taken: EFS
+// would answer with that access point, unless it has been deleted since
+// by a writer this process does not hear of; a hint).
+func (st *fsState) skipped(id int64, name, root string) (outside, taken bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if _, found := slices.BinarySearch(st.outsideIDs, id); found {
 		return true, false
 	}
 	holder, held := st.taken[id]
-	return false, held && holder != name
+	return false, held && holder != name && holder != pathHolder(root)
 }
 
 // othersInRange returns how many of the ids other clusters' access points

@@ -339,3 +339,8 @@ func (b *bed) wantUniqueIDs(byUID bool) {
 		seen[id] = ap.ID
 	}
 }
+
+// descriptive runs a bed's controller with --descriptive-tags: the tests
+// of what those tags add (another cluster's ID, the record life) and of
+// access points an earlier release tagged.
+func descriptive(c *Config) { c.DescriptiveTags = true }

@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -45,12 +46,16 @@ func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) 
 			return nil, fmt.Errorf("%w: %q", ErrInvalidStartingToken, after)
 		}
 	}
-	ids, err := s.ownVolumeIDs(ctx, fsl)
+	recorded, err := s.recordedAccessPoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := s.ownVolumeIDs(ctx, fsl, recorded)
 	if err != nil {
 		return nil, err
 	}
 	for _, svc := range s.listedBackends() {
-		more, err := svc.ownVolumeIDs(ctx, svc.efs.(FileSystemLister))
+		more, err := svc.ownVolumeIDs(ctx, svc.efs.(FileSystemLister), recorded)
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +87,7 @@ func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) 
 
 // ownVolumeIDs is the IDs of this cluster's volumes on every file system fsl
 // lists.
-func (s *Service) ownVolumeIDs(ctx context.Context, fsl FileSystemLister) ([]string, error) {
+func (s *Service) ownVolumeIDs(ctx context.Context, fsl FileSystemLister, recorded map[string]bool) ([]string, error) {
 	fss, err := fsl.ListFileSystems(ctx)
 	if err != nil {
 		return nil, err
@@ -91,7 +96,7 @@ func (s *Service) ownVolumeIDs(ctx context.Context, fsl FileSystemLister) ([]str
 	for _, fs := range fss {
 		err := s.efs.ListAccessPoints(ctx, fs.ID, func(page []efs.AccessPoint) error {
 			for _, ap := range page {
-				if s.owns(ap) {
+				if recorded[ap.ID] && ap.Tags[TagCluster] == "true" || s.owns(ap) {
 					ids = append(ids, s.volumeID(&ap))
 				}
 			}
@@ -130,8 +135,25 @@ func (s *Service) canList() bool {
 	return ok
 }
 
-// owns reports whether ap was created by a controller of this cluster: the
-// driver's tags and this cluster's ID (or, with no cluster ID, none).
+// recordedAccessPoints is the set of access points the record names, of
+// volumes not being deleted: this cluster's, whatever their tags (by
+// default only the cluster tag, which does not say whose).
+func (s *Service) recordedAccessPoints(ctx context.Context) (map[string]bool, error) {
+	named := map[string]bool{}
+	err := s.journal.Volumes(ctx, "", func(recs []*journal.Record) error {
+		for _, r := range recs {
+			if r.AccessPoint != "" && !r.Deleting {
+				named[r.AccessPoint] = true
+			}
+		}
+		return nil
+	})
+	return named, err
+}
+
+// owns reports whether ap was created by a controller of this cluster
+// with --descriptive-tags, or a release before the record: the driver's
+// tags and this cluster's ID (or, with no cluster ID, none).
 func (s *Service) owns(ap efs.AccessPoint) bool {
 	return ap.Tags[TagCluster] == "true" && ap.Tags[TagVolumeName] != "" && ap.Tags[TagClusterID] == s.cluster
 }

@@ -16,7 +16,7 @@ func TestListVolumesListsOnlyThisClustersAccessPoints(t *testing.T) {
 	clusters := map[string]*Service{}
 	created := map[string]string{} // cluster ID -> volume ID
 	for _, id := range []string{"uid-a", "uid-b", ""} {
-		svc, err := New(Config{EFS: b.client, ClusterID: id, TempDir: t.TempDir()})
+		svc, err := New(Config{EFS: b.client, ClusterID: id, TempDir: t.TempDir(), DescriptiveTags: true})
 		if err != nil {
 			t.Fatal(err)
 		}

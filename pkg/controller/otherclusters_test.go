@@ -57,8 +57,9 @@ func hideOnce(b *bed, apID string) {
 func TestTwoClustersNeverAnswerOneGID(t *testing.T) {
 	clk := newClock()
 	var logsB testutil.Buffer
-	a := newBed(t, otherCluster("cluster-a", clk, nil))
-	b := newBedOn(t, a.url, a.emu, otherCluster("cluster-b", clk, &logsB))
+	// The warning names the other cluster by its cluster-ID tag.
+	a := newBed(t, descriptive, otherCluster("cluster-a", clk, nil))
+	b := newBedOn(t, a.url, a.emu, descriptive, otherCluster("cluster-b", clk, &logsB))
 	clk.Advance(core.UnrecordedWindow + time.Minute)
 	three := params("gidRangeStart", "50000", "gidRangeEnd", "50002")
 	create := func(on *bed, name string) (string, error) {

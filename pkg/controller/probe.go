@@ -78,7 +78,7 @@ func (s *Service) candidate(p *plan, from int) (int64, int, error) {
 	soft := -1
 	for i := from; i < from+int(n); i++ {
 		id := seq.at(i)
-		outside, taken := st.skipped(id, p.Name)
+		outside, taken := st.skipped(id, p.Name, p.Input.Path)
 		switch {
 		case outside:
 		case taken:

@@ -19,7 +19,8 @@ func reuseClass(ns string, extra ...string) map[string]string {
 // claim `data` in another namespace or cluster, or of another size, does not get it:
 // it is ALREADY_EXISTS, never a shared access point.
 func TestReuseAccessPointStaysInItsNamespace(t *testing.T) {
-	b := newBed(t, func(c *Config) { c.ClusterID = "this-cluster" })
+	// Another cluster's claim of the name is told by the cluster-ID tag.
+	b := newBed(t, descriptive, func(c *Config) { c.ClusterID = "this-cluster" })
 	first, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-1", 1<<30, reuseClass("prod")))
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +42,7 @@ func TestReuseAccessPointStaysInItsNamespace(t *testing.T) {
 			return err
 		}},
 		{"another cluster", func() error {
-			other := newBedOn(t, b.url, b.emu, func(c *Config) { c.ClusterID = "other-cluster" })
+			other := newBedOn(t, b.url, b.emu, descriptive, func(c *Config) { c.ClusterID = "other-cluster" })
 			_, err := other.svc.CreateVolume(other.ctx(), createReq("pvc-6", 1<<30, reuseClass("prod")))
 			return err
 		}},

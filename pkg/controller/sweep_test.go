@@ -93,7 +93,9 @@ func TestSweepUnrecorded(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := newClock()
-			b := newBed(t, func(c *Config) { c.ClusterID = "ours"; c.Now = clk.Now })
+			// The sweep's proof is the descriptive tags (docs/design.md,
+			// "Access points no record names").
+			b := newBed(t, descriptive, func(c *Config) { c.ClusterID = "ours"; c.Now = clk.Now })
 			volID := b.mustCreate("pvc-1")
 			rec := b.recordOf("pvc-1")
 			ap, err := b.client.DescribeAccessPoint(b.ctx(), apOf(t, volID))

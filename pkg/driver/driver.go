@@ -50,6 +50,7 @@ type Config struct {
 	NodeID          string
 	Zone            string            // --zone, reported by NodeGetInfo; "": discovered (zone.go), maybe unknown
 	Tags            map[string]string // parsed --tags
+	DescriptiveTags bool              // --descriptive-tags: see controller.Config.DescriptiveTags
 	DeleteRootDir   bool
 	ListingLag      time.Duration // --listing-lag: see controller.Config.ListingLag
 	LocalRoot       string        // emulator data directory: bind mounts instead of mount -t efs
@@ -294,7 +295,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		_, perHost := store.(*journal.File)
 		clusterRecord = !perHost
 		d.controller, err = controller.New(controller.Config{
-			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir, AccessPointLimit: cfg.AccessPointLimit,
+			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, DescriptiveTags: cfg.DescriptiveTags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir, AccessPointLimit: cfg.AccessPointLimit,
 			ListingLag: cfg.ListingLag, TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {

@@ -81,9 +81,10 @@ type Volume struct {
 	// volume; Recorded is when its directory was first known made
 	// (SetDirMade).
 	Dir bool `json:"dir,omitempty"`
-	// Capacity is the capacity a directory volume was created with (an
-	// access point carries it in a tag): a create of the same name with
-	// another is refused.
+	// Capacity is the capacity the volume was created with: a create of
+	// the same name with another is refused (no tag needs to carry it;
+	// records written before every volume's was kept have 0 but for
+	// directory volumes).
 	Capacity int64 `json:"capacity,omitempty"`
 	// Placed: the volume's class names several file systems, and the
 	// place entry of this key (Place) says this one holds it; Finish

@@ -69,6 +69,12 @@ const (
 	// Upstream: the upstream driver's cluster tag with a provisioner
 	// volume name as client token.
 	Upstream
+	// TokenOnly: the cluster tag and a GID token (volume.GIDToken),
+	// without a record or a volume-name tag: this driver's, made with its
+	// default tags (the cluster tag alone, as AWS's managed policy
+	// allows), for a volume whose name, and whose cluster, only a record
+	// knows.
+	TokenOnly
 	// UpstreamReuse: the upstream driver's cluster tag with its
 	// reuseAccessPoint token (a claim-name hash): the volume name is not
 	// known.
@@ -106,6 +112,8 @@ func Of(ap *efs.AccessPoint, rec *journal.Record) (Kind, string) {
 	switch name := ap.Tags[TagVolumeName]; {
 	case csiTag && name != "":
 		return Tagged, name
+	case csiTag && volume.IsGIDToken(ap.ClientToken):
+		return TokenOnly, ""
 	case csiTag && volume.IsProvisionerVolumeName(ap.ClientToken):
 		return Upstream, ap.ClientToken
 	case csiTag && volume.IsClaimNameHash(ap.ClientToken):
@@ -117,7 +125,9 @@ func Of(ap *efs.AccessPoint, rec *journal.Record) (Kind, string) {
 }
 
 // OtherCluster returns the cluster ID ap is tagged with when it is not
-// cluster ("" = this cluster's is unknown: any ID is another's).
+// cluster ("" = this cluster's is unknown: any ID is another's). Only
+// --descriptive-tags writes the ID: an access point without it is of no
+// known cluster.
 func OtherCluster(ap *efs.AccessPoint, cluster string) (string, bool) {
 	id, ok := ap.Tags[TagClusterID]
 	return id, ok && id != cluster

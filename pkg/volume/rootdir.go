@@ -316,3 +316,14 @@ func truncateUTF8(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// RootDirNamesVolume reports whether RootDir tells volumes apart by name:
+// no two volume names get one root directory. So it is without
+// subPathPattern (the name itself), with EnsureUniqueDirectory (a hash of
+// the name is appended) and with a pattern that holds ${.PV.name} (the
+// volume name, which carries the claim's UID). An access point found at a
+// volume's root directory under this cluster's GID token is then that
+// volume's, which no tag needs to say.
+func (p Params) RootDirNamesVolume() bool {
+	return p.SubPathPattern == "" || p.EnsureUniqueDirectory || strings.Contains(p.SubPathPattern, "${.PV.name}")
+}

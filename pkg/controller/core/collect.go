@@ -10,6 +10,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // The orphan collector's collection of one volume of the record
@@ -252,21 +253,30 @@ func (c *Collect) collect(ap *efs.AccessPoint) {
 	c.do(DeleteOrphan{FileSystem: c.rec.FileSystem, AccessPoint: ap.ID}, nil)
 }
 
-// TaggedFor proves with ap's tags what the record says of it: the
-// collector acts on no record alone, since a record entry can be written
-// by anyone who may write the controller's Leases or ConfigMaps, and an
-// entry naming an upstream-made, hand-made or untagged access point would
-// otherwise delete it with its data. This driver tags every access point
-// it makes (but for enableTagging "false" classes, whose orphans are left
-// to the audit): its cluster tag, the record's volume name, no other
-// cluster's ID (a replica that could not read its cluster's ID, under
-// upstream's RBAC, writes none), the record's life (MadeForRecord), and
-// the record's claim where it names one. Upstream's access points (no
-// volume-name tag) and untagged ones are never collected; an earlier
-// release's, which carries this driver's tags, is when a forged entry
-// names it with its own name and claim and this cluster's ID.
+// TaggedFor proves with what ap carries in EFS what the record says of
+// it: the collector acts on no record alone, since a record entry can be
+// written by anyone who may write the controller's Leases or ConfigMaps,
+// and an entry naming an upstream-made, hand-made, another cluster's or
+// untagged access point would otherwise delete it with its data.
+//
+// With its default tags (the cluster tag alone, which AWS's managed policy
+// allows) this driver's access point proves it by its client token, the
+// record's own GID token, at the record's root directory with the ids the
+// record holds (TokenFor). With --descriptive-tags it
+// carries its cluster tag, the record's volume name, no other cluster's
+// ID, the record's life (MadeForRecord) and the record's claim where it
+// names one. Upstream's access points (no volume-name tag, no marked
+// token) and untagged ones are never collected; enableTagging "false"
+// classes' orphans are left to the audit.
 func TaggedFor(cluster string, rec *journal.Record, ap *efs.AccessPoint) error {
 	t := ap.Tags
+	if _, named := t[ownership.TagVolumeName]; !named {
+		if !TokenFor(rec, ap) {
+			return fmt.Errorf("%w: volume %q: access point %s does not carry this cluster's token for it (cluster tag %q, token %q, want %q at %q): the record alone proves nothing to the collector",
+				ErrNotCollectable, rec.Name, ap.ID, t[ownership.TagCluster], ap.ClientToken, rec.SentToken(), rec.Path)
+		}
+		return nil
+	}
 	claimOK := func(key, want string) bool { v, ok := t[key]; return !ok || v == want }
 	_, other := ownership.OtherCluster(ap, cluster)
 	if t[ownership.TagCluster] != "true" || t[ownership.TagVolumeName] != rec.Name || other || !MadeForRecord(cluster, rec, ap) ||
@@ -276,6 +286,20 @@ func TaggedFor(cluster string, rec *journal.Record, ap *efs.AccessPoint) error {
 			t[ownership.TagRecordLife], t[ownership.TagClaimNamespace], t[ownership.TagClaimName])
 	}
 	return nil
+}
+
+// TokenFor: ap, without a volume-name tag, carries the cluster tag and
+// the GID token rec sends, at rec's root directory, with the id rec holds
+// in the record's id table. Only a create of a volume holding the id
+// sends the token, and the root directory names the volume
+// (Plan.usesGIDToken). What it cannot prove, which the record-life and
+// cluster-ID tags do (docs/design.md, "Tags"): that rec is not an entry
+// forged, by a writer of the record, to name an access point that no
+// PersistentVolume of this cluster names (one being provisioned here, or
+// another cluster's on a shared file system).
+func TokenFor(rec *journal.Record, ap *efs.AccessPoint) bool {
+	return ap.Tags[ownership.TagCluster] == "true" && volume.IsGIDToken(ap.ClientToken) &&
+		ap.ClientToken == rec.SentToken() && ap.FileSystemID == rec.FileSystem && madeWith(rec, ap)
 }
 
 // MadeForRecord: ap carries the life of rec (TagRecordLife), which only a

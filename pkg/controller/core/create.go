@@ -392,9 +392,9 @@ func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, k func(*journal.R
 		FileSystem: fsID, Token: p.Input.ClientToken, Name: p.Name, API: c.cfg.API, Path: p.Input.Path,
 		UID: uid, GID: g, Allocated: alloc, ClaimNamespace: p.Params.PVCNamespace, ClaimName: p.Params.PVCName,
 	}
-	if p.Dir {
-		v.Dir, v.Capacity = true, p.Capacity
-	}
+	// The capacity asked: a repeat with another is incompatible
+	// (recordMismatch), which no tag need say.
+	v.Dir, v.Capacity = p.Dir, p.Capacity
 	v.Placed = p.Placed
 	if gidToken {
 		v.ClientToken, v.Probe = volume.GIDToken(fsID, alloc), probe[0]
@@ -637,7 +637,9 @@ func (c *Create) send(attempt int) {
 	p, rec := c.p, c.rec
 	in := p.Input
 	in.ClientToken = rec.SentToken()
-	if in.Tags != nil {
+	if in.Tags[ownership.TagVolumeName] != "" {
+		// --descriptive-tags: the record's life, the collector's proof
+		// against a forged record (TaggedFor).
 		in.Tags = maps.Clone(in.Tags)
 		in.Tags[ownership.TagRecordLife] = ownership.RecordLife(rec)
 	}

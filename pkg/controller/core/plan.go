@@ -48,19 +48,32 @@ func (p *Plan) Locks() []string {
 
 // usesGIDToken reports whether the plan's creates send a GID token
 // (volume.GIDToken) rather than the name's: every class that allocates an
-// id and tags its access points (the tags say whose an access point found
-// by the token is). reuseAccessPoint keeps upstream's claim-name token, by
-// which a re-created claim finds its access point.
+// id and tags its access points, when what EFS answers for the token says
+// whose the access point is: its volume-name tag (--descriptive-tags), or
+// else its root directory, for classes whose root directories tell
+// volumes apart (volume.Params.RootDirNamesVolume). Any other class sends
+// the name's token, as upstream: its GIDs are kept apart by the record's
+// id table, not by EFS. reuseAccessPoint keeps upstream's claim-name
+// token, by which a re-created claim finds its access point.
 func (p *Plan) usesGIDToken() bool {
-	return p.Params.NeedsGIDAllocation() && p.Params.EnableTagging && !p.Params.ReuseAccessPoint && !p.Dir
+	return p.Params.NeedsGIDAllocation() && p.Params.EnableTagging && !p.Params.ReuseAccessPoint && !p.Dir &&
+		(p.Input.Tags[ownership.TagVolumeName] != "" || p.Params.RootDirNamesVolume())
 }
 
 // ours reports whether ap, which holds the GID token this volume's record
-// sends, was made for this volume: its name tag, not another cluster's.
-// PV names carry the claim's UID, so no other volume of any cluster has it.
+// sends, was made for this volume: its volume-name tag, not another
+// cluster's, or, without the tag (the default: the cluster tag alone), its
+// root directory, which names this volume and no other (usesGIDToken).
+// PV names carry the claim's UID, so no other volume of any cluster has
+// the name, nor the root directory.
 func (p *Plan) ours(ap *efs.AccessPoint) bool {
-	_, other := ownership.OtherCluster(ap, p.Cluster)
-	return !other && ap.FileSystemID == p.Params.FileSystemID && ap.Tags[ownership.TagVolumeName] == p.Name
+	if _, other := ownership.OtherCluster(ap, p.Cluster); other || ap.FileSystemID != p.Params.FileSystemID {
+		return false
+	}
+	if name, tagged := ap.Tags[ownership.TagVolumeName]; tagged {
+		return name == p.Name
+	}
+	return p.Params.RootDirNamesVolume() && ap.Path == p.Input.Path
 }
 
 // madeOutside reports whether ap was made for p's volume by a writer
@@ -86,10 +99,12 @@ func (p *Plan) recordMismatch(rec *journal.Record) string {
 		if rec.ClaimNamespace != p.Params.PVCNamespace {
 			return fmt.Sprintf("its access point token is recorded for a claim in namespace %q, not %q", rec.ClaimNamespace, p.Params.PVCNamespace)
 		}
-		return ""
-	}
-	if rec.Name != p.Name {
+	} else if rec.Name != p.Name {
 		return fmt.Sprintf("its access point token is recorded for volume %q", rec.Name)
+	}
+	if rec.Capacity != 0 && rec.Capacity != p.Capacity {
+		// Records before the capacity of every volume was kept have 0.
+		return fmt.Sprintf("recorded with capacity %d bytes, want %d", rec.Capacity, p.Capacity)
 	}
 	return ""
 }

@@ -119,10 +119,12 @@ func (c *Create) repeat() {
 // names none is the volume's next life, begun after another replica's
 // delete removed ap. Before, a repeat from memory answered that deleted
 // access point (TestCreateEveryOutcome: a record of the same token and
-// path, naming no access point).
+// path, naming no access point). A record the request does not match
+// (another capacity) goes the whole way too, which answers why.
 func (c *Create) confirmAnswer(ap *efs.AccessPoint) {
 	c.do(ReadRecord{FileSystem: ap.FileSystemID, Key: c.p.Input.ClientToken}, func(r Result) {
-		if r.Err != nil || r.Record.Deleting || !ownership.Agrees(r.Record, ap) || r.Record.AccessPoint != ap.ID {
+		if r.Err != nil || r.Record.Deleting || !ownership.Agrees(r.Record, ap) || r.Record.AccessPoint != ap.ID ||
+			c.p.recordMismatch(r.Record) != "" {
 			c.fresh()
 			return
 		}
