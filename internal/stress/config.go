@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	deployiam "github.com/efs-csi/efs-csi-driver/deploy/iam"
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 	"io"
 	"log/slog"
 	"os"
@@ -83,13 +85,19 @@ type Config struct {
 	// the class names (fileSystemId: fs-a,fs-b); AccessPointLimit (0: the
 	// emulator's 10,000) is each one's limit, in the emulator and the
 	// driver (--access-point-limit).
-	FileSystems      int    `json:"fileSystems,omitempty"`
-	AccessPointLimit int    `json:"accessPointLimit,omitempty"`
-	MetricsURL       string `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
-	TmpDir           string `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
-	DataDir          string `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
-	Exclusive        bool   `json:"exclusive"`            // every access point on the file system belongs to the run
-	KeepWorkDir      bool   `json:"keepWorkDir,omitempty"`
+	FileSystems      int `json:"fileSystems,omitempty"`
+	AccessPointLimit int `json:"accessPointLimit,omitempty"`
+	// IAMPolicy (embedded) is the identity policy the emulator enforces on
+	// the driver's every request (IAMPolicyManaged, the default: AWS's
+	// AmazonEFSCSIDriverPolicy, what EKS users attach, with
+	// deploy/iam/s3files.json for S3 Files classes; IAMPolicyNone: allow
+	// all; else a policy file).
+	IAMPolicy   string `json:"iamPolicy,omitempty"`
+	MetricsURL  string `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
+	TmpDir      string `json:"tmpDir,omitempty"`     // driver's --tmp-dir, scanned for leftovers
+	DataDir     string `json:"dataDir,omitempty"`    // remote: emulator data dir, for markers ("" = none)
+	Exclusive   bool   `json:"exclusive"`            // every access point on the file system belongs to the run
+	KeepWorkDir bool   `json:"keepWorkDir,omitempty"`
 
 	// Workload.
 	Volumes                int               `json:"volumes"`
@@ -161,7 +169,33 @@ func Default() Config {
 		FaultRate:              0.05,
 		ChaosInterval:          300 * time.Millisecond,
 		Settle:                 30 * time.Second,
+		IAMPolicy:              IAMPolicyManaged,
 	}
+}
+
+// The IAM policies an embedded run's emulator can enforce by name.
+const (
+	IAMPolicyManaged = "managed"
+	IAMPolicyNone    = "none"
+)
+
+// iamPolicies are the policy texts Config.IAMPolicy names.
+func (c *Config) iamPolicies() ([]string, error) {
+	switch c.IAMPolicy {
+	case IAMPolicyNone:
+		return nil, nil
+	case "", IAMPolicyManaged:
+		p := []string{iam.ManagedPolicy}
+		if c.S3Files() {
+			p = append(p, deployiam.S3Files)
+		}
+		return p, nil
+	}
+	b, err := os.ReadFile(c.IAMPolicy)
+	if err != nil {
+		return nil, fmt.Errorf("--iam-policy: %w", err)
+	}
+	return []string{string(b)}, nil
 }
 
 // Fault profiles (faults.go says what each puts in force).

@@ -141,6 +141,9 @@ func setupEmbedded(ctx context.Context, cfg *Config, outDir string, onEvent func
 	if cfg.S3Files() { // the ID has 17 hex digits: an S3 Files ID too
 		ecfg.FileSystems, ecfg.S3FilesFileSystems = nil, []string{t.fsID}
 	}
+	if ecfg.IAMPolicies, err = cfg.iamPolicies(); err != nil {
+		return t, err
+	}
 	em, err := emulator.New(ecfg)
 	if err != nil {
 		return t, err

@@ -69,9 +69,9 @@ func TestCrossAccountVolumeIsMadeAndDeletedAsTheRole(t *testing.T) {
 		secrets map[string]string
 		want    codes.Code
 	}{
-		{"no secret: the controller's own account may not", nil, codes.PermissionDenied},
-		{"a wrong external ID: STS refuses", map[string]string{"awsRoleArn": otherRole, "externalId": "ext-2"}, codes.PermissionDenied},
-		{"a role of no account's", map[string]string{"awsRoleArn": "arn:aws:iam::210987654321:role/nope"}, codes.PermissionDenied},
+		{"no secret: the controller's own account may not", nil, codes.Unauthenticated},
+		{"a wrong external ID: STS refuses", map[string]string{"awsRoleArn": otherRole, "externalId": "ext-2"}, codes.Unauthenticated},
+		{"a role of no account's", map[string]string{"awsRoleArn": "arn:aws:iam::210987654321:role/nope"}, codes.Unauthenticated},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := ctl.CreateVolume(ctx, req("pvc-refused", c.secrets)); status.Code(err) != c.want {

@@ -64,7 +64,7 @@ var codeTable = []struct {
 	{controller.ErrTopologyConflict, codes.ResourceExhausted},
 	{gid.ErrExhausted, codes.ResourceExhausted},
 	{efs.ErrLimitExceeded, codes.ResourceExhausted},
-	{efs.ErrAccessDenied, codes.PermissionDenied},
+	{efs.ErrAccessDenied, codes.Unauthenticated}, // as upstream: "Access Denied. ..."
 	{efs.ErrFileSystemNotFound, codes.NotFound},
 	{efs.ErrAccessPointNotFound, codes.NotFound},
 	{efs.ErrBadRequest, codes.InvalidArgument},
@@ -83,7 +83,34 @@ func toStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	return status.Error(codeOf(err), redact(err.Error()))
+	msg := err.Error()
+	if errors.Is(err, efs.ErrAccessDenied) {
+		msg = deniedMessage(msg)
+	}
+	return status.Error(codeOf(err), redact(msg))
+}
+
+// deniedHints: for each action AWS names in a denial, the policy
+// statement the controller's role needs (docs/iam.md).
+var deniedHints = []struct{ action, need string }{
+	{"elasticfilesystem:TagResource", "elasticfilesystem:TagResource with elasticfilesystem:CreateAction = CreateAccessPoint, for the tags sent on create: AWS's managed policy AmazonEFSCSIDriverPolicy allows the key efs.csi.aws.com/cluster alone; --tags and --descriptive-tags need deploy/iam/descriptive-tags.json (or a statement allowing their keys)"},
+	{"elasticfilesystem:CreateAccessPoint", "elasticfilesystem:CreateAccessPoint with the request tag efs.csi.aws.com/cluster (AmazonEFSCSIDriverPolicy's AllowCreateAccessPoint allows no other tag key; --tags and --descriptive-tags need deploy/iam/descriptive-tags.json)"},
+	{"elasticfilesystem:DeleteAccessPoint", "elasticfilesystem:DeleteAccessPoint on access points tagged efs.csi.aws.com/cluster (AmazonEFSCSIDriverPolicy's AllowDeleteAccessPoint)"},
+	{"elasticfilesystem:Describe", "elasticfilesystem:DescribeAccessPoints, DescribeFileSystems and DescribeMountTargets on * (AmazonEFSCSIDriverPolicy's AllowDescribe)"},
+	{"s3files:", "the S3 Files statements of deploy/iam/s3files.json"},
+	{"sts:AssumeRole", "sts:AssumeRole on the role the StorageClass names, and that role's trust of the controller's role"},
+}
+
+// deniedMessage is upstream's message for a denial, with the statement
+// the role needs for the action AWS named.
+func deniedMessage(msg string) string {
+	out := "Access Denied. Please ensure you have the right AWS permissions: " + msg
+	for _, h := range deniedHints {
+		if strings.Contains(msg, h.action) {
+			return out + "; needed: " + h.need
+		}
+	}
+	return out
 }
 
 // What a status message must not carry: the CO writes it into events that

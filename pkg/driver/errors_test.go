@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -35,7 +36,7 @@ func TestErrorsMapToTheCodesTheProvisionerExpects(t *testing.T) {
 		{fmt.Errorf("x: %w", gid.ErrExhausted), codes.ResourceExhausted},
 		// The CSI spec's code for a volume that cannot be made where the requisite topology allows.
 		{fmt.Errorf("x: %w", controller.ErrTopologyConflict), codes.ResourceExhausted},
-		{fmt.Errorf("x: %w", efs.ErrAccessDenied), codes.PermissionDenied},
+		{fmt.Errorf("x: %w", efs.ErrAccessDenied), codes.Unauthenticated},
 		{fmt.Errorf("gidRangeEnd: %w", volume.ErrInvalidParameter), codes.InvalidArgument},
 		{fmt.Errorf("x: %w", volume.ErrInvalidID), codes.InvalidArgument},
 		{fmt.Errorf("x: %w", keylock.ErrBusy), codes.Aborted},
@@ -64,6 +65,26 @@ func TestParseRateLimits(t *testing.T) {
 	for _, bad := range []string{"x", "=1", "CreateAccessPoint=-1", "CreateAccessPoint=1:0", "*=a", "CreateAccesPoint=5", "Bogus=1"} {
 		if _, err := ParseRateLimits(bad); err == nil {
 			t.Errorf("ParseRateLimits(%q) accepted", bad)
+		}
+	}
+}
+
+// A denial keeps upstream's code and words, and names the statement the
+// controller's role lacks for the action AWS named; the ARNs go.
+func TestDenialNamesTheStatementNeeded(t *testing.T) {
+	for _, tc := range []struct{ action, want string }{
+		{"elasticfilesystem:CreateAccessPoint", "AllowCreateAccessPoint"},
+		{"elasticfilesystem:TagResource", "elasticfilesystem:CreateAction = CreateAccessPoint"},
+		{"elasticfilesystem:DeleteAccessPoint", "AllowDeleteAccessPoint"},
+		{"elasticfilesystem:DescribeMountTargets", "AllowDescribe"},
+		{"s3files:CreateAccessPoint", "deploy/iam/s3files.json"},
+	} {
+		err := fmt.Errorf("create: %w: User: arn:aws:sts::111122223333:assumed-role/r/s is not authorized to perform: %s on resource: arn:aws:elasticfilesystem:us-east-1:111122223333:file-system/fs-1",
+			efs.ErrAccessDenied, tc.action)
+		st, _ := status.FromError(toStatus(err))
+		if st.Code() != codes.Unauthenticated || !strings.HasPrefix(st.Message(), "Access Denied. Please ensure you have the right AWS permissions: ") ||
+			!strings.Contains(st.Message(), tc.want) || strings.Contains(st.Message(), "111122223333") {
+			t.Errorf("%s: %v %q", tc.action, st.Code(), st.Message())
 		}
 	}
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"maps"
+	"path"
 	"slices"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -194,7 +195,7 @@ func (s *Sim) checkNamed(fs *fileSystem) {
 	for _, a := range unnamed {
 		named := false
 		for _, st := range live {
-			if _, ok := recordEntry(st, FS, a.ap.ID, a.ap.ClientToken, a.ap.Tags[ownership.TagVolumeName]); ok {
+			if _, ok := recordEntry(st, FS, a.ap.ID, a.ap.ClientToken, volumeOf(a)); ok {
 				named = true
 				break
 			}
@@ -216,4 +217,15 @@ func (s *Sim) liveStores() []*store {
 		}
 	}
 	return out
+}
+
+// volumeOf is the volume a driver's access point was made for: its
+// volume-name tag (--descriptive-tags), else its root directory's name,
+// which is the volume's in the simulator's class (the driver's default
+// tags say nothing of it: its record does).
+func volumeOf(a *simAP) string {
+	if name := a.ap.Tags[ownership.TagVolumeName]; name != "" {
+		return name
+	}
+	return path.Base(a.ap.Path)
 }
