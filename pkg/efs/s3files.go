@@ -199,6 +199,13 @@ func (c *S3Files) DeleteAccessPoint(ctx context.Context, accessPointID string) e
 	_, err := call(ctx, c.policy, OpS3DeleteAccessPoint, accessPointID, func(ctx context.Context) (*s3sdk.DeleteAccessPointOutput, error) {
 		return c.api.DeleteAccessPoint(ctx, &s3sdk.DeleteAccessPointInput{AccessPointId: aws.String(accessPointID)})
 	})
+	if errors.Is(err, ErrAccessDenied) {
+		// Denied for want of a tag a gone access point cannot carry
+		// (Client.DeleteAccessPoint).
+		if _, derr := c.DescribeAccessPoint(ctx, accessPointID); errors.Is(derr, ErrAccessPointNotFound) {
+			err = derr
+		}
+	}
 	if err == nil || errors.Is(err, ErrAccessPointNotFound) {
 		c.identities.forget(accessPointID)
 	}

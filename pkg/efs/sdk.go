@@ -314,10 +314,22 @@ func (c *Client) CreateAccessPoint(ctx context.Context, in CreateAccessPointInpu
 // DeleteAccessPoint deletes an access point; a missing one is
 // ErrAccessPointNotFound (which a retried delete may also see after its own
 // earlier attempt's answer was lost).
+//
+// IAM decides before EFS looks: under a policy that allows the delete only
+// on access points carrying a tag (AWS's managed AmazonEFSCSIDriverPolicy:
+// efs.csi.aws.com/cluster), one already gone carries none and the delete
+// is AccessDenied, not AccessPointNotFound. A denied delete is therefore
+// told apart by one Describe: gone, it is ErrAccessPointNotFound; there,
+// the denial stands.
 func (c *Client) DeleteAccessPoint(ctx context.Context, accessPointID string) error {
 	_, err := call(ctx, c.policy, OpDeleteAccessPoint, accessPointID, func(ctx context.Context) (*sdk.DeleteAccessPointOutput, error) {
 		return c.api.DeleteAccessPoint(ctx, &sdk.DeleteAccessPointInput{AccessPointId: aws.String(accessPointID)})
 	})
+	if errors.Is(err, ErrAccessDenied) {
+		if _, derr := c.DescribeAccessPoint(ctx, accessPointID); errors.Is(derr, ErrAccessPointNotFound) {
+			return derr
+		}
+	}
 	return err
 }
 
