@@ -85,6 +85,8 @@ type stackOptions struct {
 	// leaderElection false strips the provisioners' --leader-election flags: every
 	// replica then acts on every PVC, the worst case of two leaders overlapping.
 	leaderElection bool
+	// driverArgs are appended to every replica's driver arguments.
+	driverArgs []string
 }
 
 // replicaSpec is what one controller replica runs: the driver binary and the controller
@@ -109,7 +111,7 @@ func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stac
 	t.Helper()
 	st := newControllerStack(ctx, t, s)
 	for range opts.replicas {
-		st.addReplica(ctx, replicaSpec{bins: s.bins, deployment: st.deployment, leaderElection: opts.leaderElection})
+		st.addReplica(ctx, replicaSpec{bins: s.bins, deployment: st.deployment, leaderElection: opts.leaderElection, driverArgs: opts.driverArgs})
 	}
 	return st
 }
