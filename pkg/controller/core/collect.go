@@ -265,9 +265,11 @@ func (c *Collect) collect(ap *efs.AccessPoint) {
 // record holds (TokenFor). With --descriptive-tags it
 // carries its cluster tag, the record's volume name, no other cluster's
 // ID, the record's life (MadeForRecord) and the record's claim where it
-// names one. Upstream's access points (no volume-name tag, no marked
-// token) and untagged ones are never collected; enableTagging "false"
-// classes' orphans are left to the audit.
+// names one. Upstream's access points (no volume-name tag, no GID token)
+// and untagged ones are never collected; neither are, without the
+// descriptive tags, those of classes that send a name's or claim's token
+// (which upstream's driver sends too), nor any enableTagging "false"
+// class's: the audit finds them.
 func TaggedFor(cluster string, rec *journal.Record, ap *efs.AccessPoint) error {
 	t := ap.Tags
 	if _, named := t[ownership.TagVolumeName]; !named {
