@@ -93,7 +93,7 @@ func toStatus(err error) error {
 // deniedHints: for each action AWS names in a denial, the policy
 // statement the controller's role needs (docs/iam.md).
 var deniedHints = []struct{ action, need string }{
-	{"elasticfilesystem:TagResource", "elasticfilesystem:TagResource with elasticfilesystem:CreateAction = CreateAccessPoint, for the tags sent on create: AWS's managed policy AmazonEFSCSIDriverPolicy allows the key efs.csi.aws.com/cluster alone; --tags and --descriptive-tags need deploy/iam/descriptive-tags.json (or a statement allowing their keys)"},
+	{"elasticfilesystem:TagResource", "elasticfilesystem:TagResource with elasticfilesystem:CreateAction = CreateAccessPoint, for the tags sent on create (AmazonEFSCSIDriverPolicy's AllowTagNewAccessPoints allows the key efs.csi.aws.com/cluster alone; --tags and --descriptive-tags need deploy/iam/descriptive-tags.json, or a statement allowing their keys)"},
 	{"elasticfilesystem:CreateAccessPoint", "elasticfilesystem:CreateAccessPoint with the request tag efs.csi.aws.com/cluster (AmazonEFSCSIDriverPolicy's AllowCreateAccessPoint allows no other tag key; --tags and --descriptive-tags need deploy/iam/descriptive-tags.json)"},
 	{"elasticfilesystem:DeleteAccessPoint", "elasticfilesystem:DeleteAccessPoint on access points tagged efs.csi.aws.com/cluster (AmazonEFSCSIDriverPolicy's AllowDeleteAccessPoint)"},
 	{"elasticfilesystem:Describe", "elasticfilesystem:DescribeAccessPoints, DescribeFileSystems and DescribeMountTargets on * (AmazonEFSCSIDriverPolicy's AllowDescribe)"},

@@ -3,6 +3,8 @@ package driver
 import (
 	"context"
 	"errors"
+	"github.com/efs-csi/efs-csi-driver/internal/emulator"
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,7 +25,10 @@ func TestVolumesUpstreamProvisionedArePublishedAndDeleted(t *testing.T) {
 		t.Skip("publishing needs bind mounts (root)")
 	}
 	var url string
-	socket, emu := startDriver(t, func(c *Config) { url = c.EFS.Endpoint })
+	// Under upstream's example policy, which its users attached: upstream
+	// tagged with --tags too.
+	socket, emu, _ := startDriverOn(t, func(e *emulator.Config) { e.IAMPolicies = []string{iam.UpstreamExamplePolicy} },
+		func(c *Config) { url = c.EFS.Endpoint })
 	conn := dial(t, socket)
 	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
 	ctx := context.Background()

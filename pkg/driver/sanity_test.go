@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	deployiam "github.com/efs-csi/efs-csi-driver/deploy/iam"
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +46,10 @@ func startDriverStop(t *testing.T, mut ...func(*Config)) (socket string, emu *em
 func startDriverOn(t *testing.T, emuMut func(*emulator.Config), mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
 	t.Helper()
 	data := t.TempDir()
-	ecfg := emulator.Config{DataDir: data, FileSystems: []string{sanityFS}, S3FilesFileSystems: []string{sanityS3FS}}
+	// Under the policies a user attaches (AWS's managed one, and
+	// s3files.json for S3 Files), as every cluster runs.
+	ecfg := emulator.Config{DataDir: data, FileSystems: []string{sanityFS}, S3FilesFileSystems: []string{sanityS3FS},
+		IAMPolicies: []string{iam.ManagedPolicy, deployiam.S3Files}}
 	if emuMut != nil {
 		emuMut(&ecfg)
 	}

@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	"github.com/efs-csi/efs-csi-driver/internal/emulator"
+	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 	"maps"
 	"slices"
 	"strings"
@@ -90,7 +92,9 @@ func TestEscapedTagsProvision(t *testing.T) {
 		t.Fatal(err)
 	}
 	var emuURL string
-	socket, _ := startDriver(t, func(c *Config) { c.Mode = ModeController; c.Tags = tags; emuURL = c.EFS.Endpoint })
+	// --tags needs a policy allowing their keys: upstream's example policy.
+	socket, _, _ := startDriverOn(t, func(e *emulator.Config) { e.IAMPolicies = []string{iam.UpstreamExamplePolicy} },
+		func(c *Config) { c.Mode = ModeController; c.Tags = tags; emuURL = c.EFS.Endpoint })
 	ctl := csi.NewControllerClient(dial(t, socket))
 	ctx := context.Background()
 	vol, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-tags", VolumeCapabilities: []*csi.VolumeCapability{{
