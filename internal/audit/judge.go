@@ -99,6 +99,8 @@ func ownerOf(ap *efs.AccessPoint, rec *journal.Record, cluster string) (Owner, s
 		return OwnerUnrecorded, "this driver's tags with this cluster's ID, but no record: an earlier release's, or forged (tags prove nothing)"
 	case kind == ownership.Tagged:
 		return OwnerUnrecorded, "this driver's tags without a cluster ID, and no record: a release before cluster IDs or the record, a controller without an ID, or forged"
+	case kind == ownership.TokenOnly:
+		return OwnerUnrecorded, "this driver's GID token and cluster tag (its default tags say no more), but no record of this cluster: another cluster's on a shared file system, or made for a record that is gone"
 	case kind == ownership.Upstream:
 		return OwnerUpstream, "the upstream driver's: its cluster tag, a provisioner volume name as client token, no record"
 	case kind == ownership.UpstreamReuse:

@@ -50,6 +50,11 @@ func TestOwnerOfAnAccessPoint(t *testing.T) {
 		{"untagged, another root", efs.AccessPoint{ID: "fsap-7", ClientToken: upstreamName, Path: "/data"}, nil, ourCluster, OwnerOther},
 		{"the cluster tag and a UUID token (the CLI's)", efs.AccessPoint{ID: "fsap-8", ClientToken: "6f1c2d3e-0000-4000-8000-00000000c1d0", Tags: map[string]string{controller.TagCluster: "true"}}, nil, ourCluster, OwnerOther},
 		{"by hand", efs.AccessPoint{ID: "fsap-8", ClientToken: "terraform", Tags: map[string]string{"Name": "x"}}, nil, ourCluster, OwnerOther},
+		// The default tags (the cluster tag alone): the record decides.
+		{"default tags, recorded by its GID token", efs.AccessPoint{ID: "fsap-1", FileSystemID: testFS, ClientToken: "tok", Path: "/p",
+			Tags: map[string]string{controller.TagCluster: "true"}}, rec, ourCluster, OwnerThisCluster},
+		{"default tags, a GID token no record names", efs.AccessPoint{ID: "fsap-10", ClientToken: "csi-gid:" + testFS + ":60001",
+			Tags: map[string]string{controller.TagCluster: "true"}}, nil, ourCluster, OwnerUnrecorded},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ap := c.ap
