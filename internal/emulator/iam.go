@@ -33,15 +33,13 @@ type iamFacts struct {
 	createAction string
 }
 
-// iamService is the IAM service prefix of op's actions.
+// iamService is the IAM service prefix of op's actions: its signing
+// service's, and STS's (whose signature the emulator does not check).
 func iamService(op Op) string {
-	switch {
-	case isS3Op(op):
-		return "s3files"
-	case op == OpAssumeRole:
+	if op == OpAssumeRole {
 		return "sts"
 	}
-	return "elasticfilesystem"
+	return signingService(op)
 }
 
 // iamOpName is op without its API's prefix ("S3Files.TagResource" ->

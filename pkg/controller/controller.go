@@ -123,7 +123,7 @@ type Config struct {
 	Backends  Backends            // nil: only Config.EFS (no other account, no S3 Files)
 	Zones     FileSystemDescriber // nil: a class with enforceZoneAffinity "true" is an error
 	Tags      map[string]string   // added to every access point (--tags)
-	ClusterID string              // --cluster-id: marks GID tokens; with DescriptiveTags written as TagClusterID; "" = unknown
+	ClusterID string              // --cluster-id, written as TagClusterID with DescriptiveTags; "" = unknown
 	// DescriptiveTags (--descriptive-tags) adds this driver's own tags
 	// (volume name, capacity, claim, base path, cluster ID, record life)
 	// to efs.csi.aws.com/cluster on every access point. AWS's managed

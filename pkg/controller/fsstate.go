@@ -72,8 +72,8 @@ type fsState struct {
 	nameTokens bool
 	outsideIDs []int64
 
-	// taken: by id, the volume (its ownership tag; "" for another
-	// cluster's) of the access point that holds the id's GID token, as
+	// taken: by id, the volume (its volume-name tag, else its root
+	// directory: tokenHolder; "" for another cluster's) of the access point that holds the id's GID token, as
 	// the last complete listing showed, and this process has made or seen
 	// since (takenBy: by access point, until it deletes it). EFS answers
 	// a send under that token with that access point, so a volume's
@@ -203,10 +203,11 @@ func (st *fsState) listed(others otherIDs, nameTokens bool, outside []int64, tak
 
 // tokenHolder is the id whose GID token ap holds, and its volume as
 // fsState.taken keeps it: its volume-name tag, or without one its root
-// directory (pathHolder), which tells GID-token volumes apart
-// (core.Plan.usesGIDToken); "" for another cluster's. ok is false for an access point under another token,
-// or whose ids are not its token's (nothing is inferred of it: a send
-// under that token learns what EFS answers).
+// directory, which tells GID-token volumes apart (core.Plan.usesGIDToken;
+// no volume name begins with "/"); "" for another cluster's. ok is false
+// for an access point under another token, or whose ids are not its
+// token's (nothing is inferred of it: a send under that token learns what
+// EFS answers).
 func tokenHolder(ap *efs.AccessPoint, cluster string) (id int64, vol string, ok bool) {
 	if !volume.IsGIDToken(ap.ClientToken) {
 		return 0, "", false
@@ -220,15 +221,11 @@ func tokenHolder(ap *efs.AccessPoint, cluster string) (id int64, vol string, ok 
 			if name, tagged := ap.Tags[ownership.TagVolumeName]; tagged {
 				return id, name, true
 			}
-			return id, pathHolder(ap.Path), true
+			return id, ap.Path, true
 		}
 	}
 	return 0, "", false
 }
-
-// pathHolder is fsState.taken's holder of an access point known by its
-// root directory (no volume name begins with "/").
-func pathHolder(root string) string { return root }
 
 // sawToken notes ap in taken, if it holds a GID token: this process made
 // or adopted it.
@@ -255,7 +252,7 @@ func (st *fsState) skipped(id int64, name, root string) (outside, taken bool) {
 		return true, false
 	}
 	holder, held := st.taken[id]
-	return false, held && holder != name && holder != pathHolder(root)
+	return false, held && holder != name && holder != root
 }
 
 // othersInRange returns how many of the ids other clusters' access points
