@@ -96,6 +96,9 @@ func (s *Service) ownVolumeIDs(ctx context.Context, fsl FileSystemLister, record
 	for _, fs := range fss {
 		err := s.efs.ListAccessPoints(ctx, fs.ID, func(page []efs.AccessPoint) error {
 			for _, ap := range page {
+				// An untagged access point (enableTagging "false") is
+				// listed by no cluster, recorded or not, as before the
+				// record named what ListVolumes lists.
 				if recorded[ap.ID] && ap.Tags[TagCluster] == "true" || s.owns(ap) {
 					ids = append(ids, s.volumeID(&ap))
 				}
