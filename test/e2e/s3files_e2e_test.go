@@ -24,7 +24,7 @@ func TestS3FilesClaimIsProvisionedAndDeleted(t *testing.T) {
 	s := env(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	st := newControllerStack(ctx, t, s, "--s3files-file-system="+s3FileSystem)
+	st := newControllerStack(ctx, t, s, "--s3files-file-system="+s3FileSystem, s.policy(s3FilesPolicy))
 	st.addReplica(ctx, replicaSpec{bins: s.bins, deployment: st.deployment, leaderElection: true})
 	s3 := s3files.New(s3files.Options{Region: "us-east-1", BaseEndpoint: aws.String(st.endpoint), Credentials: aws.AnonymousCredentials{}})
 	accessPoints := func() (int, error) {

@@ -67,7 +67,7 @@ func TestChartControllerWritesOnlyToItsVolumes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
-			st := newControllerStack(ctx, t, s, "--s3files-file-system="+s3FileSystem)
+			st := newControllerStack(ctx, t, s, "--s3files-file-system="+s3FileSystem, s.policy(s3FilesPolicy))
 			deployment, pod := renderedPod(t, s, tc.values, "Deployment", "efs-csi-controller")
 			c := podContainer(t, &pod, "efs-plugin")
 			dropMount(t, c, tc.unmount)

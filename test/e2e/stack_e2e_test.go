@@ -85,8 +85,9 @@ type stackOptions struct {
 	// leaderElection false strips the provisioners' --leader-election flags: every
 	// replica then acts on every PVC, the worst case of two leaders overlapping.
 	leaderElection bool
-	// driverArgs are appended to every replica's driver arguments.
-	driverArgs []string
+	// driverArgs are appended to every replica's driver arguments; emulatorArgs to the
+	// emulator's.
+	driverArgs, emulatorArgs []string
 }
 
 // replicaSpec is what one controller replica runs: the driver binary and the controller
@@ -109,7 +110,7 @@ type replicaSpec struct {
 // arguments (local sockets, kubeconfig and ports substituted).
 func startControllerStack(ctx context.Context, t *testing.T, s *suite, opts stackOptions) *controllerStack {
 	t.Helper()
-	st := newControllerStack(ctx, t, s)
+	st := newControllerStack(ctx, t, s, opts.emulatorArgs...)
 	for range opts.replicas {
 		st.addReplica(ctx, replicaSpec{bins: s.bins, deployment: st.deployment, leaderElection: opts.leaderElection, driverArgs: opts.driverArgs})
 	}
@@ -138,8 +139,11 @@ func newEmulatorStack(ctx context.Context, t *testing.T, s *suite, emulatorArgs 
 	}
 	st.endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
 	st.dataDir = filepath.Join(st.dir, "efs")
+	// Under AWS's managed policy, which the EKS add-on and upstream's guide attach: a
+	// test that needs more adds the policy a user of that feature attaches (policy).
 	st.emulator, err = cluster.StartProcess("efs-emulator", s.dir, filepath.Join(s.bins, "efs-emulator"), nil,
-		append([]string{fmt.Sprintf("--listen=127.0.0.1:%d", port), "--data-dir=" + st.dataDir, "--file-system=" + fileSystemID}, emulatorArgs...)...)
+		append([]string{fmt.Sprintf("--listen=127.0.0.1:%d", port), "--data-dir=" + st.dataDir, "--file-system=" + fileSystemID,
+			s.policy(managedPolicy)}, emulatorArgs...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,4 +511,18 @@ func (st *controllerStack) logUsage() {
 		}
 		st.t.Logf("usage of %s since its last start: peak RSS %d MiB, CPU %v", p.Name, u.PeakRSS>>20, u.CPU)
 	}
+}
+
+// The IAM policies the emulator enforces (docs/iam.md), by file in the repository.
+const (
+	managedPolicy         = "internal/emulator/iam/testdata/AmazonEFSCSIDriverPolicy.json"
+	upstreamExamplePolicy = "internal/emulator/iam/testdata/upstream-iam-policy-example.json"
+	descriptiveTagsPolicy = "deploy/iam/descriptive-tags.json"
+	s3FilesPolicy         = "deploy/iam/s3files.json"
+	crossAccountPolicy    = "deploy/iam/cross-account.json"
+)
+
+// policy is the emulator's --iam-policy flag for one of them: each adds to the others.
+func (s *suite) policy(file string) string {
+	return "--iam-policy=" + filepath.Join(s.repo, file)
 }

@@ -52,7 +52,9 @@ func TestUpgradeFromThePreviousReleaseMidStorm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	st := newControllerStack(ctx, t, s)
+	// Under upstream's example policy, which the users of upstream and of an earlier
+	// release (more tag keys than the cluster's) attached.
+	st := newControllerStack(ctx, t, s, s.policy(upstreamExamplePolicy))
 	old := st.addReplica(ctx, replicaSpec{bins: rel.Bin, deployment: releaseDeployment(t, rel)})
 	ns := newNamespace(ctx, t, s, "e2e-upgrade")
 	efsc := efsClient(st.endpoint)
@@ -158,7 +160,9 @@ func TestUpgradeFromUpstreamProvisionedVolumesWithUpstreamValues(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	st := newControllerStack(ctx, t, s)
+	// Under upstream's example policy, which the users of upstream and of an earlier
+	// release (more tag keys than the cluster's) attached.
+	st := newControllerStack(ctx, t, s, s.policy(upstreamExamplePolicy))
 	ns := newNamespace(ctx, t, s, "e2e-from-upstream")
 	efsc := efsClient(st.endpoint)
 	fsDir := filepath.Join(st.dataDir, fileSystemID)

@@ -86,7 +86,7 @@ func TestHelmUpgradeFromUpstreamChartMidStorm(t *testing.T) {
 		}
 	})
 	removeUnreleased(ctx, t, a, h, values, archive, chart)
-	st := newEmulatorStack(ctx, t, s)
+	st := newEmulatorStack(ctx, t, s, s.policy(upstreamExamplePolicy)) // upstream's users' policy
 	fsDir := filepath.Join(st.dataDir, fileSystemID)
 	efsc := efsClient(st.endpoint)
 

@@ -36,7 +36,7 @@ func TestCrossAccountClaimIsProvisionedAsTheRole(t *testing.T) {
 	s := env(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	st := newControllerStack(ctx, t, s, "--role="+otherRole+"#"+otherExternalID,
+	st := newControllerStack(ctx, t, s, s.policy(crossAccountPolicy), "--role="+otherRole+"#"+otherExternalID,
 		"--file-system-owner="+otherFileSystem+"="+otherAccount, "--access-key="+otherKey+"="+otherAccount)
 	st.addReplica(ctx, replicaSpec{bins: s.bins, deployment: st.deployment, leaderElection: true})
 	other := efs.New(efs.Options{Region: "us-east-1", BaseEndpoint: aws.String(st.endpoint),
