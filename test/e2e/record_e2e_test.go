@@ -70,7 +70,9 @@ func TestUpgradeFromTheConfigMapsRecordKeepsOwnership(t *testing.T) {
 	rel := previousRelease(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	st := newControllerStack(ctx, t, s)
+	// That release sends its descriptive tags: its users attached a policy allowing
+	// them (upstream's example policy does).
+	st := newControllerStack(ctx, t, s, s.policy(upstreamExamplePolicy))
 	old := st.addReplica(ctx, replicaSpec{bins: rel.Bin, deployment: releaseDeployment(t, rel)})
 	ns := newNamespace(ctx, t, s, "e2e-record-upgrade")
 	const n = 20
