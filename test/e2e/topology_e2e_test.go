@@ -25,14 +25,13 @@ func TestOneZoneClaimWithWaitForFirstConsumerGetsItsZonesNodeAffinity(t *testing
 	s := env(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	st := startControllerStack(ctx, t, s, stackOptions{replicas: 1, leaderElection: true})
 	const zone, zoneKey, node = "us-east-1b", "topology.kubernetes.io/zone", "e2e-zone-node"
+	// Made by the emulator at start, as an administrator makes it: the controller's
+	// policy (AWS's managed one) allows no CreateFileSystem.
+	const fsID = "fs-0b0e0a0e1b1e1b1e1"
+	st := startControllerStack(ctx, t, s, stackOptions{replicas: 1, leaderElection: true,
+		emulatorArgs: []string{"--one-zone-file-system=" + fsID + "=" + zone}})
 	efsc := efsClient(st.endpoint)
-	fs, err := efsc.CreateFileSystem(ctx, &efs.CreateFileSystemInput{CreationToken: aws.String("e2e-one-zone"), AvailabilityZoneName: aws.String(zone)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fsID := aws.ToString(fs.FileSystemId)
 
 	kc := s.cluster.Client
 	if _, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{
