@@ -91,7 +91,11 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		}
 		r.Record, r.Err = read(ctx, e.FileSystem, e.Key)
 	case core.ReadRecordOf:
-		r.Record, r.Err = s.journal.ByAccessPoint(ctx, e.FileSystem, e.AccessPoint)
+		read := s.journal.ByAccessPoint
+		if e.Hint {
+			read = s.journal.ByAccessPointHint
+		}
+		r.Record, r.Err = read(ctx, e.FileSystem, e.AccessPoint)
 	case core.Begin:
 		r.Record, r.Yes, r.Err = s.journal.Begin(ctx, e.Volume)
 	case core.Hold:

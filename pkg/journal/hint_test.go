@@ -300,3 +300,55 @@ func TestSetAccessPointAlreadyNamedStillConfirms(t *testing.T) {
 		t.Fatalf("SetAccessPoint of the access point a record being deleted names: %v, want ErrDeleting", err)
 	}
 }
+
+// listing counts the index reads of a store whose hints are its entries
+// as the test last copied them.
+type listing struct {
+	hinted
+	lists int
+}
+
+func (l *listing) List(ctx context.Context, kind journal.Kind, fs, index string, fn func([]journal.Entry) error) error {
+	l.lists++
+	return l.Store.List(ctx, kind, fs, index, fn)
+}
+
+// A delete finds the record of an access point with no volume-name tag by
+// the record's index: from this process's last write of it when that
+// names the access point (no read of the index), else by the index; never
+// a record that does not name it, and never one finished.
+func TestByAccessPointHintReadsTheIndexOnlyWhenItMust(t *testing.T) {
+	ctx := context.Background()
+	l := &listing{hinted: hinted{Store: journal.NewMemory(), hints: map[journal.Key]journal.Entry{}}}
+	j := journal.New(l)
+	rec, _, err := j.Begin(ctx, journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", Allocated: 60000, UID: 60000, GID: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.SetAccessPoint(ctx, rec, journal.Made{ID: "fsap-1", Path: "/pvc-1", UID: 60000, GID: 60000, Allocated: 60000}, false); err != nil {
+		t.Fatal(err)
+	}
+	key := journal.Key{Kind: journal.KindVolume, FileSystem: "fs-1", Name: "pvc-1"}
+	hint := func() {
+		e, err := l.Store.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.hints[key] = e
+	}
+	hint()
+	got, err := j.ByAccessPointHint(ctx, "fs-1", "fsap-1")
+	if err != nil || got.AccessPoint != "fsap-1" || l.lists != 0 {
+		t.Fatalf("named and hinted: %+v, %v after %d index reads, want the record and none", got, err, l.lists)
+	}
+	// Another access point named by the hint: the index decides.
+	if _, err := j.ByAccessPointHint(ctx, "fs-1", "fsap-2"); !errors.Is(err, journal.ErrNotFound) || l.lists != 1 {
+		t.Fatalf("an access point no record names: %v after %d index reads, want ErrNotFound after 1", err, l.lists)
+	}
+	if err := j.Finish(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.ByAccessPointHint(ctx, "fs-1", "fsap-1"); !errors.Is(err, journal.ErrNotFound) || l.lists != 2 {
+		t.Fatalf("finished: %v after %d index reads, want ErrNotFound after 2", err, l.lists)
+	}
+}

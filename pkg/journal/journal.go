@@ -137,7 +137,15 @@ type Journal struct {
 	mu     sync.Mutex
 	listed map[Key]listedRecord
 	reads  uint64 // Volumes calls so far: the generation of listedRecord.seen
+	// named: the token of the record this process last saw name each
+	// access point (SetAccessPoint, ByAccessPoint), for ByAccessPointHint:
+	// a record found by its access point without a volume-name tag costs
+	// no read of the index. Dropped by Finish.
+	named map[apKey]string
 }
+
+// apKey is an access point on a file system.
+type apKey struct{ fs, ap string }
 
 // listedRecord is a decoded record and the last Volumes call that saw it.
 type listedRecord struct {
@@ -151,7 +159,7 @@ func New(s Store) *Journal { return NewClocked(s, time.Now) }
 // NewClocked returns a journal over s whose times (Created, Recorded,
 // DeletingSince) are now's.
 func NewClocked(s Store, now func() time.Time) *Journal {
-	return &Journal{s: s, now: now, listed: map[Key]listedRecord{}}
+	return &Journal{s: s, now: now, listed: map[Key]listedRecord{}, named: map[apKey]string{}}
 }
 
 func volumeKey(fs, token string) Key { return Key{Kind: KindVolume, FileSystem: fs, Name: token} }
@@ -698,7 +706,7 @@ func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, ap Made, replac
 		ap.Token = ""
 	}
 	created := r.Created
-	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
+	err := j.mutate(ctx, r, func(v *Volume) (bool, error) {
 		if err := ofLife(created, v); err != nil {
 			return false, err
 		}
@@ -719,6 +727,10 @@ func (j *Journal) SetAccessPoint(ctx context.Context, r *Record, ap Made, replac
 		v.AccessPoint, v.Path, v.ClientToken, v.UID, v.GID, v.Allocated = ap.ID, ap.Path, ap.Token, ap.UID, ap.GID, ap.Allocated
 		return true, nil
 	})
+	if err == nil {
+		j.noteNamed(r)
+	}
+	return err
 }
 
 // SetClaim records the claim r now serves (reuseAccessPoint: a re-created
@@ -770,7 +782,15 @@ func (j *Journal) MarkBound(ctx context.Context, r *Record) error {
 // before is this life's hold (a later life holds the id only once this
 // record is gone, under a version of its own, which the compare-and-swap
 // of the entry's delete refuses).
-func (j *Journal) Finish(ctx context.Context, r *Record) error {
+func (j *Journal) Finish(ctx context.Context, r *Record) (err error) {
+	named := apKey{r.FileSystem, r.AccessPoint}
+	defer func() {
+		if err == nil && named.ap != "" {
+			j.mu.Lock()
+			delete(j.named, named)
+			j.mu.Unlock()
+		}
+	}()
 	if done, err := j.finishSeen(ctx, r); done || err != nil {
 		return err
 	}
@@ -917,7 +937,35 @@ func (j *Journal) ByAccessPoint(ctx context.Context, fs, apID string) (*Record, 
 	if found == nil {
 		return nil, fmt.Errorf("%w: access point %s on %s", ErrNotFound, apID, fs)
 	}
+	j.noteNamed(found)
 	return found, nil
+}
+
+// ByAccessPointHint is ByAccessPoint from what this process last read or
+// wrote of the record naming apID (VolumeHint), when that still names it;
+// else ByAccessPoint. Possibly stale, so only for a caller that proves it
+// before acting (a compare-and-swap, or a read under the volume's locks);
+// a record it does not find is always looked up.
+func (j *Journal) ByAccessPointHint(ctx context.Context, fs, apID string) (*Record, error) {
+	j.mu.Lock()
+	token, ok := j.named[apKey{fs, apID}]
+	j.mu.Unlock()
+	if ok {
+		if r, err := j.VolumeHint(ctx, fs, token); err == nil && r.AccessPoint == apID {
+			return r, nil
+		}
+	}
+	return j.ByAccessPoint(ctx, fs, apID)
+}
+
+// noteNamed remembers which record names r's access point.
+func (j *Journal) noteNamed(r *Record) {
+	if r.AccessPoint == "" {
+		return
+	}
+	j.mu.Lock()
+	j.named[apKey{r.FileSystem, r.AccessPoint}] = r.Token
+	j.mu.Unlock()
 }
 
 // Volumes calls fn with every volume record of fs ("" = all), page by

@@ -35,7 +35,14 @@ type (
 	}
 	// ReadRecordOf reads the record naming the access point, by the
 	// record's index (Result.Record, or journal.ErrNotFound).
-	ReadRecordOf struct{ FileSystem, AccessPoint string }
+	//
+	// Hint: from what this process last read or wrote of that record
+	// (journal.ByAccessPointHint), when it still names the access point;
+	// the caller proves it before acting, as ReadRecord's.
+	ReadRecordOf struct {
+		FileSystem, AccessPoint string
+		Hint                    bool
+	}
 	// Reachable checks that the file system is visible with the call's
 	// credentials (Result.Err otherwise): not found proves nothing else.
 	Reachable struct{ FileSystem string }
@@ -375,7 +382,7 @@ func (d *Delete) recordOf(hints bool, k func(*journal.Record)) {
 			k(nil)
 			return
 		}
-		d.do(ReadRecordOf{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}, func(r Result) { d.agreeing(r, k, func() { k(nil) }) })
+		d.do(ReadRecordOf{FileSystem: ap.FileSystemID, AccessPoint: ap.ID, Hint: hints}, func(r Result) { d.agreeing(r, k, func() { k(nil) }) })
 	}
 	key := VolumeKeyOf(ap)
 	if key == "" || volume.IsGIDToken(key) {
