@@ -48,7 +48,10 @@ type bed struct {
 
 // newBed starts a cluster; rootDirs: the controller runs with
 // --delete-access-point-root-dir (bind mounts of the emulator's data: root).
-func newBed(t *testing.T, rootDirs bool) *bed {
+func newBed(t *testing.T, rootDirs bool) *bed { return newBedTags(t, rootDirs, false) }
+
+// newBedTags is newBed with the controller's --descriptive-tags set or not.
+func newBedTags(t *testing.T, rootDirs, descriptive bool) *bed {
 	t.Helper()
 	if rootDirs && os.Geteuid() != 0 {
 		t.Skip("root-directory removal needs bind mounts (root)")
@@ -60,7 +63,8 @@ func newBed(t *testing.T, rootDirs bool) *bed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := controller.Config{EFS: client, ClusterID: kubetest.KubeSystemUID, Journal: journal.NewMemory(), TempDir: t.TempDir()}
+	cfg := controller.Config{EFS: client, ClusterID: kubetest.KubeSystemUID, Journal: journal.NewMemory(), TempDir: t.TempDir(),
+		DescriptiveTags: descriptive}
 	if rootDirs {
 		m, err := mount.NewLocal(data, client)
 		if err != nil {
@@ -275,14 +279,18 @@ func (b *bed) dir(path string) string { return filepath.Join(b.data, fsID, filep
 // neighbours (a PV's, one still provisioning) are kept.
 func TestRecordedOrphansAreCollectedAfterGrace(t *testing.T) {
 	for _, tt := range []struct {
-		name  string
-		extra []string // the forgotten volume's class parameters
+		name        string
+		extra       []string // the forgotten volume's class parameters
+		descriptive bool
 	}{
-		{"tagged", nil},
-		{"reuseAccessPoint", []string{"reuseAccessPoint", "true"}},
+		{"default tags: the record's GID token proves it", nil, false},
+		{"descriptive tags", nil, true},
+		// A claim-name token proves nothing without the tags (upstream
+		// sends it too): docs/iam.md.
+		{"reuseAccessPoint, descriptive tags", []string{"reuseAccessPoint", "true"}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := newBed(t, os.Geteuid() == 0)
+			b := newBedTags(t, os.Geteuid() == 0, tt.descriptive)
 			bound := b.create(t, "1", "ns", "bound")          // claim and PV exist
 			provisioning := b.create(t, "2", "ns", "pending") // claim exists, no PV yet
 			forgotten := b.create(t, "3", "ns", "deleted", tt.extra...)
