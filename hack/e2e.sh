@@ -14,9 +14,6 @@ hack/check-manifests.sh
 if [[ -z "${EFS_E2E_BIN_DIR:-}" && -x bin/efs-csi-driver && -x bin/efs-emulator ]]; then
 	export EFS_E2E_BIN_DIR="$root/bin"
 fi
-# The upgrade scenario starts from this release (a tag or commit of this repository),
-# built once into the component cache.
-export EFS_E2E_PREVIOUS_RELEASE="${EFS_E2E_PREVIOUS_RELEASE:-3276f99911aee05ee2b085b5b741b63d21466929}"
 cd test/e2e
 # Helpers' unit tests first; then the suite alone, so that -v output streams.
 go test -count=1 -race ./cluster/... ./manifests/...

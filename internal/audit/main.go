@@ -126,7 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&o.Driver, "driver-name", "efs.csi.aws.com", "CSI driver name of the PVs and StorageClasses")
 	fl.StringVar(&o.Namespace, "namespace", "", "the controller's namespace: the record's Leases (or ConfigMaps) and the orphan collector's Lease (default: this pod's namespace, else kube-system)")
 	fl.StringVar(&o.LeaseNamespace, "leader-election-namespace", "", "the orphan collector's Lease namespace, when the controller sets --leader-election-namespace (default: --namespace)")
-	fl.StringVar(&o.Journal, "journal", "kubernetes", "where the record is: kubernetes or leases (Leases efs-csi-journal-* of --namespace, the controller's default), configmaps (ConfigMaps efs-csi-journal-* of --namespace: earlier releases, or --journal configmaps) or file:DIR (the controller's --journal file:DIR)")
+	fl.StringVar(&o.Journal, "journal", "kubernetes", "where the record is: kubernetes or leases (Leases efs-csi-journal-* of --namespace, the controller's default) or file:DIR (the controller's --journal file:DIR)")
 	fl.StringVar(&o.ClusterID, "cluster-id", "", "this cluster's ID, as the controller's --cluster-id (default: the kube-system namespace's UID)")
 	fl.Func("file-system", "audit this file system too (repeatable; default: those the StorageClasses, PVs and record name)", func(s string) error {
 		if !volume.ValidFileSystemID(s) {
@@ -201,8 +201,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch mode, dir, _ := strings.Cut(o.Journal, ":"); mode {
 	case "kubernetes", "leases":
 		src.Journal, src.JournalName = kc.LeaseJournalStore(o.Namespace, o.Driver), "Leases efs-csi-journal-* of namespace "+o.Namespace
-	case "configmaps":
-		src.Journal, src.JournalName = kc.JournalStore(o.Namespace, o.Driver), "ConfigMaps efs-csi-journal-* of namespace "+o.Namespace
 	case "file":
 		s, err := journal.OpenFile(dir)
 		if err != nil {
@@ -213,7 +211,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		src.JournalName = "file " + dir
 	default:
-		return usage("--journal %q: want kubernetes (= leases), configmaps or file:DIR", o.Journal)
+		return usage("--journal %q: want kubernetes (= leases) or file:DIR", o.Journal)
 	}
 	var progressTo io.Writer
 	if show {

@@ -288,7 +288,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		if kc != nil {
 			refs = kubeRefs{kc}
 		}
-		store, err := journalStore(ctx, cfg, kc)
+		store, err := journalStore(cfg, kc)
 		if err != nil {
 			return nil, err
 		}

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -40,113 +39,6 @@ func TestLeaseRecordConformanceOnARealAPIServer(t *testing.T) {
 	if passed := strings.Count(string(out), "    --- PASS: TestLeaseJournalConformanceRealAPIServer/"); passed < 20 {
 		t.Fatalf("%d subtests passed, want every one\n%s", passed, out)
 	}
-}
-
-// configMapsRecordRelease is the last release that kept the record in
-// ConfigMaps (one an entry), under the chart's RBAC.
-const configMapsRecordRelease = "f0c1d55e32d54e8241a87fdbdfc08e9b52f7f37c"
-
-// A rolling update from the release that kept the record in ConfigMaps,
-// mid-storm, both releases acting on every claim: the scenario of
-// TestUpgradeFromThePreviousReleaseMidStorm from that release. The new
-// controller moves the ConfigMaps record into its Leases (and again while
-// the old one writes), so that every volume the old release made is the
-// new one's to delete, no GID is given twice and nothing is left.
-func TestUpgradeFromTheConfigMapsRecordMidStorm(t *testing.T) {
-	if os.Getenv("EFS_E2E_PREVIOUS_RELEASE") != "" {
-		t.Skip("EFS_E2E_PREVIOUS_RELEASE names another release: TestUpgradeFromThePreviousReleaseMidStorm runs it")
-	}
-	t.Setenv("EFS_E2E_PREVIOUS_RELEASE", configMapsRecordRelease)
-	TestUpgradeFromThePreviousReleaseMidStorm(t)
-}
-
-// An upgrade from the ConfigMaps record keeps every volume's ownership:
-// the release that kept it provisions, stops; this release starts on
-// Leases, moves the record there (no journal ConfigMap is left) and holds
-// a record of every access point the old one made, then deletes them all.
-func TestUpgradeFromTheConfigMapsRecordKeepsOwnership(t *testing.T) {
-	s := env(t)
-	t.Setenv("EFS_E2E_PREVIOUS_RELEASE", configMapsRecordRelease)
-	rel := previousRelease(t, s)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	// That release sends its descriptive tags: its users attached a policy allowing
-	// them (upstream's example policy does).
-	st := newControllerStack(ctx, t, s, s.policy(upstreamExamplePolicy))
-	old := st.addReplica(ctx, replicaSpec{bins: rel.Bin, deployment: releaseDeployment(t, rel)})
-	ns := newNamespace(ctx, t, s, "e2e-record-upgrade")
-	const n = 20
-	ns.create(ctx, t, n, func(i int) string { return fmt.Sprintf("r-%03d", i) })
-	ns.waitLive(ctx, t, n)
-	old.stop()
-	journalCMs := func() (int, error) {
-		l, err := s.cluster.Client.CoreV1().ConfigMaps(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "efs.csi.aws.com/journal-owner"})
-		if err != nil {
-			return 0, err
-		}
-		return len(l.Items), nil
-	}
-	if before, err := journalCMs(); err != nil || before < 2*n {
-		t.Fatalf("the ConfigMaps release left %d journal ConfigMaps (%v), want at least %d", before, err, 2*n)
-	}
-	st.addReplica(ctx, replicaSpec{bins: s.bins, deployment: st.deployment})
-	// The import runs before the new controller serves: a minute is ample.
-	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
-	defer wcancel()
-	waitFor(wctx, t, "the ConfigMaps record moved into the Leases", func() (bool, error) {
-		left, err := journalCMs()
-		return left == 0, err
-	})
-	recorded := leaseRecordTokens(ctx, t, s)
-	efsc := efsClient(st.endpoint)
-	aps, err := accessPoints(ctx, efsc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(aps) < n {
-		t.Fatalf("%d access points, want %d", len(aps), n)
-	}
-	for _, ap := range aps {
-		if tok := aws.ToString(ap.ClientToken); !recorded[tok] {
-			t.Errorf("access point %s (token %q) has no record in the Leases", aws.ToString(ap.AccessPointId), tok)
-		}
-	}
-	ns.deleteAll(ctx, t)
-	waitNoLeaks(ctx, t, s, efsc)
-	st.checkAlive()
-}
-
-// leaseRecordTokens are the client tokens of the volume entries of the
-// driver's Lease record in the release namespace (kube.LeaseJournalStore's
-// layout: the entries annotation, a JSON object of header lines).
-func leaseRecordTokens(ctx context.Context, t *testing.T, s *suite) map[string]bool {
-	t.Helper()
-	l, err := s.cluster.Client.CoordinationV1().Leases(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "efs.csi.aws.com/journal-owner"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := map[string]bool{}
-	for _, lease := range l.Items {
-		raw := lease.Annotations["efs.csi.aws.com/journal-entries"]
-		if raw == "" {
-			continue
-		}
-		var entries map[string]string
-		if err := json.Unmarshal([]byte(raw), &entries); err != nil {
-			t.Fatalf("Lease %s: %v", lease.Name, err)
-		}
-		for _, v := range entries {
-			head, _, _ := strings.Cut(v, "\n")
-			var h struct {
-				Kind string `json:"k"`
-				Name string `json:"n"`
-			}
-			if json.Unmarshal([]byte(head), &h) == nil && h.Kind == "volume" {
-				tokens[h.Name] = true
-			}
-		}
-	}
-	return tokens
 }
 
 // TestRecordBenchmark (EFS_BENCH_RECORD=1, make bench-record): the same

@@ -22,88 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/efs-csi/efs-csi-driver/test/e2e/cluster"
 	"github.com/efs-csi/efs-csi-driver/test/e2e/manifests"
 )
-
-// defaultPreviousRelease is the release the upgrade scenario starts from when
-// EFS_E2E_PREVIOUS_RELEASE (hack/e2e.sh sets it) names none: the last landing before
-// the adaptive pacing and chart 0.2.0 (selectors, sidecar health flags) changed, so the
-// upgrade crosses a change of pacing, of repeat handling and of the driver's flags.
-const defaultPreviousRelease = "3276f99911aee05ee2b085b5b741b63d21466929"
-
-const (
-	upgradeFirst  = 150 // PVCs the previous release alone provisions
-	upgradeSecond = 100 // PVCs created once the new release has joined
-	upgradeDelete = 50  // of the first batch, deleted during the overlap
-)
-
-// A rolling update from the previous release, mid-storm: the previous release's driver
-// and csi-provisioner, with its own manifests' arguments, provision alone; the working
-// tree's replica joins while they work and both act on every PVC and every deletion (the
-// overlap of a rolling update, without leader election: its worst case, in which the
-// two releases race on the same volumes); then the previous replica is stopped as
-// kubelet stops a pod, with calls in flight. The storm ends with one access point per
-// PV, no GID given twice, no PV stuck, and nothing left once every claim is deleted,
-// the previous release's volumes deleted by the new one.
-func TestUpgradeFromThePreviousReleaseMidStorm(t *testing.T) {
-	s := env(t)
-	rel := previousRelease(t, s)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	start := time.Now()
-	// Under upstream's example policy, which the users of upstream and of an earlier
-	// release (more tag keys than the cluster's) attached.
-	st := newControllerStack(ctx, t, s, s.policy(upstreamExamplePolicy))
-	old := st.addReplica(ctx, replicaSpec{bins: rel.Bin, deployment: releaseDeployment(t, rel)})
-	ns := newNamespace(ctx, t, s, "e2e-upgrade")
-	efsc := efsClient(st.endpoint)
-	first := func(i int) string { return fmt.Sprintf("u-%03d", i) }
-	second := func(i int) string { return fmt.Sprintf("v-%03d", i) }
-
-	ns.create(ctx, t, upgradeFirst, first)
-	waitFor(ctx, t, "a third of the first batch bound by the previous release", func() (bool, error) {
-		n, err := ns.boundWithPrefix(ctx, "u-")
-		return n >= upgradeFirst/3, err
-	})
-	byOld, _ := ns.boundWithPrefix(ctx, "u-")
-	t0 := time.Now()
-	st.addReplica(ctx, replicaSpec{bins: s.bins, deployment: st.deployment})
-	ns.create(ctx, t, upgradeSecond, second)
-	pending := ns.pending(ctx, upgradeFirst, first)
-	ns.delete(ctx, t, upgradeDelete, func(i int) string { return first(upgradeFirst - upgradeDelete + i) })
-	waitFor(ctx, t, "a third of the second batch bound during the overlap", func() (bool, error) {
-		n, err := ns.boundWithPrefix(ctx, "v-")
-		return n >= upgradeSecond/3, err
-	})
-	old.stop()
-	t.Logf("previous release %s bound %d PVCs alone; both releases acted for %v (%d of the first batch pending when the new one joined, %d of them deleted)",
-		rel.Commit[:12], byOld, time.Since(t0).Round(time.Millisecond), pending, upgradeDelete)
-
-	live := upgradeFirst - upgradeDelete + upgradeSecond
-	ns.waitLive(ctx, t, live)
-	leftByPrevious := previousReleaseLeak(ctx, t, s)
-	checkAccessPoints(ctx, t, s, efsc, map[string]int32{}, live, leftByPrevious)
-	t1 := time.Now()
-	ns.deleteAll(ctx, t)
-	waitNoLeaks(ctx, t, s, efsc, leftByPrevious)
-	t.Logf("every volume, the previous release's included, deleted by the new one in %v; whole scenario %v",
-		time.Since(t1).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	st.checkAlive()
-}
-
-// previousReleaseLeak matches an access point that the previous release made and
-// left: it carries that release's writer tag (this one writes none) and no PV names it
-// (its claim is gone, or bound to another volume). The previous release, stopped with
-// a CreateVolume in flight for a claim deleted meanwhile or racing this release on
-// one claim, leaves one for its own orphan collector, which no longer runs; this
-// release collects only what its record names (issue 20: tags are forgeable), so it
-// is left, logged, for `efs-csi-driver audit` to report. Anything else left fails.
-func previousReleaseLeak(ctx context.Context, t *testing.T, s *suite) func(efstypes.AccessPointDescription) bool {
-	return unnamedLeftBy(ctx, t, s, "the previous release", func(ap efstypes.AccessPointDescription) bool {
-		return tagMap(ap.Tags)["efs.csi.aws.com/writer"] != ""
-	})
-}
 
 // unnamedLeftBy matches an access point that made says who (a replica whose record
 // this cluster no longer has) made and left: it carries its claim's tags and no PV
@@ -226,43 +146,6 @@ func TestUpgradeFromUpstreamProvisionedVolumesWithUpstreamValues(t *testing.T) {
 	t.Logf("%d upstream volumes taken over and deleted, %d new ones provisioned and deleted, in %v",
 		upstreamVolumes, upstreamNew, time.Since(start).Round(time.Millisecond))
 	st.checkAlive()
-}
-
-// previousRelease builds (or takes from the component cache) the release the upgrade
-// starts from. A clone without that commit (a shallow one) cannot run the scenario: it
-// skips, saying so.
-func previousRelease(t *testing.T, s *suite) cluster.Release {
-	t.Helper()
-	rev := os.Getenv("EFS_E2E_PREVIOUS_RELEASE")
-	if rev == "" {
-		rev = defaultPreviousRelease
-	}
-	cache := os.Getenv("EFS_E2E_CACHE")
-	if cache == "" {
-		cache = "/var/cache/efs-csi-e2e"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	t0 := time.Now()
-	rel, err := cluster.BuildRelease(ctx, s.repo, rev, cache)
-	if errors.Is(err, cluster.ErrRevisionMissing) {
-		t.Skipf("the previous release %s is not in this clone (shallow?): fetch it or set EFS_E2E_PREVIOUS_RELEASE", rev)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("previous release %s ready in %v (%s)", rel.Commit[:12], time.Since(t0).Round(time.Millisecond), rel.Bin)
-	return rel
-}
-
-// releaseDeployment is the controller Deployment of a release's own kustomize base.
-func releaseDeployment(t *testing.T, rel cluster.Release) *unstructured.Unstructured {
-	t.Helper()
-	objs, err := manifests.Kustomization(filepath.Join(rel.Src, "deploy", "kubernetes", "base"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return findDeployment(t, objs)
 }
 
 // chartDeployment is the controller Deployment of this checkout's chart rendered with

@@ -73,47 +73,45 @@ func TestRepositoryBaseLoads(t *testing.T) {
 	}
 }
 
-// The driver's journal lives in ConfigMaps of the release namespace: the controller's
-// service account gets exactly the verbs it uses on them there, by a Role (namespaced), and
-// no ClusterRole lets it write ConfigMaps anywhere else.
-func TestRepositoryBaseGrantsTheJournalInItsNamespaceOnly(t *testing.T) {
+// The driver's record lives in Leases of the release namespace: the controller's
+// service account gets them there by a Role (namespaced) it shares with leader election,
+// and nothing lets it write ConfigMaps (only get, for fileSystemIdConfigRef).
+func TestRepositoryBaseGrantsTheRecordInItsNamespaceOnly(t *testing.T) {
 	objs, err := Kustomization(filepath.Join("..", "..", "..", "deploy", "kubernetes", "base"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var role, binding bool
 	for _, o := range objs {
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
 		switch {
-		case o.GetKind() == "Role" && o.GetName() == "efs-csi-controller-journal":
+		case o.GetKind() == "Role" && o.GetName() == "efs-csi-external-provisioner-leases":
 			role = true
-			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
 			if o.GetNamespace() != "kube-system" || len(rules) != 1 {
 				t.Fatalf("Role %s/%s rules %v", o.GetNamespace(), o.GetName(), rules)
 			}
 			r := rules[0].(map[string]any)
-			if fmt.Sprint(r["apiGroups"], r["resources"], r["verbs"]) != "[] [configmaps] [get list create update delete]" {
-				t.Errorf("journal rule %v", r)
+			if fmt.Sprint(r["apiGroups"], r["resources"]) != "[coordination.k8s.io] [leases]" {
+				t.Errorf("record rule %v", r)
 			}
-		case o.GetKind() == "RoleBinding" && o.GetName() == "efs-csi-controller-journal":
+		case o.GetKind() == "RoleBinding" && o.GetName() == "efs-csi-external-provisioner-leases":
 			binding = true
 			ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
 			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
-			if o.GetNamespace() != "kube-system" || ref != "efs-csi-controller-journal" || len(subjects) != 1 ||
+			if o.GetNamespace() != "kube-system" || ref != "efs-csi-external-provisioner-leases" || len(subjects) != 1 ||
 				subjects[0].(map[string]any)["name"] != "efs-csi-controller-sa" {
 				t.Errorf("RoleBinding %s/%s: role %q, subjects %v", o.GetNamespace(), o.GetName(), ref, subjects)
 			}
-		case o.GetKind() == "ClusterRole":
-			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
-			for _, r := range rules {
-				r := r.(map[string]any)
-				if strings.Contains(fmt.Sprint(r["resources"]), "configmaps") && fmt.Sprint(r["verbs"]) != "[get]" {
-					t.Errorf("ClusterRole %s grants %v on configmaps cluster-wide", o.GetName(), r["verbs"])
-				}
+		}
+		for _, r := range rules {
+			r := r.(map[string]any)
+			if strings.Contains(fmt.Sprint(r["resources"]), "configmaps") && fmt.Sprint(r["verbs"]) != "[get]" {
+				t.Errorf("%s %s grants %v on configmaps", o.GetKind(), o.GetName(), r["verbs"])
 			}
 		}
 	}
 	if !role || !binding {
-		t.Errorf("journal Role %v, RoleBinding %v", role, binding)
+		t.Errorf("record Role %v, RoleBinding %v", role, binding)
 	}
 }
 
