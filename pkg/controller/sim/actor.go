@@ -2,8 +2,6 @@ package sim
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -365,42 +363,4 @@ func (s *Sim) forge(a *actor, ap *efs.AccessPoint) {
 		s.forged[vk], s.forged[ik] = true, true
 		return nil, nil
 	})
-}
-
-// runEarlier is a release before the record (3276f99 and before) in an
-// in-place upgrade, provisioning the same claim as volume 0: it made the
-// volume's access point (generation 0, the volume's own token), gave way
-// on a GID conflict with generation 1 (another token, another GID), and
-// deletes generation 0: it answers only the latest.
-func (s *Sim) runEarlier(a *actor) {
-	defer s.finish(a)
-	mk := func(gen int, gid int64) string {
-		in := efs.CreateAccessPointInput{FileSystemID: FS, ClientToken: generationToken(a.pv, gen), Path: "/" + a.pv,
-			PosixUser: &efs.PosixUser{UID: gid, GID: gid},
-			Tags:      map[string]string{ownership.TagCluster: "true", ownership.TagVolumeName: a.pv}}
-		v, err := s.park(withTag(context.Background(), a.tag()), nil, kindActor, fmt.Sprintf("earlier release creates %s generation %d gid=%d", a.pv, gen, gid), func() (any, error) {
-			return s.efs.create(in, "earlier", false) // its leaks are its own
-		})
-		if err != nil {
-			return ""
-		}
-		return v.(*efs.AccessPoint).ID
-	}
-	g0 := mk(0, GIDStart)
-	if g0 == "" || mk(1, GIDStart+1) == "" {
-		return
-	}
-	s.park(withTag(context.Background(), a.tag()), nil, kindActor, "earlier release deletes generation 0 "+g0, func() (any, error) {
-		return nil, s.efs.delete(g0)
-	})
-}
-
-// generationToken is the earlier release's client token of generation gen
-// of the volume whose generation-0 token is base (its wire contract).
-func generationToken(base string, gen int) string {
-	if gen == 0 {
-		return base
-	}
-	sum := sha256.Sum256([]byte(base + "\x00generation-" + strconv.Itoa(gen)))
-	return hex.EncodeToString(sum[:])
 }

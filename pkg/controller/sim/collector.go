@@ -74,31 +74,17 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 		}
 		s.mu.Lock()
 		inst := c.slots[slot]
-		if during && inst.st != st {
-			// A replaced pod with a record of its own: its collector now
-			// reads the new one (what the old held is lost: leak/own).
-			st = inst.st
-		}
-		gone, empty := inst.st != st, len(st.list("volume", "", "")) == 0
 		s.mu.Unlock()
-		if gone || empty && c.shared == nil && !during {
-			// A record per pod is collected until it holds no volume; the
-			// cluster's one is swept as well, for the controller's life.
-			return
-		}
 		if on != inst {
 			// A collector of the controller now in the slot (its first
 			// round only notes what it sees).
 			var err error
 			oc := orphans.Config{Driver: "efs.csi.aws.com", Interval: time.Second, Grace: 0,
 				Cluster: &kube{s: s, c: c}, Journal: inst.svc.Journal(), Collector: inst.svc}
-			if c.shared != nil {
-				// The cluster's one record (the driver's Leases): what it
-				// does not name is swept. A record per pod is not the
-				// cluster's whole (a file record per host).
-				oc.Sweep = inst.svc.SweepUnrecorded
-				oc.FileSystems = func(context.Context) ([]string, error) { return []string{FS}, nil }
-			}
+			// The cluster's one record (the driver's Leases): what it
+			// does not name is swept.
+			oc.Sweep = inst.svc.SweepUnrecorded
+			oc.FileSystems = func(context.Context) ([]string, error) { return []string{FS}, nil }
 			col, err = orphans.New(oc)
 			if err != nil {
 				panic(err)

@@ -21,11 +21,9 @@ import (
 // what scenario files say.
 type Config struct {
 	Seed uint64
-	// Clusters: one entry per cluster, its number of controllers; Own
-	// (a record per controller: replicas under upstream's RBAC, or hosts
-	// of their own) per cluster.
+	// Clusters: one entry per cluster, its number of controllers, which
+	// share the cluster's one record.
 	Controllers []int
-	Own         []bool
 	Volumes     int // provisioners (claims), spread over the clusters
 	Dups        int // duplicate callers of the first volumes
 	Writers     int // access points made by upstream's driver or by hand
@@ -43,7 +41,6 @@ type Config struct {
 	Share       bool          // writers make their access points on the volumes' directories
 	Forge       int           // forged record entries naming writers' access points
 	Only        string        // faults only on ops whose description contains one of these (comma-separated)
-	Earlier     bool          // an earlier release provisions volume 0 too, in generations
 	Abandon     int           // the first provisioners give their claim up when they forget a call (orphans)
 	Upgrade     bool          // upstream's controller provisions volume 0's claim too (in-place upgrade)
 	// During: the orphan collector runs its rounds from the start, beside
@@ -60,7 +57,7 @@ type Config struct {
 
 // DefaultConfig is one cluster of one controller with three volumes.
 func DefaultConfig() Config {
-	return Config{Controllers: []int{1}, Own: []bool{false}, Volumes: 3, GIDs: 8, Limit: 1000,
+	return Config{Controllers: []int{1}, Volumes: 3, GIDs: 8, Limit: 1000,
 		Faults: 4, FaultPct: 20, Steps: 80, MaxSteps: 3000}
 }
 
@@ -108,14 +105,13 @@ func RandomConfig(seed uint64) Config {
 	return c
 }
 
-// drawClusters draws 1 to most clusters of 1 to most controllers each, a
-// quarter of them with a record per controller.
+// drawClusters draws 1 to most clusters of 1 to most controllers each.
 func (c *Config) drawClusters(r *rand.Rand, most int) {
 	n := 1 + r.IntN(most)
-	c.Controllers, c.Own = nil, nil
+	c.Controllers = nil
 	for i := 0; i < n; i++ {
 		c.Controllers = append(c.Controllers, 1+r.IntN(most))
-		c.Own = append(c.Own, r.IntN(4) == 0)
+		r.IntN(4) // was: a record per controller (a world no longer served); kept so seeds draw the rest as before
 	}
 }
 
@@ -156,17 +152,16 @@ func (c Config) dir(v int) bool { return v > 0 && v >= c.Volumes-c.Dirs }
 // volumes), on real directories.
 func (c Config) mounts() bool { return c.RootDir || c.Dirs > 0 }
 
-// Topology classes the config: "upgrade" (upstream's controller provisions
-// a claim too), else "one" (one cluster, one shared record), "own" (one
-// cluster, a record per controller), "clusters" (more than one cluster).
+// Topology classes the config by the world it belongs to: "upgrade"
+// (an in-place upgrade from upstream's driver: its controller's create is
+// in flight at the handover), else "one" (one cluster, its controllers
+// sharing one record), "clusters" (more than one cluster, a record each).
 func (c Config) Topology() string {
 	switch {
 	case c.Upgrade:
 		return "upgrade" // upstream's GIDs are outside every record
 	case len(c.Controllers) > 1:
 		return "clusters"
-	case c.Own[0]:
-		return "own"
 	}
 	return "one"
 }
@@ -176,12 +171,8 @@ func (c Config) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed=%d", c.Seed)
 	var cl []string
-	for i, n := range c.Controllers {
-		k := "shared"
-		if c.Own[i] {
-			k = "own"
-		}
-		cl = append(cl, fmt.Sprintf("%s:%d", k, n))
+	for _, n := range c.Controllers {
+		cl = append(cl, fmt.Sprintf("shared:%d", n))
 	}
 	fmt.Fprintf(&b, " clusters=%s volumes=%d dups=%d writers=%d gids=%d limit=%d lag=%v lenient=%t faults=%d faultpct=%d kills=%d forgets=%d old=%t steps=%d maxsteps=%d",
 		strings.Join(cl, ","), c.Volumes, c.Dups, c.Writers, c.GIDs, c.Limit, c.Lag, c.Lenient, c.Faults, c.FaultPct, c.Kills, c.Forgets, c.Old, c.Steps, c.MaxSteps)
@@ -196,9 +187,6 @@ func (c Config) String() string {
 	}
 	if c.Only != "" {
 		fmt.Fprintf(&b, " only=%s", c.Only)
-	}
-	if c.Earlier {
-		b.WriteString(" earlier=true")
 	}
 	if c.Abandon > 0 {
 		fmt.Fprintf(&b, " abandon=%d", c.Abandon)
@@ -229,14 +217,14 @@ func ParseConfig(fields []string) (Config, error) {
 		case "seed":
 			c.Seed, err = strconv.ParseUint(v, 10, 64)
 		case "clusters":
-			c.Controllers, c.Own = nil, nil
+			c.Controllers = nil
 			for _, cl := range strings.Split(v, ",") {
 				kind, n, _ := strings.Cut(cl, ":")
 				num, e := strconv.Atoi(n)
-				if e != nil || (kind != "shared" && kind != "own") {
-					return c, fmt.Errorf("sim: cluster %q: want shared:N or own:N", cl)
+				if e != nil || kind != "shared" {
+					return c, fmt.Errorf("sim: cluster %q: want shared:N (a cluster's controllers share its record)", cl)
 				}
-				c.Controllers, c.Own = append(c.Controllers, num), append(c.Own, kind == "own")
+				c.Controllers = append(c.Controllers, num)
 			}
 		case "volumes":
 			atoi(&c.Volumes)
@@ -272,8 +260,6 @@ func ParseConfig(fields []string) (Config, error) {
 			atoi(&c.Forge)
 		case "only":
 			c.Only = v
-		case "earlier":
-			c.Earlier, err = strconv.ParseBool(v)
 		case "abandon":
 			atoi(&c.Abandon)
 		case "upgrade":
@@ -323,10 +309,8 @@ func Run(cfg Config, script []string, trace bool) *Result {
 	}
 	for i, n := range cfg.Controllers {
 		c := &cluster{idx: i, id: fmt.Sprintf("cluster-%d", i), slots: make([]*instance, n), gens: make([]int, n)}
-		if !cfg.Own[i] {
-			c.shared = newStore(fmt.Sprintf("cluster-%d", i))
-			s.stores = append(s.stores, c.shared)
-		}
+		c.shared = newStore(fmt.Sprintf("cluster-%d", i))
+		s.stores = append(s.stores, c.shared)
 		s.clusters = append(s.clusters, c)
 		for slot := range n {
 			s.newInstance(c, slot)
@@ -361,9 +345,6 @@ func Run(cfg Config, script []string, trace bool) *Result {
 		s.actors = append(s.actors, &actor{name: "u0", kind: "upgrade", pv: mains[0].pv,
 			gid: int64(GIDStart + s.wrng.IntN(max(cfg.GIDs, 1))), done: make(chan struct{})})
 	}
-	if cfg.Earlier && cfg.Volumes > 0 {
-		s.actors = append(s.actors, &actor{name: "e0", kind: "earlier", pv: mains[0].pv, done: make(chan struct{})})
-	}
 	provs := len(s.actors)
 	s.running = provs
 	if cfg.During {
@@ -375,10 +356,6 @@ func Run(cfg Config, script []string, trace bool) *Result {
 			go s.runProv(a)
 		case "dup":
 			go s.runDup(a)
-		case "earlier":
-			go s.runEarlier(a)
-		case "upgrade":
-			go s.runWriter(a)
 		default:
 			go s.runWriter(a)
 		}
@@ -481,8 +458,8 @@ func (s *Sim) startCollectors() {
 	seen := map[*store]bool{}
 	for _, c := range s.clusters {
 		for _, inst := range c.slots {
-			if seen[inst.st] || len(inst.st.m) == 0 && c.shared == nil && !s.cfg.During {
-				continue // nothing to collect (the cluster's one record is swept too)
+			if seen[inst.st] {
+				continue // one collector a record (the orphan collector's Lease elects it)
 			}
 			seen[inst.st] = true
 			a := &actor{name: "gc-" + inst.name, kind: "gc", c: c, done: make(chan struct{})}

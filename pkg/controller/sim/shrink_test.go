@@ -59,7 +59,7 @@ func shrinkRun(t *testing.T, cfg Config, decisions []string, kind string) (Confi
 		}
 		if len(cfg.Controllers) > 1 {
 			c := cfg
-			c.Controllers, c.Own = cfg.Controllers[:len(cfg.Controllers)-1], cfg.Own[:len(cfg.Own)-1]
+			c.Controllers = cfg.Controllers[:len(cfg.Controllers)-1]
 			cands = append(cands, c)
 		}
 		if cfg.Lag > 0 {

@@ -101,7 +101,7 @@ type instance struct {
 type cluster struct {
 	idx    int
 	id     string // --cluster-id
-	shared *store // the cluster's record (ConfigMaps); nil: a record per pod
+	shared *store // the cluster's record (its Leases), every controller's
 	slots  []*instance
 	gens   []int
 }
@@ -240,15 +240,7 @@ var (
 func (s *Sim) newInstance(c *cluster, slot int) *instance {
 	c.gens[slot]++
 	inst := &instance{name: fmt.Sprintf("c%d.%d.%d", c.idx, slot, c.gens[slot]), cluster: c, slot: slot, deadCh: make(chan struct{})}
-	switch {
-	case c.shared != nil:
-		inst.st = c.shared
-	case c.slots[slot] != nil && s.wrng.IntN(2) == 0:
-		inst.st = c.slots[slot].st // a restarted container keeps the pod's file
-	default:
-		inst.st = newStore("pod-" + inst.name)
-		s.stores = append(s.stores, inst.st)
-	}
+	inst.st = c.shared
 	cc := controller.Config{
 		EFS:        &efsPort{s: s, inst: inst},
 		Journal:    &storePort{s: s, inst: inst, st: inst.st},
