@@ -46,6 +46,7 @@ func clusterID(ctx context.Context, cfg Config) (string, *kube.Client, error) {
 		cfg.Logger.Warn("no Kubernetes API client", slog.String("error", err.Error()))
 		return cfg.ClusterID, nil, nil
 	}
+	kc.SetLogger(cfg.Logger) // the record's damage (kube.LeaseJournalStore)
 	if cfg.ClusterID != "" {
 		return cfg.ClusterID, kc, nil
 	}
@@ -97,6 +98,7 @@ func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, clusterRe
 	oCfg := orphans.Config{
 		Driver: cfg.DriverName, ClusterID: clusterID, Interval: cfg.OrphanInterval, Grace: cfg.OrphanGrace,
 		Cluster: kc, Journal: ctl.Journal(), Collector: ctl, Logger: cfg.Logger,
+		Purge: ctl.PurgeTrash,
 	}
 	if clusterRecord {
 		oCfg.Sweep = ctl.SweepUnrecorded

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -76,6 +77,25 @@ type Client struct {
 	rateMu        sync.Mutex
 	qps           float32
 	burst         int
+	log           *slog.Logger // SetLogger
+}
+
+// SetLogger sets where the record's stores made from now on log damage to
+// the record (a Lease deleted or rewritten by hand); default
+// slog.Default().
+func (c *Client) SetLogger(l *slog.Logger) {
+	c.rateMu.Lock()
+	defer c.rateMu.Unlock()
+	c.log = l
+}
+
+func (c *Client) logger() *slog.Logger {
+	c.rateMu.Lock()
+	defer c.rateMu.Unlock()
+	if c.log == nil {
+		return slog.Default()
+	}
+	return c.log
 }
 
 // SetJournalRate sets the client-side rate of the journal's stores made

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strconv"
 	"strings"
@@ -127,7 +128,7 @@ func (c *Client) LeaseJournalStore(namespace, owner string) journal.Store {
 	qps, burst := c.journalRate()
 	cv1 := c.journalLeases()
 	return &leaseStore{leases: cv1.Leases(namespace), rest: cv1.RESTClient(), ns: namespace, owner: owner,
-		ownerLabel: labelValueOf(owner), page: pageSize, ownerHash: ownerHash(owner),
+		ownerLabel: labelValueOf(owner), page: pageSize, ownerHash: ownerHash(owner), log: c.logger(),
 		limiter: flowcontrol.NewTokenBucketRateLimiter(qps, burst), shards: map[shardID]*leaseShard{}}
 }
 
@@ -171,6 +172,7 @@ type leaseStore struct {
 	ownerHash  string
 	page       int64
 	limiter    flowcontrol.RateLimiter
+	log        *slog.Logger // damage to the record (leasedamage.go)
 	mu         sync.Mutex
 	shards     map[shardID]*leaseShard
 	stats      struct {
@@ -210,6 +212,15 @@ type leaseShard struct {
 	// entries: cur's entries, parsed once (nil: not yet). Shared, never
 	// changed: apply changes a copy.
 	entries map[string]string
+	// seen: the Lease as last read or written, kept when cur is forgotten
+	// (nil: none, or known absent), and its entries (nil: not parsed yet):
+	// what a read is judged against for damage (leasedamage.go).
+	seen        *coordinationv1api.Lease
+	seenEntries map[string]string
+	// restore: the entries damage lost (by hash key, as stored), which
+	// the next write creates again, and the state they are restored from.
+	restore     map[string]string
+	restoreFrom metav1.ObjectMeta
 }
 
 // parsed is the entries of cur, which the caller read from sh under sh.mu,
@@ -476,12 +487,14 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 				s.answerAll(batch, err)
 				return
 			}
+			entries, _ := entriesOf(l) // unparsed: apply answers why
+			s.observe(sh, l, entries)
 			known, cur, fresh = true, l, true
-			s.remember(sh, true, cur)
 		}
 		switch splitState(cur) {
 		case splitDone:
 			// Its entries are in its children now: route the batch there.
+			s.passRestore(sh)
 			for _, op := range batch {
 				s.route(op)
 			}
@@ -497,9 +510,16 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 			known = false
 			continue
 		}
-		results, next, nextEntries, size, changed := s.apply(sh, cur, batch)
+		// What damage lost is created again first (leasedamage.go).
+		restoring, from := s.restoreOps(sh)
+		results, next, nextEntries, size, changed := s.apply(sh, cur, append(restoring, batch...), from != "")
+		results, restoredResults := results[len(restoring):], results[:len(restoring)]
+		if next != nil && from != "" {
+			next.Annotations[annotationLeaseRestored] = from
+		}
 		if !changed {
 			if fresh {
+				s.restored(sh, restoring, restoredResults, false)
 				s.answer(batch, results)
 				return
 			}
@@ -517,6 +537,7 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 		switch {
 		case err == nil:
 			s.rememberParsed(sh, true, written, nextEntries)
+			s.restored(sh, restoring, restoredResults, true)
 			s.answer(batch, results)
 			if size > SplitBytes && sh.id.depth < maxDepth {
 				// After answering (the batch is written; a split is the
@@ -549,6 +570,9 @@ func (s *leaseStore) rememberParsed(sh *leaseShard, known bool, l *coordinationv
 	defer sh.mu.Unlock()
 	if !known || !sh.known || sh.cur == nil || l == nil || newer(l.ResourceVersion, sh.cur.ResourceVersion) {
 		sh.known, sh.cur, sh.entries = known, l, entries
+		if l != nil {
+			sh.seen, sh.seenEntries = l, entries
+		}
 	}
 }
 
@@ -589,9 +613,9 @@ func newer(a, b string) bool {
 
 // apply applies batch to cur (nil: no Lease yet) in order, each op checked
 // against its entry's version. It returns each op's answer (versions of
-// writes still to be set), the Lease to write if any op changed it, and
-// the size its entries would take.
-func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch []*leaseOp) ([]leaseResult, *coordinationv1api.Lease, map[string]string, int, bool) {
+// writes still to be set), the Lease to write if any op changed it (or if
+// force), and the size its entries would take.
+func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch []*leaseOp, force bool) ([]leaseResult, *coordinationv1api.Lease, map[string]string, int, bool) {
 	epoch, seq := "", uint64(0)
 	results := make([]leaseResult, len(batch))
 	next, err := sh.parsed(cur)
@@ -674,7 +698,7 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 		results[i].e = e
 		changed = true
 	}
-	if !changed {
+	if !changed && !force {
 		return results, nil, nil, size, false
 	}
 	ann := map[string]string{}
@@ -871,7 +895,7 @@ func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index stri
 	// frozen, its entries may be in its children too (the same ones:
 	// children are written only once the parent is done).
 	seen, listed := map[string]bool{}, map[string]bool{}
-	restarts := 0
+	restarts, listRV := 0, ""
 	page := make([]journal.Entry, 0, s.page)
 	flush := func() error {
 		if len(page) == 0 {
@@ -899,11 +923,11 @@ func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index stri
 				continue
 			}
 			seen[lease.Name] = true
-			s.warm(lease)
 			entries, err := entriesOf(lease)
 			if err != nil {
 				continue // not a shard of this store
 			}
+			s.warm(lease, entries)
 			for k, v := range entries {
 				e, err := decodeEntry(v)
 				if err != nil || e.Key.Kind != kind || fs != "" && e.Key.FileSystem != fs || index != "" && e.Index != index {
@@ -921,31 +945,16 @@ func (s *leaseStore) List(ctx context.Context, kind journal.Kind, fs, index stri
 				}
 			}
 		}
+		if opts.Continue == "" {
+			listRV = l.ResourceVersion // the first page's: the listing's revision
+		}
 		if l.Continue == "" {
+			if restarts == 0 {
+				s.listedAll(listRV, seen)
+			}
 			return flush()
 		}
 		opts.Continue = l.Continue
-	}
-}
-
-// warm keeps l, a shard read by a List, as the shard's state if nothing
-// is known of it yet: its next write then needs no read first (a stale
-// state costs a conflict, never a lost write), and a split shard is
-// routed through without a read.
-func (s *leaseStore) warm(l *coordinationv1api.Lease) {
-	var id shardID
-	if _, err := fmt.Sscanf(l.Annotations[annotationLeaseShard], "%d/%x", &id.depth, &id.prefix); err != nil ||
-		id.depth < rootDepth || id.depth > maxDepth {
-		return
-	}
-	sh := s.shard(id)
-	if sh.name != l.Name {
-		return
-	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !sh.known {
-		sh.known, sh.cur = true, l.DeepCopy()
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -26,9 +27,16 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/kube/kubetest"
 )
 
+// leaseStore is a Lease store of owner, which the test expects to log no
+// damage to the record.
 func leaseStore(t *testing.T, k *kubetest.Server, owner string, page int) journal.Store {
 	t.Helper()
-	s := client(t, k, "controller").LeaseJournalStore(journalNS, owner)
+	s, logs := loggedStore(t, k, owner)
+	t.Cleanup(func() {
+		if errs := logs.at(slog.LevelError); len(errs) > 0 {
+			t.Errorf("damage logged where there was none: %q", errs)
+		}
+	})
 	if page > 0 {
 		kube.SetLeaseJournalPageSize(s, page)
 	}
