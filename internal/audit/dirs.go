@@ -8,6 +8,9 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/controller"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // maxOrphanDirs bounds the orphan directories listed per file system; the
@@ -61,7 +64,7 @@ func (r *reach) reached(d string) bool {
 // orphan, reported and not entered. So the walk reads only the
 // directories on the way to access points' roots, whatever their data.
 func scanDirs(root string, basePaths, reached []string) *DirScan {
-	ds := &DirScan{Root: root, BasePaths: basePaths, Orphans: []string{}}
+	ds := &DirScan{Root: root, BasePaths: basePaths, Orphans: []string{}, Trash: []TrashWait{}}
 	rt, err := os.OpenRoot(root)
 	if err != nil {
 		ds.Error = err.Error()
@@ -70,6 +73,17 @@ func scanDirs(root string, basePaths, reached []string) *DirScan {
 	defer rt.Close()
 	r := newReach(reached)
 	var errs []string
+	trash := "/" + volume.TrashDir
+	if names, err := subdirs(rt, trash); err == nil {
+		for _, name := range names {
+			if e, ok := controller.ParseTrashName(name); ok {
+				ds.Trash = append(ds.Trash, TrashWait{Path: e.Orig, Entry: path.Join(trash, name), MovedAt: e.At.UTC(), Purging: e.Purging})
+			}
+		}
+		slices.SortFunc(ds.Trash, func(a, b TrashWait) int { return a.MovedAt.Compare(b.MovedAt) })
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err.Error())
+	}
 	for _, base := range basePaths {
 		if r.reached(base) {
 			continue // an access point at the base path or above it reaches everything below
@@ -89,7 +103,7 @@ func scanDirs(root string, basePaths, reached []string) *DirScan {
 			for _, name := range names {
 				d := path.Join(dir, name)
 				switch {
-				case r.reached(d):
+				case r.reached(d), volume.InTrash(d): // the trash: listed as such
 				case r.above[d]:
 					queue = append(queue, d)
 				case len(ds.Orphans) < maxOrphanDirs:

@@ -11,6 +11,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/controller"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 const ourCluster = "cluster-a"
@@ -164,5 +165,45 @@ func TestScanDirs(t *testing.T) {
 	}
 	if got := basePaths([]*Class{{BasePath: "/a"}, {}}); !slices.Equal(got, []string{"/"}) {
 		t.Errorf("base paths %v", got)
+	}
+}
+
+// The directories root removal moved into its trash are listed as waiting
+// (oldest first, what they were and whether a purge began), never as
+// orphans, and the page says so.
+func TestScanDirsListsTheTrash(t *testing.T) {
+	root := t.TempDir()
+	old, recent := time.Unix(1700000000, 0).UTC(), time.Unix(1700000300, 0).UTC()
+	for _, d := range []string{
+		"base/live", "base/orphan",
+		volume.TrashDir + "/" + controller.TrashName("/base/gone", recent),
+		volume.TrashDir + "/purge." + controller.TrashName("/base/older", old),
+		volume.TrashDir + "/not-an-entry",
+	} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := scanDirs(root, []string{"/"}, []string{"/base/live"})
+	if want := []string{"/base/orphan"}; !slices.Equal(ds.Orphans, want) || ds.Error != "" {
+		t.Errorf("orphans %v (%s), want %v: the trash is not an orphan", ds.Orphans, ds.Error, want)
+	}
+	want := []TrashWait{
+		{Path: "/base/older", Entry: "/" + volume.TrashDir + "/purge." + controller.TrashName("/base/older", old), MovedAt: old, Purging: true},
+		{Path: "/base/gone", Entry: "/" + volume.TrashDir + "/" + controller.TrashName("/base/gone", recent), MovedAt: recent},
+	}
+	if !slices.Equal(ds.Trash, want) {
+		t.Errorf("trash %+v, want %+v", ds.Trash, want)
+	}
+	fs := &FileSystem{ID: testFS, Directories: ds}
+	var titles []string
+	for _, s := range fs.sections() {
+		titles = append(titles, s.Title)
+		if strings.Contains(s.Title, "trash") && (len(s.Rows) != 2 || s.Rows[1].Cells[0] != "/base/gone" || s.Rows[1].Cells[2] != "waiting") {
+			t.Errorf("trash section rows %+v", s.Rows)
+		}
+	}
+	if !slices.ContainsFunc(titles, func(s string) bool { return strings.Contains(s, "waiting in root removal's trash: 2") }) {
+		t.Errorf("no trash section in %q", titles)
 	}
 }

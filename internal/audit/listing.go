@@ -245,6 +245,19 @@ func (fs *FileSystem) sections() []section {
 		}
 		out = append(out, s)
 	}
+	if d := fs.Directories; d != nil && len(d.Trash) > 0 {
+		n := len(d.Trash)
+		s := section{Title: fmt.Sprintf("directories of deleted volumes waiting in root removal's trash: %d (not findings: each is purged, or moved back if an access point reaches its path, once its window has passed)", n),
+			Head: []string{"path", "moved", "state", "in the trash as"}, Class: []string{"", "word", "word", ""}, More: moreLine(n, "directories in the trash")}
+		for _, t := range d.Trash[:min(n, listCap)] {
+			state := "waiting"
+			if t.Purging {
+				state = "purging"
+			}
+			s.Rows = append(s.Rows, row{Cells: []string{t.Path, t.MovedAt.Format(time.RFC3339), state, t.Entry}})
+		}
+		out = append(out, s)
+	}
 	return out
 }
 

@@ -234,7 +234,20 @@ type DirScan struct {
 	// no root directory is one, inside one, or contains one.
 	Orphans []string `json:"orphans"`
 	More    int      `json:"more,omitempty"` // orphans beyond the listed ones
-	Error   string   `json:"error,omitempty"`
+	// Trash are the directories root removal moved aside, waiting for
+	// their purge (or their restore), oldest first: not orphans, not
+	// findings (pkg/controller/trash.go).
+	Trash []TrashWait `json:"trash"`
+	Error string      `json:"error,omitempty"`
+}
+
+// TrashWait is one directory in root removal's trash.
+type TrashWait struct {
+	Path    string    `json:"path"`    // where it was
+	Entry   string    `json:"entry"`   // where it is
+	MovedAt time.Time `json:"movedAt"` // by the clock of the controller that moved it
+	// Purging: a purge of it began (it is removed, never restored).
+	Purging bool `json:"purging,omitempty"`
 }
 
 // Plan is what --fix deletes, and with --yes what came of each action.

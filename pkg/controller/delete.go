@@ -202,6 +202,35 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov c
 	if s.keptFor(ap, s.sharer(ap, view)) {
 		return nil
 	}
+	return s.withMount(ctx, ap.FileSystemID, func(mnt string) error {
+		if s.keptFor(ap, s.createSharer(ap)) {
+			return nil
+		}
+		err := s.moveToTrash(mnt, rel)
+		switch {
+		case errors.Is(err, rmtree.ErrUnsafe):
+			return fmt.Errorf("%w: %s: %w", ErrUnsafeRootDir, ap.Path, err)
+		case err != nil:
+			return fmt.Errorf("%w: %s: %w", ErrRootDirRemoval, ap.Path, err)
+		}
+		s.roots.setTrash(ap.FileSystemID, true)
+		s.log.Info("root directory moved to the trash", slog.String("accessPoint", ap.ID), slog.String("path", ap.Path),
+			slog.Duration("purgedAfter", s.trashWindow()))
+		// The older entries whose window has passed: this delete's
+		// directory is gone for its pods already, whatever a purge does.
+		if left, err := s.purgeTrash(ctx, mnt, ap.FileSystemID, view); err != nil {
+			s.log.Warn("trash not purged; will retry", slog.String("fileSystem", ap.FileSystemID), slog.String("error", err.Error()))
+		} else {
+			s.roots.setTrash(ap.FileSystemID, left)
+		}
+		return nil
+	})
+}
+
+// withMount runs fn on a mount of fsID at a fresh directory of its own,
+// holding one of the removal slots; the mount point is always released,
+// whether fn succeeded, failed or was cancelled (releaseMount).
+func (s *Service) withMount(ctx context.Context, fsID string, fn func(mnt string) error) error {
 	select {
 	case s.roots.slots <- struct{}{}:
 		defer func() { <-s.roots.slots }()
@@ -212,25 +241,12 @@ func (s *Service) removeRootDir(ctx context.Context, ap *efs.AccessPoint, prov c
 	if err != nil {
 		return fmt.Errorf("%w: mount point: %v", ErrRootDirRemoval, err)
 	}
-	if err := s.mounter.MountFileSystem(ctx, ap.FileSystemID, mnt); err != nil {
+	if err := s.mounter.MountFileSystem(ctx, fsID, mnt); err != nil {
 		_ = os.Remove(mnt)
-		return fmt.Errorf("%w: mount %s: %w", ErrRootDirRemoval, ap.FileSystemID, err)
+		return fmt.Errorf("%w: mount %s: %w", ErrRootDirRemoval, fsID, err)
 	}
 	defer s.releaseMount(ctx, mnt)
-	if s.keptFor(ap, s.createSharer(ap)) {
-		return nil
-	}
-	err = rmtree.RemoveAll(ctx, mnt, rel)
-	switch {
-	case err == nil:
-		s.log.Info("root directory removed", slog.String("accessPoint", ap.ID), slog.String("path", ap.Path))
-		return nil
-	case errors.Is(err, rmtree.ErrUnsafe):
-		return fmt.Errorf("%w: %s: %w", ErrUnsafeRootDir, ap.Path, err)
-	case ctx.Err() != nil:
-		return fmt.Errorf("%w: %s: %w", ErrRootDirRemoval, ap.Path, ctx.Err())
-	}
-	return fmt.Errorf("%w: %s: %w", ErrRootDirRemoval, ap.Path, err)
+	return fn(mnt)
 }
 
 // keptFor reports whether ap's directory is kept because other (a

@@ -26,6 +26,9 @@ type rootDirs struct {
 	// it succeeds; the value is false while a retry of it is under way.
 	mu      sync.Mutex
 	pending map[string]bool
+	// emptyTrash: file systems whose trash this process last found
+	// empty, and put nothing in since (PurgeTrash does not mount them).
+	emptyTrash map[string]bool
 }
 
 // maxRemovals is how many root-directory removals run at once; the others
@@ -34,8 +37,9 @@ const maxRemovals = 16
 
 func newRootDirs() *rootDirs {
 	return &rootDirs{
-		slots:   make(chan struct{}, maxRemovals),
-		pending: map[string]bool{},
+		slots:      make(chan struct{}, maxRemovals),
+		pending:    map[string]bool{},
+		emptyTrash: map[string]bool{},
 	}
 }
 

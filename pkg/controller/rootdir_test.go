@@ -63,6 +63,7 @@ type rootBed struct {
 	mounter *hookMounter
 	lists   *listHook
 	tmp     string
+	skew    atomic.Int64 // added to the controller's clock: pastWindow
 }
 
 // listHook counts the controller's listings and can hold one.
@@ -98,6 +99,7 @@ func newRootBed(t *testing.T, mut ...func(*Config)) *rootBed {
 	r := &rootBed{data: data, mounter: &hookMounter{FileSystemMounter: local}, tmp: t.TempDir()}
 	r.bed = newBedOn(t, url, emu, func(c *Config) {
 		c.DeleteRootDir, c.Mounter, c.TempDir = true, r.mounter, r.tmp
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(r.skew.Load())) }
 		r.lists = &listHook{EFS: c.EFS}
 		c.EFS = r.lists
 		for _, m := range mut {
@@ -508,7 +510,32 @@ func hugeTree() int {
 	return 200_000
 }
 
-// A root directory 200,000 levels deep is removed with a bounded number of
+// pastWindow moves the controller's clock past the trash window.
+func (r *rootBed) pastWindow() {
+	r.skew.Add(int64(r.svc.trashWindow() + time.Second))
+}
+
+// purge runs a purge round of the trash, as the orphan collector does.
+func (r *rootBed) purge(ctx context.Context) error {
+	return r.svc.PurgeTrash(ctx, testFS)
+}
+
+// trash lists the file system's trash entries.
+func (r *rootBed) trash() []TrashEntry {
+	r.t.Helper()
+	es, err := ReadTrash(filepath.Join(r.data, testFS))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return es
+}
+
+// trashOf is where the trash entry e is in the emulator's data.
+func (r *rootBed) trashOf(e TrashEntry) string {
+	return r.inFS(filepath.Join(volume.TrashDir, e.Name))
+}
+
+// A root directory 200,000 levels deep is purged with a bounded number of
 // descriptors: os.RemoveAll holds one per level and runs out.
 func TestDeleteRemovesADeepTreeWithBoundedDescriptors(t *testing.T) {
 	r := newRootBed(t)
@@ -523,40 +550,59 @@ func TestDeleteRemovesADeepTreeWithBoundedDescriptors(t *testing.T) {
 		t.Fatalf("root directory still there: %v", err)
 	}
 	r.wantAccessPoints(0)
+	r.pastWindow()
+	if err := r.purge(r.ctx()); err != nil {
+		t.Fatalf("purge: %v", err)
+	}
+	if left := r.trash(); len(left) != 0 {
+		t.Fatalf("trash left after its window: %v", left)
+	}
 }
 
-// Cancelling a delete stops the removal where it is (a retry continues
-// from there) and keeps the access point until the root is gone.
-func TestCancelledRemovalStopsPromptlyAndKeepsTheAccessPoint(t *testing.T) {
+// Cancelling a purge stops the removal where it is; the entry, marked for
+// purging, is finished by the next round and never restored half removed.
+func TestCancelledPurgeStopsPromptlyAndTheNextFinishes(t *testing.T) {
 	r := newRootBed(t)
 	vol := r.mustCreate("pvc-wide")
 	root := r.rootOf(vol)
 	n := hugeTree()
 	rmtreetest.Wide(t, root, n)
+	if err := r.delete(vol); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	r.wantAccessPoints(0)
+	es := r.trash()
+	if len(es) != 1 {
+		t.Fatalf("trash: %v, want the volume's directory", es)
+	}
 	ctx, cancel := context.WithCancel(r.ctx())
 	var cancelled atomic.Int64
-	rmtreetest.OnFirstRemoval(t, root, func() {
+	rmtreetest.OnFirstRemoval(t, r.trashOf(es[0]), func() {
 		cancelled.Store(time.Now().UnixNano())
 		cancel()
 	})
-	_, err := r.svc.DeleteVolume(ctx, deleteReq(vol))
+	r.pastWindow()
+	err := r.purge(ctx)
 	returned := time.Now()
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
-	r.wantAccessPoints(1)
-	left := rmtreetest.Entries(t, root)
+	es = r.trash()
+	if len(es) != 1 || !es[0].Purging {
+		t.Fatalf("trash after a cancelled purge: %v, want one entry marked for purging", es)
+	}
+	left := rmtreetest.Entries(t, r.trashOf(es[0]))
 	t.Logf("returned %v after the cancel; %d of %d entries left", returned.Sub(time.Unix(0, cancelled.Load())), left, n)
 	if min := n / 2; testing.Short() && left == 0 || !testing.Short() && left < min {
 		t.Fatalf("%d of %d entries left: the removal went on after the cancel", left, n)
 	}
-	if err := r.delete(vol); err != nil {
+	r.handMade("/pvc-wide") // a purge under way is finished all the same
+	if err := r.purge(r.ctx()); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
-	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("root directory still there after the retry: %v", err)
+	if es := r.trash(); len(es) != 0 {
+		t.Fatalf("trash left after the retry: %v", es)
 	}
-	r.wantAccessPoints(0)
 }
 
 // mountedBelow lists the mounts under the bed's temporary directory.

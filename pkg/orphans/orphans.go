@@ -94,8 +94,12 @@ type Config struct {
 	// what this one does not.
 	Sweep func(ctx context.Context, fs string, named func(apID string) bool, grace time.Duration) (int, error)
 	// FileSystems are the file systems of the driver's StorageClasses,
-	// for Sweep (nil: those of the record only).
+	// for Sweep and Purge (nil: those of the record only).
 	FileSystems func(ctx context.Context) ([]string, error)
+	// Purge, when set, is the controller's purge of root removal's trash
+	// (controller.Service.PurgeTrash), run each round on every file
+	// system of the record and of FileSystems.
+	Purge func(ctx context.Context, fs string) error
 }
 
 // Stats is what the last round saw and totals since start.
@@ -345,7 +349,7 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 	errs = append(errs, err)
 	swept, err := c.sweep(ctx, recs)
 	out.deleted += swept
-	errs = append(errs, err)
+	errs = append(errs, err, c.purge(ctx, recs))
 	c.mu.Lock()
 	st.Rounds, st.FailedRounds, st.Deleted = c.stats.Rounds, c.stats.FailedRounds, c.stats.Deleted
 	c.stats = st
@@ -495,21 +499,7 @@ func (c *Collector) sweep(ctx context.Context, recs []*journal.Record) (int, err
 	if c.cfg.Sweep == nil {
 		return 0, nil
 	}
-	fss := map[string]bool{}
-	for _, r := range recs {
-		fss[r.FileSystem] = true
-	}
-	var errs []error
-	if c.cfg.FileSystems != nil {
-		// Unread (no list on StorageClasses): the record's still are.
-		ids, err := c.cfg.FileSystems(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("sweep: the StorageClasses' file systems: %w", err))
-		}
-		for _, fs := range ids {
-			fss[fs] = true
-		}
-	}
+	fss, errs := c.fileSystems(ctx, recs)
 	refs, err := c.handlesNow(ctx)
 	if err != nil {
 		return 0, errors.Join(append(errs, err)...)
@@ -529,6 +519,42 @@ func (c *Collector) sweep(ctx context.Context, recs []*journal.Record) (int, err
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// fileSystems are the file systems of recs and of cfg.FileSystems; an
+// error reading the latter leaves the record's.
+func (c *Collector) fileSystems(ctx context.Context, recs []*journal.Record) (map[string]bool, []error) {
+	fss := map[string]bool{}
+	for _, r := range recs {
+		fss[r.FileSystem] = true
+	}
+	var errs []error
+	if c.cfg.FileSystems != nil {
+		// Unread (no list on StorageClasses): the record's still are.
+		ids, err := c.cfg.FileSystems(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("the StorageClasses' file systems: %w", err))
+		}
+		for _, fs := range ids {
+			fss[fs] = true
+		}
+	}
+	return fss, errs
+}
+
+// purge runs cfg.Purge on every file system of recs and of
+// cfg.FileSystems.
+func (c *Collector) purge(ctx context.Context, recs []*journal.Record) error {
+	if c.cfg.Purge == nil {
+		return nil
+	}
+	fss, errs := c.fileSystems(ctx, recs)
+	for _, fs := range slices.Sorted(maps.Keys(fss)) {
+		if err := c.cfg.Purge(ctx, fs); err != nil {
+			errs = append(errs, fmt.Errorf("purge %s: %w", fs, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // outcome is what collectDue did with the orphans due.

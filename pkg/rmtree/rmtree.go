@@ -79,27 +79,11 @@ func RemoveAll(ctx context.Context, base, rel string) error {
 
 // RemoveAll removes base/rel within r's bounds.
 func (r Remover) RemoveAll(ctx context.Context, base, rel string) error {
-	comps, err := components(rel)
-	if err != nil {
+	parent, name, err := openParent(base, rel)
+	if parent < 0 || err != nil {
 		return err
 	}
-	parent, err := retry(func() (int, error) {
-		return unix.Open(base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	})
-	if err != nil {
-		return &os.PathError{Op: "open", Path: base, Err: err}
-	}
-	defer func() { unix.Close(parent) }()
-	for i, c := range comps[:len(comps)-1] {
-		beforeOpen(strings.Join(comps[:i+1], "/"))
-		next, err := openDir(parent, c)
-		if err != nil {
-			return walkError(parent, c, strings.Join(comps[:i+1], "/"), err)
-		}
-		unix.Close(parent)
-		parent = next
-	}
-	name := comps[len(comps)-1]
+	defer unix.Close(parent)
 	for attempt := 1; ; attempt++ {
 		beforeOpen(rel)
 		root, err := openDir(parent, name)
@@ -120,6 +104,83 @@ func (r Remover) RemoveAll(ctx context.Context, base, rel string) error {
 			return &os.PathError{Op: "rmdir", Path: rel, Err: err}
 		}
 	}
+}
+
+// openParent opens the directory that holds rel's last component, walking
+// from base one component at a time (no symlink, no mount point), and
+// returns its descriptor and that component. A missing component on the
+// way: -1 and no error (nothing there).
+func openParent(base, rel string) (int, string, error) {
+	comps, err := components(rel)
+	if err != nil {
+		return -1, "", err
+	}
+	parent, err := retry(func() (int, error) {
+		return unix.Open(base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return -1, "", &os.PathError{Op: "open", Path: base, Err: err}
+	}
+	for i, c := range comps[:len(comps)-1] {
+		beforeOpen(strings.Join(comps[:i+1], "/"))
+		next, err := openDir(parent, c)
+		if err != nil {
+			err = walkError(parent, c, strings.Join(comps[:i+1], "/"), err)
+			unix.Close(parent)
+			return -1, "", err
+		}
+		unix.Close(parent)
+		parent = next
+	}
+	return parent, comps[len(comps)-1], nil
+}
+
+// ErrExist: Move's destination is there already (a non-empty directory,
+// or anything but a directory). Nothing was moved.
+var ErrExist = errors.New("destination exists")
+
+// Move renames the directory base/from to base/to, one atomic rename on
+// one file system: the tree stays whole at one of the two names, whatever
+// happens. The walks to both parents are RemoveAll's (no symlink, no mount
+// point, ErrUnsafe otherwise), and from itself must be a real directory
+// that is not a mount point. An empty directory at to is replaced (as
+// rename(2) does); a non-empty one, or anything else there, is ErrExist.
+// A missing from (or a missing component on its way): os.ErrNotExist.
+func Move(base, from, to string) error {
+	parent := func(rel string) (int, string, error) {
+		fd, name, err := openParent(base, rel)
+		if err == nil && fd < 0 {
+			err = &os.PathError{Op: "rename", Path: rel, Err: os.ErrNotExist}
+		}
+		return fd, name, err
+	}
+	fp, fname, err := parent(from)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fp)
+	beforeOpen(from)
+	fd, err := openDir(fp, fname)
+	if err != nil {
+		if err := walkError(fp, fname, from, err); err != nil {
+			return err
+		}
+		return &os.PathError{Op: "rename", Path: from, Err: os.ErrNotExist}
+	}
+	unix.Close(fd)
+	tp, tname, err := parent(to)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tp)
+	_, err = retry(func() (int, error) { return 0, unix.Renameat(fp, fname, tp, tname) })
+	switch {
+	case err == nil:
+		return nil
+	case notEmpty(err), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EISDIR):
+		return fmt.Errorf("%w: %s: %w", ErrExist, to, err)
+	}
+	return &os.PathError{Op: "rename", Path: from + " -> " + to, Err: err}
 }
 
 func (r Remover) withDefaults() Remover {

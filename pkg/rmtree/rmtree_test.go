@@ -366,3 +366,50 @@ func TestTwoRemovalsOfOneTreeAtOnceBothSucceed(t *testing.T) {
 		}
 	}
 }
+
+// Move renames a whole tree in one step, refuses a symlink on either way
+// or as the source (nothing moves), replaces only an empty destination,
+// and says when the source is not there.
+func TestMove(t *testing.T) {
+	base := t.TempDir()
+	mk := func(p string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(base, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("a/tree/sub")
+	mk("trash")
+	mk("elsewhere/x")
+	if err := os.WriteFile(filepath.Join(base, "a/tree/sub/f"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(base, "elsewhere"), filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ from, to string }{{"link", "trash/l"}, {"link/x", "trash/x"}, {"a/tree", "link/t"}} {
+		if err := Move(base, tc.from, tc.to); !errors.Is(err, ErrUnsafe) {
+			t.Errorf("Move(%s, %s) = %v, want ErrUnsafe", tc.from, tc.to, err)
+		}
+	}
+	if err := Move(base, "a/tree", "trash/1"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(base, "trash/1/sub/f")); err != nil || string(b) != "data" {
+		t.Fatalf("moved tree: %q, %v", b, err)
+	}
+	if err := Move(base, "a/tree", "trash/2"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("moving what is gone: %v, want os.ErrNotExist", err)
+	}
+	mk("a/tree") // empty: replaced
+	if err := Move(base, "trash/1", "a/tree"); err != nil {
+		t.Fatalf("back over an empty directory: %v", err)
+	}
+	mk("trash/3/y")
+	if err := Move(base, "trash/3", "a/tree"); !errors.Is(err, ErrExist) {
+		t.Errorf("over a non-empty directory: %v, want ErrExist", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "a/tree/sub/f")); err != nil {
+		t.Errorf("the tree in place was touched: %v", err)
+	}
+}

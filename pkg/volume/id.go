@@ -146,6 +146,9 @@ func ParseID(s string) (ID, error) {
 		if id.Path == "" || id.AccessPointID != "" {
 			return bad("a directory volume is %sfs-X:/path", DirPrefix)
 		}
+		if InTrash(id.Path) {
+			return bad("a directory volume cannot be in %s, where root removal keeps deleted directories", "/"+TrashDir)
+		}
 		id.Dir = true
 	}
 	return id, nil

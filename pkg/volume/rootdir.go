@@ -17,6 +17,21 @@ const (
 	MaxRootDirDepth  = 4
 )
 
+// TrashDir is the directory at a file system's root where root removal
+// (--delete-access-point-root-dir) moves a deleted volume's directory
+// until it is purged or restored (docs/design.md, "Root removal"). No root
+// directory reaches into it but "/": its name starts with '.', which EFS
+// (checkSegment) refuses in every component of an access point's root,
+// a subPathPattern's expansion and a basePath; a directory volume's ID
+// naming it is refused too (ParseID).
+const TrashDir = ".efs-csi-trash"
+
+// InTrash reports whether the absolute path p is TrashDir or inside it.
+func InTrash(p string) bool {
+	rel := strings.TrimPrefix(p, "/")
+	return rel == TrashDir || strings.HasPrefix(rel, TrashDir+"/")
+}
+
 // forbiddenInSegment are the characters EFS refuses in a root directory.
 const forbiddenInSegment = "$#<>;`|&?{}^*/"
 

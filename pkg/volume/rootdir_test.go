@@ -222,3 +222,39 @@ func TestMadeForNameKnowsTheDirectoriesOfAName(t *testing.T) {
 		}
 	}
 }
+
+// No volume's directory can be the trash of root removal or inside it: a
+// basePath, a subPathPattern (literal or through a variable's value), a
+// root directory and a directory volume's ID naming it are all refused.
+func TestNoVolumePathReachesTheTrash(t *testing.T) {
+	for _, p := range []string{"/" + TrashDir, "/" + TrashDir + "/1.x", "/a/" + TrashDir} {
+		if err := CheckRootDir(p); err == nil {
+			t.Errorf("CheckRootDir(%q) accepted", p)
+		}
+	}
+	for _, m := range []map[string]string{
+		{ParamBasePath: "/" + TrashDir},
+		{ParamBasePath: TrashDir + "/x"},
+		{ParamSubPathPattern: TrashDir + "/${.PVC.name}", ParamPVCName: "a", ParamEnsureUniqueDirectory: "false"},
+		{ParamSubPathPattern: "${.PVC.name}/x", ParamPVCName: TrashDir, ParamEnsureUniqueDirectory: "false"},
+		{ParamSubPathPattern: "${.PVC.namespace}", ParamPVCNamespace: TrashDir, ParamEnsureUniqueDirectory: "false"},
+	} {
+		p, err := ParseParams(m)
+		if err != nil {
+			continue // refused as a parameter
+		}
+		if dir, err := p.RootDir(pvName); err == nil && InTrash(dir) {
+			t.Errorf("parameters %v give %q, in the trash", m, dir)
+		} else if err == nil {
+			t.Errorf("parameters %v accepted: %q", m, dir)
+		}
+	}
+	for _, id := range []string{DirID("fs-0123456789abcdef0", "/"+TrashDir), DirID("fs-0123456789abcdef0", "/"+TrashDir+"/1.x")} {
+		if _, err := ParseID(id); err == nil {
+			t.Errorf("ParseID(%q) accepted a directory volume in the trash", id)
+		}
+	}
+	if !InTrash("/"+TrashDir+"/x") || InTrash("/"+TrashDir+"x") || InTrash("/a/"+TrashDir) {
+		t.Error("InTrash is not whole components at the root")
+	}
+}

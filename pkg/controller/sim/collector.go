@@ -84,6 +84,7 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 			// The cluster's one record (the driver's Leases): what it
 			// does not name is swept.
 			oc.Sweep = inst.svc.SweepUnrecorded
+			oc.Purge = inst.svc.PurgeTrash
 			oc.FileSystems = func(context.Context) ([]string, error) { return []string{FS}, nil }
 			col, err = orphans.New(oc)
 			if err != nil {

@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/controller"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // mounter stands for mounting a whole file system (root removal,
@@ -136,6 +139,9 @@ func (s *Sim) changes(mt *mount) {
 			continue // removed under another target first
 		}
 		delete(f.dirs, d)
+		if s.trashChange(f, mt, d) {
+			continue
+		}
 		s.tracef("%s removed %s", mt.inst.name, d)
 		for _, p := range slices.Sorted(maps.Keys(mt.reached)) {
 			if nested(p, d) {
@@ -180,4 +186,65 @@ func (s *Sim) sync(mt *mount) error {
 		}
 	}
 	return nil
+}
+
+// trashChange handles d, gone from under mt, if root removal's trash
+// explains it (pkg/controller/trash.go), and reports whether it did. A
+// directory moved into the trash keeps its data: the holders live then
+// are noted. A trash entry that goes while not marked for purging was
+// renamed (marked, or moved back), keeping its data; one marked for
+// purging is destroyed, and none of the holders noted at its move may
+// still be live (each is a listed access point its purge's listing,
+// begun the window after the move, must have shown).
+func (s *Sim) trashChange(f *fileSystem, mt *mount, d string) bool {
+	trashRoot := "/" + volume.TrashDir
+	if d == trashRoot {
+		return false
+	}
+	if rest, ok := strings.CutPrefix(d, trashRoot+"/"); ok {
+		name, _, deeper := strings.Cut(rest, "/")
+		e, ok := controller.ParseTrashName(name)
+		if deeper || !ok || !e.Purging {
+			return true // inside an entry, or an entry renamed
+		}
+		key := strings.TrimPrefix(name, "purge.")
+		live := map[string]bool{}
+		for _, ids := range s.liveReach(f) {
+			for _, id := range ids {
+				live[id] = true
+			}
+		}
+		for _, id := range f.trashed[key] {
+			if live[id] {
+				s.violate("data: %s purged %s (moved from %s), which %s reached when it was moved and still does", mt.inst.name, d, e.Orig, id)
+			}
+		}
+		delete(f.trashed, key)
+		s.tracef("%s purged %s", mt.inst.name, d)
+		return true
+	}
+	entries, _ := controller.ReadTrash(mt.target)
+	for _, e := range entries {
+		if e.Purging || d != e.Orig && !strings.HasPrefix(d, e.Orig+"/") {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(mt.target, volume.TrashDir, e.Name)); err != nil {
+			continue
+		}
+		if d == e.Orig {
+			if f.trashed == nil {
+				f.trashed = map[string][]string{}
+			}
+			var held []string
+			for _, p := range slices.Sorted(maps.Keys(mt.reached)) {
+				if nested(p, d) {
+					held = append(held, mt.reached[p]...)
+				}
+			}
+			f.trashed[e.Name] = held
+			s.tracef("%s moved %s to the trash", mt.inst.name, d)
+		}
+		return true
+	}
+	return false
 }

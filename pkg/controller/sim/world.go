@@ -47,6 +47,10 @@ type fileSystem struct {
 	// dirs: directories holding data (root removal), path -> access point
 	// whose data it holds ("" for directories nobody wrote to).
 	dirs map[string]string
+	// trashed: root removal's trash entries (by name, without the purge
+	// prefix) and the live holders that reached each when it was moved
+	// there, which its purge must not outlive (mounter.go, trashChange).
+	trashed map[string][]string
 }
 
 // efsWorld is EFS as seen by every controller of every cluster.
