@@ -121,13 +121,22 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 		return nil, err
 	}
 	s.warnIgnored(params.FileSystemID, volume.IgnoredParams(classParams))
-	placed := ""
-	if params.FileSystemIDs != "" {
-		if params.FileSystemID, err = s.place(ctx, name, params, req.GetAccessibilityRequirements()); err != nil {
-			return nil, err
-		}
-		placed = volume.NameToken(name)
+	// Every check that can refuse the create is planOn's, run on the file
+	// system chosen before a class over several records its choice
+	// (placed): a refused create leaves no place entry.
+	planOn := func(params volume.Params, placed string) (*plan, error) {
+		return s.planOn(ctx, req, capacity, crossAccount, params, placed)
 	}
+	if params.FileSystemIDs != "" {
+		return s.placed(ctx, name, params, req.GetAccessibilityRequirements(), planOn)
+	}
+	return planOn(params, "")
+}
+
+// planOn is the rest of plan, on the file system params names.
+func (s *Service) planOn(ctx context.Context, req *csi.CreateVolumeRequest, capacity int64, crossAccount bool,
+	params volume.Params, placed string) (*plan, error) {
+	name := req.GetName()
 	root, err := params.RootDir(name)
 	if err != nil {
 		return nil, err

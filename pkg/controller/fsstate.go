@@ -130,6 +130,12 @@ type fsState struct {
 	// (Service.zone).
 	zone   string
 	zoneAt time.Time
+
+	// downAt: when placement last failed to list or describe this file
+	// system (zero: it answered since), and why; placement skips it for
+	// unreachableSkip after (placement.go).
+	downAt  time.Time
+	downWhy string
 }
 
 // knownZone is the zone described within zoneFresh before now.

@@ -1,9 +1,14 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -110,5 +115,180 @@ func TestPlacementSkipsAOneZoneFileSystemOutsideTheRequiredZones(t *testing.T) {
 				t.Errorf("placed on %s, want %s", id.FileSystemID, tc.want)
 			}
 		})
+	}
+}
+
+// A create of a class over several file systems that is refused after the
+// choice (here: subPathPattern names the claim, and the request has no
+// claim name) records no place entry, so a later valid create of the same
+// name is placed afresh: on the emptier file system, not on the refused
+// create's choice.
+func TestPlacementRefusedCreateLeavesNoPlaceEntry(t *testing.T) {
+	url, emu := emulatortest.Start(t, emulator.Config{DataDir: t.TempDir(), FileSystems: []string{testFS, testFS2}})
+	store := journal.NewMemory()
+	b := newBedOn(t, url, emu, func(c *Config) { c.Journal = store })
+	const name = "pvc-refused"
+	// Both empty: the refused create's choice is the tie's, by the hash.
+	first, other := testFS, testFS2
+	if spread(name, testFS2) < spread(name, testFS) {
+		first, other = testFS2, testFS
+	}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"claim name missing from subPathPattern", []string{volume.ParamSubPathPattern, "${.PVC.name}"}},
+		{"subPathPattern too deep", []string{volume.ParamSubPathPattern, strings.Repeat("a/", 200) + "a"}},
+		{"tags refused with enableTagging false", []string{volume.ParamSubPathPattern, "x", "enableTagging", "false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			class := params(append([]string{volume.ParamFileSystemID, testFS + "," + testFS2}, tc.extra...)...)
+			cfg := func(c *Config) { c.Journal = store }
+			if tc.extra[len(tc.extra)-1] == "false" {
+				cfg = func(c *Config) { c.Journal, c.Tags = store, map[string]string{"team": "a"} }
+			}
+			svc := newBedOn(t, url, emu, cfg).svc
+			if _, err := svc.CreateVolume(b.ctx(), createReq(name, 1<<30, class)); err == nil {
+				t.Fatal("create succeeded, want it refused")
+			}
+			if fs, err := journal.New(store).Placement(b.ctx(), volume.NameToken(name)); err == nil {
+				t.Errorf("refused create left a place entry naming %s", fs)
+			}
+			if n := store.Len(); n != 0 {
+				t.Errorf("refused create left %d record entries", n)
+			}
+		})
+	}
+	// The refused creates' choice is now the fuller one: a valid create of
+	// the name goes to the other.
+	if _, err := b.client.CreateAccessPoint(b.ctx(), efs.CreateAccessPointInput{FileSystemID: first, ClientToken: "hand",
+		Path: "/hand", PosixUser: &efs.PosixUser{UID: 1, GID: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	class := params(volume.ParamFileSystemID, testFS+","+testFS2, volume.ParamSubPathPattern, "${.PVC.name}", volume.ParamPVCName, "claim")
+	resp, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, class))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := volume.ParseID(resp.GetVolume().GetVolumeId()); id.FileSystemID != other {
+		t.Errorf("valid create after refused ones placed on %s, want the emptier %s", id.FileSystemID, other)
+	}
+}
+
+// listCounter counts listings per file system.
+type listCounter struct {
+	EFS
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *listCounter) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
+	c.mu.Lock()
+	c.n[fsID]++
+	c.mu.Unlock()
+	return c.EFS.ListAccessPoints(ctx, fsID, fn)
+}
+
+// listed is the number of listings of each of ids since the last call.
+func (c *listCounter) listed(ids []string) map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for _, id := range ids {
+		out[id] = c.n[id]
+	}
+	clear(c.n)
+	return out
+}
+
+// A class over one reachable file system and several that cannot be
+// listed: the first create lists each once; creates within
+// unreachableSkip of that send them nothing, later ones list them again;
+// and when every file system of a class is skipped, the error names each
+// and why, and nothing is sent.
+func TestPlacementSkipsUnreachableFileSystemsForAWhile(t *testing.T) {
+	const unreachable = 5
+	url, emu := emulatortest.Start(t, emulator.Config{DataDir: t.TempDir(), FileSystems: []string{testFS}})
+	clk := newClock()
+	counter := &listCounter{n: map[string]int{}}
+	b := newBedOn(t, url, emu, steadyState(clk), func(c *Config) { counter.EFS, c.EFS = c.EFS, counter })
+	ids := []string{testFS}
+	for i := range unreachable {
+		ids = append(ids, fmt.Sprintf("fs-0123456789abcde%02x", 0xa0+i)) // not in the emulator
+	}
+	down := ids[1:]
+	class := params(volume.ParamFileSystemID, strings.Join(ids, ","))
+	for _, tc := range []struct {
+		name, volume string
+		after        time.Duration
+		class        map[string]string
+		want         int // listings of each unreachable file system
+		wantErr      bool
+	}{
+		{"the first create lists each", "pvc-1", 0, class, 1, false},
+		{"within the window, none is listed", "pvc-2", unreachableSkip / 2, class, 0, false},
+		{"after the window, each is listed again", "pvc-3", unreachableSkip/2 + time.Second, class, 1, false},
+		{"every one skipped: refused with no request", "pvc-none", 0, params(volume.ParamFileSystemID, strings.Join(down, ",")), 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk.Advance(tc.after)
+			counter.listed(nil)
+			_, err := b.svc.CreateVolume(b.ctx(), createReq(tc.volume, 1<<30, tc.class))
+			switch {
+			case tc.wantErr && !errors.Is(err, ErrNoFileSystem):
+				t.Fatalf("create: %v, want ErrNoFileSystem", err)
+			case !tc.wantErr && err != nil:
+				t.Fatal(err)
+			}
+			for fs, n := range counter.listed(down) {
+				if n != tc.want {
+					t.Errorf("%s listed %d times, want %d", fs, n, tc.want)
+				}
+			}
+			if !tc.wantErr {
+				return
+			}
+			for _, fs := range down {
+				if !strings.Contains(err.Error(), fs+": skipped") {
+					t.Errorf("error does not say %s was skipped: %v", fs, err)
+				}
+			}
+		})
+	}
+}
+
+// Another create of the volume (another replica) that records its choice
+// between this create's choice and its own record of it wins: the volume
+// is made on the other's choice, and its delete leaves nothing.
+func TestPlacementRecordedFirstByAnotherWins(t *testing.T) {
+	url, emu := emulatortest.Start(t, emulator.Config{DataDir: t.TempDir(), FileSystems: []string{testFS, testFS2}})
+	store := journal.NewMemory()
+	b := newBedOn(t, url, emu, func(c *Config) { c.Journal = store })
+	const name = "pvc-raced"
+	other := testFS
+	if spread(name, testFS) < spread(name, testFS2) { // this create's choice: both are empty
+		other = testFS2
+	}
+	var raced atomic.Bool
+	store.SetHook(func(op string, k journal.Key) error {
+		if op == "create" && k.Kind == journal.KindPlace && raced.CompareAndSwap(false, true) {
+			if _, err := journal.New(store).Place(b.ctx(), k.Name, other); err != nil {
+				t.Error(err)
+			}
+		}
+		return nil
+	})
+	resp, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, params(volume.ParamFileSystemID, testFS+","+testFS2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := volume.ParseID(resp.GetVolume().GetVolumeId()); id.FileSystemID != other {
+		t.Errorf("volume made on %s, want %s, recorded first by another", id.FileSystemID, other)
+	}
+	if err := b.delete(resp.GetVolume().GetVolumeId()); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.Len(); n != 0 {
+		t.Errorf("%d record entries left after the delete", n)
 	}
 }
