@@ -37,7 +37,6 @@ func (s *Service) dirPlan(name string, capacity int64, crossAccount bool, params
 		return nil, &volume.ParamError{Key: volume.ParamBasePath,
 			Reason: fmt.Sprintf("the directory volume's ID %q would be %d bytes; CSI allows %d: shorten basePath or subPathPattern", id, len(id), volume.MaxIDLength)}
 	}
-	s.fs(params.FileSystemID).provisionsDirs() // dirSource
 	if s.mounter == nil {
 		return nil, &volume.ParamError{Key: volume.ParamProvisioningMode,
 			Reason: fmt.Sprintf("%q needs the controller to mount file systems, and this one has no mounter", volume.ProvisioningModeDirectory)}
@@ -333,23 +332,22 @@ func (s *Service) dirVolumeIDs(ctx context.Context) ([]string, error) {
 // protocol (a stand-in's token is no GID token: skipped).
 //
 // The record is read by its index of directory volumes (one List per
-// listing, once a minute per file system), and only on file systems this
-// process has provisioned a directory volume on (fsState.dirs): a cluster without
-// directory volumes reads nothing more. Another process's, unseen until
-// then, are held in the id table all the same: a create that picks one of
-// their ids finds it held (HoldID) and takes the next.
+// listing, once a minute per file system), on every file system, whether
+// this process has provisioned directory volumes there or not: a
+// directory volume's id is held by its id entry and also by its record,
+// which every replica's allocator reads before it picks an id, so that
+// the loss of the id entry alone (its record Lease deleted by hand, before
+// a replica that knew it restores it: pkg/kube, leasedamage.go) does not
+// give the id to an access point. A directory volume made since the
+// listing is held by its id entry alone until the next one.
 type dirSource struct {
 	EFS
-	j   *journal.Journal
-	fss *fileSystems
+	j *journal.Journal
 }
 
 func (d dirSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	if err := d.EFS.ListAccessPoints(ctx, fsID, fn); err != nil {
 		return err
-	}
-	if !d.fss.of(fsID).dirsProvisioned() {
-		return nil
 	}
 	var page []efs.AccessPoint
 	err := d.j.DirVolumes(ctx, fsID, func(recs []*journal.Record) error {

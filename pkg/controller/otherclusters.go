@@ -67,7 +67,7 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 // gidSource is the allocator's Source for this Service's client.
 // Its listings include the record's directory volumes (dirSource).
 func (s *Service) gidSource() gid.Source {
-	return watchedSource{EFS: dirSource{EFS: s.efs, j: s.journal, fss: s.fss}, own: s.cluster, fss: s.fss}
+	return watchedSource{EFS: dirSource{EFS: s.efs, j: s.journal}, own: s.cluster, fss: s.fss}
 }
 
 // warnOtherClusters logs, once per (file system, range), that another

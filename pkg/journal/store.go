@@ -81,6 +81,12 @@ type Entry struct {
 //     entry written or deleted during a List may or may not be seen.
 //   - ErrUnavailable means the outcome is unknown; every other error is
 //     definitive. Errors wrap these sentinels.
+//
+// A store kept where others may write it (the Lease store: anyone who may
+// delete Leases in its namespace) notices its objects deleted or rewritten
+// by hand, logs what they held and restores it (docs/design.md, The record
+// in Leases, Damage): the contract holds for every write it made, not for
+// what others do to its objects.
 type Store interface {
 	Get(ctx context.Context, key Key) (Entry, error)
 	Create(ctx context.Context, e Entry) (Entry, error)
