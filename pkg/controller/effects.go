@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -35,6 +36,9 @@ type effects struct {
 	named func(apID string) bool
 	res   []*gid.Reservation
 	held  []func()
+	// dirsRead: foundHeld has read the record's directory volumes of
+	// these file systems in this call.
+	dirsRead map[string]bool
 }
 
 // run executes m's effects until its answer (a core.Answer) or a hand-off
@@ -100,6 +104,10 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		r.Record, r.Yes, r.Err = s.journal.Begin(ctx, e.Volume)
 	case core.Hold:
 		r.Yes, r.Err = s.journal.Hold(ctx, e.Record)
+		var taken *journal.IDTakenError
+		if errors.As(r.Err, &taken) {
+			x.foundHeld(taken)
+		}
 	case core.HoldID:
 		r.Err = s.journal.HoldID(ctx, e.Record)
 	case core.Touch:

@@ -253,6 +253,18 @@ func (a *Allocator) ReserveFrom(ctx context.Context, src Source, fsID string, lo
 	}
 }
 
+// ReserveID holds id on fsID as Reserve would have, whether or not the
+// view counts it used: the caller found it held elsewhere (another
+// volume's entry in its record) and keeps every pick of this process off
+// it until Release, whatever a listing says meanwhile.
+func (a *Allocator) ReserveID(fsID string, id int64) *Reservation {
+	v, mu := a.view(fsID)
+	defer mu.Unlock()
+	v.reserved[id]++
+	v.sync(id)
+	return &Reservation{v: v, mu: mu, gid: id}
+}
+
 // refresh lists fsID, or waits for the listing already running. Called and
 // returns with mu (v's lock) held; releases it while the listing runs.
 func (a *Allocator) refresh(ctx context.Context, src Source, fsID string, v *View, mu sync.Locker) error {

@@ -703,3 +703,30 @@ func TestHomeHoldsTheViewUnderItsLock(t *testing.T) {
 		t.Errorf("home asked %d times for one file system, want once", homes)
 	}
 }
+
+// An id the caller found held elsewhere (ReserveID) is picked by nobody
+// until released, through a listing that does not show it, and a range
+// every other id of which is used is then exhausted after one listing.
+func TestReserveIDKeepsPicksOffAnIDFoundHeld(t *testing.T) {
+	ctx := context.Background()
+	src := newSource()
+	src.add(fs1, "fsap-1", 100)
+	a := New(src, Options{})
+	held := a.ReserveID(fs1, 101)
+	if held.GID() != 101 {
+		t.Fatalf("ReserveID gave %d", held.GID())
+	}
+	listings := src.listings.Load()
+	if _, err := a.Reserve(ctx, fs1, 100, 101, "v"); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("range of a used and a found-held id: %v, want ErrExhausted", err)
+	}
+	if n := src.listings.Load() - listings; n != 1 {
+		t.Errorf("%d listings, want 1 (made during the call: it proves the range full)", n)
+	}
+	held.Release()
+	r, err := a.Reserve(ctx, fs1, 100, 101, "v")
+	if err != nil || r.GID() != 101 {
+		t.Fatalf("after the release: %v, %v; want 101", r, err)
+	}
+	r.Release()
+}

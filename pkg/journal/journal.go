@@ -13,6 +13,20 @@ import (
 // ErrIDTaken: the id is held by another volume of the record.
 var ErrIDTaken = errors.New("journal: id held by another volume")
 
+// IDTakenError is the ErrIDTaken of Hold: it names the token of the
+// volume holding the id, so the caller can tell its allocator at once.
+type IDTakenError struct {
+	FileSystem string
+	ID         int64
+	Holder     string
+}
+
+func (e *IDTakenError) Error() string {
+	return fmt.Sprintf("%v: id %d on %s is held by the volume of token %q", ErrIDTaken, e.ID, e.FileSystem, e.Holder)
+}
+
+func (e *IDTakenError) Unwrap() error { return ErrIDTaken }
+
 // ErrStaleToken: the access point was made under a client token the
 // record no longer sends (it moved to another id meanwhile): it is not the
 // record's, and nobody answered it.
@@ -293,7 +307,7 @@ func (j *Journal) Hold(ctx context.Context, r *Record) (again bool, err error) {
 			return again, err
 		}
 		if string(got.Value) != r.Token {
-			return false, fmt.Errorf("%w: id %d on %s is held by the volume of token %q", ErrIDTaken, r.Allocated, r.FileSystem, got.Value)
+			return false, &IDTakenError{FileSystem: r.FileSystem, ID: r.Allocated, Holder: string(got.Value)}
 		}
 		again = true
 		upd, err := j.s.Update(ctx, got)
