@@ -67,7 +67,7 @@ type damage struct {
 	// lost: the entries seen held (by hash key, as stored) that the Lease
 	// read lacks or changed under their version.
 	lost map[string]string
-	// by: the entries the Lease read holds that no write of this store
+	// forged: the entries the Lease read holds that no write of this store
 	// can have made (names, for the log).
 	forged []string
 }
