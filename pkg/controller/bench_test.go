@@ -6,12 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/emulatortest"
-	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
 
@@ -113,7 +113,7 @@ func BenchmarkAPICallsPerCreateVolume(b *testing.B) {
 			clk := newClock()
 			svc, emu, client := newBenchBed(b, steadyState(clk), func(c *Config) { c.ClusterID = "ours" })
 			if tc.phase != "startup" {
-				clk.Advance(2 * core.UnrecordedWindow)
+				clk.Advance(2 * (10 * time.Minute))
 			}
 			var tags map[string]string
 			if tc.phase == "othercluster" {
@@ -183,7 +183,7 @@ func BenchmarkSweepRound(b *testing.B) {
 		b.Run(fmt.Sprintf("volumes=%d", n), func(b *testing.B) {
 			clk := newClock()
 			svc, emu, _ := newBenchBed(b, steadyState(clk), func(c *Config) { c.ClusterID = "ours" })
-			clk.Advance(2 * core.UnrecordedWindow)
+			clk.Advance(2 * (10 * time.Minute))
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			for range 100 {
@@ -226,7 +226,7 @@ func BenchmarkSweepRound(b *testing.B) {
 func BenchmarkFillDefaultRange(b *testing.B) {
 	clk := newClock()
 	svc, _, _ := newBenchBed(b, steadyState(clk))
-	clk.Advance(2 * core.UnrecordedWindow)
+	clk.Advance(2 * (10 * time.Minute))
 	failed, lastFailed := 0, 0
 	b.ResetTimer()
 	for i := range b.N {

@@ -141,6 +141,14 @@ type Config struct {
 	GIDOptions gid.Options // how stale the allocator's listing may get
 	GIDVerify  string      // accepted for compatibility: VerifyAuto (""), VerifyAlways or VerifyNever
 
+	// HandoverFence (--handover-fence) is how long the calls of the
+	// controller this one takes over from (upstream's, in an in-place
+	// upgrade) may run after the handover: its csi-provisioner's
+	// --timeout. Creates wait that long, plus ListingLag, after this
+	// process's first create or delete, until a controller of the record
+	// has (handover.go). 0: no fence.
+	HandoverFence time.Duration
+
 	// AccessPointLimit (--access-point-limit) is how many access points a
 	// file system may have (EFS's quota, 10,000 unless raised): a class
 	// over several file systems places no new volume on one at it. 0: no
@@ -186,7 +194,7 @@ type shared struct {
 	roots    *rootDirs                                // root-directory removal (rootdir.go)
 	listings *freshFlight[listKey, []efs.AccessPoint] // listings that start after their caller asked
 	views    *freshFlight[listKey, *rootView]         // the same, with the record, for root removal (rootindex.go)
-	started  time.Time                                // when New ran (core.UnrecordedWindow)
+	handover handover                                 // the handover fence (handover.go)
 	cfg      Config
 
 	// Backends (backend.go): the Services of other backends, made at
@@ -225,6 +233,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.ListingLag < 0 {
 		return nil, fmt.Errorf("controller: listing lag %v is negative", cfg.ListingLag)
+	}
+	if cfg.HandoverFence < 0 {
+		return nil, fmt.Errorf("controller: handover fence %v is negative", cfg.HandoverFence)
 	}
 	if cfg.DeleteRootDir && cfg.Mounter == nil {
 		return nil, errors.New("controller: deleting root directories needs a file system mounter")
@@ -286,12 +297,25 @@ func New(cfg Config) (*Service, error) {
 		shared: &shared{
 			refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 			locks: keylock.New(), gids: gid.New(cfg.EFS, gidOpts), journal: j,
-			roots: newRootDirs(), listings: listings, views: views, cfg: cfg, started: cfg.Now(),
+			roots: newRootDirs(), listings: listings, views: views, cfg: cfg,
+			handover: handover{fence: fenceOf(cfg)},
 			backends: cfg.Backends, others: map[Backend]*Service{},
 			fss: fss, dirs: &dirMounts{},
 		},
 	}, nil
 }
+
+// fenceOf is the handover fence of cfg: none without HandoverFence.
+func fenceOf(cfg Config) time.Duration {
+	if cfg.HandoverFence <= 0 {
+		return 0
+	}
+	return cfg.HandoverFence + cfg.ListingLag + handoverMargin
+}
+
+// handoverMargin: a request sent just before its call's deadline still
+// reaches EFS after it.
+const handoverMargin = time.Second
 
 // listAfterNow lists fsID through this Service's client in a listing that
 // starts after the call (shared with every caller waiting then).

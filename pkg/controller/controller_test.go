@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -179,7 +180,7 @@ func TestRestartedControllerAdoptsAccessPointOfKilledOne(t *testing.T) {
 func TestConcurrentCreatesGetDistinctGIDs(t *testing.T) {
 	clk := newClock()
 	b := newBed(t, steadyState(clk))
-	clk.Advance(2 * core.UnrecordedWindow)
+	clk.Advance(2 * (10 * time.Minute))
 	const n = 150
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

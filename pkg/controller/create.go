@@ -60,6 +60,9 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 // the rest of the protocol (core.NewCreateVolume, effects.go) under the
 // name locks, and answers with the volume's context.
 func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest, b Backend) (*csi.CreateVolumeResponse, error) {
+	if err := s.awaitHandover(ctx); err != nil {
+		return nil, err
+	}
 	p, err := s.plan(ctx, req)
 	if err != nil {
 		return nil, err
@@ -218,7 +221,7 @@ func (s *Service) record(ctx context.Context, p *plan) (rec *journal.Record, rel
 
 // createConfig is what core.Create needs of this controller.
 func (s *Service) createConfig() core.CreateConfig {
-	return core.CreateConfig{Started: s.started, CheckOutsiders: s.cfg.GIDVerify != VerifyNever, API: string(s.api), DeleteRootDir: s.delRoot}
+	return core.CreateConfig{API: string(s.api), DeleteRootDir: s.delRoot}
 }
 
 // cleanupContext is ctx without its end, within cleanupTimeout: for what

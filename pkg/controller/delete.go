@@ -40,6 +40,7 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	if req.GetVolumeId() == "" {
 		return nil, fmt.Errorf("%w: volume ID is required", ErrInvalidRequest)
 	}
+	s.noteCall()
 	// The same backend as the create: the ID names the API, the
 	// provisioner passes the class's secrets to delete too (a volume
 	// made as a role is deleted as that role, or not found and leaked).

@@ -130,8 +130,6 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		r.Err = s.journal.SetAccessPoint(ctx, e.Record, e.Made, e.Replace)
 	case core.SetClaim:
 		r.Err = s.journal.SetClaim(ctx, e.Record, e.Name, e.Namespace)
-	case core.Withdraw:
-		r.Err = s.journal.Withdraw(ctx, e.Record, e.AccessPoint)
 	case core.Mark:
 		switch {
 		case e.IfOrphan != nil:
@@ -210,12 +208,8 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	case core.DirGone:
 		standIn := core.DirStandIn(e.Record)
 		s.forgetGone(standIn.FileSystemID, standIn.ID)
-	case core.NameTokensListed:
-		r.Yes = s.fs(e.FileSystem).nameTokensListed()
-	case core.OutsideToken:
-		r.Token = s.fs(e.FileSystem).outsideToken(e.Name)
-	case core.LearnOutside:
-		s.fs(e.FileSystem).learnOutside(e.Name, e.Token)
+	case core.UpstreamToken:
+		r.AP = s.fs(e.FileSystem).nameTokenListed(e.FileSystem, e.Token)
 	case core.Burned:
 		r.Yes = s.fs(e.FileSystem).burned(e.Token, s.now())
 	case core.Recall:

@@ -50,7 +50,7 @@ func TestSequenceNeverSkipsTheVolumesOwnAccessPoint(t *testing.T) {
 	own := func(c *Config) { c.Journal, c.Now = journal.NewMemory(), clk.Now }
 	a := newBed(t, own)
 	b := newBedOn(t, a.url, a.emu, own)
-	clk.Advance(core.UnrecordedWindow + time.Minute)
+	clk.Advance((10 * time.Minute) + time.Minute)
 	p := params("gidRangeStart", "50000", "gidRangeEnd", "50009")
 	first, err := a.svc.CreateVolume(a.ctx(), createReq("pvc-1", 1<<30, p))
 	if err != nil {

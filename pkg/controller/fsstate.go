@@ -33,7 +33,7 @@ func (f *fileSystems) of(fsID string) *fsState {
 	defer f.mu.Unlock()
 	st := f.byID[fsID]
 	if st == nil {
-		st = &fsState{invisible: map[string]time.Time{}, outside: map[string]string{}, deleting: map[string]int{}, deleted: map[string]time.Time{},
+		st = &fsState{invisible: map[string]time.Time{}, deleting: map[string]int{}, deleted: map[string]time.Time{},
 			creates: newPathIndex(), createOf: map[string]createEntry{},
 			answers: map[string]answer{}, answerOf: map[string]string{},
 			taken: map[int64]string{}, takenBy: map[string]int64{}, finished: newFinishedDeletes()}
@@ -64,12 +64,12 @@ type fsState struct {
 
 	// From the allocator's last complete listing (watchedSource,
 	// otherclusters.go): the ids (uid and gid), sorted, that other
-	// clusters' access points carry, and one such cluster's ID; whether an
-	// access point under a volume name's token was listed (windowToken);
-	// the ids that access points under tokens other than GID tokens carry
-	// (skipped).
+	// clusters' access points carry, and one such cluster's ID; the
+	// volume names' tokens access points were listed under (upstream's:
+	// core's UpstreamToken); the ids that access points under tokens other
+	// than GID tokens carry (skipped).
 	others     otherIDs
-	nameTokens bool
+	nameTokens map[string]listedAP
 	outsideIDs []int64
 
 	// taken: by id, the volume (its volume-name tag, else its root
@@ -84,11 +84,6 @@ type fsState struct {
 	// invisible: GID tokens EFS named for an access point it did not
 	// describe, and when first (burned).
 	invisible map[string]time.Time
-	// outside: by volume name, the token of the access point a writer
-	// outside the protocol made for it, as the outsider check saw it
-	// (outsideToken, learnOutside).
-	outside map[string]string
-
 	// Root removal's memory (rootdir.go). deleting: the access points
 	// whose DeleteVolume is under way in this process: doomed, so they do
 	// not keep a shared directory (two deletes of a shared directory at
@@ -200,7 +195,7 @@ type otherIDs struct {
 }
 
 // listed replaces what the last complete listing showed.
-func (st *fsState) listed(others otherIDs, nameTokens bool, outside []int64, taken map[int64]string, takenBy map[string]int64) {
+func (st *fsState) listed(others otherIDs, nameTokens map[string]listedAP, outside []int64, taken map[int64]string, takenBy map[string]int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.others, st.nameTokens, st.outsideIDs = others, nameTokens, outside
@@ -271,12 +266,22 @@ func (st *fsState) othersInRange(lo, hi int64) (int, string) {
 	return to - from, st.others.cluster
 }
 
-// nameTokensListed reports whether the last listing showed an access point
-// under a volume name's token.
-func (st *fsState) nameTokensListed() bool {
+// listedAP is an access point as fsState keeps it: its ID and ids.
+type listedAP struct {
+	id       string
+	uid, gid int64
+}
+
+// nameTokenListed is the access point the last listing showed under
+// token, a volume name's token, or nil.
+func (st *fsState) nameTokenListed(fsID, token string) *efs.AccessPoint {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.nameTokens
+	l, ok := st.nameTokens[token]
+	if !ok {
+		return nil
+	}
+	return &efs.AccessPoint{ID: l.id, FileSystemID: fsID, ClientToken: token, PosixUser: &efs.PosixUser{UID: l.uid, GID: l.gid}}
 }
 
 // addOutside notes ids as carried outside the GID token protocol until the
@@ -469,29 +474,6 @@ func (st *fsState) dropAnswer(apID string) {
 		delete(st.answerOf, apID)
 	}
 }
-
-// outsideToken is the token of the access point a writer outside the
-// protocol made for the volume name, as the outsider check saw it; "".
-func (st *fsState) outsideToken(name string) string {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.outside[name]
-}
-
-// learnOutside remembers token for the volume name (bounded: past
-// maxOutsiders all are forgotten, and a forgotten one is learned again).
-func (st *fsState) learnOutside(name, token string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if len(st.outside) >= maxOutsiders {
-		clear(st.outside)
-	}
-	st.outside[name] = token
-}
-
-// maxOutsiders bounds the volumes whose outside writer's token this
-// process remembers (outsideToken).
-const maxOutsiders = 1024
 
 // burnAfter is how long EFS may name an access point it does not describe
 // as holding a GID token before the token counts as burned: kept by an

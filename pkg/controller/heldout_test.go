@@ -13,7 +13,6 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 
-	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -108,59 +107,6 @@ func outsideGID(t *testing.T, b *bed, gid int64) string {
 	return ap.ID
 }
 
-// The red team's findings on the first minutes' check against writers
-// outside the protocol: a create whose access point's GID an outside
-// writer also put on one (the allocator's listing lagged behind it) was
-// answered (a) when the record write withdrawing it failed with a 500 (as
-// if another create had answered it), and (b) when CreateAccessPoint's
-// answer was lost and the retry adopted it by its token (adopt never ran
-// the check). Now no path answers it: withdrawn, or failed and retried.
-func TestFirstMinutesNeverAnswerAGIDAnOutsideWriterCarries(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		arm  func(b *bed, fs *faultStore)
-	}{
-		{"the withdrawing write fails before apply", func(_ *bed, fs *faultStore) {
-			fs.failNext(false, func(e journal.Entry) bool { return bytes.Contains(e.Value, []byte(`"withdrawn"`)) })
-		}},
-		{"the withdrawing write is applied, its answer lost", func(_ *bed, fs *faultStore) {
-			fs.failNext(true, func(e journal.Entry) bool { return bytes.Contains(e.Value, []byte(`"withdrawn"`)) })
-		}},
-		{"CreateAccessPoint's answer lost: the retry adopts", func(b *bed, _ *faultStore) {
-			var lost atomic.Bool
-			b.hook.set("CreateAccessPoint", nil, func(_ any, err error) error {
-				if err == nil && !lost.Swap(true) {
-					return fmt.Errorf("%w: injected: answer lost", efs.ErrUnavailable)
-				}
-				return err
-			})
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fs := &faultStore{Store: journal.NewMemory()}
-			b := newBed(t, func(c *Config) { c.Journal = fs })
-			two := params("gidRangeStart", "50000", "gidRangeEnd", "50001")
-			if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-x", 1<<30, two)); err != nil {
-				t.Fatal(err)
-			}
-			free := int64(50000) // the id pvc-x left free
-			for _, ap := range b.accessPoints() {
-				if ap.PosixUser.GID == 50000 {
-					free = 50001
-				}
-			}
-			outsideGID(t, b, free)
-			tc.arm(b, fs)
-			for range 4 {
-				if r, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-a", 1<<30, two)); err == nil {
-					t.Fatalf("answered %s: its GID is the outside writer's", r.Volume.VolumeId)
-				}
-			}
-			b.wantUniqueIDs(false)
-		})
-	}
-}
-
 // twoOwnRecords starts two controllers on one EFS, each with a record of
 // its own, past their first minutes or not, with lost answers and 500s on
 // creates and listings until stop.
@@ -170,7 +116,7 @@ func twoOwnRecords(t *testing.T, past bool) (a, b *bed, clk *clock, stop func())
 	a = newBed(t, own)
 	b = newBedOn(t, a.url, a.emu, own)
 	if past {
-		clk.Advance(core.UnrecordedWindow + time.Minute)
+		clk.Advance((10 * time.Minute) + time.Minute)
 	}
 	ops := []emulator.Op{emulator.OpCreateAccessPoint, "DescribeAccessPoints"}
 	for _, op := range ops {
@@ -257,31 +203,29 @@ func TestBurnedGIDTokenIsLeftForAnotherID(t *testing.T) {
 	}
 }
 
-// A writer outside the GID token protocol (an earlier release, upstream's
-// driver) made an access point for the volume after this controller's
-// last listing: the create makes its own, its outsider check sees the
-// other and withdraws it (never answered), and the retry adopts the other
-// writer's, which that writer answers too: one access point per volume.
-func TestOutsideWritersAccessPointForTheVolumeIsAdopted(t *testing.T) {
-	b := newBed(t)
-	if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-x", 1<<30, params())); err != nil {
-		t.Fatal(err)
-	}
+// Upstream's driver made an access point for the volume before the
+// handover (its last leader's create in flight): after the fence, the
+// volume's create finds it in the allocator's listing and adopts it, in
+// one call, instead of making a second one.
+func TestUpstreamsAccessPointForTheVolumeIsAdopted(t *testing.T) {
+	b, clk, waiting := fencedBed(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-x", 1<<30, params()))
+		done <- err
+	}()
+	<-waiting
 	name := "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f"
-	theirs, err := b.client.CreateAccessPoint(b.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
-		ClientToken: name, Path: "/" + name, PosixUser: &efs.PosixUser{UID: 50001, GID: 50001},
-		CreationInfo: &efs.CreationInfo{OwnerUID: 50001, OwnerGID: 50001, Permissions: "700"},
-		Tags:         map[string]string{TagCluster: "true", TagVolumeName: name, TagCapacity: "1073741824"}})
-	must(t, err)
-	if _, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, params())); !errors.Is(err, ErrGIDContention) {
-		t.Fatalf("first attempt: %v, want %v (withdrawn)", err, ErrGIDContention)
-	}
+	theirs := upstreamAP(t, b, name, 50001)
+	clk.Advance(16 * time.Second)
+	must(t, <-done)
 	r, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, params()))
 	must(t, err)
 	if got := apOf(t, r.Volume.VolumeId); got != theirs.ID {
-		t.Errorf("answered %s, want the other writer's %s", got, theirs.ID)
+		t.Errorf("answered %s, want upstream's %s", got, theirs.ID)
 	}
 	b.wantAccessPoints(2)
+	b.wantUniqueIDs(false)
 }
 
 // A volume's own earlier create attempt (its answer lost) does not keep its

@@ -31,7 +31,7 @@ type watchedSource struct {
 
 func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	var seen otherIDs
-	nameTokens := false
+	nameTokens := map[string]listedAP{}
 	var outside []int64
 	taken, takenBy := map[int64]string{}, map[string]int64{}
 	err := w.EFS.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
@@ -40,10 +40,13 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 				taken[id], takenBy[page[i].ID] = vol, id
 			}
 			tok := page[i].ClientToken
-			nameTokens = nameTokens || volume.IsProvisionerVolumeName(tok) || volume.IsClaimNameHash(tok)
 			if !volume.IsGIDToken(tok) {
+				// Upstream's token is the volume's name (or its claim's
+				// hash): a create of that volume adopts it (core's
+				// UpstreamToken).
 				uid, g := core.PosixIDs(&page[i])
 				outside = append(outside, uid, g)
+				nameTokens[tok] = listedAP{id: page[i].ID, uid: uid, gid: g}
 			}
 			id, ok := page[i].Tags[TagClusterID]
 			if !ok || id == w.own || w.own == "" {

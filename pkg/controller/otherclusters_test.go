@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 
 	"github.com/efs-csi/efs-csi-driver/internal/testutil"
@@ -60,7 +59,7 @@ func TestTwoClustersNeverAnswerOneGID(t *testing.T) {
 	// The warning names the other cluster by its cluster-ID tag.
 	a := newBed(t, descriptive, otherCluster("cluster-a", clk, nil))
 	b := newBedOn(t, a.url, a.emu, descriptive, otherCluster("cluster-b", clk, &logsB))
-	clk.Advance(core.UnrecordedWindow + time.Minute)
+	clk.Advance((10 * time.Minute) + time.Minute)
 	three := params("gidRangeStart", "50000", "gidRangeEnd", "50002")
 	create := func(on *bed, name string) (string, error) {
 		r, err := on.svc.CreateVolume(on.ctx(), createReq(name, 1<<30, three))
@@ -109,7 +108,7 @@ func TestOneClusterAloneListsOnlyForTheAllocator(t *testing.T) {
 		c.ClusterID, c.Now = "cluster-a", clk.Now
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
-	clk.Advance(core.UnrecordedWindow + time.Minute)
+	clk.Advance((10 * time.Minute) + time.Minute)
 	var lists atomic.Int32
 	b.hook.setListFilter(func(aps []efs.AccessPoint) []efs.AccessPoint {
 		lists.Add(1)
@@ -134,7 +133,7 @@ func TestTwoClustersNeverAnswerOneGIDUnseenInAnyListing(t *testing.T) {
 	clk := newClock()
 	a := newBed(t, otherCluster("cluster-a", clk, nil))
 	b := newBedOn(t, a.url, a.emu, otherCluster("cluster-b", clk, nil))
-	clk.Advance(core.UnrecordedWindow + time.Minute)
+	clk.Advance((10 * time.Minute) + time.Minute)
 	two := params("gidRangeStart", "50000", "gidRangeEnd", "50001")
 	hidden := map[string]bool{}
 	for _, name := range []string{"pvc-a0", "pvc-a1"} {

@@ -6,12 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/efs-csi/efs-csi-driver/internal/upstreamtest"
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
-	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 )
 
@@ -64,7 +64,14 @@ func TestDeleteOfUpstreamAccessPointLocksItsVolumeName(t *testing.T) {
 			pv := upstreamtest.PVName()
 			apID := upstreamtest.Create(t, upstreamtest.Client(b.url), testFS, upstreamtest.Volume{Name: pv, Token: pv, Path: "/" + pv, GID: 50000})
 			g := newGate()
-			b.hook.set("CreateAccessPoint", g.hold, nil)
+			// The create adopts upstream's access point: it describes it,
+			// and sends nothing under its token. Its first Describe waits.
+			var held atomic.Bool
+			b.hook.set("DescribeAccessPoint", func(arg any) {
+				if !held.Swap(true) {
+					g.hold(arg)
+				}
+			}, nil)
 			created := async(func() error { _, err := b.create(pv); return err })
 			<-g.arrived
 			if err := b.delete("efs:" + testFS + "::" + apID); !errors.Is(err, keylock.ErrBusy) {
@@ -193,50 +200,5 @@ func TestProvenance(t *testing.T) {
 				t.Errorf("provenanceOf = %+v, want csi=%v and the name %q locked", p, tc.csi, tc.lock)
 			}
 		})
-	}
-}
-
-// TestAdoptionAnswersAnEarlierReleasesLatestGeneration: an earlier release
-// (3276f99 and before) that yielded a volume's GID made another access
-// point under the generation-1 token, answers that one and deletes the
-// generation-0 one. A create of this release in its first minutes that
-// finds them (its outsider check) answers the later generation, not the
-// one about to go, and its DeleteVolume releases the record.
-func TestAdoptionAnswersAnEarlierReleasesLatestGeneration(t *testing.T) {
-	old := newBed(t, func(c *Config) { c.Journal = journal.NewMemory() }) // a writer outside our record
-	vol := old.mustCreate("pvc-gen")
-	var made efs.AccessPoint
-	for _, ap := range old.accessPoints() {
-		if ap.ID == apOf(t, vol) {
-			made = ap
-		}
-	}
-	// The earlier release sent the volume name as its token.
-	must(t, old.client.DeleteAccessPoint(old.ctx(), made.ID))
-	gen0p, err := old.client.CreateAccessPoint(old.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
-		ClientToken: "pvc-gen", Path: made.Path, Tags: made.Tags, PosixUser: made.PosixUser,
-		CreationInfo: &efs.CreationInfo{OwnerUID: made.PosixUser.UID, OwnerGID: made.PosixUser.GID, Permissions: "700"}})
-	must(t, err)
-	gen0 := *gen0p
-	gen1, err := old.client.CreateAccessPoint(old.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
-		ClientToken: core.GenerationToken(gen0.ClientToken, 1), Path: gen0.Path, Tags: gen0.Tags,
-		PosixUser:    &efs.PosixUser{UID: gen0.PosixUser.UID, GID: gen0.PosixUser.GID + 1},
-		CreationInfo: &efs.CreationInfo{OwnerUID: gen0.PosixUser.UID, OwnerGID: gen0.PosixUser.GID + 1, Permissions: "700"}})
-	must(t, err)
-	ours := newBedOn(t, old.url, old.emu)
-	// The file system has access points under name tokens: the new record
-	// looks for the volume's in a listing first, and adopts it.
-	resp, err := ours.create("pvc-gen")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := apOf(t, resp.Volume.VolumeId); got != gen1.ID {
-		t.Fatalf("answered %s, want the later generation %s (generation 0: %s)", got, gen1.ID, gen0.ID)
-	}
-	// Its delete finds the record, which names an access point under
-	// another token than its key (before, it was left forever).
-	must(t, ours.delete(resp.Volume.VolumeId))
-	if rec := ours.recordOf("pvc-gen"); rec != nil {
-		t.Errorf("record left after the delete: %+v", rec.Volume)
 	}
 }

@@ -77,8 +77,9 @@ type Config struct {
 	UnmountTimeout      time.Duration
 	ShutdownTimeout     time.Duration // how long calls in flight may run after SIGTERM
 	MaxInflightMounts   int
-	AbortInflightMounts bool   // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
-	GIDVerify           string // controller.VerifyAuto, VerifyAlways or VerifyNever (never: no check against writers outside the record)
+	AbortInflightMounts bool          // over MaxInflightMounts: ABORTED at once, not queued (--max-inflight-mount-calls-opt-in)
+	GIDVerify           string        // accepted for compatibility: controller.VerifyAuto, VerifyAlways or VerifyNever
+	HandoverFence       time.Duration // --handover-fence: controller.Config.HandoverFence, with the record in Leases
 	// Journal is where the record of this cluster's volumes and GIDs is
 	// kept (--journal): "auto" or "" (Leases when the Kubernetes API and
 	// the controller's namespace are known, else a file in TempDir),
@@ -294,9 +295,13 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 		_, perHost := store.(*journal.File)
 		clusterRecord = !perHost
+		fence := cfg.HandoverFence
+		if perHost {
+			fence = 0 // one process: no controller hands over to it (the handover is the Lease record's world)
+		}
 		d.controller, err = controller.New(controller.Config{
 			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, DescriptiveTags: cfg.DescriptiveTags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir, AccessPointLimit: cfg.AccessPointLimit,
-			ListingLag: cfg.ListingLag, TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
+			ListingLag: cfg.ListingLag, HandoverFence: fence, TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {
 			return nil, err

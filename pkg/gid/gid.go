@@ -21,6 +21,7 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -78,6 +79,10 @@ type Allocator struct {
 	seed   string
 
 	home func(fsID string) (*View, sync.Locker)
+
+	// floor (unix nanoseconds): a view listed before it is stale
+	// (DistrustBefore).
+	floor atomic.Int64
 
 	mu    sync.Mutex       // guards views: which View and lock each file system has
 	views map[string]homed // by file system ID
@@ -158,6 +163,19 @@ func New(src Source, opts Options) *Allocator {
 	return a
 }
 
+// DistrustBefore makes every view listed before t stale: the next Reserve
+// of its file system lists it again. A caller that knows access points
+// may have been made outside this process's sight until t (the handover
+// from upstream's controller) calls it once t has passed.
+func (a *Allocator) DistrustBefore(t time.Time) {
+	for {
+		old := a.floor.Load()
+		if t.UnixNano() <= old || a.floor.CompareAndSwap(old, t.UnixNano()) {
+			return
+		}
+	}
+}
+
 // view returns fsID's view, ready, and its lock, locked: the caller
 // unlocks it.
 func (a *Allocator) view(fsID string) (*View, sync.Locker) {
@@ -232,7 +250,7 @@ func (a *Allocator) ReserveFrom(ctx context.Context, src Source, fsID string, lo
 	for {
 		// A listing completed during this call is fresh whatever the clock
 		// says, so a listing slower than MaxAge cannot loop forever.
-		if !v.listed || (v.gen == startGen && a.now().Sub(v.listedAt) > a.maxAge) {
+		if !v.listed || (v.gen == startGen && (a.now().Sub(v.listedAt) > a.maxAge || v.listedAt.UnixNano() < a.floor.Load())) {
 			if err := a.refresh(ctx, src, fsID, v, mu); err != nil {
 				return nil, err
 			}

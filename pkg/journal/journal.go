@@ -80,11 +80,6 @@ type Volume struct {
 	// point; set before DeleteAccessPoint, so that a create that read the
 	// record before cannot answer it after.
 	Deleting bool `json:"deleting,omitempty"`
-	// Withdrawn (with Deleting): the access point (AccessPoint) gave way
-	// to a writer outside the GID token protocol before anyone answered
-	// it (Withdraw); a create that finds it deletes the access point,
-	// finishes the record and starts over.
-	Withdrawn bool `json:"withdrawn,omitempty"`
 	// DeletingSince is when Deleting was first set (zero for records
 	// written before it was kept): a retry of the delete, after a restart
 	// too, counts EFS's listing lag from there (--listing-lag).
@@ -597,50 +592,6 @@ func (j *Journal) MarkDeletingIf(ctx context.Context, r *Record, keep func(*Reco
 	return r, nil
 }
 
-// Withdraw marks r withdrawn and deleting, naming access point apID, which
-// its create just made and nobody answered: only while the record, of r's
-// life, names the access point r named (none, or another) and sends the
-// token r sent, for every create that answers an access point writes the
-// record naming it first. ErrConflict if one did, or a delete marked it
-// since r was read; ErrNotFound if it is gone or a later life; ErrDeleting
-// if r was read marked. The caller then must not withdraw it. r is
-// changed only when withdrawn: a caller that goes on records its access
-// point against the life it read.
-func (j *Journal) Withdraw(ctx context.Context, r *Record, apID string) error {
-	read := r.Volume
-	first := true
-	cur := *r
-	err := j.write(ctx, &cur, true, func(v *Volume) (bool, error) {
-		again := !first
-		first = false
-		switch {
-		case !again && v.Deleting:
-			return false, fmt.Errorf("%w: %s/%q", ErrDeleting, v.FileSystem, v.Token)
-		case !v.Created.Equal(read.Created):
-			return false, fmt.Errorf("%w: %w: %s/%q is a later life of the record", ErrNotFound, errGone, v.FileSystem, v.Token)
-		case v.Deleting || v.AccessPoint != read.AccessPoint || v.SentToken() != read.SentToken():
-			// Read again after a write won: a delete marked it, or
-			// another create recorded an access point or moved its ids.
-			return false, fmt.Errorf("%w: %s/%q changed", ErrConflict, v.FileSystem, v.Token)
-		}
-		// Read again, the record is as read but for a write that names no
-		// access point (another create's Touch before its send), which
-		// answers nothing: withdrawn at its version. Before, any write
-		// made the create give up and answer ap (TestModel's outside
-		// writer).
-		v.Deleting, v.Withdrawn, v.DeletingSince, v.AccessPoint = true, true, j.now().UTC(), apID
-		return true, nil
-	})
-	switch {
-	case errors.Is(err, errGone) && !errors.Is(err, ErrNotFound):
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	case err != nil:
-		return err
-	}
-	*r = cur
-	return nil
-}
-
 // SetIDs gives r other ids and the client token that goes with them, if
 // it still holds from: only for a record none of whose creates can have
 // made an access point with its ids (never sent, or EFS answered that
@@ -1033,4 +984,32 @@ func (j *Journal) dropUnlisted(fs string, read uint64) {
 			delete(j.listed, k)
 		}
 	}
+}
+
+// handoverKey is the one entry of KindHandover.
+var handoverKey = Key{Kind: KindHandover, FileSystem: "any", Name: "handover"}
+
+// HandedOver reports whether a controller of this record has passed the
+// handover fence (MarkHandedOver): whatever provisioned before this
+// driver (upstream's controller, in an in-place upgrade) has had every
+// call in flight end, and nothing it made can appear any more.
+func (j *Journal) HandedOver(ctx context.Context) (bool, error) {
+	_, err := j.s.Get(ctx, handoverKey)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	}
+	return false, err
+}
+
+// MarkHandedOver records that the handover fence passed at at; once
+// written it stays.
+func (j *Journal) MarkHandedOver(ctx context.Context, at time.Time) error {
+	_, err := j.s.Create(ctx, Entry{Key: handoverKey, Value: []byte(at.UTC().Format(time.RFC3339Nano))})
+	if errors.Is(err, ErrExists) {
+		return nil
+	}
+	return err
 }

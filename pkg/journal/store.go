@@ -43,6 +43,9 @@ const (
 	// KindPlace: which file system of a class over several holds a
 	// volume (Journal.Place).
 	KindPlace Kind = "place"
+	// KindHandover: the cluster's controllers took provisioning over
+	// from whatever ran before them (Journal.HandedOver).
+	KindHandover Kind = "handover"
 )
 
 // Key names an entry. FileSystem and Name are at most 64 bytes of

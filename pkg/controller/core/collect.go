@@ -232,21 +232,37 @@ func (c *Collect) found(aps []efs.AccessPoint) {
 		c.collect(ap)
 		return
 	}
+	c.release(slog.LevelInfo, "orphan's record released: its create made no access point")
+}
+
+// release finishes the orphan's record, deleting nothing, and logs msg.
+func (c *Collect) release(level slog.Level, msg string, attrs ...slog.Attr) {
+	rec := c.rec
 	c.do(Finish{Record: rec}, func(r Result) {
 		if c.failed(r) {
 			return
 		}
-		c.do(Log{Level: slog.LevelInfo, Msg: "orphan's record released: its create made no access point",
-			Attrs: []slog.Attr{slog.String("name", rec.Name), slog.String("fileSystem", rec.FileSystem),
+		c.do(Log{Level: level, Msg: msg,
+			Attrs: append([]slog.Attr{slog.String("name", rec.Name), slog.String("fileSystem", rec.FileSystem),
 				slog.String("claim", rec.ClaimNamespace+"/"+rec.ClaimName),
-				slog.String("reason", "orphan: claim gone, no PersistentVolume ever named it"), slog.Int64("id", rec.Allocated)}},
+				slog.String("reason", "orphan: claim gone, no PersistentVolume ever named it"), slog.Int64("id", rec.Allocated)}, attrs...)},
 			func(Result) { c.answer(nil) })
 	})
 }
 
-// collect hands ap to DeleteVolume if its tags prove it the record's.
+// collect hands ap to DeleteVolume if its tags prove it the record's. One
+// under a token outside the GID token protocol that they do not prove
+// (upstream's driver made it for the volume, before the handover, and the
+// record, sending its token to adopt it, was abandoned) is left, and the
+// record released: the record alone proves nothing, and leaving it would
+// mark it for ever. The audit reports the access point.
 func (c *Collect) collect(ap *efs.AccessPoint) {
 	if err := TaggedFor(c.cfg.Cluster, c.rec, ap); err != nil {
+		if !volume.IsGIDToken(ap.ClientToken) {
+			c.release(slog.LevelWarn, "orphan's record released; its access point, made outside this driver's protocol, is left for the audit",
+				slog.String("accessPoint", ap.ID), slog.String("token", ap.ClientToken))
+			return
+		}
 		c.answer(err)
 		return
 	}

@@ -38,7 +38,7 @@ type Result struct {
 	ID     int64     // an id (Reserve, Candidate)
 	N      int       // its place in the volume's sequence (Candidate)
 	Handle int       // a reservation (Reserve)
-	Token  string    // a client token (OutsideToken)
+	Token  string    // a client token (HoldForSweep: the holder)
 	At     time.Time // when this process answered AP (Answered)
 	Err    error
 	// Now is when the outcome came: a machine that reads time reads it

@@ -114,13 +114,6 @@ type (
 		Record          *journal.Record
 		Name, Namespace string
 	}
-	// Withdraw marks a record's access point withdrawn while the record
-	// is as read but for writes that name no access point
-	// (journal.Withdraw; Result.Err).
-	Withdraw struct {
-		Record      *journal.Record
-		AccessPoint string
-	}
 	// Describe is one access point (Result.AP, or
 	// efs.ErrAccessPointNotFound); FollowUp: before new work (a create was
 	// applied).
@@ -139,15 +132,11 @@ type (
 	// Detach runs the rest of the call past its own context, within the
 	// cleanup budget: what must follow what the call did. No result.
 	Detach struct{}
-	// NameTokensListed: the allocator's last listing of the file system
-	// showed access points under name tokens (Result.Yes).
-	NameTokensListed struct{ FileSystem string }
-	// OutsideToken is the token of the access point a writer outside the
-	// protocol made for the volume, as this process's outsider check saw
-	// it (Result.Token, "" if none).
-	OutsideToken struct{ FileSystem, Name string }
-	// LearnOutside remembers Token as that access point's. No result.
-	LearnOutside struct{ FileSystem, Name, Token string }
+	// UpstreamToken is the access point the allocator's last listing of
+	// the file system showed under Token, a volume name's token: upstream's
+	// driver made it for the volume (Result.AP, its ID and ids; nil if
+	// none).
+	UpstreamToken struct{ FileSystem, Token string }
 	// Burned: EFS has named, for long enough, an access point it does
 	// not describe as holding Token (Result.Yes).
 	Burned struct{ FileSystem, Token string }
@@ -167,15 +156,12 @@ func (SetAccessPoint) effect()    {}
 func (HoldForSweep) effect()      {}
 func (ReleaseSweep) effect()      {}
 func (SetClaim) effect()          {}
-func (Withdraw) effect()          {}
 func (Describe) effect()          {}
 func (List) effect()              {}
 func (CreateAccessPoint) effect() {}
 func (Seen) effect()              {}
 func (Detach) effect()            {}
-func (NameTokensListed) effect()  {}
-func (OutsideToken) effect()      {}
-func (LearnOutside) effect()      {}
+func (UpstreamToken) effect()     {}
 func (Burned) effect()            {}
 
 // MaxIDAttempts bounds how many ids one call tries when other volumes hold
@@ -183,20 +169,10 @@ func (Burned) effect()            {}
 // GID tokens: another controller's creates at the same moment).
 const MaxIDAttempts = 8
 
-// UnrecordedWindow is how long after its start a controller checks its
-// new access points against writers outside the GID token protocol: a
-// release before it (an earlier one of this driver, or upstream's)
-// running beside it in a rolling update or an in-place upgrade picks
-// GIDs, and makes access points for the same volumes, under tokens of its
-// own, which EFS does not compare with ours.
-const UnrecordedWindow = 10 * time.Minute
-
 // CreateConfig is what a create needs of its controller.
 type CreateConfig struct {
-	Started        time.Time // when the controller started (UnrecordedWindow)
-	CheckOutsiders bool      // --gid-verify is not "never"
-	API            string    // the backend's API, recorded with the volume
-	DeleteRootDir  bool      // --delete-access-point-root-dir: this process's deletes see its creates
+	API           string // the backend's API, recorded with the volume
+	DeleteRootDir bool   // --delete-access-point-root-dir: this process's deletes see its creates
 }
 
 // Create is steps 4-7 of a CreateVolume (docs/design.md, "Create"), under
@@ -234,7 +210,7 @@ func NewCreate(cfg CreateConfig, p *Plan, now time.Time) *Create {
 // start runs steps 4-7: the record, then the recorded access point or a
 // send.
 func (c *Create) start() {
-	c.record(0, func() {
+	c.record(func() {
 		if c.rec.AccessPoint == "" {
 			c.send(1)
 			return
@@ -250,7 +226,7 @@ func (c *Create) start() {
 // what the record holds.
 func NewRecord(cfg CreateConfig, p *Plan, now time.Time) *Create {
 	c := &Create{cfg: cfg, p: p, now: now, res: -1}
-	c.record(0, func() { c.finish(Answer{Record: c.rec}) })
+	c.record(func() { c.finish(Answer{Record: c.rec}) })
 	return c
 }
 
@@ -278,53 +254,22 @@ func (c *Create) release(k func()) {
 
 // record finds or makes the volume's record (with an id reserved in the
 // allocator for a new one) and makes its id held in the record, then runs
-// k with c.rec set. A withdrawn record's access point is deleted first,
-// and the record made again.
-func (c *Create) record(tries int, k func()) {
-	if tries >= MaxIDAttempts {
-		c.answer(fmt.Errorf("%w: the record of volume %q kept being withdrawn", ErrGIDContention, c.p.Name))
-		return
-	}
+// k with c.rec set.
+func (c *Create) record(k func()) {
 	c.begin(func(rec *journal.Record, made bool) {
 		c.rec = rec
-		switch {
-		case rec.Withdrawn:
-			// An earlier attempt withdrew its access point but did not get
-			// to delete it: nobody answered it, so it goes.
-			c.finishWithdrawn(func() { c.record(tries+1, k) })
-			return
-		case rec.Deleting:
+		if rec.Deleting {
 			c.answer(fmt.Errorf("%w: %w: %s/%q", keylock.ErrBusy, journal.ErrDeleting, rec.FileSystem, rec.Token))
 			return
 		}
-		checked := func() {
-			if why := c.p.recordMismatch(rec); why != "" {
-				c.answer(fmt.Errorf("%w: volume %q: %s", ErrIncompatible, c.p.Name, why))
-				return
-			}
-			// A record naming its access point is confirmed after the
-			// Describe that finds it, or before the send that makes it
-			// again (recorded): not here.
-			c.hold(1, !made, rec.AccessPoint != "", k)
-		}
-		if !made {
-			checked()
+		if why := c.p.recordMismatch(rec); why != "" {
+			c.answer(fmt.Errorf("%w: volume %q: %s", ErrIncompatible, c.p.Name, why))
 			return
 		}
-		c.windowToken(func(tok string) {
-			if tok == "" {
-				checked()
-				return
-			}
-			// Sent under that token: EFS answers with its access point,
-			// which adopt records (with its own ids).
-			c.do(SetIDs{Record: rec, From: rec.Allocated, UID: rec.UID, GID: rec.GID, ID: rec.Allocated, ClientToken: tok, Probe: rec.Probe},
-				func(r Result) {
-					if !c.failed(r) {
-						checked()
-					}
-				})
-		})
+		// A record naming its access point is confirmed after the
+		// Describe that finds it, or before the send that makes it again
+		// (recorded): not here.
+		c.hold(1, !made, rec.AccessPoint != "", k)
 	})
 }
 
@@ -340,43 +285,81 @@ func (c *Create) begin(k func(rec *journal.Record, made bool)) {
 		return
 	}
 	c.do(Reserve{FileSystem: fsID, Lo: p.Params.GIDRangeStart, Hi: p.Params.GIDRangeEnd, Key: p.Name, Warn: true}, func(r Result) {
-		if errors.Is(r.Err, gid.ErrExhausted) {
-			c.do(ReadRecord{FileSystem: fsID, Key: p.Input.ClientToken}, func(rr Result) {
-				switch {
-				case rr.Err == nil:
-					k(rr.Record, false)
-				case !errors.Is(rr.Err, journal.ErrNotFound):
-					c.answer(rr.Err)
-				default:
-					c.answer(r.Err)
-				}
-			})
+		exhausted := errors.Is(r.Err, gid.ErrExhausted)
+		if !exhausted && c.failed(r) {
 			return
 		}
-		if c.failed(r) {
-			return
+		if !exhausted {
+			c.res = r.Handle
 		}
-		c.res = r.Handle
-		if !p.usesGIDToken() {
-			c.beginWith(p.Params.UID, p.Params.GID, r.ID, false, k)
-			return
-		}
-		c.upgrading(func(upgrading bool) {
-			if upgrading {
-				c.beginWith(p.Params.UID, p.Params.GID, r.ID, false, k)
+		// The listing the reservation made or trusted shows what upstream
+		// made for this volume, if anything: that access point is the
+		// volume's (upstreamToken).
+		c.upstream(func(up *efs.AccessPoint) {
+			if up != nil {
+				c.release(func() { c.beginWith(p.Params.UID, p.Params.GID, AllocatedID(p.Params.GID, up), false, k) })
 				return
 			}
-			// The allocator only refreshed the view and said the range is
-			// not full: the volume's own sequence chooses.
-			c.release(func() {
-				c.do(Candidate{From: 0}, func(r Result) {
-					if !c.failed(r) {
-						c.beginWith(p.Params.UID, p.Params.GID, r.ID, true, k, r.N)
-					}
-				})
-			})
+			if exhausted {
+				c.exhausted(r.Err, k)
+				return
+			}
+			c.beginFresh(r, k)
 		})
 	})
+}
+
+// exhausted ends a create whose range the allocator saw full with err,
+// unless the volume's record exists: a retry needs no new id (the range
+// may be full of this very volume's id).
+func (c *Create) exhausted(err error, k func(rec *journal.Record, made bool)) {
+	p := c.p
+	c.do(ReadRecord{FileSystem: p.Params.FileSystemID, Key: p.Input.ClientToken}, func(rr Result) {
+		switch {
+		case rr.Err == nil:
+			k(rr.Record, false)
+		case !errors.Is(rr.Err, journal.ErrNotFound):
+			c.answer(rr.Err)
+		default:
+			c.answer(err)
+		}
+	})
+}
+
+// beginFresh begins a new record on the id reserved (r), or, for a GID token,
+// on the volume's own sequence.
+func (c *Create) beginFresh(r Result, k func(rec *journal.Record, made bool)) {
+	p := c.p
+	if !p.usesGIDToken() {
+		c.beginWith(p.Params.UID, p.Params.GID, r.ID, false, k)
+		return
+	}
+	// The allocator only refreshed the view and said the range is not
+	// full: the volume's own sequence chooses.
+	c.release(func() {
+		c.do(Candidate{From: 0}, func(r Result) {
+			if !c.failed(r) {
+				c.beginWith(p.Params.UID, p.Params.GID, r.ID, true, k, r.N)
+			}
+		})
+	})
+}
+
+// upstream passes k the access point upstream's driver made for this
+// volume, as the allocator's last listing showed it (its ids; nil if
+// none): one under the volume name's token, made before the handover
+// fence (pkg/controller/handover.go), after which upstream makes none.
+// The record then sends that token and records that GID, and the create
+// adopts it, as upstream would have answered it, instead of making a
+// second one. Every listing since the fence showed it, so no volume of
+// this driver carries its GID.
+func (c *Create) upstream(k func(*efs.AccessPoint)) {
+	tok := c.p.Input.ClientToken
+	if tok == "" || volume.IsGIDToken(tok) || c.p.Dir {
+		k(nil)
+		return
+	}
+	c.do(UpstreamToken{FileSystem: c.p.Params.FileSystemID, Token: tok}, func(r Result) { k(r.AP) })
 }
 
 // beginWith writes the record with the id alloc (journal.NoID: the class
@@ -409,30 +392,6 @@ func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, k func(*journal.R
 		}
 		k(r.Record, true)
 	})
-}
-
-// inWindow reports whether creates are checked against writers outside
-// the protocol now: in the controller's first minutes, for a class that
-// allocates ids.
-func (c *Create) inWindow() bool {
-	return c.p.Params.NeedsGIDAllocation() && c.cfg.CheckOutsiders && c.now.Sub(c.cfg.Started) <= UnrecordedWindow
-}
-
-// upgrading reports whether a new record sends the volume name's token
-// rather than a GID token: in the controller's first minutes on a file
-// system whose last listing showed access points under name tokens, where
-// upstream's driver or a release before GID tokens may be creating the
-// same volumes right now (a rolling update, an in-place upgrade). EFS then
-// makes both writers converge on one access point per volume, as before
-// GID tokens; GIDs are then unique by the record, the allocator's view and
-// the other writer's own check, not by construction (docs/design.md,
-// "Writers outside the record").
-func (c *Create) upgrading(k func(bool)) {
-	if !c.inWindow() {
-		k(false)
-		return
-	}
-	c.do(NameTokensListed{FileSystem: c.p.Params.FileSystemID}, func(r Result) { k(r.Yes) })
 }
 
 // hold makes the record's id held in the id table, taking another id while
@@ -635,6 +594,13 @@ func (c *Create) recorded() {
 // record's token, ids and life.
 func (c *Create) send(attempt int) {
 	p, rec := c.p, c.rec
+	if p.usesGIDToken() && !volume.IsGIDToken(rec.SentToken()) {
+		// The record adopts upstream's access point (upstream): never a
+		// create under its token, which, that access point gone, would
+		// make one whose GID no token protects.
+		c.adoptUpstream(attempt)
+		return
+	}
 	in := p.Input
 	in.ClientToken = rec.SentToken()
 	if in.Tags[ownership.TagVolumeName] != "" {
@@ -666,6 +632,70 @@ func (c *Create) send(attempt int) {
 	})
 }
 
+// adoptUpstream adopts the access point upstream's driver made for the
+// volume, whose token and GID the record took (begin): as EFS describes it
+// now. Gone since the listing (its volume deleted meanwhile, by a create
+// that adopted it and its delete), the record moves to the volume's own
+// sequence of GID tokens, as a new record starts.
+func (c *Create) adoptUpstream(attempt int) {
+	p, rec := c.p, c.rec
+	c.do(UpstreamToken{FileSystem: p.Params.FileSystemID, Token: rec.SentToken()}, func(r Result) {
+		gone := func() {
+			c.toSequence(func() { c.hold(1, false, false, func() { c.send(attempt + 1) }) })
+		}
+		if r.AP == nil {
+			gone()
+			return
+		}
+		c.do(Describe{AccessPoint: r.AP.ID}, func(d Result) {
+			switch {
+			case d.Err == nil && d.AP.ClientToken == rec.SentToken():
+				c.adopt(d.AP)
+			case d.Err == nil || errors.Is(d.Err, efs.ErrAccessPointNotFound):
+				gone()
+			default:
+				c.answer(d.Err)
+			}
+		})
+	})
+}
+
+// toSequence moves the record, which sends a name token and was never
+// sent, to the first id of the volume's own sequence and its GID token,
+// releasing the id it held.
+func (c *Create) toSequence(k func()) {
+	p, rec := c.p, c.rec
+	fsID := p.Params.FileSystemID
+	c.do(Reserve{FileSystem: fsID, Lo: p.Params.GIDRangeStart, Hi: p.Params.GIDRangeEnd, Key: p.Name}, func(r Result) {
+		if c.failed(r) {
+			return
+		}
+		c.do(Release{Handle: r.Handle}, func(Result) {
+			c.do(Candidate{From: 0}, func(r Result) {
+				if c.failed(r) {
+					return
+				}
+				next, n := r.ID, r.N
+				c.do(ReleaseUnsentID{Record: rec, ID: rec.Allocated}, func(r Result) {
+					if c.failed(r) {
+						return
+					}
+					nu, ng := p.Params.Identity(next)
+					c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: volume.GIDToken(fsID, next), Probe: n},
+						func(r Result) {
+							switch {
+							case errors.Is(r.Err, journal.ErrConflict):
+								c.answer(fmt.Errorf("%w: the record of volume %q changed (another create)", keylock.ErrBusy, rec.Name))
+							case !c.failed(r):
+								k()
+							}
+						})
+				})
+			})
+		})
+	})
+}
+
 // made records the access point this call just made. From here on past
 // the call's own context: cut short, this call would leave an access
 // point that a retry adopts only while the record is not being deleted.
@@ -679,33 +709,28 @@ func (c *Create) made(ap *efs.AccessPoint, token string, sentID int64) {
 	rec := c.rec
 	c.do(Seen{AP: *ap}, func(Result) { // before the local release: never free in between
 		c.do(Detach{}, func(Result) {
-			c.outsiders(ap, func() {
-				made := journal.Made{ID: ap.ID, Path: ap.Path, Token: ap.ClientToken, UID: rec.UID, GID: rec.GID, Allocated: rec.Allocated,
-					Sent: stale(token)}
-				c.do(SetAccessPoint{Record: rec, Made: made, Replace: true}, func(r Result) {
-					switch {
-					case errors.Is(r.Err, journal.ErrDeleting) || errors.Is(r.Err, journal.ErrStaleToken) ||
-						errors.Is(r.Err, journal.ErrNotFound):
-						// The volume's delete began after this create read
-						// the record and deleted the access point before
-						// this one was made: nobody can answer this one
-						// (every create refuses a record being deleted), so
-						// it goes. Or the record is gone (ErrNotFound): that
-						// delete finished, or another create of the volume
-						// finished it on contention with a writer outside
-						// the protocol (the simulator's seed 31659, with
-						// the collector running beside the provisioners);
-						// no life of it names this one. Or a request sent
-						// under a token the record has moved from
-						// (ErrStaleToken): not the record's, never answered.
-						c.dropUnanswered(ap, sentID, r.Err,
-							"created while its volume was being deleted, or under a token its record moved from; never answered")
-					case r.Err != nil:
-						c.answer(r.Err)
-					default:
-						c.done(ap)
-					}
-				})
+			made := journal.Made{ID: ap.ID, Path: ap.Path, Token: ap.ClientToken, UID: rec.UID, GID: rec.GID, Allocated: rec.Allocated,
+				Sent: stale(token)}
+			c.do(SetAccessPoint{Record: rec, Made: made, Replace: true}, func(r Result) {
+				switch {
+				case errors.Is(r.Err, journal.ErrDeleting) || errors.Is(r.Err, journal.ErrStaleToken) ||
+					errors.Is(r.Err, journal.ErrNotFound):
+					// The volume's delete began after this create read
+					// the record and deleted the access point before
+					// this one was made: nobody can answer this one
+					// (every create refuses a record being deleted), so
+					// it goes. Or the record is gone (ErrNotFound): that
+					// delete finished; no life of it names this one. Or
+					// a request sent under a token the record has moved
+					// from (ErrStaleToken): not the record's, never
+					// answered.
+					c.dropUnanswered(ap, sentID, r.Err,
+						"created while its volume was being deleted, or under a token its record moved from; never answered")
+				case r.Err != nil:
+					c.answer(r.Err)
+				default:
+					c.done(ap)
+				}
 			})
 		})
 	})
@@ -781,14 +806,7 @@ func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) {
 // earlier volume. It is the volume's if it matches the plan, and the
 // record then names it, the ids and the token it carries.
 func (c *Create) adopt(found *efs.AccessPoint) {
-	c.do(Seen{AP: *found}, func(Result) {
-		c.laterGeneration(func(later *efs.AccessPoint) {
-			if later != nil {
-				found = later
-			}
-			c.adoptChecked(found)
-		})
-	})
+	c.do(Seen{AP: *found}, func(Result) { c.adoptChecked(found) })
 }
 
 func (c *Create) adoptChecked(found *efs.AccessPoint) {
@@ -807,7 +825,7 @@ func (c *Create) adoptChecked(found *efs.AccessPoint) {
 	if p.Params.NeedsGIDAllocation() {
 		alloc = AllocatedID(p.Params.GID, found)
 	}
-	c.outsiders(found, func() {
+	func() {
 		made := journal.Made{ID: found.ID, Path: found.Path, Token: found.ClientToken, UID: uid, GID: g, Allocated: alloc,
 			Sent: stale(rec.SentToken())}
 		claim := func() {
@@ -865,214 +883,7 @@ func (c *Create) adoptChecked(found *efs.AccessPoint) {
 				Attrs: []slog.Attr{slog.String("accessPoint", found.ID), slog.Int64("gid", alloc), slog.String("error", r.Err.Error())}},
 				func(Result) { released() })
 		})
-	})
-}
-
-// laterGeneration passes k the latest access point of an earlier release's
-// later generation of the volume, if a fresh listing has one, during
-// UnrecordedWindow (else nil). That release (3276f99 and before) gave a
-// volume whose GID it yielded another access point under the token
-// GenerationToken(base, g), answers only the latest, and deletes the
-// earlier ones: adopting one of those would answer an access point it is
-// about to delete (the e2e upgrade test saw its PV name a deleted access
-// point).
-func (c *Create) laterGeneration(k func(*efs.AccessPoint)) {
-	if c.now.Sub(c.cfg.Started) > UnrecordedWindow {
-		k(nil)
-		return
-	}
-	c.do(List{FileSystem: c.p.Params.FileSystemID}, func(r Result) {
-		if r.Err != nil {
-			k(nil)
-			return
-		}
-		byToken := make(map[string]*efs.AccessPoint, len(r.APs))
-		for i := range r.APs {
-			byToken[r.APs[i].ClientToken] = &r.APs[i]
-		}
-		for g := earlierMaxGenerations - 1; g > 0; g-- {
-			if ap := byToken[GenerationToken(c.p.Input.ClientToken, g)]; ap != nil {
-				c.do(Seen{AP: *ap}, func(Result) { k(ap) })
-				return
-			}
-		}
-		k(nil)
-	})
-}
-
-// windowToken passes k, for a record this call just made, the token of an
-// access point a writer outside the GID token protocol made for the
-// volume (its latest generation), "" if none is known: the create then
-// sends it and adopts that access point, as that writer answers it,
-// instead of making a second one. Known: seen by this process's outsider
-// check (OutsideToken); or, in the controller's first minutes on a file
-// system whose last listing showed access points under name tokens (an
-// upgrade from upstream's driver or a release before GID tokens, which may
-// be creating the same volumes right now), in a listing that starts now.
-// A file system only GID tokens are on pays no listing. The listing only
-// narrows the race with a concurrent outside create: the outsider check
-// after the create sees one made before its own listing.
-func (c *Create) windowToken(k func(string)) {
-	if !volume.IsGIDToken(c.rec.SentToken()) {
-		k("")
-		return
-	}
-	p := c.p
-	fsID := p.Params.FileSystemID
-	c.do(OutsideToken{FileSystem: fsID, Name: p.Name}, func(r Result) {
-		if r.Token != "" || !c.inWindow() {
-			k(r.Token)
-			return
-		}
-		c.do(NameTokensListed{FileSystem: fsID}, func(r Result) {
-			if !r.Yes {
-				k("")
-				return
-			}
-			c.do(List{FileSystem: fsID}, func(r Result) {
-				if c.failed(r) {
-					return
-				}
-				best, token := -1, ""
-				for i := range r.APs {
-					if !p.madeOutside(&r.APs[i]) {
-						continue
-					}
-					if g := GenerationOf(p.Input.ClientToken, r.APs[i].ClientToken); g > best {
-						best, token = g, r.APs[i].ClientToken
-					}
-				}
-				k(token)
-			})
-		})
-	})
-}
-
-// outsiders checks ap, which this call just made or found for the record
-// before the record names it, in the controller's first minutes, against
-// a listing that starts after it exists: another access point carrying
-// the record's allocated id, or made for this volume under another token,
-// was made by a writer outside the protocol (an earlier release
-// mid-upgrade), which answers its own. ours then gives way, by Withdraw:
-// a compare-and-swap on the version this call read, while the record
-// names no access point (every create that answers one writes the record
-// naming it first), so an access point withdrawn was never answered and
-// one answered is never withdrawn. Any failure answers nothing (the retry
-// checks again). The retry's record then adopts the other writer's access
-// point for this volume (OutsideToken), or takes another id.
-func (c *Create) outsiders(ap *efs.AccessPoint, k func()) {
-	p, rec := c.p, c.rec
-	if !c.inWindow() || rec.AccessPoint == ap.ID || !volume.IsGIDToken(ap.ClientToken) {
-		// Only an access point under a GID token is surely this driver's
-		// alone: one under a name token may be an outside writer's, which
-		// it may have answered.
-		k()
-		return
-	}
-	c.do(List{FileSystem: ap.FileSystemID}, func(r Result) {
-		if c.failed(r) {
-			return
-		}
-		var rival *efs.AccessPoint
-		learn, best := "", -1
-		for i := range r.APs {
-			uid, g := PosixIDs(&r.APs[i])
-			if r.APs[i].ID == ap.ID || uid != rec.Allocated && g != rec.Allocated && !p.madeOutside(&r.APs[i]) {
-				continue
-			}
-			if p.madeOutside(&r.APs[i]) {
-				if gen := GenerationOf(p.Input.ClientToken, r.APs[i].ClientToken); gen > best {
-					best, learn = gen, r.APs[i].ClientToken
-				}
-			}
-			if rival == nil || p.madeOutside(&r.APs[i]) {
-				rival = &r.APs[i]
-			}
-		}
-		if rival == nil {
-			k()
-			return
-		}
-		c.learnOutside(learn, func() { c.withdraw(ap, rival, k) })
-	})
-}
-
-// learnOutside remembers token as the access point an outside writer made
-// for the volume, unless this process knows a later generation ("": none
-// seen). Under the volume's name locks: no other create of it learns
-// between the read and the write.
-func (c *Create) learnOutside(token string, k func()) {
-	if token == "" {
-		k()
-		return
-	}
-	fsID, name, base := c.p.Params.FileSystemID, c.p.Name, c.p.Input.ClientToken
-	c.do(OutsideToken{FileSystem: fsID, Name: name}, func(r Result) {
-		if r.Token != "" && GenerationOf(base, r.Token) >= GenerationOf(base, token) {
-			k()
-			return
-		}
-		c.do(LearnOutside{FileSystem: fsID, Name: name, Token: token}, func(Result) { k() })
-	})
-}
-
-// withdraw gives way to rival: the record withdraws ap, which nobody
-// answered, deletes it and is finished; the call is ErrGIDContention.
-func (c *Create) withdraw(ap, rival *efs.AccessPoint, k func()) {
-	rec := c.rec
-	c.do(Seen{AP: *rival}, func(Result) {
-		c.do(Withdraw{Record: rec, AccessPoint: ap.ID}, func(r Result) {
-			switch {
-			case errors.Is(r.Err, journal.ErrConflict) || errors.Is(r.Err, journal.ErrNotFound):
-				// Another create recorded an access point first: it may
-				// answer ap. Or the record is gone (its delete, or
-				// another create's withdraw, finished it): recording ap
-				// tells, and drops it (made).
-				k()
-				return
-			case errors.Is(r.Err, journal.ErrDeleting):
-				c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, r.Err))
-				return
-			case c.failed(r):
-				return
-			}
-			c.do(Log{Level: slog.LevelWarn, Msg: "access point made outside the protocol for this GID or volume; withdrawing ours",
-				Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.Int64("gid", rec.Allocated), slog.String("other", rival.ID),
-					slog.String("otherToken", rival.ClientToken)}},
-				func(Result) {
-					c.finishWithdrawn(func() {
-						c.answer(fmt.Errorf("%w: GID %d on %s or volume %q is also on access point %s, made outside the protocol",
-							ErrGIDContention, rec.Allocated, ap.FileSystemID, c.p.Name, rival.ID))
-					})
-				})
-		})
-	})
-}
-
-// finishWithdrawn deletes a withdrawn record's access point, which nobody
-// answered (Withdraw), and removes the record: the next create of the
-// volume starts over with another id.
-func (c *Create) finishWithdrawn(k func()) {
-	rec := c.rec
-	finish := func() {
-		c.do(Finish{Record: rec}, func(r Result) {
-			if !c.failed(r) {
-				k()
-			}
-		})
-	}
-	if rec.AccessPoint == "" {
-		finish()
-		return
-	}
-	c.do(DeleteAccessPoint{FileSystem: rec.FileSystem, AccessPoint: rec.AccessPoint}, func(r Result) {
-		if c.failed(r) {
-			return
-		}
-		c.do(Log{Level: slog.LevelInfo, Msg: "access point deleted", Attrs: []slog.Attr{slog.String("accessPoint", rec.AccessPoint),
-			slog.String("reason", "withdrawn before any answer: its GID is carried by an access point made outside the protocol")}},
-			func(Result) { finish() })
-	})
+	}()
 }
 
 // keepForNextLife keeps ap, whose id this volume's key holds in the id

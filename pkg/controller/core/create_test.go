@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
@@ -100,8 +99,8 @@ func describeCreate(e Effect) string {
 		return fmt.Sprintf("set ids %d -> %d", e.From, e.ID)
 	case DeleteAccessPoint:
 		return "delete " + e.AccessPoint
-	case OutsideToken:
-		return "outside token"
+	case UpstreamToken:
+		return "upstream token"
 	case HoldForSweep:
 		return fmt.Sprintf("hold for sweep %d", e.ID)
 	case ReleaseSweep:
@@ -137,13 +136,14 @@ func TestCreateSteps(t *testing.T) {
 	}
 	fresh := []step{
 		{"reserve " + name, give(Result{ID: 60005, Handle: 0})},
-		{"release 0", ok}, // the volume's own sequence chooses
+		{"upstream token", ok}, // upstream made no access point for it
+		{"release 0", ok},      // the volume's own sequence chooses
 		{"candidate from 0", give(Result{ID: 60001, N: 0})},
 	}
 	// made while its volume was being deleted: the record write says so.
 	madeWhileDeleting := func() []step {
 		return append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok},
 			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, give(Result{Err: journal.ErrDeleting})}, step{"detach", ok})
 	}
@@ -152,7 +152,7 @@ func TestCreateSteps(t *testing.T) {
 		steps []step
 	}{
 		{"a new volume: record, hold, send, record the access point, answer", append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok},
 			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, ok}, step{"answer " + apID, ok})},
 		{"a retry whose record exists confirms it before its send", append(append([]step{}, fresh...),
@@ -168,7 +168,7 @@ func TestCreateSteps(t *testing.T) {
 			step{"begin " + g1 + " gid=60001", func(Effect) Result { r := rec(); r.Deleting = true; return Result{Record: r} }},
 			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error() + ": " + fsID + "/\"" + name + "\"", ok})},
 		{"an id another holds is moved from without releasing it: a create of this volume may hold it by now", append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok},
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)},
 			step{"hold", give(Result{Err: journal.ErrIDTaken})},
 			step{"reserve " + name, give(Result{ID: 60005, Handle: 1})}, step{"release 1", ok},
 			step{"candidate from 1", give(Result{ID: 60002, N: 1})},
@@ -176,7 +176,7 @@ func TestCreateSteps(t *testing.T) {
 			step{"hold", ok}, step{"create " + g2 + " gid=60002", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, ok}, step{"answer " + apID, ok})},
 		{"another writer's access point holds the GID token: the next id of the sequence", append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok},
 			step{"create " + g1 + " gid=60001", give(Result{Err: &efs.AlreadyExistsError{AccessPointID: other.ID}})},
 			step{"describe " + other.ID, give(Result{AP: other})}, step{"seen " + other.ID, ok},
 			step{"log GID taken by another writer's access point; taking another", ok},
@@ -208,10 +208,11 @@ func TestCreateSteps(t *testing.T) {
 			step{"log access point kept: the volume's next create adopts it, or the collector's sweep deletes it", ok},
 			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error(), ok})},
 		{"an unknown outcome keeps the record and its id for the identical retry", append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"outside token", ok}, step{"hold", ok},
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok},
 			step{"create " + g1 + " gid=60001", give(Result{Err: errAPI})}, step{"answer " + errAPI.Error(), ok})},
 		{"a full range finds a retry's record before giving up", []step{
 			{"reserve " + name, give(Result{Err: gid.ErrExhausted})},
+			{"upstream token", ok},
 			{"read record hint=false", begun(func() *journal.Record { r := rec(); r.AccessPoint = apID; return r }(), false)},
 			{"hold", ok}, {"describe " + apID, func(Effect) Result {
 				return Result{AP: accessPoint(apID, efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: g1, Path: p.Input.Path,
@@ -220,8 +221,7 @@ func TestCreateSteps(t *testing.T) {
 			{"seen " + apID, ok}, {"touch", ok}, {"answer " + apID, ok}}}, // confirmed after the Describe: the last step before the answer
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			started := t0.Add(-time.Hour)
-			c := NewCreate(CreateConfig{Started: started, CheckOutsiders: true}, p, t0)
+			c := NewCreate(CreateConfig{}, p, t0)
 			for i, s := range tc.steps {
 				e := c.Next()
 				if got := describeCreate(e); got != s.want {
@@ -268,15 +268,10 @@ func TestCreateEveryOutcome(t *testing.T) {
 	outside := &efs.AccessPoint{ID: "fsap-0000000000000000b", FileSystemID: fsID, ClientToken: name, Path: "/outside",
 		PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}}
 	runs := 0
-	for _, mode := range []struct{ window, whole, delRoot bool }{{false, false, false}, {true, false, false}, {false, true, true}, {true, true, false}} {
-		window := mode.window
+	for _, mode := range []struct{ whole, delRoot bool }{{false, false}, {true, true}, {true, false}} {
 		var choices []int
 		for {
-			started := t0.Add(-time.Hour)
-			if window {
-				started = t0
-			}
-			cfg := CreateConfig{Started: started, CheckOutsiders: true, DeleteRootDir: mode.delRoot}
+			cfg := CreateConfig{DeleteRootDir: mode.delRoot}
 			c := NewCreate(cfg, p, t0)
 			if mode.whole {
 				c = NewCreateVolume(cfg, p, t0)
@@ -301,7 +296,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 			)
 			fail := func(format string, args ...any) {
 				t.Helper()
-				t.Fatalf("window %v, choices %v:\n  %s\n"+format, append([]any{window, choices, strings.Join(trace, "\n  ")}, args...)...)
+				t.Fatalf("mode %v, choices %v:\n  %s\n"+format, append([]any{mode, choices, strings.Join(trace, "\n  ")}, args...)...)
 			}
 			for depth := 0; answer == nil; depth++ {
 				if depth > 300 {
@@ -359,7 +354,6 @@ func TestCreateEveryOutcome(t *testing.T) {
 					opts = []func() Result{
 						mk(nil, true), mk(nil, false),
 						mk(func(r *journal.Record) { r.AccessPoint = apID }, false),
-						mk(func(r *journal.Record) { r.AccessPoint, r.Withdrawn = "fsap-00000000000000009", true }, false),
 						mk(func(r *journal.Record) { r.Deleting = true }, false),
 						mk(func(r *journal.Record) { r.Name = "pvc-other" }, false),
 						func() Result { lastReadGone = true; return Result{Err: journal.ErrNotFound} },
@@ -423,25 +417,16 @@ func TestCreateEveryOutcome(t *testing.T) {
 					tokenOf[id] = in.ClientToken
 				case List:
 					opts = []func() Result{one(Result{}), one(Result{APs: []efs.AccessPoint{*other}}), one(Result{APs: []efs.AccessPoint{*outside}}), errr}
-				case NameTokensListed, Burned:
+				case Burned:
 					opts = []func() Result{one(Result{}), one(Result{Yes: true})}
-				case OutsideToken:
-					opts = []func() Result{one(Result{}), one(Result{Token: name})}
+				case UpstreamToken:
+					opts = []func() Result{one(Result{}), one(Result{AP: outside})}
 				case SetAccessPoint:
 					opts = []func() Result{
 						func() Result { e.Record.AccessPoint = e.Made.ID; recorded[e.Made.ID] = true; return Result{} },
 						func() Result { droppable[e.Made.ID] = true; return Result{Err: journal.ErrDeleting} },
 						func() Result { droppable[e.Made.ID] = true; return Result{Err: journal.ErrStaleToken} },
 						errr,
-					}
-				case Withdraw:
-					opts = []func() Result{
-						func() Result {
-							e.Record.AccessPoint, e.Record.Withdrawn = e.AccessPoint, true
-							droppable[e.AccessPoint] = true
-							return Result{}
-						},
-						one(Result{Err: journal.ErrConflict}), one(Result{Err: journal.ErrDeleting}), errr,
 					}
 				case HoldForSweep:
 					opts = []func() Result{
@@ -456,8 +441,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 					if recorded[e.AccessPoint] {
 						fail("deleted %s, which this call recorded", e.AccessPoint)
 					}
-					withdrawn := rec != nil && rec.Withdrawn && rec.AccessPoint == e.AccessPoint
-					if !droppable[e.AccessPoint] && !withdrawn {
+					if !droppable[e.AccessPoint] {
 						fail("deleted %s, which no record write said nobody can answer", e.AccessPoint)
 					}
 					// Made under a GID token: deleted only once no create
@@ -465,7 +449,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 					// creates, or held by another volume (whose create
 					// finds it another writer's), or by this volume's
 					// record that now sends another token.
-					if droppable[e.AccessPoint] && !withdrawn && volume.IsGIDToken(tokenOf[e.AccessPoint]) && !sweepHeld &&
+					if droppable[e.AccessPoint] && volume.IsGIDToken(tokenOf[e.AccessPoint]) && !sweepHeld &&
 						ownHold && (lastReadGone || rec != nil && rec.SentToken() == tokenOf[e.AccessPoint] && !rec.Deleting && rec.AccessPoint == "") {
 						fail("deleted %s, which the volume's record (sending its token) may adopt", e.AccessPoint)
 					}

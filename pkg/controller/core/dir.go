@@ -76,7 +76,7 @@ func (c *Create) createDir() {
 	}
 	answer := func(a Answer) { c.do(a, nil) }
 	run := func() {
-		c.record(0, func() {
+		c.record(func() {
 			rec := c.rec
 			if why := p.dirMismatch(rec); why != "" {
 				c.answer(fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.Name, why))

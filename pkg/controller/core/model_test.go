@@ -287,7 +287,7 @@ func (m *modelRound) Step(r Result) {
 // linearizes at the last read, as the goroutine simulator's answer does).
 func local(e Effect) bool {
 	switch e.(type) {
-	case Answer, Log, Named, Seen, Reserve, Release, Candidate, NameTokensListed, OutsideToken, LearnOutside, Burned, Recall, Remember,
+	case Answer, Log, Named, Seen, Reserve, Release, Candidate, UpstreamToken, Burned, Recall, Remember,
 		ForgetFinished, Forget, Answered, RememberAnswer, Creating, CreateEnded, Detach, RootNotOwned, DirSeen, DirGone:
 		return true
 	}
@@ -306,7 +306,7 @@ func (a *modelActor) step(w *modelWorld) {
 func lossy(e Effect) bool {
 	switch e.(type) {
 	case ReadRecord, ReadRecordOf, Begin, Hold, HoldID, Touch, SetIDs, ReleaseUnsentID, ReleaseMovedID, SetAccessPoint, HoldForSweep,
-		ReleaseSweep, SetClaim, Withdraw, Mark, Finish, CreateAccessPoint, Describe, LookUp, List, DeleteAccessPoint, toSweep,
+		ReleaseSweep, SetClaim, Mark, Finish, CreateAccessPoint, Describe, LookUp, List, DeleteAccessPoint, toSweep,
 		ReleaseOrphanID, listRecords, markBound, SetDirMade:
 		return true
 	}
@@ -451,10 +451,9 @@ func (w *modelWorld) answeredCheck(a *modelActor, ap *efs.AccessPoint) {
 	case !rec.Dir && (rec.Deleting || rec.AccessPoint != ap.ID):
 		w.violate("phantom: %s answered %s, whose record names %q and is being deleted: %v", a.name, ap.ID, rec.AccessPoint, rec.Deleting)
 	}
-	// In the controller's first minutes (the outside world), what the
-	// outsider check and Withdraw are for: no answered access point
-	// shares its GID with one made outside the protocol before it (IDs
-	// are made in order). One made after it is the audit's.
+	// The handover world: no answered access point shares its GID with
+	// one made outside the protocol before the handover fence (which the
+	// allocator's listing after the fence shows).
 	for id := range w.outside {
 		if o := w.aps[id]; o != nil && id < ap.ID && PosixGID(o) == PosixGID(w.aps[ap.ID]) {
 			w.violate("gid: %s answered %s with GID %d, which %s, made outside the protocol before it, carries", a.name, ap.ID, PosixGID(o), id)
@@ -555,8 +554,6 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		out.Err = j.ReleaseSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case SetClaim:
 		out.Err = j.SetClaim(ctx, e.Record, e.Name, e.Namespace)
-	case Withdraw:
-		out.Err = j.Withdraw(ctx, e.Record, e.AccessPoint)
 	case Mark:
 		switch {
 		case e.IfOrphan != nil:
@@ -659,7 +656,7 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		}
 	case Named:
 		// No PersistentVolumes: the sweep must not need them.
-	case Log, Reachable, RemoveRoot, RootNotOwned, Detach, Release, Seen, NameTokensListed, OutsideToken, LearnOutside, Burned,
+	case Log, Reachable, RemoveRoot, RootNotOwned, Detach, Release, Seen, UpstreamToken, Burned,
 		Creating, CreateEnded, DirSeen:
 		// Nothing this model keeps: no root directories, no allocator
 		// view, no other writers, no listing lag.
@@ -717,11 +714,18 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 		}
 		return true
 	}
-	cfg := CreateConfig{Started: t0.Add(-time.Hour), CheckOutsiders: true}
+	cfg := CreateConfig{}
 	if world.outside {
-		cfg.Started = t0 // the controller's first minutes: creates check for outsiders (outsiders, withdraw)
+		// Before the handover fence, by hand or by upstream's last
+		// leader, on the volume sequence's first id: no tag of this
+		// driver, a token of its own. Every create comes after it.
+		w.made++
+		ap := &efs.AccessPoint{ID: fmt.Sprintf("fsap-%017d", w.made), FileSystemID: fsID, ClientToken: "console-1", Path: "/by-hand",
+			PosixUser: &efs.PosixUser{UID: plan.Params.GIDRangeStart, GID: plan.Params.GIDRangeStart}}
+		w.aps[ap.ID], w.byToken[ap.ClientToken], w.outside[ap.ID] = ap, ap.ID, true
+		w.trace = append(w.trace, "outside writer made "+ap.ID+" with gid "+strconv.FormatInt(plan.Params.GIDRangeStart, 10)+" before the handover fence")
 	}
-	ticked, outsided := !world.tick, !world.outside
+	ticked := !world.tick
 	last, preempted, kills, losses, lastRound := -1, 0, 0, 0, true
 	outsideOpt := len(all) + 2 + len(replicas)
 	abandonOpt := outsideOpt + 1
@@ -743,9 +747,6 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 		}
 		if !ticked {
 			enabled = append(enabled, len(all)) // the clock passes RepeatFresh
-		}
-		if !outsided {
-			enabled = append(enabled, outsideOpt) // a writer outside the protocol makes an access point
 		}
 		if world.abandon && !w.claimGone && prov.volID == "" && !prov.done {
 			enabled = append(enabled, abandonOpt) // the claim is deleted
@@ -817,17 +818,6 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 					a.done = true
 				}
 			}
-			continue
-		}
-		if i == outsideOpt {
-			// By hand, on the volume sequence's first id: no tag of
-			// this driver, a token of its own.
-			w.made++
-			ap := &efs.AccessPoint{ID: fmt.Sprintf("fsap-%017d", w.made), FileSystemID: fsID, ClientToken: "console-1", Path: "/by-hand",
-				PosixUser: &efs.PosixUser{UID: plan.Params.GIDRangeStart, GID: plan.Params.GIDRangeStart}}
-			w.aps[ap.ID], w.byToken[ap.ClientToken], w.outside[ap.ID] = ap, ap.ID, true
-			w.trace = append(w.trace, "outside writer makes "+ap.ID+" with gid "+strconv.FormatInt(plan.Params.GIDRangeStart, 10))
-			outsided = true
 			continue
 		}
 		if i == len(all) {
@@ -910,9 +900,8 @@ type modelWorldConfig struct {
 	rounds int
 	kills  int   // replicas killed amid a call (each one choice at any step)
 	other  *Plan // another claim, provisioned beside the first
-	// outside: a writer outside the protocol makes an access point on the
-	// claim's first id at any step (one choice), in the controller's first
-	// minutes (creates check for outsiders).
+	// outside: a writer outside the protocol made an access point on the
+	// claim's first id before the handover fence: before any create.
 	outside bool
 	// abandon: the claim is deleted at any step before its provisioner is
 	// answered (one choice), and its callers forget their creates, which

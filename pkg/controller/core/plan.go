@@ -1,8 +1,6 @@
 package core
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -74,20 +72,6 @@ func (p *Plan) ours(ap *efs.AccessPoint) bool {
 		return name == p.Name
 	}
 	return p.Params.RootDirNamesVolume() && ap.Path == p.Input.Path
-}
-
-// madeOutside reports whether ap was made for p's volume by a writer
-// outside the GID token protocol: it carries the volume's name token (an
-// earlier release's, upstream's) or an earlier release's later generation
-// of it.
-func (p *Plan) madeOutside(ap *efs.AccessPoint) bool {
-	if ap.FileSystemID != p.Params.FileSystemID || volume.IsGIDToken(ap.ClientToken) {
-		return false
-	}
-	if _, other := ownership.OtherCluster(ap, p.Cluster); other {
-		return false
-	}
-	return GenerationOf(p.Input.ClientToken, ap.ClientToken) >= 0
 }
 
 // recordMismatch says why a record found for the plan's token serves
@@ -232,28 +216,4 @@ func AllocatedID(fixedGID int64, ap *efs.AccessPoint) int64 {
 		return uid
 	}
 	return g
-}
-
-// GenerationOf is the generation of base's volume that token is (0: base
-// itself), -1 if none.
-func GenerationOf(base, token string) int {
-	for g := range earlierMaxGenerations {
-		if GenerationToken(base, g) == token {
-			return g
-		}
-	}
-	return -1
-}
-
-// earlierMaxGenerations is how many generations an earlier release used.
-const earlierMaxGenerations = 16
-
-// GenerationToken is an earlier release's client token of generation gen
-// of the volume whose generation-0 token is base.
-func GenerationToken(base string, gen int) string {
-	if gen == 0 {
-		return base
-	}
-	sum := sha256.Sum256([]byte(base + "\x00generation-" + strconv.Itoa(gen)))
-	return hex.EncodeToString(sum[:])
 }

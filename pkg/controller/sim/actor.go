@@ -13,6 +13,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -52,6 +53,7 @@ type actor struct {
 	lastErr   error
 	gid       int64  // writers: the GID they put on their access point
 	stuck     string // a liveness violation, for the scheduler to report
+	quietFull int    // attempts since faults stopped that found the range or file system full
 	claimGone bool   // the claim is deleted (its provisioner's DeleteVolume began)
 	over      bool   // it ended (s.mu; done closes just after)
 }
@@ -135,14 +137,30 @@ func (s *Sim) attempt(a *actor, what string, err error) bool {
 	a.lastErr = err
 	if quiet {
 		a.quietN++
+		if full(err) {
+			a.quietFull++
+		}
 		if a.quietN > maxQuietAttempts {
 			s.mu.Lock()
 			a.stuck = fmt.Sprintf("liveness: %s %s %s never finishes once faults stopped: %d attempts, last: %v", a.name, what, a.pv, a.quietN, err)
+			if a.quietFull > a.quietN/2 {
+				a.stuck += fmt.Sprintf(" (%s: %d attempts)", fullRange, a.quietFull)
+			}
 			s.mu.Unlock()
 			return false
 		}
 	}
 	return true
+}
+
+// fullRange marks a liveness violation most of whose attempts found the
+// class's range, or the file system's access points, full.
+const fullRange = "mostly a full range or access point limit"
+
+// full reports whether err says the range or the file system is full.
+func full(err error) bool {
+	return errors.Is(err, gid.ErrExhausted) || errors.Is(err, efs.ErrLimitExceeded) ||
+		err != nil && (strings.Contains(err.Error(), gid.ErrExhausted.Error()) || strings.Contains(err.Error(), efs.ErrLimitExceeded.Error()))
 }
 
 // create calls CreateVolume until it answers; "" if the run stops first.
@@ -295,13 +313,25 @@ func (s *Sim) runDup(a *actor) {
 	s.del(a, id)
 }
 
+// upstreamCallTimeout bounds upstream's calls in flight at the handover:
+// its chart's csi-provisioner --timeout (15s), whose deadline the driver's
+// requests carry. A request not sent by then never is.
+const upstreamCallTimeout = 15 * time.Second
+
 // runWriter makes an access point as upstream's driver (token = PV name,
 // GID from the class range, upstream's tag) or by hand (the console's
 // token, no tag) would, and deletes it later. An "upgrade" writer is
-// upstream's controller during an in-place upgrade, provisioning volume
-// 0's own claim: its access point is the claim's if it wins the token.
+// upstream's last leader at the handover of an in-place upgrade, its
+// create of volume 0's claim in flight: sent within upstreamCallTimeout
+// or never, and never answered (its provisioner has gone).
 func (s *Sim) runWriter(a *actor) {
 	defer s.finish(a)
+	ctx := context.Background()
+	if a.kind == "upgrade" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, upstreamCallTimeout)
+		defer cancel()
+	}
 	path := "/" + a.pv
 	if s.cfg.Share && s.cfg.Volumes > 0 && a.kind != "upgrade" {
 		path = fmt.Sprintf("/pvc-%d", a.idx%s.cfg.Volumes) // a volume's directory, shared by hand
@@ -317,7 +347,7 @@ func (s *Sim) runWriter(a *actor) {
 		in.ClientToken = "console-" + a.pv // the console and the CLI send one; no tag
 	}
 	t := a.tag()
-	v, err := s.park(withTag(context.Background(), t), nil, kindActor, fmt.Sprintf("%s creates %s gid=%d", a.kind, a.pv, a.gid), func() (any, error) {
+	v, err := s.park(withTag(ctx, t), nil, kindActor, fmt.Sprintf("%s creates %s gid=%d", a.kind, a.pv, a.gid), func() (any, error) {
 		return s.efs.create(in, a.kind, false)
 	})
 	if err != nil {
@@ -363,4 +393,37 @@ func (s *Sim) forge(a *actor, ap *efs.AccessPoint) {
 		s.forged[vk], s.forged[ik] = true, true
 		return nil, nil
 	})
+}
+
+// plantUpstream makes, before any controller acts, an access point as
+// upstream's driver made it for a claim that stays bound (its PV name as
+// token and root directory, its tags, GID gid): a volume of the cluster
+// being upgraded. Its GID is live for the whole run (checkUpstream).
+func (s *Sim) plantUpstream(pv string, gid int64) {
+	in := efs.CreateAccessPointInput{FileSystemID: FS, ClientToken: pv, Path: "/" + pv,
+		PosixUser: &efs.PosixUser{UID: gid, GID: gid},
+		Tags:      map[string]string{ownership.TagCluster: "true", ownership.TagVolumeName: pv}}
+	ap, err := s.efs.create(in, "upstream", false)
+	if err != nil {
+		panic(err)
+	}
+	made := s.efs.fss[FS].aps[ap.ID]
+	made.listAt, made.describeAt = time.Time{}, time.Time{} // made long before: listed
+	s.upstreamLive = append(s.upstreamLive, ap.ID)
+}
+
+// lowestFreeGID is the GID upstream's allocator picks now: the lowest of
+// the class's range that no access point carries.
+func (s *Sim) lowestFreeGID() int64 {
+	used := map[int64]bool{}
+	for _, a := range s.efs.fss[FS].aps {
+		if a.ap.PosixUser != nil {
+			used[a.ap.PosixUser.GID] = true
+		}
+	}
+	g := int64(GIDStart)
+	for used[g] && g < GIDStart+int64(s.cfg.GIDs+s.extraIDs) {
+		g++
+	}
+	return g
 }

@@ -58,12 +58,18 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 		col *orphans.Collector
 		on  *instance
 	)
-	quietRounds := 0
+	quietRounds, lastN := 0, 0
 	for round := 0; round < maxRounds && (round < minRounds || quietRounds < 2); round++ {
 		s.mu.Lock()
 		during := s.cfg.During && s.provisioning()
-		if s.quiet && !during {
+		switch {
+		case s.quiet && !during && lastN == 0:
 			quietRounds++
+		case lastN > 0:
+			// A round that collected may have left what the next two
+			// finish (a record whose access point it deleted, seen
+			// again as an orphan, then released).
+			quietRounds = 0
 		}
 		if during {
 			round = 0 // the rounds that count start once the provisioners end
@@ -98,6 +104,7 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 		cancel()
 		s.mu.Lock()
 		s.atracef(a, "%s collected %d on %s (%v)", a.name, n, inst.name, err)
+		lastN = n
 		s.mu.Unlock()
 		// The collector's interval, as far as it matters here: an orphan
 		// it marked last round (markOrphan) is listed once the

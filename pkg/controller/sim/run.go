@@ -42,7 +42,7 @@ type Config struct {
 	Forge       int           // forged record entries naming writers' access points
 	Only        string        // faults only on ops whose description contains one of these (comma-separated)
 	Abandon     int           // the first provisioners give their claim up when they forget a call (orphans)
-	Upgrade     bool          // upstream's controller provisions volume 0's claim too (in-place upgrade)
+	Upgrade     bool          // the handover of an in-place upgrade from upstream (upstreamCallTimeout)
 	// During: the orphan collector runs its rounds from the start, beside
 	// the provisioners (as a controller's does), not only once they end.
 	During bool
@@ -342,8 +342,20 @@ func Run(cfg Config, script []string, trace bool) *Result {
 		s.actors = append(s.actors, a)
 	}
 	if cfg.Upgrade && cfg.Volumes > 0 {
+		// The handover of an in-place upgrade from upstream's driver: the
+		// cluster already has a volume upstream made (when the range has
+		// room for more), and upstream's last leader has a create of
+		// volume 0's claim in flight, its GID picked as upstream picks it
+		// (the lowest one no access point carries, at its listing, before
+		// this driver acts).
+		// The range and the access point limit make room for what
+		// upstream holds: a full range or file system is not the
+		// handover's doing.
+		s.plantUpstream("pvc-upstream-old", GIDStart)
+		s.extraIDs = 1
+		s.efs.fss[FS].limit += 2
 		s.actors = append(s.actors, &actor{name: "u0", kind: "upgrade", pv: mains[0].pv,
-			gid: int64(GIDStart + s.wrng.IntN(max(cfg.GIDs, 1))), done: make(chan struct{})})
+			gid: s.lowestFreeGID(), done: make(chan struct{})})
 	}
 	provs := len(s.actors)
 	s.running = provs

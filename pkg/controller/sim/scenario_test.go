@@ -3,6 +3,7 @@ package sim
 import (
 	"flag"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,7 +22,34 @@ var knownFailures = map[string]string{}
 // that TestSchedules' seeds still break on main, each with why. Only exact
 // kinds: a failing seed of a kind not listed fails the test, and a kind
 // listed that no seed breaks any more should be removed.
-var knownBulk = map[string]string{}
+var knownBulk = map[string]string{
+	"liveness-forged/one":      forgedLiveness,
+	"liveness-forged/clusters": forgedLiveness,
+	"liveness-forged/upgrade":  forgedLiveness,
+}
+
+// forgedLiveness is why a forged record entry may keep a create from ever
+// finishing (docs/design.md, "Known limits"): the entry holds an id, and
+// names an access point made outside the protocol, which the collector
+// never deletes on the record's word alone (TaggedFor); in a range (or a
+// file system's access point limit) that they fill, a create has nothing
+// left to take. A writer of the record's namespace can hold ids, as it can
+// write any record entry.
+const forgedLiveness = "a forged record entry holds an id, or an access point slot, for good"
+
+// kindOf is the kind of a failing run: its first violation's invariant and
+// the world's topology; a liveness failure of a world with a forged record
+// entry, where every stuck create mostly found the range or the file
+// system's access points full, is liveness-forged.
+func kindOf(r *Result, cfg Config) string {
+	k := r.Kind()
+	if k == "liveness" && cfg.Forge > 0 && !slices.ContainsFunc(r.Violations, func(v string) bool {
+		return !strings.HasPrefix(v, "liveness:") || !strings.Contains(v, fullRange)
+	}) {
+		k = "liveness-forged"
+	}
+	return k + "/" + cfg.Topology()
+}
 
 func knownKind(kind string) bool { return knownBulk[kind] != "" }
 

@@ -115,13 +115,17 @@ type Sim struct {
 	mu     sync.Mutex // guards parked, tags and inst.dead
 	parked []*op
 
-	efs       efsWorld
-	clusters  []*cluster
-	stores    []*store // every store ever made, for checks
-	actors    []*actor
-	running   int // actors not finished
-	stopping  bool
-	collected bool // the collectors were started
+	efs      efsWorld
+	clusters []*cluster
+	// upstreamLive: access points of upstream's bound volumes (Upgrade),
+	// live all along: no answer may carry their GIDs.
+	upstreamLive []string
+	extraIDs     int      // ids added to the class's range for upstreamLive's
+	stores       []*store // every store ever made, for checks
+	actors       []*actor
+	running      int // actors not finished
+	stopping     bool
+	collected    bool // the collectors were started
 
 	steps      int
 	faultsLeft int
@@ -250,6 +254,10 @@ func (s *Sim) newInstance(c *cluster, slot int) *instance {
 		// above what EFS shows); root removal's worlds draw their own,
 		// which may understate it.
 		ListingLag: s.cfg.Lag,
+		// Upstream's last leader's calls end within its timeout
+		// (Upgrade): every world starts as a fresh record, which passes
+		// the fence once.
+		HandoverFence: upstreamCallTimeout,
 	}
 	if s.cfg.mounts() {
 		cc.Mounter, cc.TempDir = &mounter{s: s, inst: inst}, s.tmp
@@ -302,7 +310,7 @@ func (s *Sim) params(v int) map[string]string {
 	}
 	return map[string]string{
 		"provisioningMode": mode, "fileSystemId": FS, "directoryPerms": "700",
-		"gidRangeStart": fmt.Sprint(GIDStart), "gidRangeEnd": fmt.Sprint(GIDStart + s.cfg.GIDs),
+		"gidRangeStart": fmt.Sprint(GIDStart), "gidRangeEnd": fmt.Sprint(GIDStart + s.cfg.GIDs + s.extraIDs),
 	}
 }
 

@@ -89,7 +89,7 @@ func TestSchedules(t *testing.T) {
 				steps.Add(int64(r.Steps))
 				if r.Failed() {
 					mu.Lock()
-					k := r.Kind() + "/" + configOf(seed).Topology()
+					k := kindOf(r, configOf(seed))
 					failed[k] = append(failed[k], seed)
 					mu.Unlock()
 					if *listSeeds {
