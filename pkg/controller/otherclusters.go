@@ -19,7 +19,7 @@ import (
 // is still watched for access points tagged with another cluster's ID, so
 // that a create whose class's range holds one of their ids logs a warning,
 // once per (file system, range): disjoint ranges leave nothing to contend
-// for, and an earlier release there sends tokens of its own.
+// for.
 
 // watchedSource is the EFS client as the allocator's Source: every complete
 // listing replaces what the file system's state (fsState.listed) holds of it.
@@ -81,7 +81,7 @@ func (s *Service) warnOtherClusters(fsID string, lo, hi int64) {
 	if n == 0 || !s.firstWarning("gid-range\x00"+fsID+"\x00"+strconv.FormatInt(lo, 10)+"-"+strconv.FormatInt(hi, 10)) {
 		return
 	}
-	s.log.Warn("another cluster's access points carry GIDs in this class's range: creates that pick one GID at the same moment contend for it (and an earlier release there can share it); give each cluster a disjoint gidRangeStart-gidRangeEnd",
+	s.log.Warn("another cluster's access points carry GIDs in this class's range: creates that pick one GID at the same moment contend for it; give each cluster a disjoint gidRangeStart-gidRangeEnd",
 		slog.String("fileSystemId", fsID), slog.Int64("gidRangeStart", lo), slog.Int64("gidRangeEnd", hi),
 		slog.Int("ids", n), slog.String("otherCluster", cluster))
 }

@@ -21,8 +21,8 @@ import (
 // PersistentVolume names an access point.
 //
 // Only the controller's own credentials are used, and only with a cluster
-// ID and a record that is the cluster's one (Leases, ConfigMaps: never a
-// file record per host, where another host's record may own it). It
+// ID and a record that is the cluster's one (Leases: never a file record
+// per host, where another host's record may own it). It
 // returns how many access points it deleted.
 func (s *Service) SweepUnrecorded(ctx context.Context, fsID string, named func(apID string) bool, grace time.Duration) (int, error) {
 	if s.cluster == "" {

@@ -89,9 +89,9 @@ type Config struct {
 	// cluster's creates made that no record names
 	// (controller.Service.SweepUnrecorded), run each round on every file
 	// system of the record and of FileSystems, with the PVs read again
-	// first. Set it only when the record is the cluster's one (Leases,
-	// ConfigMaps): with a record per host, another host's record may name
-	// what this one does not.
+	// first. Set it only when the record is the cluster's one (Leases):
+	// with a record per host, another host's record may name what this one
+	// does not.
 	Sweep func(ctx context.Context, fs string, named func(apID string) bool, grace time.Duration) (int, error)
 	// FileSystems are the file systems of the driver's StorageClasses,
 	// for Sweep and Purge (nil: those of the record only).

@@ -271,7 +271,7 @@ func (c *Collect) collect(ap *efs.AccessPoint) {
 
 // TaggedFor proves with what ap carries in EFS what the record says of
 // it: the collector acts on no record alone, since a record entry can be
-// written by anyone who may write the controller's Leases or ConfigMaps,
+// written by anyone who may write the controller's Leases,
 // and an entry naming an upstream-made, hand-made, another cluster's or
 // untagged access point would otherwise delete it with its data.
 //
@@ -324,8 +324,7 @@ func TokenFor(rec *journal.Record, ap *efs.AccessPoint) bool {
 // create of that record writes; or, made by a release before the tag,
 // this cluster's ID. Name and claim tags can be read off the cluster's
 // volumes and copied into a forged entry; a record life is in EFS alone.
-// An earlier release's access point without a cluster ID (a replica under
-// upstream's RBAC wrote none) is never collected: the audit finds it.
+// An access point with neither is never collected: the audit finds it.
 func MadeForRecord(cluster string, rec *journal.Record, ap *efs.AccessPoint) bool {
 	if life, ok := ap.Tags[ownership.TagRecordLife]; ok {
 		return life == ownership.RecordLife(rec)

@@ -801,8 +801,8 @@ func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) {
 
 // adopt answers a create whose token EFS says is taken by found, this
 // volume's: by an earlier attempt whose answer was lost, a killed process,
-// another controller of this cluster, an earlier release or the upstream
-// driver (whose tokens are ours), or with reuseAccessPoint a claim's
+// another controller of this cluster, the upstream driver before the
+// handover (adoptUpstream), or with reuseAccessPoint a claim's
 // earlier volume. It is the volume's if it matches the plan, and the
 // record then names it, the ids and the token it carries.
 func (c *Create) adopt(found *efs.AccessPoint) {
@@ -875,8 +875,8 @@ func (c *Create) adoptChecked(found *efs.AccessPoint) {
 				released()
 				return
 			}
-			// Two access points of this file system already carry it (an
-			// earlier release or the upstream driver shared it): answering
+			// Two access points of this file system already carry it (the
+			// upstream driver shared it, before the handover): answering
 			// changes nothing, refusing would not fix it.
 			made.Allocated = journal.NoID
 			c.do(Log{Level: slog.LevelWarn, Msg: "adopted access point shares its GID with another recorded volume",

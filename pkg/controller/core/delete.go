@@ -364,13 +364,11 @@ func (d *Delete) unseen() {
 
 // recordOf reads the record of the access point and passes it to k (nil if
 // none agrees, ownership.Agrees). It is read by its key: the access
-// point's client token for volumes made before GID tokens (and upstream's,
-// which have none); for a GID token, the name token of its volume-name tag
+// point's client token for volumes under a name token (upstream's, which a
+// create adopted); for a GID token, the name token of its volume-name tag
 // (a hint, which the record must prove by naming it). A GID token whose
-// tag leads to no record, or a 64-hex token (an earlier release's later
-// generation, adopted into the record of its first; upstream's
-// reuseAccessPoint hash) is looked up by the record's index of access
-// points.
+// tag leads to no record, or a 64-hex token (upstream's reuseAccessPoint
+// hash) is looked up by the record's index of access points.
 //
 // With hints, the key's record may be read from what this process last
 // knew of it: the caller then takes only its locks from it and reads it

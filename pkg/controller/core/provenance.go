@@ -7,8 +7,8 @@ import (
 )
 
 // Provenance is who made an access point. The record (pkg/journal) is the
-// proof for this driver's volumes; for access points without one (an
-// earlier release's, the upstream driver's) what they carry is the best
+// proof for this driver's volumes; for access points without one (the
+// upstream driver's) what they carry is the best
 // that can be known, and is never enough for the orphan collector.
 type Provenance struct {
 	// Recorded: the record names this access point (same file system,

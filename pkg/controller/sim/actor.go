@@ -359,7 +359,7 @@ func (s *Sim) runWriter(a *actor) {
 		return // the claim's volume now: its DeleteVolume deletes it
 	}
 	if a.idx < s.cfg.Forge {
-		// Anyone who may create ConfigMaps in the controller's namespace
+		// Anyone who may write Leases in the controller's namespace
 		// writes a record naming this access point, for a claim that never
 		// existed; the access point stays.
 		s.forge(a, made)

@@ -35,7 +35,6 @@ type Config struct {
 	FaultPct    int  // chance of a fault per release, in percent
 	Kills       int
 	Forgets     int
-	Old         bool          // controllers run past their first 10 minutes before any claim
 	RootDir     bool          // --delete-access-point-root-dir, on real directories
 	ListingLag  time.Duration // --listing-lag with RootDir
 	Share       bool          // writers make their access points on the volumes' directories
@@ -46,8 +45,8 @@ type Config struct {
 	// During: the orphan collector runs its rounds from the start, beside
 	// the provisioners (as a controller's does), not only once they end.
 	During bool
-	// Dirs: the last volumes (never volume 0, which earlier releases and
-	// upstream's driver provision too) are directory volumes
+	// Dirs: the last volumes (never volume 0, which upstream's driver
+	// provisions too, Upgrade) are directory volumes
 	// (provisioningMode efs-dir), made on real directories through the
 	// controllers' mounts.
 	Dirs     int
@@ -82,7 +81,7 @@ func RandomConfig(seed uint64) Config {
 	c.Faults = r.IntN(5)
 	c.Kills = r.IntN(2)
 	c.Forgets = r.IntN(2)
-	c.Old = r.IntN(4) == 0
+	r.IntN(4) // was: controllers past a first-minutes window (gone); kept so seeds draw the rest as before
 	c.Steps = 20 + r.IntN(60)
 	if r.IntN(16) == 0 {
 		c.RootDir = true
@@ -174,8 +173,8 @@ func (c Config) String() string {
 	for _, n := range c.Controllers {
 		cl = append(cl, fmt.Sprintf("shared:%d", n))
 	}
-	fmt.Fprintf(&b, " clusters=%s volumes=%d dups=%d writers=%d gids=%d limit=%d lag=%v lenient=%t faults=%d faultpct=%d kills=%d forgets=%d old=%t steps=%d maxsteps=%d",
-		strings.Join(cl, ","), c.Volumes, c.Dups, c.Writers, c.GIDs, c.Limit, c.Lag, c.Lenient, c.Faults, c.FaultPct, c.Kills, c.Forgets, c.Old, c.Steps, c.MaxSteps)
+	fmt.Fprintf(&b, " clusters=%s volumes=%d dups=%d writers=%d gids=%d limit=%d lag=%v lenient=%t faults=%d faultpct=%d kills=%d forgets=%d steps=%d maxsteps=%d",
+		strings.Join(cl, ","), c.Volumes, c.Dups, c.Writers, c.GIDs, c.Limit, c.Lag, c.Lenient, c.Faults, c.FaultPct, c.Kills, c.Forgets, c.Steps, c.MaxSteps)
 	if c.RootDir {
 		fmt.Fprintf(&b, " rootdir=true listinglag=%v", c.ListingLag)
 	}
@@ -248,8 +247,6 @@ func ParseConfig(fields []string) (Config, error) {
 			atoi(&c.Kills)
 		case "forgets":
 			atoi(&c.Forgets)
-		case "old":
-			c.Old, err = strconv.ParseBool(v)
 		case "rootdir":
 			c.RootDir, err = strconv.ParseBool(v)
 		case "listinglag":
@@ -315,9 +312,6 @@ func Run(cfg Config, script []string, trace bool) *Result {
 		for slot := range n {
 			s.newInstance(c, slot)
 		}
-	}
-	if cfg.Old {
-		time.Sleep(11 * time.Minute)
 	}
 	var mains []*actor
 	for v := range cfg.Volumes {

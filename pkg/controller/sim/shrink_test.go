@@ -67,11 +67,6 @@ func shrinkRun(t *testing.T, cfg Config, decisions []string, kind string) (Confi
 			c.Lag = 0
 			cands = append(cands, c)
 		}
-		if cfg.Old {
-			c := cfg
-			c.Old = false
-			cands = append(cands, c)
-		}
 		if cfg.Limit < 1000 {
 			c := cfg
 			c.Limit = 1000

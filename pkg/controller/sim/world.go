@@ -195,7 +195,7 @@ func (w *efsWorld) list(fsID string) ([]efs.AccessPoint, error) {
 	return out, nil
 }
 
-// store is one record store (a cluster's ConfigMaps, or a pod's file): the
+// store is one record store (a cluster's Leases): the
 // contract of journal.Store, with listings in key order.
 type store struct {
 	name string
