@@ -116,10 +116,6 @@ type fsState struct {
 	// entries under its locks.
 	finished *finishedDeletes
 
-	// dirs: this process has provisioned a directory volume here, so the
-	// allocator's listings add the record's directory volumes (dirSource).
-	dirs bool
-
 	// zone: the file system's availability zone ("" for a regional one)
 	// as described at zoneAt (zero: never), for placement and topology
 	// (Service.zone).
@@ -170,20 +166,6 @@ func (st *fsState) forgetFinished(names []string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.finished.dropNames(names)
-}
-
-// provisionsDirs notes that this process provisions directory volumes here.
-func (st *fsState) provisionsDirs() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.dirs = true
-}
-
-// dirsProvisioned: provisionsDirs was called.
-func (st *fsState) dirsProvisioned() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.dirs
 }
 
 // otherIDs: the ids (uid and gid) other clusters' access points on one file
