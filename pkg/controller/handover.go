@@ -33,8 +33,11 @@ var ErrHandover = errors.New("waiting for the previous controller's calls in fli
 // handover is this process's state of the fence.
 type handover struct {
 	fence time.Duration // Config.HandoverFence plus ListingLag; 0: none
-	// waiting, if set, is called when a call begins to wait (tests).
+	// waiting, if set, is called when a call begins to wait; poll, if
+	// set, bounds each wait on the controller's clock, which tests move
+	// by hand (Config.Now). Both for tests only.
 	waiting func()
+	poll    time.Duration
 	mu      sync.Mutex
 	first   time.Time // this process's first CreateVolume or DeleteVolume
 	passed  bool
@@ -87,10 +90,6 @@ func (s *Service) awaitHandover(ctx context.Context) error {
 	return nil
 }
 
-// handoverPoll bounds each wait for the fence's end on the controller's
-// clock (Config.Now), which tests move by hand.
-const handoverPoll = 100 * time.Millisecond
-
 // waitUntil returns once the controller's clock reads end, or the call's
 // context ends (ErrHandover).
 func (s *Service) waitUntil(ctx context.Context, end time.Time) error {
@@ -106,7 +105,10 @@ func (s *Service) waitUntil(ctx context.Context, end time.Time) error {
 		s.handover.waiting()
 	}
 	for ; wait > 0; wait = end.Sub(s.now()) {
-		t := time.NewTimer(min(wait, handoverPoll))
+		if p := s.handover.poll; p > 0 {
+			wait = min(wait, p)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():

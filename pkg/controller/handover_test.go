@@ -30,6 +30,7 @@ func fencedBed(t *testing.T, mut ...func(*Config)) (b *bed, clk *clock, waiting 
 	b = newBed(t, append([]func(*Config){func(c *Config) { c.Now, c.HandoverFence = clk.Now, 15*time.Second }}, mut...)...)
 	waiting = make(chan struct{}, 8)
 	b.svc.handover.waiting = func() { waiting <- struct{}{} }
+	b.svc.handover.poll = 50 * time.Millisecond // the test moves the clock
 	return b, clk, waiting
 }
 
