@@ -176,6 +176,13 @@ func checkAccessPoints(ctx context.Context, t *testing.T, s *suite, c *efs.Clien
 			t.Errorf("access point %s GID %d outside the StorageClass range 50000..60000", id, gid)
 		}
 	}
+	checkPVsOwnAccessPoints(ctx, t, s, ids, len(aps), want)
+}
+
+// checkPVsOwnAccessPoints checks that each CSI PV names one of the access points ids (n
+// listed), no two PVs the same, and that there are want PVs and want access points.
+func checkPVsOwnAccessPoints(ctx context.Context, t *testing.T, s *suite, ids map[string]bool, n, want int) {
+	t.Helper()
 	pvs, err := s.cluster.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -192,8 +199,8 @@ func checkAccessPoints(ctx context.Context, t *testing.T, s *suite, c *efs.Clien
 			t.Errorf("PV %s: volume %s names no existing access point", pv.Name, h)
 		}
 	}
-	if len(aps) != want || len(handles) != want {
-		t.Errorf("%d access points and %d PVs, want %d of each", len(aps), len(handles), want)
+	if n != want || len(handles) != want {
+		t.Errorf("%d access points and %d PVs, want %d of each", n, len(handles), want)
 	}
 	slices.Sort(handles)
 	if len(slices.Compact(handles)) != len(handles) {

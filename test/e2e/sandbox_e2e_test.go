@@ -320,6 +320,18 @@ func newSandbox(ctx context.Context, t *testing.T, s *suite, pod corev1.PodSpec,
 func startSandboxedReplica(ctx context.Context, t *testing.T, st *controllerStack, sb *cluster.Sandbox, deployment *unstructured.Unstructured) *replica {
 	t.Helper()
 	r := &replica{t: t, s: st.s, name: fmt.Sprintf("sandbox-%d", len(st.replicas)), endpoint: st.endpoint}
+	startInSandbox(ctx, t, st, sb, r, "/csi/csi.sock", deployment)
+	// One replica: no election to wait for (a Lease another test's provisioner held).
+	r.provArgs = slices.DeleteFunc(r.provArgs, func(a string) bool { return strings.HasPrefix(a, "--leader-election") })
+	r.supervise()
+	return r
+}
+
+// startInSandbox starts r's driver in sb, as a replica of st, and waits until it serves
+// at socket (its path in the pod); r's csi-provisioner is to run with deployment's
+// arguments on that socket (r.provArgs; the caller supervises it).
+func startInSandbox(ctx context.Context, t *testing.T, st *controllerStack, sb *cluster.Sandbox, r *replica, socket string, deployment *unstructured.Unstructured) {
+	t.Helper()
 	p, err := sb.Start("efs-csi-driver-"+r.name, st.s.dir)
 	if err != nil {
 		t.Fatal(err)
@@ -327,8 +339,8 @@ func startSandboxedReplica(ctx context.Context, t *testing.T, st *controllerStac
 	r.driver = p
 	st.replicas = append(st.replicas, r)
 	var ok bool
-	if r.socket, ok = sb.HostPath("/csi/csi.sock"); !ok {
-		t.Fatal("the chart's controller has no volume at /csi")
+	if r.socket, ok = sb.HostPath(socket); !ok {
+		t.Fatalf("the controller pod has no volume at %s", filepath.Dir(socket))
 	}
 	if err := p.WaitReady(ctx, dialable(r.socket)); err != nil {
 		t.Fatal(err)
@@ -338,14 +350,10 @@ func startSandboxedReplica(ctx context.Context, t *testing.T, st *controllerStac
 		t.Fatal(err)
 	}
 	r.provHealth = fmt.Sprintf("127.0.0.1:%d", provPort)
-	// One replica: no election to wait for (a Lease another test's provisioner held).
 	r.provArgs = append(containerArgs(t, deployment, "csi-provisioner", map[string]string{
 		"--csi-address=":   r.socket,
 		"--http-endpoint=": r.provHealth,
 	}), "--kubeconfig="+st.kubeconfig)
-	r.provArgs = slices.DeleteFunc(r.provArgs, func(a string) bool { return strings.HasPrefix(a, "--leader-election") })
-	r.supervise()
-	return r
 }
 
 // dialable is a readiness check: the unix socket accepts a connection.

@@ -33,24 +33,7 @@ func TestOneZoneClaimWithWaitForFirstConsumerGetsItsZonesNodeAffinity(t *testing
 		emulatorArgs: []string{"--one-zone-file-system=" + fsID + "=" + zone}})
 	efsc := efsClient(st.endpoint)
 
-	kc := s.cluster.Client
-	if _, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{zoneKey: zone}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kc.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: node},
-		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
-			Name: "efs.csi.aws.com", NodeID: node, TopologyKeys: []string{zoneKey}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		bg := context.Background()
-		_ = kc.StorageV1().CSINodes().Delete(bg, node, metav1.DeleteOptions{})
-		_ = kc.CoreV1().Nodes().Delete(bg, node, metav1.DeleteOptions{})
-	})
+	registerZonalNode(ctx, t, s, node, zoneKey, zone)
 	class := "efs-sc-one-zone"
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	newClass(ctx, t, s, class, map[string]string{"provisioningMode": "efs-ap", "directoryPerms": "700",
@@ -80,4 +63,29 @@ func nodeAffinityIs(pv *corev1.PersistentVolume, key, value string) bool {
 	exprs := na.Required.NodeSelectorTerms[0].MatchExpressions
 	return len(exprs) == 1 && exprs[0].Key == key && exprs[0].Operator == corev1.NodeSelectorOpIn &&
 		slices.Equal(exprs[0].Values, []string{value})
+}
+
+// registerZonalNode makes Node node labelled zoneKey=zone and its CSINode with the
+// driver and that topology key, as the kubelet registers them for a node plugin whose
+// NodeGetInfo reports the zone; the test's cleanup deletes them.
+func registerZonalNode(ctx context.Context, t *testing.T, s *suite, node, zoneKey, zone string) {
+	t.Helper()
+	kc := s.cluster.Client
+	if _, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{zoneKey: zone}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
+			Name: "efs.csi.aws.com", NodeID: node, TopologyKeys: []string{zoneKey}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bg := context.Background()
+		_ = kc.StorageV1().CSINodes().Delete(bg, node, metav1.DeleteOptions{})
+		_ = kc.CoreV1().Nodes().Delete(bg, node, metav1.DeleteOptions{})
+	})
 }

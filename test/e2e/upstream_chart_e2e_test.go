@@ -61,31 +61,10 @@ const (
 // every claim leaves no access point.
 func TestHelmUpgradeFromUpstreamChartMidStorm(t *testing.T) {
 	s := env(t)
-	if os.Geteuid() != 0 {
-		t.Skip("root-directory removal bind-mounts the emulator's file system: needs root")
-	}
-	archive, err := manifests.UpstreamChart(s.repo)
-	if errors.Is(err, manifests.ErrNoUpstreamChart) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	chart := filepath.Join(s.repo, "charts", "efs-csi-driver")
-	values := filepath.Join(chart, "ci", helmValues)
-	h := newHelm(t, s)
-	a := newApplier(t, s)
-	// Registered first, so that it runs last, once the replicas are stopped: the later
-	// scenarios apply the objects they need again.
-	t.Cleanup(func() {
-		if out, err := h.run(context.Background(), "uninstall", helmRelease, "--namespace", releaseNamespace); err != nil {
-			t.Logf("helm uninstall: %v\n%s", err, out)
-		}
-	})
-	removeUnreleased(ctx, t, a, h, values, archive, chart)
+	archive, chart, values, h, a := upstreamRelease(ctx, t, s, "root-directory removal bind-mounts the emulator's file system")
 	st := newEmulatorStack(ctx, t, s, s.policy(upstreamExamplePolicy)) // upstream's users' policy
 	fsDir := filepath.Join(st.dataDir, fileSystemID)
 	efsc := efsClient(st.endpoint)
@@ -200,6 +179,38 @@ func TestHelmUpgradeFromUpstreamChartMidStorm(t *testing.T) {
 	waitNoLeaks(ctx, t, s, efsc, leftByOld)
 	t.Logf("every volume deleted in %v; whole scenario %v", time.Since(t1).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	st.checkAlive()
+}
+
+// upstreamRelease prepares a scenario that installs upstream's chart as release
+// helmRelease and upgrades it to this chart: it skips the test when not root (needsRoot
+// says what needs it) or without upstream's chart archive, and returns that archive,
+// this chart, the user's values file, helm and an applier. `helm uninstall` of the
+// release is registered first, so that it runs last, once the replicas are stopped (the
+// later scenarios apply the objects they need again), and the objects the earlier
+// scenarios applied outside any release are removed.
+func upstreamRelease(ctx context.Context, t *testing.T, s *suite, needsRoot string) (archive, chart, values string, h *helm, a *applier) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip(needsRoot + ": needs root")
+	}
+	archive, err := manifests.UpstreamChart(s.repo)
+	if errors.Is(err, manifests.ErrNoUpstreamChart) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart = filepath.Join(s.repo, "charts", "efs-csi-driver")
+	values = filepath.Join(chart, "ci", helmValues)
+	h = newHelm(t, s)
+	a = newApplier(t, s)
+	t.Cleanup(func() {
+		if out, err := h.run(context.Background(), "uninstall", helmRelease, "--namespace", releaseNamespace); err != nil {
+			t.Logf("helm uninstall: %v\n%s", err, out)
+		}
+	})
+	removeUnreleased(ctx, t, a, h, values, archive, chart)
+	return archive, chart, values, h, a
 }
 
 // podSpec is what a pod of the controller Deployment dep runs here: its containers'
