@@ -105,3 +105,43 @@ func TestCreateCutShortByTheFenceMakesNothing(t *testing.T) {
 	}
 	b.wantAccessPoints(0)
 }
+
+// Upstream's driver names a subPathPattern class's directory with a random
+// UUID for ensureUniqueDirectory's suffix; this driver derives it from the
+// volume name. Upstream's access point for the claim, made before the
+// handover, is still the claim's: adopted, not refused as another
+// directory (the e2e upgrade from upstream's real controller left claims
+// Pending for good: "volume exists with incompatible parameters").
+func TestUpstreamsUniqueDirectoryIsAdopted(t *testing.T) {
+	b, clk, waiting := fencedBed(t)
+	p := params("subPathPattern", "${.PVC.namespace}/${.PVC.name}", "basePath", "/dynamic",
+		"csi.storage.k8s.io/pvc/namespace", "apps", "csi.storage.k8s.io/pvc/name", "data")
+	name := "pvc-0b7c5d2e-6f3a-4c1d-9e8f-7a6b5c4d3e2f"
+	dir := "/dynamic/apps/data-1c0ffee0-0000-4000-8000-0123456789ab" // upstream's uuid.New()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-x", 1<<30, params()))
+		done <- err
+	}()
+	<-waiting
+	theirs, err := b.client.CreateAccessPoint(b.ctx(), efs.CreateAccessPointInput{FileSystemID: testFS,
+		ClientToken: name, Path: dir, PosixUser: &efs.PosixUser{UID: 50001, GID: 50001},
+		CreationInfo: &efs.CreationInfo{OwnerUID: 50001, OwnerGID: 50001, Permissions: "700"},
+		Tags:         map[string]string{TagCluster: "true"}})
+	must(t, err)
+	clk.Advance(16 * time.Second)
+	must(t, <-done)
+	r, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, p))
+	must(t, err)
+	if got := apOf(t, r.Volume.VolumeId); got != theirs.ID {
+		t.Errorf("answered %s, want upstream's %s", got, theirs.ID)
+	}
+	// A directory that differs in more than the suffix is another's.
+	other := params("subPathPattern", "${.PVC.namespace}/${.PVC.name}", "basePath", "/dynamic",
+		"csi.storage.k8s.io/pvc/namespace", "apps", "csi.storage.k8s.io/pvc/name", "other")
+	if _, err := b.svc.CreateVolume(b.ctx(), createReq(name, 1<<30, other)); !errors.Is(err, ErrIncompatible) {
+		t.Errorf("the same volume name for another directory: %v, want %v", err, ErrIncompatible)
+	}
+	must(t, b.delete(r.Volume.VolumeId))
+	b.wantAccessPoints(1) // pvc-x's
+}

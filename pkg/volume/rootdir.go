@@ -321,6 +321,39 @@ func uniqueSuffix(volumeName string) string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
+// UniqueDirOf reports whether got is planned, a root directory RootDir
+// made with ensureUniqueDirectory's suffix, as upstream's driver makes it:
+// the same directory with a random UUID for the suffix (upstream draws
+// one per create; this driver derives it from the volume name).
+func UniqueDirOf(planned, got string) bool {
+	const n = 36 // a UUID's length
+	if len(planned) <= n || len(got) != len(planned) || planned[len(planned)-n-1] != '-' ||
+		!isUUID(planned[len(planned)-n:]) || !isUUID(got[len(got)-n:]) {
+		return false
+	}
+	return got[:len(got)-n] == planned[:len(planned)-n]
+}
+
+// isUUID reports whether s is a UUID's text: 8-4-4-4-12 hex digits.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // truncateUTF8 cuts s to at most n bytes without splitting a character.
 func truncateUTF8(s string, n int) string {
 	if len(s) <= n {

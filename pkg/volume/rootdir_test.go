@@ -258,3 +258,29 @@ func TestNoVolumePathReachesTheTrash(t *testing.T) {
 		t.Error("InTrash is not whole components at the root")
 	}
 }
+
+// UniqueDirOf accepts upstream's random ensureUniqueDirectory suffix in
+// place of this driver's, and nothing else.
+func TestUniqueDirOf(t *testing.T) {
+	planned := "/base/ns/claim-f8c13444-8d3b-81a3-aecd-5c1505410dfc"
+	for _, tc := range []struct {
+		got  string
+		want bool
+	}{
+		{"/base/ns/claim-1c0ffee0-0000-4000-8000-0123456789ab", true},
+		{planned, true},
+		{"/base/ns/other-1c0ffee0-0000-4000-8000-0123456789ab", false},
+		{"/base/xx/claim-1c0ffee0-0000-4000-8000-0123456789ab", false},
+		{"/base/ns/claim-1c0ffee0-0000-4000-8000-0123456789a", false},
+		{"/base/ns/claim-1c0ffee0x0000-4000-8000-0123456789ab", false},
+		{"/base/ns/claim-1c0ffee0-0000-4000-8000-0123456789zz", false},
+		{"", false},
+	} {
+		if got := UniqueDirOf(planned, tc.got); got != tc.want {
+			t.Errorf("UniqueDirOf(%q, %q) = %v, want %v", planned, tc.got, got, tc.want)
+		}
+	}
+	if UniqueDirOf("/base/ns/claim", "/base/ns/claim") {
+		t.Error("a directory without the suffix matched")
+	}
+}

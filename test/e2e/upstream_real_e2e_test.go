@@ -121,11 +121,14 @@ func TestHelmUpgradeFromUpstreamsRealControllerMidCreates(t *testing.T) {
 
 	// Creates in flight: CreateAccessPoint takes 2 to 3 s from now on, the claims come,
 	// upstream's leader sends their creates, and meanwhile helm upgrades the release and
-	// the replicas roll. The claims are of upstream's default layout: with the user's
-	// class (a random unique directory) this driver refuses to adopt the access point
-	// upstream made for a claim whose PV it never wrote (see the README).
+	// the replicas roll. Half the claims are of the user's class (subPathPattern with
+	// ensureUniqueDirectory: upstream draws the directory's suffix at random, and this
+	// driver adopts its access point all the same), half of upstream's default layout.
 	setFaults(ctx, t, st, `{"CreateAccessPoint": {"latency": "2s", "jitter": "1s"}}`)
-	ns.create(ctx, t, realStorm, storm)
+	ns.class = helmClass
+	ns.create(ctx, t, realStorm/2, storm)
+	ns.class = realClass
+	ns.create(ctx, t, realStorm-realStorm/2, func(i int) string { return storm(realStorm/2 + i) })
 	t0 := time.Now()
 	if out, err := h.run(ctx, "upgrade", helmRelease, chart, "--namespace", releaseNamespace, "-f", values); err != nil {
 		t.Fatalf("helm upgrade to this chart: %v\n%s", err, out)

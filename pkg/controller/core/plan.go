@@ -126,6 +126,14 @@ func (p *Plan) claimProven(ap *efs.AccessPoint) bool {
 	return p.Params.RootDirHasNamespace(ap.Path)
 }
 
+// upstreamUniqueDir: ap, under the volume name's token (upstream's driver
+// made it for this volume), has the planned root directory but for
+// ensureUniqueDirectory's suffix, which upstream draws at random.
+func (p *Plan) upstreamUniqueDir(ap *efs.AccessPoint) bool {
+	return p.Params.SubPathPattern != "" && p.Params.EnsureUniqueDirectory && ap.ClientToken == p.Input.ClientToken &&
+		!volume.IsGIDToken(ap.ClientToken) && volume.UniqueDirOf(p.Input.Path, ap.Path)
+}
+
 // Check returns ErrIncompatible unless ap can serve as the volume p describes.
 func (p *Plan) Check(ap *efs.AccessPoint) error {
 	if why := p.incompatibility(ap); why != "" {
@@ -154,7 +162,7 @@ func (p *Plan) incompatibility(ap *efs.AccessPoint) string {
 		if why := p.reuseMismatch(ap); why != "" {
 			return why
 		}
-	} else if ap.Path != p.Input.Path {
+	} else if ap.Path != p.Input.Path && !p.upstreamUniqueDir(ap) {
 		return fmt.Sprintf("root directory %q, want %q", ap.Path, p.Input.Path)
 	}
 	if c, ok := ap.Tags[ownership.TagCapacity]; ok && c != CapacityTag(p.Capacity) {
