@@ -1,7 +1,10 @@
 # Every target works on a fresh machine with Go 1.26 as root (bind mounts need it).
 GO      ?= go
 BIN     := bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The one version source: the VERSION file (no v: the git tag is v$(VERSION), the image tag
+# and the chart's version and appVersion $(VERSION); internal/release's test fails when they
+# differ).
+VERSION ?= $(shell cat $(CURDIR)/VERSION)
 # --version's gitCommit and buildDate (the commit's time: the build stays reproducible).
 GIT_COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILD_DATE ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
@@ -9,7 +12,7 @@ LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION) \
 	-X github.com/efs-csi/efs-csi-driver/pkg/driver.GitCommit=$(GIT_COMMIT) \
 	-X github.com/efs-csi/efs-csi-driver/pkg/driver.BuildDate=$(BUILD_DATE)
 
-.PHONY: build run test test-short fuzz bench bench-record bench-record-quick e2e soak lint image-check readme clean sim
+.PHONY: release-check version build run test test-short fuzz bench bench-record bench-record-quick e2e soak lint image-check readme clean sim
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -85,6 +88,15 @@ bench-record-quick: build
 
 bench-record: build
 	cd test/e2e && EFS_BENCH_RECORD=1 EFS_E2E_BIN_DIR=$(CURDIR)/bin $(GO) test -tags e2e -count=1 -timeout 90m -v -run '^TestRecordBenchmark$$' .
+
+# What the release workflow (.github/workflows/release.yml) builds, checked here: every binary
+# for linux/amd64 and linux/arm64, helm lint and package (the version = VERSION), actionlint,
+# kubeconform over the chart, the version-agreement test (docs/release.md).
+release-check:
+	VERSION=$(VERSION) GIT_COMMIT=$(GIT_COMMIT) BUILD_DATE=$(BUILD_DATE) bash hack/release-check.sh
+
+version:
+	@echo $(VERSION)
 
 clean:
 	rm -rf $(BIN)

@@ -7,8 +7,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// Version is set at build time with -ldflags "-X .../pkg/driver.Version=v1.2.3".
-var Version = "v0.1.0-dev"
+// Version is set at build time with -ldflags "-X .../pkg/driver.Version=$(cat VERSION)"
+// (the Makefile and the release workflow do); unstamped, it is VERSION with -dev.
+var Version = "0.1.0-dev"
 
 type identity struct {
 	csi.UnimplementedIdentityServer
