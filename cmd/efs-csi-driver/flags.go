@@ -88,7 +88,17 @@ func newFlagSet(cfg *driver.Config, o *options) (*flag.FlagSet, flagGroups) {
 	klog.InitFlags(g.klog) // -v, --logtostderr, --vmodule, --stderrthreshold, ...
 	driverFlags(g.driver, cfg, o)
 	efsUtilsFlags(g.efsUtils, &cfg.EFSUtils, o)
-	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	fs := flag.NewFlagSet("efs-csi-driver", flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: efs-csi-driver [flags]\n       efs-csi-driver COMMAND [flags]")
+		fmt.Fprintln(w, "\nServes the CSI Identity, Controller and Node services (--mode) on --endpoint.\n\nCommands:")
+		for _, c := range subcommands {
+			fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		}
+		fmt.Fprintln(w, "\nFlags:")
+		fs.PrintDefaults()
+	}
 	for _, part := range []*flag.FlagSet{g.klog, g.driver, g.efsUtils} {
 		part.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
 	}

@@ -19,14 +19,19 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/efs-csi/efs-csi-driver/internal/audit"
+	"github.com/efs-csi/efs-csi-driver/internal/cli"
 	"github.com/efs-csi/efs-csi-driver/internal/logging"
 	"github.com/efs-csi/efs-csi-driver/pkg/driver"
 	"github.com/efs-csi/efs-csi-driver/pkg/efsutils"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "audit" {
-		os.Exit(audit.Main(os.Args[2:]))
+	if len(os.Args) > 1 {
+		for _, c := range subcommands {
+			if os.Args[1] == c.name {
+				os.Exit(c.main(os.Args[2:]))
+			}
+		}
 	}
 	var (
 		cfg driver.Config
@@ -34,7 +39,9 @@ func main() {
 	)
 	fs, _ := newFlagSet(&cfg, &o)
 	eu := &cfg.EFSUtils
-	fs.Parse(os.Args[1:])
+	if code, ok := cli.Parse(fs, os.Args[1:], os.Stdout, os.Stderr); !ok {
+		os.Exit(code)
+	}
 
 	if o.version {
 		// Upstream's JSON (driverVersion, gitCommit, buildDate, ...).
@@ -115,6 +122,15 @@ func main() {
 		fail(err)
 	}
 	klog.Flush()
+}
+
+// subcommands are the commands efs-csi-driver runs instead of serving, by
+// their first argument; --help lists them.
+var subcommands = []struct {
+	name, summary string
+	main          func(args []string) int
+}{
+	{"audit", "report a cluster's leaked and lost volumes, duplicate GIDs and leftover directories; --fix deletes the provable leaks (efs-csi-driver audit --help)", audit.Main},
 }
 
 func fail(err error) {

@@ -3,7 +3,6 @@ package audit
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/internal/cli"
 	"github.com/efs-csi/efs-csi-driver/internal/progress"
 	"github.com/efs-csi/efs-csi-driver/pkg/driver"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -116,9 +116,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := Options{Roots: map[string]string{}}
 	var verbose bool
 	fl := flag.NewFlagSet("efs-csi-driver audit", flag.ContinueOnError)
-	fl.SetOutput(stderr)
 	fl.Usage = func() {
-		fmt.Fprint(stderr, Usage)
+		fmt.Fprint(fl.Output(), Usage)
 		fl.PrintDefaults()
 	}
 	fl.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: as kubectl: $KUBECONFIG, ~/.kube/config, else in-cluster)")
@@ -150,18 +149,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fl.BoolVar(&o.Yes, "yes", false, "with --fix: apply the plan")
 	fl.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	fl.BoolVar(&verbose, "v", false, "log the EFS client's and, with --fix --yes, the controller's lines to stderr")
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitClean
-		}
-		return ExitError
+	// --help: the usage on stdout, ExitClean; a bad flag or a stray
+	// argument: one line, ExitError.
+	if code, ok := cli.Parse(fl, args, stdout, stderr); !ok {
+		return code
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "efs-csi-driver audit: "+format+"\n", a...)
 		return ExitError
-	}
-	if fl.NArg() > 0 {
-		return usage("unexpected arguments %q", fl.Args())
 	}
 	if o.Output != "table" && o.Output != "json" {
 		return usage("--output %q: want table or json", o.Output)

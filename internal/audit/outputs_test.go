@@ -205,7 +205,7 @@ func TestHelpSaysWhatFixNeedsToProveALeak(t *testing.T) {
 	if status := run(t.Context(), []string{"--help"}, &stdout, &stderr); status != ExitClean {
 		t.Fatalf("--help: status %d", status)
 	}
-	help := strings.Join(strings.Fields(stderr.String()), " ")
+	help := strings.Join(strings.Fields(stdout.String()), " ")
 	for _, want := range []string{"What --fix needs to prove a leak: an orphan collector", "holding its Lease <namespace>/<driver-name>-orphan-collector",
 		"--orphan-gc-interval", "--output json lists every one"} {
 		if !strings.Contains(help, want) {
