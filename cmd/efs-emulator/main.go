@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/internal/cli"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 )
 
@@ -38,10 +39,20 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
+		var answered exit
+		if errors.As(err, &answered) {
+			os.Exit(int(answered))
+		}
 		fmt.Fprintln(os.Stderr, "efs-emulator:", err)
 		os.Exit(1)
 	}
 }
+
+// exit is run's error when the command line was answered already (the
+// usage for --help, one line for a bad flag): the exit status.
+type exit int
+
+func (e exit) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("efs-emulator", flag.ContinueOnError)
@@ -63,11 +74,8 @@ func run(args []string) error {
 	emulator.RegisterFaultFlags(fs, cfg.Faults)
 	emulator.RegisterAccountFlags(fs, &cfg)
 	emulator.RegisterIAMFlag(fs, &cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	if code, ok := cli.Parse(fs, args, os.Stdout, os.Stderr); !ok {
+		return exit(code)
 	}
 	if cfg.DataDir == "" {
 		return errors.New("--data-dir is required")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/efs-csi/efs-csi-driver/internal/cli/clitest"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 	"github.com/efs-csi/efs-csi-driver/internal/testutil"
 
@@ -237,4 +238,18 @@ func TestCommandLineIAMPoliciesAreEvaluated(t *testing.T) {
 	if !strings.Contains(log.String(), "deniedAction=elasticfilesystem:DescribeMountTargets") {
 		t.Errorf("the log does not name the denied action:\n%s", log)
 	}
+}
+
+// A bad command line is one line naming the flag or argument, with a hint,
+// exit 2 (before: an unknown flag printed the whole usage, exit 1).
+func TestCommandLineErrorsAreOneLine(t *testing.T) {
+	clitest.Run(t, []string{beMainEnv + "=1"}, []clitest.Case{
+		{Name: "help", Args: []string{"--help"}, Stdout: []string{"-data-dir directory"}},
+		{Name: "unknown flag", Args: []string{"--data-dir=/tmp/x", "--filesystem=fs-1"}, Code: 2,
+			Stderr: "efs-emulator: unknown flag --filesystem; run 'efs-emulator --help'\n"},
+		{Name: "stray argument", Args: []string{"--data-dir=/tmp/x", "fs-1", "--listen=127.0.0.1:0"}, Code: 2,
+			Stderr: "efs-emulator: unexpected argument \"fs-1\": the command takes flags only (a flag after it would be ignored); run 'efs-emulator --help'\n"},
+		{Name: "bad value", Args: []string{"--access-point-limit=many"}, Code: 2,
+			Stderr: "efs-emulator: invalid value \"many\" for flag -access-point-limit: parse error; run 'efs-emulator --help'\n"},
+	})
 }
