@@ -30,7 +30,7 @@ ARG BUILD_DATE=
 ARG TARGETOS
 ARG TARGETARCH
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
-      -ldflags "-s -w -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=${VERSION} -X github.com/efs-csi/efs-csi-driver/pkg/driver.GitCommit=${GIT_COMMIT} -X github.com/efs-csi/efs-csi-driver/pkg/driver.BuildDate=${BUILD_DATE}" \
+      -ldflags "-s -w -X github.com/efs-csi/efs-csi-driver/pkg/version.Version=${VERSION} -X github.com/efs-csi/efs-csi-driver/pkg/version.GitCommit=${GIT_COMMIT} -X github.com/efs-csi/efs-csi-driver/pkg/version.BuildDate=${BUILD_DATE}" \
       -o /out/efs-csi-driver ./cmd/efs-csi-driver
 
 # ---- efs-utils: the release tarball, verified and installed by hack/install-efs-utils.sh --

@@ -8,9 +8,9 @@ VERSION ?= $(shell cat $(CURDIR)/VERSION)
 # --version's gitCommit and buildDate (the commit's time: the build stays reproducible).
 GIT_COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILD_DATE ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
-LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION) \
-	-X github.com/efs-csi/efs-csi-driver/pkg/driver.GitCommit=$(GIT_COMMIT) \
-	-X github.com/efs-csi/efs-csi-driver/pkg/driver.BuildDate=$(BUILD_DATE)
+LDFLAGS := -X github.com/efs-csi/efs-csi-driver/pkg/version.Version=$(VERSION) \
+	-X github.com/efs-csi/efs-csi-driver/pkg/version.GitCommit=$(GIT_COMMIT) \
+	-X github.com/efs-csi/efs-csi-driver/pkg/version.BuildDate=$(BUILD_DATE)
 
 .PHONY: release-check version build run test test-short fuzz bench bench-record bench-record-quick e2e soak lint image-check readme clean sim
 

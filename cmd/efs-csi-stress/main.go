@@ -20,6 +20,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/internal/logging"
 	"github.com/efs-csi/efs-csi-driver/internal/stress"
+	"github.com/efs-csi/efs-csi-driver/pkg/version"
 )
 
 func main() {
@@ -74,7 +75,12 @@ func main() {
 	flag.Var(&cfg.Progress, "progress", "progress display: true (bar), false, or auto (bar on a terminal, else a line every 5s)")
 	flag.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	flag.BoolVar(&verbose, "v", false, "log more")
+	showVersion := flag.Bool("version", false, "print the version, commit and build date, and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.JSON())
+		return
+	}
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected arguments %q", flag.Args()))
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/internal/cli"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
+	"github.com/efs-csi/efs-csi-driver/pkg/version"
 )
 
 // listFlag collects a repeatable flag.
@@ -74,8 +75,13 @@ func run(args []string) error {
 	emulator.RegisterFaultFlags(fs, cfg.Faults)
 	emulator.RegisterAccountFlags(fs, &cfg)
 	emulator.RegisterIAMFlag(fs, &cfg)
+	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if code, ok := cli.Parse(fs, args, os.Stdout, os.Stderr); !ok {
 		return exit(code)
+	}
+	if *showVersion {
+		fmt.Println(version.JSON())
+		return nil
 	}
 	if cfg.DataDir == "" {
 		return errors.New("--data-dir is required")

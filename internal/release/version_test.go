@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/efs-csi/efs-csi-driver/pkg/driver"
+	"github.com/efs-csi/efs-csi-driver/pkg/version"
 )
 
 var semver = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
@@ -34,17 +34,17 @@ func field(t *testing.T, s, key, file string) string {
 // One version, in one convention: VERSION has no v (the git tag does: v0.1.0), the image
 // tag, the chart's version and appVersion are VERSION, and the Makefile stamps VERSION.
 func TestVersionsAgree(t *testing.T) {
-	version := strings.TrimSpace(read(t, "VERSION"))
-	if !semver.MatchString(version) {
-		t.Fatalf("VERSION %q: want MAJOR.MINOR.PATCH without a v", version)
+	want := strings.TrimSpace(read(t, "VERSION"))
+	if !semver.MatchString(want) {
+		t.Fatalf("VERSION %q: want MAJOR.MINOR.PATCH without a v", want)
 	}
 
 	chart := read(t, "charts/efs-csi-driver/Chart.yaml")
-	if v := field(t, chart, "version", "Chart.yaml"); v != version {
-		t.Errorf("charts/efs-csi-driver/Chart.yaml version %q, VERSION %q", v, version)
+	if v := field(t, chart, "version", "Chart.yaml"); v != want {
+		t.Errorf("charts/efs-csi-driver/Chart.yaml version %q, VERSION %q", v, want)
 	}
-	if v := field(t, chart, "appVersion", "Chart.yaml"); v != version {
-		t.Errorf("charts/efs-csi-driver/Chart.yaml appVersion %q, VERSION %q", v, version)
+	if v := field(t, chart, "appVersion", "Chart.yaml"); v != want {
+		t.Errorf("charts/efs-csi-driver/Chart.yaml appVersion %q, VERSION %q", v, want)
 	}
 
 	// values.yaml's image.tag: empty (the appVersion, by _helpers' efs-csi.image) or VERSION.
@@ -53,8 +53,8 @@ func TestVersionsAgree(t *testing.T) {
 	if block == nil {
 		t.Fatal("charts/efs-csi-driver/values.yaml: no top-level image:")
 	}
-	if tag := field(t, block[1], "  tag", "values.yaml image"); tag != "" && tag != version {
-		t.Errorf("charts/efs-csi-driver/values.yaml image.tag %q, VERSION %q", tag, version)
+	if tag := field(t, block[1], "  tag", "values.yaml image"); tag != "" && tag != want {
+		t.Errorf("charts/efs-csi-driver/values.yaml image.tag %q, VERSION %q", tag, want)
 	}
 	helpers := read(t, "charts/efs-csi-driver/templates/_helpers.tpl")
 	if !strings.Contains(helpers, "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}") {
@@ -67,8 +67,8 @@ func TestVersionsAgree(t *testing.T) {
 		t.Error("deploy/kubernetes/base/efs-csi-driver.yaml: no efs-csi-driver image")
 	}
 	for _, m := range images {
-		if m[1] != version {
-			t.Errorf("deploy/kubernetes/base/efs-csi-driver.yaml image tag %q, VERSION %q", m[1], version)
+		if m[1] != want {
+			t.Errorf("deploy/kubernetes/base/efs-csi-driver.yaml image tag %q, VERSION %q", m[1], want)
 		}
 	}
 
@@ -77,15 +77,15 @@ func TestVersionsAgree(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^VERSION \?= \$\(shell cat \$\(CURDIR\)/VERSION\)$`).MatchString(makefile) {
 		t.Error("Makefile: VERSION is not read from the VERSION file (VERSION ?= $(shell cat $(CURDIR)/VERSION))")
 	}
-	if !strings.Contains(makefile, "-X github.com/efs-csi/efs-csi-driver/pkg/driver.Version=$(VERSION)") {
-		t.Error("Makefile: LDFLAGS do not stamp pkg/driver.Version with $(VERSION)")
+	if !strings.Contains(makefile, "-X github.com/efs-csi/efs-csi-driver/pkg/version.Version=$(VERSION)") {
+		t.Error("Makefile: LDFLAGS do not stamp pkg/version.Version with $(VERSION)")
 	}
 	if m := regexp.MustCompile(`\bv?[0-9]+\.[0-9]+\.[0-9]+\b`).FindString(makefile); m != "" {
 		t.Errorf("Makefile names a version of its own, %q: VERSION is the one source", m)
 	}
 
 	// Unstamped (go build, go test) the driver says VERSION-dev.
-	if driver.Version != version+"-dev" {
-		t.Errorf("pkg/driver.Version %q unstamped, want %q", driver.Version, version+"-dev")
+	if version.Version != want+"-dev" {
+		t.Errorf("pkg/version.Version %q unstamped, want %q", version.Version, want+"-dev")
 	}
 }

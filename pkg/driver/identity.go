@@ -5,11 +5,12 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/version"
 )
 
-// Version is set at build time with -ldflags "-X .../pkg/driver.Version=$(cat VERSION)"
-// (the Makefile and the release workflow do); unstamped, it is VERSION with -dev.
-var Version = "0.1.0-dev"
+// Version is the driver's version, pkg/version's (stamped at build time with -ldflags).
+var Version = version.Version
 
 type identity struct {
 	csi.UnimplementedIdentityServer

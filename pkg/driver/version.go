@@ -1,20 +1,11 @@
 package driver
 
 import (
-	"cmp"
 	"encoding/json"
 	"runtime"
-	"runtime/debug"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efsutils"
-)
-
-// GitCommit and BuildDate are set at build time with -ldflags
-// "-X .../pkg/driver.GitCommit=<sha> -X .../pkg/driver.BuildDate=<RFC 3339>";
-// without them they are the Go toolchain's VCS stamp, when it has one.
-var (
-	GitCommit string
-	BuildDate string
+	"github.com/efs-csi/efs-csi-driver/pkg/version"
 )
 
 // VersionInfo is what --version prints, upstream's JSON keys and order, so
@@ -29,27 +20,17 @@ type VersionInfo struct {
 	Platform        string `json:"platform"`
 }
 
-// GetVersion is this binary's VersionInfo.
+// GetVersion is this binary's VersionInfo (pkg/version's, stamped at build time).
 func GetVersion() VersionInfo {
-	var revision, vcsTime string
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				revision = s.Value
-			case "vcs.time":
-				vcsTime = s.Value
-			}
-		}
-	}
+	v := version.Get()
 	return VersionInfo{
-		DriverVersion:   Version,
-		GitCommit:       cmp.Or(GitCommit, revision),
-		BuildDate:       cmp.Or(BuildDate, vcsTime),
+		DriverVersion:   v.Version,
+		GitCommit:       v.GitCommit,
+		BuildDate:       v.BuildDate,
 		EfsClientSource: efsutils.ClientSource,
-		GoVersion:       runtime.Version(),
+		GoVersion:       v.GoVersion,
 		Compiler:        runtime.Compiler,
-		Platform:        runtime.GOOS + "/" + runtime.GOARCH,
+		Platform:        v.Platform,
 	}
 }
 

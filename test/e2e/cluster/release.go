@@ -55,7 +55,10 @@ func BuildRelease(ctx context.Context, repo, rev, cacheDir string) (Release, err
 		return Release{}, fmt.Errorf("export %s: %w\n%s", commit, err, b)
 	}
 	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(tmp, "bin")+"/",
-		"-ldflags", "-X github.com/efs-csi/efs-csi-driver/pkg/driver.Version="+commit[:12],
+		// pkg/driver.Version before pkg/version, pkg/version.Version since (the linker
+		// ignores the one a commit does not have).
+		"-ldflags", "-X github.com/efs-csi/efs-csi-driver/pkg/driver.Version="+commit[:12]+
+			" -X github.com/efs-csi/efs-csi-driver/pkg/version.Version="+commit[:12],
 		"./cmd/efs-csi-driver", "./cmd/efs-emulator")
 	build.Dir = src
 	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
