@@ -177,10 +177,15 @@ func ParseParams(m map[string]string) (Params, error) {
 	case isRef:
 		return Params{}, paramErr(ref.Param, "a reference needs the Kubernetes API, which this controller has no client for")
 	}
+	// Several, comma-separated; spaces around the commas are accepted
+	// ("fs-a, fs-b", as a YAML list is often written).
 	fsIDs := strings.Split(m[ParamFileSystemID], ",")
+	for i := range fsIDs {
+		fsIDs[i] = strings.TrimSpace(fsIDs[i])
+	}
 	for i, fsID := range fsIDs {
 		switch {
-		case strings.TrimSpace(fsID) == "":
+		case fsID == "":
 			return Params{}, paramErr(ParamFileSystemID, "cannot be empty")
 		case !ValidFileSystemID(fsID):
 			return Params{}, paramErr(ParamFileSystemID, "%q is not a file system ID of the form fs-<hex>", truncate(fsID, 64))

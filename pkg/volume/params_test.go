@@ -250,13 +250,22 @@ func TestParseParamsIgnoresUnknownKeys(t *testing.T) {
 
 // fileSystemId names several file systems, comma-separated (upstream PR
 // #761's form): the first stands until the controller places the volume.
+// Spaces around the commas are accepted (before: "fs-a, fs-b" was refused
+// as " fs-b" not being a file system ID).
 func TestParseParamsSeveralFileSystems(t *testing.T) {
-	p, err := ParseParams(with(ParamFileSystemID, fsID+",fs-11111111"))
-	if err != nil {
-		t.Fatal(err)
+	for _, list := range []string{fsID + ",fs-11111111", fsID + ", fs-11111111", " " + fsID + " ,\tfs-11111111 "} {
+		p, err := ParseParams(with(ParamFileSystemID, list))
+		if err != nil {
+			t.Fatalf("%q: %v", list, err)
+		}
+		if p.FileSystemID != fsID || p.FileSystemIDs != fsID+",fs-11111111" {
+			t.Errorf("%q: FileSystemID %q, FileSystemIDs %q", list, p.FileSystemID, p.FileSystemIDs)
+		}
 	}
-	if p.FileSystemID != fsID || p.FileSystemIDs != fsID+",fs-11111111" {
-		t.Errorf("FileSystemID %q, FileSystemIDs %q", p.FileSystemID, p.FileSystemIDs)
+	for _, bad := range []string{fsID + ", ", fsID + ", " + fsID} {
+		if _, err := ParseParams(with(ParamFileSystemID, bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 	if p, _ := ParseParams(minimal()); p.FileSystemIDs != "" {
 		t.Errorf("one file system: FileSystemIDs %q, want empty", p.FileSystemIDs)
