@@ -227,7 +227,19 @@ func (r *run) run(ctx context.Context) (err error) {
 	if n := r.rep.Findings(); n > 0 {
 		return fmt.Errorf("%w: %d", ErrFindings, n)
 	}
-	return nil
+	return r.createsFailed()
+}
+
+// createsFailed is ErrCreatesFailed when claims never got a volume: any
+// claim, or, under a fault profile that makes final create errors expected,
+// every claim. A claim deleted while provisioning may end without one.
+func (r *run) createsFailed() error {
+	r.rep.FromVolumes(r.eng.Results())
+	v := r.rep.Volumes
+	if v.Unprovisioned == 0 || (failuresExpected(r.cfg.FaultProfile) && v.Created > 0) {
+		return nil
+	}
+	return fmt.Errorf("%w: %d of %d claims never got a volume (final codes %v)", ErrCreatesFailed, v.Unprovisioned, v.Requested, v.FailedByCode)
 }
 
 // outDir creates the report directory: dir, or a new temporary one.
@@ -310,6 +322,9 @@ func (r *run) finish(runErr error) {
 		r.rep.Outcome = "clean"
 	case runErr == nil || errors.Is(runErr, ErrFindings):
 		r.rep.Outcome = "findings"
+	case errors.Is(runErr, ErrCreatesFailed):
+		r.rep.Outcome = "creates-failed"
+		r.rep.Error = runErr.Error()
 	case errors.Is(runErr, context.Canceled):
 		r.rep.Outcome = "interrupted"
 		r.rep.Error = runErr.Error()

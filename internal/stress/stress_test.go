@@ -126,6 +126,41 @@ func TestEmbeddedRunWithLostAnswersIsCleanAndReported(t *testing.T) {
 	}
 }
 
+// A run whose every create is refused (the emulator's IAM policy denies
+// CreateAccessPoint) is no clean run: before, it printed CLEAN (nothing
+// leaked, nothing lost: nothing made) and exited 0. Without faults, one
+// claim without a volume is enough; with a profile whose faults the driver
+// may pass on as final errors, only every claim failing is.
+func TestARunWhoseCreatesFailIsNotClean(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "deny-create.json")
+	if err := os.WriteFile(policy, []byte(`{"Version": "2012-10-17", "Statement": [
+		{"Effect": "Allow", "Action": "elasticfilesystem:*", "Resource": "*"},
+		{"Effect": "Deny", "Action": "elasticfilesystem:CreateAccessPoint", "Resource": "*"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildDriver(t)
+	for _, profile := range []string{ProfileNone, ProfileErrors} {
+		t.Run(profile, func(t *testing.T) {
+			cfg := embedded(t, bin)
+			cfg.Chaos, cfg.IAMPolicy = Off, policy
+			cfg.Volumes, cfg.DuplicateRate, cfg.DeleteDuringCreateRate = 8, 0, 0
+			cfg.FaultProfile, cfg.FaultRate = profile, 0.01
+			var summary strings.Builder
+			cfg.Stdout = &summary
+			rep, err := Run(context.Background(), cfg)
+			if !errors.Is(err, ErrCreatesFailed) || rep.Outcome != "creates-failed" {
+				t.Fatalf("run: %v, outcome %q; want %v\n%s", err, rep.Outcome, ErrCreatesFailed, summary.String())
+			}
+			if v := rep.Volumes; v.Unprovisioned != 8 || v.Created != 0 {
+				t.Errorf("volumes %+v: want all 8 unprovisioned", v)
+			}
+			if !strings.Contains(summary.String(), "result: CREATES-FAILED") {
+				t.Errorf("summary:\n%s", summary.String())
+			}
+		})
+	}
+}
+
 // An s3files-ap class: the emulator serves the run's file system through
 // the S3 Files API, the driver provisions through it (with lost answers),
 // and the audit lists S3 Files access points: a correct driver comes out

@@ -51,6 +51,7 @@ type Volumes struct {
 	Created            int            `json:"created"` // got a volume (live or deleted later)
 	Failed             int            `json:"failed"`  // final create error
 	FailedByCode       map[string]int `json:"failedByCode,omitempty"`
+	Unprovisioned      int            `json:"unprovisioned"` // failed, and not deleted while provisioning: a claim left without a volume
 	Duplicated         int            `json:"duplicated"`
 	DeleteDuringCreate int            `json:"deletedDuringCreate"`
 	Deleted            int            `json:"deleted"`
@@ -209,6 +210,9 @@ func (r *Report) FromVolumes(vs []workload.VolumeResult) {
 		case workload.Failed:
 			v.Failed++
 			v.FailedByCode[x.FinalCode]++
+			if !x.DeleteDuringCreate {
+				v.Unprovisioned++
+			}
 		case workload.Deleted:
 			v.Created++
 			v.Deleted++
