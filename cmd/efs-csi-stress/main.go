@@ -4,7 +4,7 @@
 // then it audits the backend for leaks, lost volumes, duplicate GIDs and
 // leftovers, and writes a summary, a JSON and an HTML report.
 //
-// Exit status: 0 clean, 1 audit findings, 2 the run could not complete.
+// Exit status: see exitStatus.
 package main
 
 import (
@@ -18,12 +18,28 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/efs-csi/efs-csi-driver/internal/cli"
 	"github.com/efs-csi/efs-csi-driver/internal/logging"
 	"github.com/efs-csi/efs-csi-driver/internal/stress"
 	"github.com/efs-csi/efs-csi-driver/pkg/version"
 )
 
+// exitStatus is the exit statuses, as --help lists them.
+var exitStatus = `Exit status:
+  0  clean: every claim got a volume (or was deleted while provisioning) and the audits found nothing
+  1  the audits found something (leaks, lost volumes, duplicate GIDs, leftovers): see the report
+  2  bad usage, or the run could not complete
+  3  claims never got a volume: any claim; with a --fault-profile whose faults may end a create
+     (` + strings.Join(stress.FailingProfiles(), ", ") + `), every claim
+`
+
 func main() {
+	flag.CommandLine.Init("efs-csi-stress", flag.ContinueOnError)
+	flag.Usage = func() {
+		w := flag.CommandLine.Output()
+		fmt.Fprint(w, "usage: efs-csi-stress [flags]\n\n", exitStatus, "\nFlags:\n")
+		flag.PrintDefaults()
+	}
 	cfg := stress.Default()
 	var params, logFormat string
 	var verbose bool
@@ -76,13 +92,12 @@ func main() {
 	flag.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	flag.BoolVar(&verbose, "v", false, "log more")
 	showVersion := flag.Bool("version", false, "print the version, commit and build date, and exit")
-	flag.Parse()
+	if code, ok := cli.Parse(flag.CommandLine, os.Args[1:], os.Stdout, os.Stderr); !ok {
+		os.Exit(code)
+	}
 	if *showVersion {
 		fmt.Println(version.JSON())
 		return
-	}
-	if flag.NArg() > 0 {
-		fail(fmt.Errorf("unexpected arguments %q", flag.Args()))
 	}
 
 	level := slog.LevelWarn
@@ -111,6 +126,9 @@ func main() {
 	case err == nil:
 	case errors.Is(err, stress.ErrFindings):
 		os.Exit(1)
+	case errors.Is(err, stress.ErrCreatesFailed):
+		fmt.Fprintln(os.Stderr, "efs-csi-stress:", err)
+		os.Exit(3)
 	default:
 		fail(err)
 	}

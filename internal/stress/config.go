@@ -234,6 +234,18 @@ var profiles = []struct {
 	{ProfileFaultMixBucket, "fault-mix with CreateAccessPoint also limited by a token bucket of 50/s burst 50", true},
 }
 
+// FailingProfiles lists the fault profiles under which some claims never
+// getting a volume is expected (see profiles).
+func FailingProfiles() []string {
+	var names []string
+	for _, p := range profiles {
+		if p.failing {
+			names = append(names, p.name)
+		}
+	}
+	return names
+}
+
 // failuresExpected says whether the profile's faults may leave some claims
 // without a volume (see profiles).
 func failuresExpected(profile string) bool {
