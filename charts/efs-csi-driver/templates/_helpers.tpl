@@ -46,17 +46,29 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
-{{/* Upstream's driver image carried over (item: its values.yaml or install docs set
-     image.repository) would run upstream's binary with this chart's flags, which it does
-     not know: fail, naming the key, rather than render a driver that exits 2. */}}
+{{/* Upstream's driver image carried over (its values.yaml or install docs set
+     image.repository and image.tag) would run upstream's binary with this chart's flags,
+     which it does not know; an image.* key this chart does not take (image.registry,
+     image.digest...) would be ignored, running another image than the one asked for. Fail,
+     naming every such key at once and the keys to set instead, rather than render a driver
+     that exits 2. */}}
 {{- define "efs-csi.checkImage" -}}
 {{- $repo := toString .Values.image.repository }}
-{{- if or (hasSuffix "/aws-efs-csi-driver" $repo) (eq $repo "aws-efs-csi-driver") (contains "/eks/aws-efs-csi-driver" $repo) }}
-{{- fail (printf "image.repository %q is upstream's aws-efs-csi-driver image, which does not take this chart's flags: remove image.repository and image.tag from your values (this chart's image is ghcr.io/efs-csi/efs-csi-driver), or set a mirror of this project's image" $repo) }}
-{{- end }}
 {{- $tag := toString (.Values.image.tag | default "") }}
-{{- if and (eq $repo "ghcr.io/efs-csi/efs-csi-driver") (regexMatch "^v[1-9][0-9]*\\.[0-9]+\\.[0-9]+" $tag) }}
-{{- fail (printf "image.tag %q is an upstream aws-efs-csi-driver release, not one of this chart's image: remove image.tag from your values (empty: the chart's appVersion)" $tag) }}
+{{- $bad := list }}
+{{- if or (hasSuffix "/aws-efs-csi-driver" $repo) (eq $repo "aws-efs-csi-driver") (contains "/eks/aws-efs-csi-driver" $repo) }}
+{{- $bad = append $bad (printf "image.repository %q is upstream's aws-efs-csi-driver image, which does not take this chart's flags" $repo) }}
+{{- end }}
+{{- if and (or (eq $repo "ghcr.io/efs-csi/efs-csi-driver") (gt (len $bad) 0)) (regexMatch "^v[1-9][0-9]*\\.[0-9]+\\.[0-9]+" $tag) }}
+{{- $bad = append $bad (printf "image.tag %q is an upstream aws-efs-csi-driver release, not a tag of this chart's image" $tag) }}
+{{- end }}
+{{- range $k := keys .Values.image | sortAlpha }}
+{{- if not (has $k (list "repository" "tag" "pullPolicy")) }}
+{{- $bad = append $bad (printf "image.%s is not a key of this chart (it takes image.repository, image.tag and image.pullPolicy)" $k) }}
+{{- end }}
+{{- end }}
+{{- with $bad }}
+{{- fail (printf "%s. Set instead: image.repository: ghcr.io/efs-csi/efs-csi-driver (or your mirror of it, registry included) and image.tag: \"\" (the chart's appVersion, %s), or delete those image keys from your values" (join "; " .) $.Chart.AppVersion) }}
 {{- end }}
 {{- end -}}
 

@@ -497,26 +497,37 @@ sidecars:
 `,
 }
 
-// TestChartRefusesUpstreamImage: upstream's image keys, carried over, fail rendering with a
-// message naming them (upstream's binary does not take this chart's flags).
+// TestChartRefusesUpstreamImage: upstream's image keys, carried over, and image.* keys this
+// chart does not take (which it would ignore) fail rendering with a message naming them
+// and the keys to set instead (upstream's binary does not take this chart's flags).
 func TestChartRefusesUpstreamImage(t *testing.T) {
 	up := upstreamChart(t)
 	uv := upstreamValues(t, up)
+	const instead = `Set instead: image.repository: ghcr.io/efs-csi/efs-csi-driver (or your mirror of it, registry included) and image.tag: "" (the chart's appVersion`
 	for _, c := range []struct{ key, value string }{
 		{"image.repository", uv["image"].(map[string]any)["repository"].(string)},
 		{"image.repository", "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efs-csi-driver"},
 		{"image.tag", uv["image"].(map[string]any)["tag"].(string)},
+		{"image.registry", "public.ecr.aws"},
+		{"image.digest", "sha256:0123"},
 	} {
 		v := map[string]any{}
 		set(v, c.key, c.value)
 		_, err := render(t, chartDir, v)
-		if err == nil || !strings.Contains(err.Error(), c.key) {
-			t.Errorf("%s=%s: want a rendering error naming %s, got %v", c.key, c.value, c.key, err)
+		if err == nil || !strings.Contains(err.Error(), c.key) || !strings.Contains(err.Error(), instead) {
+			t.Errorf("%s=%s: want a rendering error naming %s and the keys to set, got %v", c.key, c.value, c.key, err)
 		}
 	}
-	// Upstream's whole values.yaml, image keys included.
-	if _, err := render(t, chartDir, uv); err == nil || !strings.Contains(err.Error(), "image.repository") {
-		t.Errorf("upstream's values.yaml: want an error naming image.repository, got %v", err)
+	// Upstream's whole values.yaml, image keys included: both keys named at once.
+	_, err := render(t, chartDir, uv)
+	for _, want := range []string{"image.repository", "image.tag", instead} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("upstream's values.yaml: want an error naming %s, got %v", want, err)
+		}
+	}
+	// This chart's image keys, a mirror's included, render.
+	if _, err := render(t, chartDir, map[string]any{"image": map[string]any{"repository": "registry.example.com/efs-csi-driver", "tag": "0.1.0", "pullPolicy": "Always"}}); err != nil {
+		t.Errorf("a mirror of this chart's image: %v", err)
 	}
 }
 
