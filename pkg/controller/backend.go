@@ -83,6 +83,14 @@ const (
 	CtxMountTargetIPMap = "mounttargetipmap"
 )
 
+// Volume context keys of directory volumes (efs-dir): the directory's
+// owner, which a pod's securityContext names (fsGroup or
+// supplementalGroups: the gid). The node accepts and ignores them.
+const (
+	CtxUID = "uid"
+	CtxGID = "gid"
+)
+
 // externalIDRe is what STS accepts as an external ID.
 var externalIDRe = regexp.MustCompile(`^[\w+=,.@:/-]+$`)
 

@@ -131,6 +131,10 @@ type Config struct {
 	// every create is denied (docs/iam.md).
 	DescriptiveTags bool
 	DeleteRootDir   bool // --delete-access-point-root-dir
+	// DirPreflight, before a directory volume's create writes anything,
+	// says why this process cannot make directories (MountPrivileges), or
+	// nil. nil: no check (the mount's error says it, after the record).
+	DirPreflight func() error
 	// ListingLag (--listing-lag) is how long EFS may take to list an
 	// access point after creating it. A root directory is removed only
 	// after a listing that began this long after its DeleteVolume did, so

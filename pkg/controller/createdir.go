@@ -41,6 +41,16 @@ func (s *Service) dirPlan(name string, capacity int64, crossAccount bool, params
 		return nil, &volume.ParamError{Key: volume.ParamProvisioningMode,
 			Reason: fmt.Sprintf("%q needs the controller to mount file systems, and this one has no mounter", volume.ProvisioningModeDirectory)}
 	}
+	// Before the record and the name locks: a controller that may not
+	// mount (the chart's default, unprivileged container) is told so at
+	// once, not after a record and a failed mount.
+	if check := s.cfg.DirPreflight; check != nil {
+		if err := check(); err != nil {
+			return nil, fmt.Errorf("%w: provisioningMode %q: this controller cannot make directories: %v; "+
+				"install the chart with controller.directoryVolumes=true (helm --set controller.directoryVolumes=true), "+
+				"which runs the controller container privileged", ErrNotSupported, volume.ProvisioningModeDirectory, err)
+		}
+	}
 	return &plan{
 		Plan: core.Plan{Name: name, Params: params, Capacity: capacity, Cluster: s.cluster, Dir: true,
 			Input: efs.CreateAccessPointInput{FileSystemID: params.FileSystemID, ClientToken: volume.DirToken(root), Path: root}},
@@ -55,6 +65,13 @@ func (s *Service) dirAnswer(ctx context.Context, p *plan, rec *journal.Record) (
 	if err != nil {
 		return nil, err
 	}
+	// The directory's owner, for the pod's securityContext (fsGroup or
+	// supplementalGroups: the gid); new keys beside upstream's.
+	if volCtx == nil {
+		volCtx = map[string]string{}
+	}
+	volCtx[CtxUID] = strconv.FormatInt(rec.UID, 10)
+	volCtx[CtxGID] = strconv.FormatInt(rec.GID, 10)
 	s.log.Info("volume ready", slog.String("name", p.Name), slog.String("directory", rec.Path),
 		slog.Int64("uid", rec.UID), slog.Int64("gid", rec.GID))
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
@@ -94,6 +111,31 @@ func (s *Service) makeDir(ctx context.Context, rec *journal.Record, perms string
 			slog.Int64("uid", rec.UID), slog.Int64("gid", rec.GID), slog.String("mode", perms))
 	}
 	return made, nil
+}
+
+// MountPrivileges is nil when this process may make directory volumes:
+// mount a file system (CAP_SYS_ADMIN) and give a directory its owner
+// (CAP_CHOWN); else an error naming what it lacks. Capabilities that
+// cannot be read are no answer (nil): the mount says.
+func MountPrivileges() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return nil
+	}
+	var missing []string
+	for _, c := range []struct {
+		bit  int
+		name string
+	}{{unix.CAP_SYS_ADMIN, "CAP_SYS_ADMIN (mount)"}, {unix.CAP_CHOWN, "CAP_CHOWN (chown)"}} {
+		if data[c.bit/32].Effective&(1<<(uint(c.bit)%32)) == 0 {
+			missing = append(missing, c.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("its process lacks %s", strings.Join(missing, " and "))
+	}
+	return nil
 }
 
 // ErrDirCreation: a directory volume's directory could not be made; the

@@ -300,7 +300,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			fence = 0 // one process: no controller hands over to it (the handover is the Lease record's world)
 		}
 		d.controller, err = controller.New(controller.Config{
-			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, DescriptiveTags: cfg.DescriptiveTags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir, AccessPointLimit: cfg.AccessPointLimit,
+			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, DescriptiveTags: cfg.DescriptiveTags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir, DirPreflight: controller.MountPrivileges, AccessPointLimit: cfg.AccessPointLimit,
 			ListingLag: cfg.ListingLag, HandoverFence: fence, TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
 		})
 		if err != nil {

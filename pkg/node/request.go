@@ -33,6 +33,11 @@ const (
 	// ctxProvisionerIdentity is added by the external-provisioner to every
 	// PV it creates.
 	ctxProvisionerIdentity = "storage.kubernetes.io/csiprovisioneridentity"
+	// ctxUID and ctxGID are a directory volume's owner (efs-dir), written
+	// by the controller for the pod's securityContext; the mount does not
+	// use them.
+	ctxUID = "uid"
+	ctxGID = "gid"
 )
 
 func invalid(key, format string, args ...any) error {
@@ -165,6 +170,10 @@ func (s *Service) applyContext(vol *mount.Volume, vc map[string]string) error {
 				vol.Path = p
 			}
 		case ctxProvisionerIdentity:
+		case ctxUID, ctxGID:
+			if _, err := strconv.ParseUint(v, 10, 32); err != nil {
+				return invalid(k, "%q is not a uid or gid", v)
+			}
 		default:
 			return invalid(k, "volume context key is not supported (want %s, %s, %s or %s)",
 				"encryptInTransit", ctxMountTargetIP, "mountTargetIpMap", ctxCrossAccount)

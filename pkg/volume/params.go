@@ -61,6 +61,12 @@ const (
 	// sends an empty mode, which EFS rejects; a private directory is the
 	// safe reading of "no opinion".
 	DefaultDirectoryPerms = "700"
+	// DefaultDirVolumePerms applies to an efs-dir volume's directory when
+	// directoryPerms is absent: group-writable with setgid, so that a pod
+	// holding the volume's gid (fsGroup or supplementalGroups; the gid is
+	// in the volume context) writes whatever its uid, and what it makes
+	// keeps the gid. No access point enforces an identity there.
+	DefaultDirVolumePerms = "2770"
 	// MaxPosixID is the largest uid/gid EFS accepts.
 	MaxPosixID = 1<<32 - 1
 )
@@ -203,6 +209,8 @@ func ParseParams(m map[string]string) (Params, error) {
 			return Params{}, paramErr(ParamDirectoryPerms, "%q is not an octal mode of 3 or 4 digits such as \"700\"", truncate(v, 64))
 		}
 		p.DirectoryPerms = v
+	} else if mode == ProvisioningModeDirectory {
+		p.DirectoryPerms = DefaultDirVolumePerms
 	}
 
 	if p.UID, err = posixID(m, ParamUID); err != nil {

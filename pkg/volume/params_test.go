@@ -56,6 +56,8 @@ func TestParseParamsAcceptsEveryParameter(t *testing.T) {
 		{"enforceZoneAffinity true", with(ParamEnforceZoneAffinity, "true"), func(p Params) bool { return p.EnforceZoneAffinity }},
 		{"directoryPerms 3 digits", with(ParamDirectoryPerms, "755"), func(p Params) bool { return p.DirectoryPerms == "755" }},
 		{"directoryPerms 4 digits", with(ParamDirectoryPerms, "0770"), func(p Params) bool { return p.DirectoryPerms == "0770" }},
+		{"efs-dir without directoryPerms: 2770", with(ParamProvisioningMode, ProvisioningModeDirectory), func(p Params) bool { return p.DirectoryPerms == "2770" }},
+		{"efs-ap without directoryPerms: 700", with(ParamProvisioningMode, ProvisioningModeAccessPoint), func(p Params) bool { return p.DirectoryPerms == "700" }},
 		{"uid only", with(ParamUID, "1000"), func(p Params) bool { return p.UID == 1000 && p.GID == -1 && p.NeedsGIDAllocation() }},
 		{"gid only", with(ParamGID, "0"), func(p Params) bool { return p.GID == 0 && p.UID == -1 && p.NeedsGIDAllocation() }},
 		{"uid and gid", with(ParamUID, "1000", ParamGID, "2000"), func(p Params) bool { return p.UID == 1000 && p.GID == 2000 && !p.NeedsGIDAllocation() }},
