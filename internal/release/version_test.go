@@ -32,7 +32,8 @@ func field(t *testing.T, s, key, file string) string {
 }
 
 // One version, in one convention: VERSION has no v (the git tag does: v0.1.0), the image
-// tag, the chart's version and appVersion are VERSION, and the Makefile stamps VERSION.
+// tag, the chart's version and appVersion are VERSION, the Makefile stamps VERSION, the
+// docs install it and CHANGELOG.md has its section (docs/release.md).
 func TestVersionsAgree(t *testing.T) {
 	want := strings.TrimSpace(read(t, "VERSION"))
 	if !semver.MatchString(want) {
@@ -82,6 +83,23 @@ func TestVersionsAgree(t *testing.T) {
 	}
 	if m := regexp.MustCompile(`\bv?[0-9]+\.[0-9]+\.[0-9]+\b`).FindString(makefile); m != "" {
 		t.Errorf("Makefile names a version of its own, %q: VERSION is the one source", m)
+	}
+
+	// The docs' and the Dockerfile's commands install or build this version, with no v.
+	mention := regexp.MustCompile(`ghcr\.io/efs-csi/(?:charts/)?efs-csi-driver:(v?[0-9]+\.[0-9]+\.[0-9]+)|--version (v?[0-9]+\.[0-9]+\.[0-9]+)|\bVERSION=(v?[0-9]+\.[0-9]+\.[0-9]+)`)
+	for _, f := range []string{"README.md", "docs/install.md", "docs/release.md", "Dockerfile", "charts/efs-csi-driver/README.md"} {
+		if _, err := os.Stat(filepath.Join("..", "..", f)); err != nil {
+			continue
+		}
+		for _, m := range mention.FindAllStringSubmatch(read(t, f), -1) {
+			if got := m[1] + m[2] + m[3]; got != want {
+				t.Errorf("%s: %q names %s, VERSION is %s", f, m[0], got, want)
+			}
+		}
+	}
+	// The release's notes are CHANGELOG.md's section of the version.
+	if !strings.Contains(read(t, "CHANGELOG.md"), "\n## ["+want+"] - ") {
+		t.Errorf("CHANGELOG.md: no section \"## [%s] - DATE\"", want)
 	}
 
 	// Unstamped (go build, go test) the driver says VERSION-dev.
