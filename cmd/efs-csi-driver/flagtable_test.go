@@ -22,7 +22,7 @@ import (
 var update = flag.Bool("update", false, "rewrite README.md's flag tables from the FlagSet")
 
 const (
-	readmePath = "../../README.md"
+	readmePath = "../../docs/reference.md"
 	regenerate = "make readme (go test ./cmd/efs-csi-driver -run TestREADMEFlagTables -update)"
 )
 
