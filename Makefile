@@ -44,7 +44,7 @@ DURATION  ?= 0
 sim:
 	GO=$(GO) hack/sim.sh $(SEEDS) $(FIRST) $(SIM_PROCS) $(DURATION)
 
-# README.md's flag tables, rewritten from efs-csi-driver's FlagSet (make test fails when
+# docs/reference.md's flag tables, rewritten from efs-csi-driver's FlagSet (make test fails when
 # they differ).
 readme:
 	$(GO) test ./cmd/efs-csi-driver -run '^TestREADMEFlagTables$$' -count=1 -update
@@ -63,7 +63,7 @@ fuzz:
 
 # The Dockerfile without a container engine (hack/image-check, its own module: BuildKit's
 # parser and lint rules, pinned versions = hack/versions, the image's file list = the
-# driver's flag defaults). Building the image itself: README.md, "Image".
+# driver's flag defaults). Building the image itself: docs/image.md.
 image-check: build
 	cd hack/image-check && $(GO) test . && $(GO) run . -repo ../.. -driver ../../$(BIN)/efs-csi-driver
 

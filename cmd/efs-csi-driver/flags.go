@@ -70,15 +70,15 @@ type options struct {
 	portUpper                                int
 }
 
-// flagGroups are the command's flags as README.md's tables show them: the
+// flagGroups are the command's flags as docs/reference.md's tables show them: the
 // driver's, the node plugin's efs-utils ones, and klog's (which owns the log
 // flags, as in the sidecars of the same pods).
 type flagGroups struct{ driver, efsUtils, klog *flag.FlagSet }
 
 // newFlagSet builds the command's flags, which set cfg and o when parsed,
-// and the same flags in their groups. README.md's flag tables are rendered
+// and the same flags in their groups. docs/reference.md's flag tables are rendered
 // from these usage strings (make readme), so what a flag means is said once,
-// here, for --help and the README alike.
+// here, for --help and the reference alike.
 func newFlagSet(cfg *driver.Config, o *options) (*flag.FlagSet, flagGroups) {
 	g := flagGroups{
 		driver:   flag.NewFlagSet("driver", flag.ContinueOnError),

@@ -14,12 +14,12 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/driver"
 )
 
-// README.md's flag tables are rendered from the FlagSet main parses: one row
+// docs/reference.md's flag tables are rendered from the FlagSet main parses: one row
 // a flag (name, default, usage), in --help's order; klog's flags share one
 // row. Between the markers <!-- flags:NAME:begin --> and
 // <!-- flags:NAME:end --> nothing is written by hand.
 
-var update = flag.Bool("update", false, "rewrite README.md's flag tables from the FlagSet")
+var update = flag.Bool("update", false, "rewrite docs/reference.md's flag tables from the FlagSet")
 
 const (
 	readmePath = "../../docs/reference.md"
@@ -42,7 +42,7 @@ func TestREADMEFlagTables(t *testing.T) {
 	}
 	want, err := replaceRegions(readme, flagTables(groups))
 	if err != nil {
-		t.Fatalf("README.md: %v", err)
+		t.Fatalf("docs/reference.md: %v", err)
 	}
 	if *update {
 		if err := os.WriteFile(readmePath, want, 0o644); err != nil {
