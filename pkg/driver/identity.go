@@ -55,7 +55,7 @@ func (i *identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 			// topology key found for node") whatever this driver answers: the
 			// node plugin discovers its zone from --zone, the Node's zone label
 			// or instance metadata, and warns when it finds none
-			// (docs/design.md, Topology).
+			// (docs/backends.md, Topology).
 			service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
 	}
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil

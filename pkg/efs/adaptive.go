@@ -49,7 +49,7 @@ import (
 // keeps whatever split they start with, and one paced evenly above the
 // bucket's rate keeps it empty at the instants the other's requests
 // arrive, so a driver that came later can starve at a low rate. The
-// constant probe only slowly counters that (docs/design.md, "Pacing").
+// constant probe only slowly counters that (docs/pacing.md).
 //
 // The AWS SDK's adaptive limiter (aws/retry/adaptive_ratelimit.go) is not
 // used: it is internal to its Retryer, cannot say how far a token is (the

@@ -68,7 +68,7 @@ type retryPolicy struct {
 	existingID func(error) string
 }
 
-// pacer is one operation's client-side pacing (docs/design.md, "Pacing"):
+// pacer is one operation's client-side pacing (docs/pacing.md):
 // a gate of request slots and rate tokens, whose rate is the lower of the
 // operator's ceiling and the adaptive rate (none until EFS throttles
 // because of this driver's rate). With neither, a call only takes a slot.

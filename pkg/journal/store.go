@@ -87,8 +87,8 @@ type Entry struct {
 //
 // A store kept where others may write it (the Lease store: anyone who may
 // delete Leases in its namespace) notices its objects deleted or rewritten
-// by hand, logs what they held and restores it (docs/design.md, The record
-// in Leases, Damage): the contract holds for every write it made, not for
+// by hand, logs what they held and restores it (docs/record.md,
+// Damage): the contract holds for every write it made, not for
 // what others do to its objects.
 type Store interface {
 	Get(ctx context.Context, key Key) (Entry, error)

@@ -14,8 +14,8 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 )
 
-// Damage to the record: a shard deleted or rewritten by hand (docs/design.md,
-// "The record in Leases", Damage).
+// Damage to the record: a shard deleted or rewritten by hand (docs/record.md,
+// Damage).
 //
 // The store never deletes one of its Leases (shards never merge; a split
 // parent stays, marked done), and every write of its own keeps the Lease's
