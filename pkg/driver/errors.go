@@ -36,6 +36,8 @@ var codeTable = []struct {
 	// A mount point whose server does not answer (an earlier call is still
 	// blocked on it): retry later.
 	{mount.ErrNotResponding, codes.Unavailable},
+	// A create that waited for the handover fence past its deadline: retry.
+	{controller.ErrHandover, codes.Unavailable},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{keylock.ErrBusy, codes.Aborted},

@@ -31,6 +31,7 @@ func TestErrorsMapToTheCodesTheProvisionerExpects(t *testing.T) {
 		{fmt.Errorf("CreateAccessPoint: %w", efs.ErrUnavailable), codes.Unavailable},
 		{fmt.Errorf("CreateAccessPoint: %w: %w", efs.ErrUnavailable, context.DeadlineExceeded), codes.Unavailable},
 		{fmt.Errorf("CreateAccessPoint: %w: %w", efs.ErrThrottled, context.DeadlineExceeded), codes.Unavailable},
+		{fmt.Errorf("%w: %w", controller.ErrHandover, context.DeadlineExceeded), codes.Unavailable},
 		{fmt.Errorf("lock: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{fmt.Errorf("x: %w", efs.ErrLimitExceeded), codes.ResourceExhausted},
 		{fmt.Errorf("x: %w", gid.ErrExhausted), codes.ResourceExhausted},
