@@ -60,7 +60,7 @@ func main() {
 	flag.StringVar(&cfg.FileSystemID, "file-system", "", "file system the volumes are carved from (remote runs); several comma-separated: a class over them")
 	flag.IntVar(&cfg.FileSystems, "file-systems", 0, "embedded: file systems of the emulator, all named by the class (fileSystemId: fs-a,fs-b) (default 1)")
 	flag.IntVar(&cfg.AccessPointLimit, "access-point-limit", 0, "embedded: access points per file system, in the emulator and the driver's --access-point-limit (default: the emulator's 10,000)")
-	flag.StringVar(&cfg.IAMPolicy, "iam-policy", cfg.IAMPolicy, "embedded: the IAM policy the emulator enforces on every request: managed (AWS's AmazonEFSCSIDriverPolicy, as EKS users attach; with deploy/iam/s3files.json for s3files-ap), none (allow all), or a policy FILE")
+	flag.StringVar(&cfg.IAMPolicy, "iam-policy", cfg.IAMPolicy, "embedded: the IAM policy the emulator enforces on every request: managed (AWS's AmazonEFSCSIDriverPolicy, as EKS users attach; with docs/iam/s3files.json for s3files-ap), none (allow all), or a policy FILE")
 	flag.StringVar(&cfg.MetricsURL, "metrics-url", "", "driver's Prometheus endpoint, http://HOST:PORT/metrics, for the at-rest gauges")
 	flag.StringVar(&cfg.TmpDir, "tmp-dir", "", "driver's --tmp-dir, scanned for leftover temporary mounts (default: the system temp dir)")
 	flag.StringVar(&cfg.DataDir, "data-dir", "", "emulator data directory, if local: enables the lost-data markers")

@@ -9,7 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	deployiam "github.com/efs-csi/efs-csi-driver/deploy/iam"
+	shippediam "github.com/efs-csi/efs-csi-driver/docs/iam"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 	"io"
 	"log/slog"
@@ -90,7 +90,7 @@ type Config struct {
 	// IAMPolicy (embedded) is the identity policy the emulator enforces on
 	// the driver's every request (IAMPolicyManaged, the default: AWS's
 	// AmazonEFSCSIDriverPolicy, what EKS users attach, with
-	// deploy/iam/s3files.json for S3 Files classes; IAMPolicyNone: allow
+	// docs/iam/s3files.json for S3 Files classes; IAMPolicyNone: allow
 	// all; else a policy file).
 	IAMPolicy   string `json:"iamPolicy,omitempty"`
 	MetricsURL  string `json:"metricsUrl,omitempty"` // driver's /metrics; "" = gauges not audited
@@ -187,7 +187,7 @@ func (c *Config) iamPolicies() ([]string, error) {
 	case "", IAMPolicyManaged:
 		p := []string{iam.ManagedPolicy}
 		if c.S3Files() {
-			p = append(p, deployiam.S3Files)
+			p = append(p, shippediam.S3Files)
 		}
 		return p, nil
 	}

@@ -3,7 +3,7 @@ package driver
 import (
 	"context"
 	"encoding/json"
-	deployiam "github.com/efs-csi/efs-csi-driver/deploy/iam"
+	shippediam "github.com/efs-csi/efs-csi-driver/docs/iam"
 	"testing"
 	"time"
 
@@ -33,7 +33,7 @@ func TestCrossAccountVolumeIsMadeAndDeletedAsTheRole(t *testing.T) {
 	socket, emu, _ := startDriverOn(t, func(e *emulator.Config) {
 		e.FileSystemOwners = map[string]string{otherFS: otherAccount}
 		e.Roles = []emulator.Role{{ARN: otherRole, ExternalID: "ext-1"}}
-		e.IAMPolicies = append(e.IAMPolicies, deployiam.CrossAccount)
+		e.IAMPolicies = append(e.IAMPolicies, shippediam.CrossAccount)
 	}, func(c *Config) {
 		c.Mode = ModeController
 		url = c.EFS.Endpoint

@@ -95,11 +95,11 @@ func toStatus(err error) error {
 // deniedHints: for each action AWS names in a denial, the policy
 // statement the controller's role needs (docs/iam.md).
 var deniedHints = []struct{ action, need string }{
-	{"elasticfilesystem:TagResource", "elasticfilesystem:TagResource with elasticfilesystem:CreateAction = CreateAccessPoint, for the tags sent on create (AmazonEFSCSIDriverPolicy's AllowTagNewAccessPoints allows the key efs.csi.aws.com/cluster alone; --tags and --descriptive-tags need deploy/iam/descriptive-tags.json, or a statement allowing their keys)"},
-	{"elasticfilesystem:CreateAccessPoint", "elasticfilesystem:CreateAccessPoint with the request tag efs.csi.aws.com/cluster (AmazonEFSCSIDriverPolicy's AllowCreateAccessPoint allows no other tag key; --tags and --descriptive-tags need deploy/iam/descriptive-tags.json)"},
+	{"elasticfilesystem:TagResource", "elasticfilesystem:TagResource with elasticfilesystem:CreateAction = CreateAccessPoint, for the tags sent on create (AmazonEFSCSIDriverPolicy's AllowTagNewAccessPoints allows the key efs.csi.aws.com/cluster alone; --descriptive-tags needs docs/iam/controller.json, --tags a statement allowing its keys)"},
+	{"elasticfilesystem:CreateAccessPoint", "elasticfilesystem:CreateAccessPoint with the request tag efs.csi.aws.com/cluster (AmazonEFSCSIDriverPolicy's AllowCreateAccessPoint allows no other tag key; --descriptive-tags needs docs/iam/controller.json, --tags a statement allowing its keys)"},
 	{"elasticfilesystem:DeleteAccessPoint", "elasticfilesystem:DeleteAccessPoint on access points tagged efs.csi.aws.com/cluster (AmazonEFSCSIDriverPolicy's AllowDeleteAccessPoint)"},
 	{"elasticfilesystem:Describe", "elasticfilesystem:DescribeAccessPoints, DescribeFileSystems and DescribeMountTargets on * (AmazonEFSCSIDriverPolicy's AllowDescribe)"},
-	{"s3files:", "the S3 Files statements of deploy/iam/s3files.json"},
+	{"s3files:", "the S3 Files statements of docs/iam/s3files.json"},
 	{"sts:AssumeRole", "sts:AssumeRole on the role the StorageClass names, and that role's trust of the controller's role"},
 }
 

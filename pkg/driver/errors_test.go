@@ -78,7 +78,7 @@ func TestDenialNamesTheStatementNeeded(t *testing.T) {
 		{"elasticfilesystem:TagResource", "elasticfilesystem:CreateAction = CreateAccessPoint"},
 		{"elasticfilesystem:DeleteAccessPoint", "AllowDeleteAccessPoint"},
 		{"elasticfilesystem:DescribeMountTargets", "AllowDescribe"},
-		{"s3files:CreateAccessPoint", "deploy/iam/s3files.json"},
+		{"s3files:CreateAccessPoint", "docs/iam/s3files.json"},
 	} {
 		err := fmt.Errorf("create: %w: User: arn:aws:sts::111122223333:assumed-role/r/s is not authorized to perform: %s on resource: arn:aws:elasticfilesystem:us-east-1:111122223333:file-system/fs-1",
 			efs.ErrAccessDenied, tc.action)

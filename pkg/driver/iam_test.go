@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	deployiam "github.com/efs-csi/efs-csi-driver/deploy/iam"
+	shippediam "github.com/efs-csi/efs-csi-driver/docs/iam"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 )
@@ -68,9 +68,9 @@ func efsClass() map[string]string {
 
 // Every call the driver makes is allowed by the policy shipped for its
 // flags: AWS's managed AmazonEFSCSIDriverPolicy with the default flags,
-// upstream's example policy with --tags, deploy/iam/descriptive-tags.json
-// with --descriptive-tags, and the managed policy with deploy/iam/s3files.json
-// for an S3 Files class.
+// upstream's example policy with --tags, docs/iam/controller.json alone
+// with --descriptive-tags (for access points and S3 Files), and the managed
+// policy with docs/iam/s3files.json for an S3 Files class.
 func TestEveryCallIsAllowedUnderItsShippedPolicy(t *testing.T) {
 	s3 := map[string]string{"provisioningMode": "s3files-ap", "fileSystemId": sanityS3FS, "directoryPerms": "700"}
 	for _, tc := range []struct {
@@ -81,8 +81,9 @@ func TestEveryCallIsAllowedUnderItsShippedPolicy(t *testing.T) {
 	}{
 		{"managed policy, default flags", []string{iam.ManagedPolicy}, efsClass(), nil},
 		{"upstream's example policy, --tags", []string{iam.UpstreamExamplePolicy}, efsClass(), func(c *Config) { c.Tags = map[string]string{"team": "a"} }},
-		{"descriptive-tags.json, --descriptive-tags", []string{deployiam.DescriptiveTags}, efsClass(), func(c *Config) { c.DescriptiveTags = true }},
-		{"managed and s3files.json, an S3 Files class", []string{iam.ManagedPolicy, deployiam.S3Files}, s3, nil},
+		{"controller.json, --descriptive-tags", []string{shippediam.Controller}, efsClass(), func(c *Config) { c.DescriptiveTags = true }},
+		{"controller.json, an S3 Files class with --descriptive-tags", []string{shippediam.Controller}, s3, func(c *Config) { c.DescriptiveTags = true }},
+		{"managed and s3files.json, an S3 Files class", []string{iam.ManagedPolicy, shippediam.S3Files}, s3, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if feature, err := policyFeatures(t, tc.policies, tc.class, tc.mut); err != nil {

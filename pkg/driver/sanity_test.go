@@ -2,7 +2,7 @@ package driver
 
 import (
 	"context"
-	deployiam "github.com/efs-csi/efs-csi-driver/deploy/iam"
+	shippediam "github.com/efs-csi/efs-csi-driver/docs/iam"
 	"github.com/efs-csi/efs-csi-driver/internal/emulator/iam"
 	"os"
 	"os/exec"
@@ -49,7 +49,7 @@ func startDriverOn(t *testing.T, emuMut func(*emulator.Config), mut ...func(*Con
 	// Under the policies a user attaches (AWS's managed one, and
 	// s3files.json for S3 Files), as every cluster runs.
 	ecfg := emulator.Config{DataDir: data, FileSystems: []string{sanityFS}, S3FilesFileSystems: []string{sanityS3FS},
-		IAMPolicies: []string{iam.ManagedPolicy, deployiam.S3Files}}
+		IAMPolicies: []string{iam.ManagedPolicy, shippediam.S3Files}}
 	if emuMut != nil {
 		emuMut(&ecfg)
 	}

@@ -517,9 +517,9 @@ func (st *controllerStack) logUsage() {
 const (
 	managedPolicy         = "internal/emulator/iam/testdata/AmazonEFSCSIDriverPolicy.json"
 	upstreamExamplePolicy = "internal/emulator/iam/testdata/upstream-iam-policy-example.json"
-	descriptiveTagsPolicy = "deploy/iam/descriptive-tags.json"
-	s3FilesPolicy         = "deploy/iam/s3files.json"
-	crossAccountPolicy    = "deploy/iam/cross-account.json"
+	controllerPolicy      = "docs/iam/controller.json"
+	s3FilesPolicy         = "docs/iam/s3files.json"
+	crossAccountPolicy    = "docs/iam/cross-account.json"
 )
 
 // policy is the emulator's --iam-policy flag for one of them: each adds to the others.

@@ -38,7 +38,7 @@ func TestCollectorSweepsOnlyThisClustersUnrecordedAccessPoints(t *testing.T) {
 	defer cancel()
 	// The sweep's proof is the descriptive tags (docs/iam.md).
 	st := startControllerStack(ctx, t, s, stackOptions{replicas: 1, leaderElection: true, driverArgs: []string{"--descriptive-tags"},
-		emulatorArgs: []string{s.policy(descriptiveTagsPolicy)}})
+		emulatorArgs: []string{s.policy(controllerPolicy)}})
 	ns := newNamespace(ctx, t, s, "e2e-sweep")
 	efsc := efsClient(st.endpoint)
 	name := func(i int) string { return fmt.Sprintf("s-%03d", i) }
