@@ -204,8 +204,8 @@ func (a *Audit) run(ctx context.Context) error {
 		cl := a.resolveClass(ctx, sc)
 		c.StorageClasses = append(c.StorageClasses, *cl)
 		byClass[sc.Name] = cl
-		if cl.FileSystem != "" {
-			t := a.target(cl.FileSystem, keyOf(cl))
+		for _, id := range cl.fileSystems {
+			t := a.target(id, keyOf(cl))
 			t.classes = append(t.classes, cl)
 		}
 	}
@@ -222,7 +222,7 @@ func (a *Audit) run(ctx context.Context) error {
 			p := &pv{PersistentVolume: k, id: id}
 			pvsByFS[id.FileSystemID] = append(pvsByFS[id.FileSystemID], p)
 			key := backendKey{api: id.API}
-			if cl := byClass[k.StorageClass]; cl != nil && cl.FileSystem == id.FileSystemID {
+			if cl := byClass[k.StorageClass]; cl != nil && slices.Contains(cl.fileSystems, id.FileSystemID) {
 				key = keyOf(cl)
 			}
 			a.target(id.FileSystemID, key)
@@ -318,13 +318,14 @@ func (a *Audit) resolveClass(ctx context.Context, sc kube.StorageClass) *Class {
 			cl.FixedGID = &g
 		}
 	}
-	id, err := a.src.Kube.ClassFileSystem(ctx, p)
+	ids, err := a.src.Kube.ClassFileSystems(ctx, p)
 	if err != nil {
 		cl.Error = "file system: " + err.Error()
 		a.errorf("StorageClass %s: %s", sc.Name, cl.Error)
 		return cl
 	}
-	cl.FileSystem = id
+	cl.fileSystems = ids
+	cl.FileSystem = strings.Join(ids, ",")
 	ns, name, ok := kube.ProvisionerSecret(p)
 	if !ok {
 		return cl

@@ -625,3 +625,34 @@ func TestListingSurvivesThrottlesAndErrors(t *testing.T) {
 		t.Errorf("requests %+v", r.Requests.ByOutcome)
 	}
 }
+
+// A class naming several file systems (fileSystemId "fs-a, fs-b") has each
+// of them audited: a leak on the second is found and fixed, and no file
+// system is listed under the list's text as one ID.
+func TestEveryFileSystemOfAClassIsAudited(t *testing.T) {
+	const secondFS = "fs-0bbbbbbbbbbbbbbb2"
+	b := newBed(t, func(c *emulator.Config) { c.FileSystems = append(c.FileSystems, secondFS) })
+	b.startCollector()
+	b.k.AddStorageClass("several", driverName, map[string]string{"provisioningMode": "efs-ap", "fileSystemId": testFS + ", " + secondFS})
+	resp, err := b.ctl.CreateVolume(b.ctx(), createReq("pvc-second-leak", secondFS, "team-s", "pvc-second-leak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaked := apOf(t, resp.GetVolume().GetVolumeId())
+
+	r, _, stderr := b.audit("--fix", "--yes")
+	var ids []string
+	for _, f := range r.FileSystems {
+		ids = append(ids, f.ID)
+		if f.Error != "" {
+			t.Errorf("file system %s: %s", f.ID, f.Error)
+		}
+	}
+	slices.Sort(ids)
+	if want := []string{testFS, secondFS}; !slices.Equal(ids, want) {
+		t.Fatalf("audited %v, want %v (stderr %s)", ids, want, stderr)
+	}
+	if got := planOf(r.Plan); !slices.Equal(got, []string{ActionDeleteAccessPoint + " " + leaked}) || r.Plan.Actions[0].Result != ResultDone {
+		t.Fatalf("plan %v: %+v", got, r.Plan.Actions)
+	}
+}

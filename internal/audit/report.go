@@ -16,7 +16,7 @@
 // system is to the access point limit.
 //
 // A leak is provable only as the orphan collector proves one
-// (docs/design.md, "The leak no driver can prevent alone"): this cluster's
+// (docs/leaks.md, "The leak no driver can prevent alone"): this cluster's
 // record has it, its claim is gone, no PersistentVolume names it and none
 // ever did, which only an orphan collector that watched PVs for the
 // volume's whole life can say (the record's bound mark); every deletion
@@ -106,13 +106,17 @@ type Collector struct {
 
 // Class is a StorageClass of the driver, as the audit resolved it.
 type Class struct {
-	Name        string `json:"name"`
+	Name string `json:"name"`
+	// FileSystem is the file system the class names, or its several
+	// comma-separated (fileSystems holds them apart).
 	FileSystem  string `json:"fileSystem,omitempty"`
 	API         string `json:"api"`
 	Credentials string `json:"credentials"` // "own", or the role of its provisioner secret
 	BasePath    string `json:"basePath,omitempty"`
 	FixedGID    *int64 `json:"fixedGID,omitempty"`
 	Error       string `json:"error,omitempty"`
+
+	fileSystems []string
 }
 
 // Totals add up every file system (and, as a FileSystem's Counts, one).

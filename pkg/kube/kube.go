@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -325,8 +326,9 @@ func (c *Client) StorageClasses(ctx context.Context, driver string) ([]StorageCl
 	return out, err
 }
 
-// FileSystemIDs returns the distinct fileSystemId parameters of the
-// StorageClasses whose provisioner is driver, in the API's order.
+// FileSystemIDs returns the distinct file systems the StorageClasses whose
+// provisioner is driver name (each of a class's comma-separated
+// fileSystemId list), in the API's order.
 func (c *Client) FileSystemIDs(ctx context.Context, driver string) ([]string, error) {
 	classes, err := c.StorageClasses(ctx, driver)
 	if err != nil {
@@ -335,9 +337,11 @@ func (c *Client) FileSystemIDs(ctx context.Context, driver string) ([]string, er
 	var ids []string
 	seen := map[string]bool{}
 	for _, sc := range classes {
-		if id := c.classFileSystem(ctx, sc.Parameters); id != "" && !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
+		for _, id := range c.classFileSystems(ctx, sc.Parameters) {
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
 		}
 	}
 	return ids, nil
@@ -350,40 +354,47 @@ func ProvisionerSecret(params map[string]string) (namespace, name string, ok boo
 	return params[provisionerSecretNamespace], name, ok
 }
 
-// classFileSystem is the file system a class names, by fileSystemId or by a
-// reference it can read now; "" if neither, and "" for a class whose
-// volumes live where the controller's own EFS client does not reach: a
-// class with a provisioner secret (which may name another account's role;
-// only the provisioner reads it) or of S3 Files.
-func (c *Client) classFileSystem(ctx context.Context, params map[string]string) string {
+// classFileSystems are the file systems a class names, by fileSystemId or
+// by a reference it can read now; none for a class that names none, and
+// none for a class whose volumes live where the controller's own EFS
+// client does not reach: a class with a provisioner secret (which may name
+// another account's role; only the provisioner reads it) or of S3 Files.
+func (c *Client) classFileSystems(ctx context.Context, params map[string]string) []string {
 	if _, ok := params[provisionerSecretName]; ok || params[volume.ParamProvisioningMode] == volume.ProvisioningModeS3FilesAccessPoint {
-		return ""
+		return nil
 	}
-	id, _ := c.ClassFileSystem(ctx, params)
-	return id
+	ids, _ := c.ClassFileSystems(ctx, params)
+	return ids
 }
 
-// ClassFileSystem is the file system a class's parameters name: its
-// fileSystemId, or the value of its fileSystemIdConfigRef or
-// fileSystemIdSecretRef read now; "" for a class that names none (static
+// ClassFileSystems are the file systems a class's parameters name: each
+// entry of its fileSystemId list (a class may name several, comma-
+// separated), or the value of its fileSystemIdConfigRef or
+// fileSystemIdSecretRef read now; none for a class that names none (static
 // provisioning). A reference that cannot be read, or holds no ID, is an
 // error.
-func (c *Client) ClassFileSystem(ctx context.Context, params map[string]string) (string, error) {
+func (c *Client) ClassFileSystems(ctx context.Context, params map[string]string) ([]string, error) {
 	ref, isRef, err := volume.FileSystemRef(params)
 	switch {
 	case err != nil:
-		return "", err
+		return nil, err
 	case !isRef:
-		return params[volume.ParamFileSystemID], nil
+		var ids []string
+		for _, id := range volume.FileSystemIDList(params[volume.ParamFileSystemID]) {
+			if id != "" && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		return ids, nil
 	}
 	v, err := c.KeyValue(ctx, string(ref.Kind), ref.Namespace, ref.Name, ref.Key)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if id, ok := volume.FileSystemIDFromRef(v); ok {
-		return id, nil
+		return []string{id}, nil
 	}
-	return "", fmt.Errorf("kube: %s holds no file system ID", ref)
+	return nil, fmt.Errorf("kube: %s holds no file system ID", ref)
 }
 
 // NamespaceUID returns the UID of a namespace. The UID of kube-system is the

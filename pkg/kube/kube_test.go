@@ -39,6 +39,8 @@ func TestClientReadsTheCluster(t *testing.T) {
 	k.AddStorageClass("c", "ebs.csi.aws.com", map[string]string{"fileSystemId": "fs-2"})
 	k.AddStorageClass("d", "efs.csi.aws.com", map[string]string{"fileSystemId": "fs-3"})
 	k.AddStorageClass("static", "efs.csi.aws.com", nil)
+	// Several file systems in one class: each is listed, spaces trimmed.
+	k.AddStorageClass("several", "efs.csi.aws.com", map[string]string{"fileSystemId": "fs-3, fs-6 ,fs-1"})
 	// By reference: read (trimmed); a reference to nothing or to no ID adds nothing.
 	k.SetObject("configmaps", "storage", "efs", map[string]string{"fs": "fs-0000000a\n", "junk": "x"})
 	k.AddStorageClass("e", "efs.csi.aws.com", map[string]string{"fileSystemIdConfigRef": "storage/efs/fs"})
@@ -60,7 +62,7 @@ func TestClientReadsTheCluster(t *testing.T) {
 	if uid, err := c.ClaimUID(ctx, "ns", "gone"); uid != "" || err != nil {
 		t.Errorf("missing claim: %q, %v", uid, err)
 	}
-	if ids, err := c.FileSystemIDs(ctx, "efs.csi.aws.com"); err != nil || !slices.Equal(ids, []string{"fs-1", "fs-3", "fs-0000000a"}) {
+	if ids, err := c.FileSystemIDs(ctx, "efs.csi.aws.com"); err != nil || !slices.Equal(ids, []string{"fs-1", "fs-3", "fs-6", "fs-0000000a"}) {
 		t.Errorf("file systems %v, %v", ids, err)
 	}
 	if uid, err := c.NamespaceUID(ctx, "kube-system"); uid != kubetest.KubeSystemUID || err != nil {

@@ -183,12 +183,7 @@ func ParseParams(m map[string]string) (Params, error) {
 	case isRef:
 		return Params{}, paramErr(ref.Param, "a reference needs the Kubernetes API, which this controller has no client for")
 	}
-	// Several, comma-separated; spaces around the commas are accepted
-	// ("fs-a, fs-b", as a YAML list is often written).
-	fsIDs := strings.Split(m[ParamFileSystemID], ",")
-	for i := range fsIDs {
-		fsIDs[i] = strings.TrimSpace(fsIDs[i])
-	}
+	fsIDs := FileSystemIDList(m[ParamFileSystemID])
 	for i, fsID := range fsIDs {
 		switch {
 		case fsID == "":
@@ -434,4 +429,16 @@ func DirToken(path string) string {
 // IsDirToken reports whether token is a DirToken.
 func IsDirToken(token string) bool {
 	return len(token) == 52 && strings.HasPrefix(token, "dir:")
+}
+
+// FileSystemIDList splits a fileSystemId parameter into the file systems it
+// names, in order: several are comma-separated, and spaces around the
+// commas are accepted ("fs-a, fs-b", as a YAML list is often written).
+// Empty and malformed entries are kept for the caller to judge.
+func FileSystemIDList(v string) []string {
+	ids := strings.Split(v, ",")
+	for i := range ids {
+		ids[i] = strings.TrimSpace(ids[i])
+	}
+	return ids
 }
