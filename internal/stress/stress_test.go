@@ -221,7 +221,7 @@ func TestEmbeddedDirRunWithKillsIsClean(t *testing.T) {
 // volumes: the driver places volumes on both (past the first one's
 // limit), the audit lists both and comes out clean. Room for 44 of the
 // 40 volumes: placements that count at once are not reserved against each
-// other (docs/design.md, "Several file systems per class": the surplus
+// other (docs/placement.md, "Several file systems per class": the surplus
 // answers RESOURCE_EXHAUSTED, which the tool does not retry), and with no
 // room to spare one run in a loaded make test saw one.
 func TestEmbeddedClassOverTwoFileSystemsIsClean(t *testing.T) {

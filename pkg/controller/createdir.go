@@ -1,13 +1,13 @@
 package controller
 
-// Directory volumes (provisioningMode efs-dir; docs/design.md, "Directory
-// volumes"): a volume is a directory of the file system that the
-// controller makes through its own mount, with no access point. The
-// protocol is the access point one's without EFS in the middle: the record
-// (its key the path's, volume.DirToken) and the id it holds are written
-// before the directory is made, a compare-and-swap write follows the mkdir
-// before the answer, and DeleteVolume marks the record deleting before it
-// removes anything.
+// Directory volumes (provisioningMode efs-dir; docs/directory-volumes.md;
+// the step tables in docs/design.md, "Directory volumes"): a volume is a
+// directory of the file system that the controller makes through its own
+// mount, with no access point. The protocol is the access point one's
+// without EFS in the middle: the record (its key the path's,
+// volume.DirToken) and the id it holds are written before the directory is
+// made, a compare-and-swap write follows the mkdir before the answer, and
+// DeleteVolume marks the record deleting before it removes anything.
 
 import (
 	"context"

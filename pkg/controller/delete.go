@@ -170,7 +170,7 @@ const cleanupTimeout = 30 * time.Second
 // shared directory is never mounted. What reaches the directory since the
 // view was read is this process's creates (createSharer), checked again
 // once mounted, right before the removal; another writer's access point
-// made meanwhile is not seen (docs/design.md, "Known limits").
+// made meanwhile is not seen (docs/root-removal.md, "Limits").
 //
 // EFS lists a new access point with a lag (the emulator's
 // --visibility-delay): one another writer made on the directory shortly

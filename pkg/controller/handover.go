@@ -13,22 +13,22 @@ import (
 // first; retry.
 var ErrHandover = errors.New("waiting for the previous controller's calls in flight to end")
 
-// The handover from upstream (docs/design.md, "The handover from
-// upstream"). In an in-place upgrade the csi-provisioner's leader election
-// hands provisioning from upstream's controller to this one; the old
-// leader's calls in flight then end within its call timeout (its
-// csi-provisioner's --timeout: the driver's requests carry that deadline).
-// Until they have, one of its creates may still put on EFS an access point
-// under the volume name's token, with the lowest GID its listing saw free:
-// a GID this driver may answer meanwhile, for another claim. So no create
-// runs until that timeout, and EFS's listing lag, have passed since this
-// process's first CreateVolume or DeleteVolume (none comes before its
-// provisioner leads, so none before the handover); every listing of the
-// allocator begun before is distrusted, and the record notes the fence
-// passed: later processes of the cluster skip it. Nothing made outside
-// this driver's protocol appears after the fence, so one listing then
-// shows all of it: its GIDs are avoided, and a claim whose access point
-// upstream made is answered with it (core's UpstreamToken).
+// The handover from upstream (docs/handover.md; its steps in
+// docs/design.md, "The handover from upstream"). In an in-place upgrade the
+// csi-provisioner's leader election hands provisioning from upstream's
+// controller to this one; the old leader's calls in flight then end within
+// its call timeout (its csi-provisioner's --timeout: the driver's requests
+// carry that deadline). Until they have, one of its creates may still put
+// on EFS an access point under the volume name's token, with the lowest GID
+// its listing saw free: a GID this driver may answer meanwhile, for another
+// claim. So no create runs until that timeout, and EFS's listing lag, have
+// passed since this process's first CreateVolume or DeleteVolume (none
+// comes before its provisioner leads, so none before the handover); every
+// listing of the allocator begun before is distrusted, and the record notes
+// the fence passed: later processes of the cluster skip it. Nothing made
+// outside this driver's protocol appears after the fence, so one listing
+// then shows all of it: its GIDs are avoided, and a claim whose access
+// point upstream made is answered with it (core's UpstreamToken).
 
 // handover is this process's state of the fence.
 type handover struct {

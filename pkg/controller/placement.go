@@ -1,6 +1,6 @@
 package controller
 
-// Classes over several file systems (docs/design.md, "Several file
+// Classes over several file systems (docs/placement.md, "Several file
 // systems per class"): fileSystemId "fs-a,fs-b". Each volume is placed on
 // one, once: the record's place entry (journal.Place, a compare-and-swap
 // create keyed by the volume's name token) says which, so that a retry, a

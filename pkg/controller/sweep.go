@@ -12,13 +12,13 @@ import (
 )
 
 // SweepUnrecorded deletes the access points of fsID that this cluster's
-// creates made for a record and that no record names (docs/design.md,
-// "Access points no record names"), for the orphan collector: the holds a
-// killed sweep left first, the ids held for volumes whose record is gone,
-// then every access point listed, each by a machine of
-// pkg/controller/core (core.NewResumeSweep, core.NewFreeID,
-// core.NewSweep), which says what proves one unrecorded. named reports whether a
-// PersistentVolume names an access point.
+// creates made for a record and that no record names (docs/leaks.md,
+// "Access points no record names"; its steps in docs/design.md), for the
+// orphan collector: the holds a killed sweep left first, the ids held for
+// volumes whose record is gone, then every access point listed, each by a
+// machine of pkg/controller/core (core.NewResumeSweep, core.NewFreeID,
+// core.NewSweep), which says what proves one unrecorded. named reports
+// whether a PersistentVolume names an access point.
 //
 // Only the controller's own credentials are used, and only with a cluster
 // ID and a record that is the cluster's one (Leases: never a file record

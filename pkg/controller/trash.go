@@ -21,7 +21,7 @@ import (
 )
 
 // Root removal never destroys a directory on a listing that may lag
-// (docs/design.md, "Root removal"): the delete moves the directory into
+// (docs/root-removal.md, "The trash"): the delete moves the directory into
 // the file system's trash (volume.TrashDir) at once, and a purge destroys
 // a trash entry only once a listing that began trashWindow after the move
 // shows no access point, and the record no volume, reaching its original

@@ -8,16 +8,17 @@ import (
 	"strings"
 )
 
-// The sweep (the orphan collector's, docs/design.md "Access points no
-// record names") deletes an access point that this cluster's creates made
-// under a GID token and that no record names: a duplicate create's
-// request that reached EFS after the volume's delete had finished, whose
-// caller died before deleting it. It holds the access point's id first, in
-// the id table, under a holder no volume has (SweepToken): from then on no
-// create sends that GID token (every create holds its id before it sends),
-// so none can adopt the access point while the sweep decides and deletes.
-// The hold is the sweep's intent, kept in the record: one a killed sweep
-// left is resumed (ToSweep), never left held for nobody.
+// The sweep (the orphan collector's, docs/leaks.md "Access points no
+// record names"; its steps in docs/design.md) deletes an access point that
+// this cluster's creates made under a GID token and that no record names: a
+// duplicate create's request that reached EFS after the volume's delete had
+// finished, whose caller died before deleting it. It holds the access
+// point's id first, in the id table, under a holder no volume has
+// (SweepToken): from then on no create sends that GID token (every create
+// holds its id before it sends), so none can adopt the access point while
+// the sweep decides and deletes. The hold is the sweep's intent, kept in
+// the record: one a killed sweep left is resumed (ToSweep), never left held
+// for nobody.
 
 // sweepIndex is the Index of an id entry the sweep holds: what a store
 // may select such entries by.

@@ -9,7 +9,7 @@
 // before it creates any access point, and never in EFS: a tag, a client
 // token or a listing proves nothing, since anyone who may tag access points
 // can copy them. A volume is collected only when all of this holds
-// (docs/design.md, "The leak no driver can prevent alone"):
+// (docs/leaks.md, "The leak no driver can prevent alone"):
 //   - the record has it: access points without a record (an earlier
 //     release's, the upstream driver's, anyone else's) are never collected;
 //   - no PersistentVolume ever named it: the first time the collector sees

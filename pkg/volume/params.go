@@ -25,7 +25,7 @@ const (
 	ParamReuseAccessPoint      = "reuseAccessPoint"
 	ParamAZ                    = "az"
 	// ParamEnableTagging "false": access points are created with no tag at
-	// all, as upstream (see docs/design.md, "Untagged access points").
+	// all, as upstream (see docs/design.md, "Access points without a record").
 	ParamEnableTagging = "enableTagging"
 	// ParamEnforceZoneAffinity "true": the volume of a One Zone file system
 	// is accessible from its zone only (AccessibleTopology).
@@ -51,7 +51,7 @@ const (
 	ProvisioningModeS3FilesAccessPoint = "s3files-ap"
 	// ProvisioningModeDirectory provisions a directory of the file system,
 	// made by the controller through its own mount, without an access
-	// point (docs/design.md, "Directory volumes").
+	// point (docs/directory-volumes.md).
 	ProvisioningModeDirectory = "efs-dir"
 	// DefaultGIDRangeStart and DefaultGIDRangeEnd are upstream's defaults:
 	// 50000 plus the per-file-system access point limit (10,000).

@@ -19,7 +19,7 @@ const (
 
 // TrashDir is the directory at a file system's root where root removal
 // (--delete-access-point-root-dir) moves a deleted volume's directory
-// until it is purged or restored (docs/design.md, "Root removal"). No root
+// until it is purged or restored (docs/root-removal.md, "The trash"). No root
 // directory reaches into it but "/": its name starts with '.', which EFS
 // (checkSegment) refuses in every component of an access point's root,
 // a subPathPattern's expansion and a basePath; a directory volume's ID

@@ -14,7 +14,8 @@ import (
 )
 
 // The orphan collector's collection of one volume of the record
-// (docs/design.md, "The leak no driver can prevent alone"). pkg/orphans
+// (docs/leaks.md and docs/design.md, "The leak no driver can prevent
+// alone"). pkg/orphans
 // proved from the record and Kubernetes that no PersistentVolume ever
 // named it and that its claim is gone; this proves the rest, under the
 // volume's name locks (those a create of it holds: a create being retried
@@ -311,10 +312,10 @@ func TaggedFor(cluster string, rec *journal.Record, ap *efs.AccessPoint) error {
 // in the record's id table. Only a create of a volume holding the id
 // sends the token, and the root directory names the volume
 // (Plan.usesGIDToken). What it cannot prove, which the record-life and
-// cluster-ID tags do (docs/design.md, "Tags"): that rec is not an entry
-// forged, by a writer of the record, to name an access point that no
-// PersistentVolume of this cluster names (one being provisioned here, or
-// another cluster's on a shared file system).
+// cluster-ID tags do (docs/design.md, Building blocks, "Tags"): that rec is
+// not an entry forged, by a writer of the record, to name an access point
+// that no PersistentVolume of this cluster names (one being provisioned
+// here, or another cluster's on a shared file system).
 func TokenFor(rec *journal.Record, ap *efs.AccessPoint) bool {
 	return ap.Tags[ownership.TagCluster] == "true" && volume.IsGIDToken(ap.ClientToken) &&
 		ap.ClientToken == rec.SentToken() && ap.FileSystemID == rec.FileSystem && madeWith(rec, ap)

@@ -11,11 +11,12 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
-// Directory volumes (provisioningMode efs-dir; docs/design.md, "Directory
-// volumes"): a directory on the file system, made by the controller
-// through its mount of it, recorded as an access point volume is, with no
-// access point. Their effects, besides the record's and Lock, Log,
-// Recall, Remember, Mark, RemoveRoot and Finish.
+// Directory volumes (provisioningMode efs-dir; docs/directory-volumes.md;
+// the step tables in docs/design.md, "Directory volumes"): a directory on
+// the file system, made by the controller through its mount of it, recorded
+// as an access point volume is, with no access point. Their effects,
+// besides the record's and Lock, Log, Recall, Remember, Mark, RemoveRoot
+// and Finish.
 type (
 	// DirSeen: this process's allocator counts the ids of Record's
 	// directory volume used (DirStandIn), and its access point creates

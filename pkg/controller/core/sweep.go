@@ -13,14 +13,14 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
-// The sweep of access points no record names (docs/design.md, "Access
-// points no record names"), one access point at a time, for the orphan
-// collector. A request can reach EFS after everything that could name what
-// it makes is gone: a duplicate create delayed past its volume's whole
-// delete on another replica makes an access point under the GID token that
-// delete freed. Its caller deletes it once its record write fails; one
-// killed before that left it to this sweep. An access point is one of
-// them only if all of this holds:
+// The sweep of access points no record names (docs/leaks.md, "Access
+// points no record names"; its steps in docs/design.md), one access point
+// at a time, for the orphan collector. A request can reach EFS after
+// everything that could name what it makes is gone: a duplicate create
+// delayed past its volume's whole delete on another replica makes an access
+// point under the GID token that delete freed. Its caller deletes it once
+// its record write fails; one killed before that left it to this sweep. An
+// access point is one of them only if all of this holds:
 //   - it carries this cluster's tags: efs.csi.aws.com/cluster=true, this
 //     cluster's ID (never empty here), its volume name and a record life
 //     (only a create of a record writes one), under a GID token for the

@@ -70,8 +70,8 @@ func (s *Sim) check() {
 				case o.inst.st == an.inst.st:
 					// A directory volume's id is unique within its record
 					// only: EFS cannot compare a directory with another
-					// record's access points (docs/design.md, Directory
-					// volumes).
+					// record's access points (docs/directory-volumes.md,
+					// "What a directory volume is").
 					s.violate("gid: GID %d answered on two live volumes of record %s: %s (%s to %s via %s) and %s (%s to %s via %s)",
 						an.gid, an.inst.st.name, o.apID, o.name, o.by, o.inst.name, an.apID, an.name, an.by, an.inst.name)
 				}
