@@ -122,7 +122,7 @@ func driverFlags(fs *flag.FlagSet, cfg *driver.Config, o *options) {
 	fs.StringVar(&o.metricsAlias, "metrics-address", "", "deprecated alias of --http-endpoint (both set is an error)")
 	fs.StringVar(&cfg.MetricsCertFile, "metrics-cert-file", "", "TLS certificate for the metrics endpoint (with --metrics-key-file)")
 	fs.StringVar(&cfg.MetricsKeyFile, "metrics-key-file", "", "TLS key for the metrics endpoint (with --metrics-cert-file)")
-	fs.BoolVar(&cfg.VolMetricsOptIn, "vol-metrics-opt-in", false, "report volume usage in NodeGetVolumeStats: advertise GET_VOLUME_STATS, so kubelet asks for every volume's own usage (a cached walk, docs/design.md)")
+	fs.BoolVar(&cfg.VolMetricsOptIn, "vol-metrics-opt-in", false, "report volume usage in NodeGetVolumeStats: advertise GET_VOLUME_STATS, so kubelet asks for every volume's own usage (a cached walk, docs/node.md)")
 	o.volMetricsRefresh = minutes(240 * time.Minute)
 	fs.Var(&o.volMetricsRefresh, "vol-metrics-refresh-period", "how often a volume's usage is walked again (recomputed), in minutes, fractional or a Go duration such as 4h")
 	fs.IntVar(&o.volMetricsFSRateLimit, "vol-metrics-fs-rate-limit", 5, "usage walks (computations) running at once per file system")
