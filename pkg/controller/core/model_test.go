@@ -123,6 +123,7 @@ type modelActor struct {
 type stepper interface {
 	Next() Effect
 	Step(Result)
+	Stop()
 }
 
 type modelCall struct {
@@ -221,6 +222,7 @@ func (m *modelMarkBound) Next() Effect {
 }
 
 func (m *modelMarkBound) Step(Result) { m.done = true }
+func (m *modelMarkBound) Stop()       {}
 
 // toSweep reads the ids the sweep holds and those held for volumes whose
 // record is gone or being deleted (journal.ToSweep).
@@ -249,6 +251,8 @@ func (m *modelRound) Next() Effect {
 // over reports whether the round has nothing left to read: with noSweep,
 // once the records are read.
 func (m *modelRound) over() bool { return m.a.noSweep && m.phase > 0 }
+
+func (m *modelRound) Stop() {}
 
 func (m *modelRound) Step(r Result) {
 	switch m.phase {
@@ -832,6 +836,7 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 			w.trace = append(w.trace, "kill "+r.name)
 			for _, a := range append(all, sweeper) {
 				if a != nil && a.call != nil && a.call.r == r {
+					a.call.m.Stop()
 					a.call = nil
 					a.queue = nil // a sweep's round ends with it
 				}
