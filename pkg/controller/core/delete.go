@@ -122,7 +122,7 @@ type DeleteConfig struct {
 //  5. Delete the access point; "not found" means an earlier attempt did.
 //     Then, and only then, the record and its id are released.
 type Delete struct {
-	machine
+	proc
 	cfg   DeleteConfig
 	raw   string
 	id    volume.ID
@@ -136,180 +136,146 @@ type Delete struct {
 // removed) at now.
 func NewDelete(cfg DeleteConfig, volumeID string, now time.Time) *Delete {
 	d := &Delete{cfg: cfg, raw: volumeID, began: now}
-	id, err := volume.ParseID(volumeID)
-	switch {
-	case err == nil && id.Dir:
-		d.deleteDir(id)
-	case err != nil || id.AccessPointID == "":
-		// Not ours to delete: the CO may send anything, and a static volume
-		// owns no access point (the upstream driver answers OK for both).
-		d.answer(nil)
-	default:
-		d.id = id
-		d.do(Recall{FileSystem: id.FileSystemID, AccessPoint: id.AccessPointID}, d.recalled)
-	}
+	d.run(func() Effect { return Answer{Err: d.delete()} })
 	return d
 }
 
-func (d *Delete) recalled(r Result) {
-	if r.Yes {
-		d.answer(nil) // a repeat: no request, no record write
-		return
+func (d *Delete) delete() error {
+	id, err := volume.ParseID(d.raw)
+	switch {
+	case err == nil && id.Dir:
+		return d.deleteDir(id)
+	case err != nil || id.AccessPointID == "":
+		// Not ours to delete: the CO may send anything, and a static volume
+		// owns no access point (the upstream driver answers OK for both).
+		return nil
 	}
-	d.do(Lock{Keys: []string{APKey(d.id.AccessPointID)}}, func(r Result) {
-		if !d.failed(r) {
-			d.do(LookUp{ID: d.id}, d.lookedUp)
-		}
-	})
-}
-
-func (d *Delete) lookedUp(r Result) {
-	if errors.Is(r.Err, efs.ErrAccessPointNotFound) {
-		d.unseen()
-		return
+	d.id = id
+	if d.do(Recall{FileSystem: id.FileSystemID, AccessPoint: id.AccessPointID}).Yes {
+		return nil // a repeat: no request, no record write
 	}
-	if d.failed(r) {
-		return
+	if r := d.do(Lock{Keys: []string{APKey(id.AccessPointID)}}); r.Err != nil {
+		return r.Err
+	}
+	r := d.do(LookUp{ID: id})
+	switch {
+	case errors.Is(r.Err, efs.ErrAccessPointNotFound):
+		return d.unseen()
+	case r.Err != nil:
+		return r.Err
 	}
 	ap := r.AP
 	d.ap = ap
-	if ap.FileSystemID != d.id.FileSystemID {
+	if ap.FileSystemID != id.FileSystemID {
 		// A crafted or mistyped ID: its file system has no such access
 		// point, and the one of that ID on another file system is not this
 		// volume's. Nothing is deleted.
 		d.do(Log{Level: slog.LevelWarn, Msg: "volume not deleted: its access point is on another file system",
-			Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID)}},
-			func(Result) { d.answer(nil) })
-		return
+			Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID)}})
+		return nil
 	}
 	if other, ok := ownership.OtherCluster(ap, d.cfg.Cluster); ok {
-		d.answer(fmt.Errorf("%w: access point %s was made by cluster %q, not this one (%q); it is not deleted here",
-			ErrForeign, ap.ID, other, d.cfg.Cluster))
-		return
+		return fmt.Errorf("%w: access point %s was made by cluster %q, not this one (%q); it is not deleted here",
+			ErrForeign, ap.ID, other, d.cfg.Cluster)
 	}
-	d.recordOf(true, d.found)
-}
-
-// found takes the name locks of the access point's volume (its record's,
-// or what its tags and token say) and marks the record.
-func (d *Delete) found(rec *journal.Record) {
-	d.prov = ProvenanceOf(d.ap, rec)
-	d.do(Lock{Keys: d.prov.Locks}, func(r Result) {
-		if d.failed(r) {
-			return
+	rec, err := d.recordOf(true)
+	if err != nil {
+		return err
+	}
+	// The name locks of the access point's volume (its record's, or what
+	// its tags and token say), then the record marked.
+	d.prov = ProvenanceOf(ap, rec)
+	if r := d.do(Lock{Keys: d.prov.Locks}); r.Err != nil {
+		return r.Err
+	}
+	d.do(Forget{FileSystem: ap.FileSystemID, AccessPoint: ap.ID})
+	if d.prov.Recorded {
+		if err := d.mark(rec); err != nil {
+			return err
 		}
-		d.do(Forget{FileSystem: d.ap.FileSystemID, AccessPoint: d.ap.ID}, func(Result) {
-			if !d.prov.Recorded {
-				d.removeRoot()
-				return
-			}
-			d.mark(rec)
-		})
-	})
+	}
+	if err := d.removeRoot(); err != nil {
+		return err
+	}
+	// After the record is marked deleting and the directory removed: the
+	// rest of an irreversible step.
+	if r := d.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}); r.Err != nil {
+		return r.Err
+	}
+	d.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
+		Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("reason", "DeleteVolume"), slog.Bool("recorded", d.rec != nil)}})
+	return d.finish(d.rec, d.prov.Locks)
 }
 
 // mark marks rec deleting, before anything is deleted: from here on no
 // create answers it. Marked at the version read before the name locks (a
 // hint, maybe): a create that held them may have changed the record
-// meanwhile, which fails the compare-and-swap and is read again.
-func (d *Delete) mark(rec *journal.Record) {
-	d.do(Mark{Record: rec, IfAgrees: d.ap}, func(r Result) {
-		switch {
-		case d.failed(r):
-		case r.Record != nil:
-			d.rec = r.Record
-			d.removeRoot()
-		default:
-			// Changed since the first read, which may have been a hint
-			// long stale: look the record up again, without hints. One
-			// under other locks than those held is left to a retry.
-			d.recordOf(false, d.markFound)
-		}
-	})
-}
-
-func (d *Delete) markFound(found *journal.Record) {
-	if found == nil {
-		d.marked(nil)
-		return
+// meanwhile, which fails the compare-and-swap and is read again, without
+// hints (one under other locks than those held is left to a retry). A
+// record no longer agreeing is deleted as unrecorded, under the locks held.
+func (d *Delete) mark(rec *journal.Record) error {
+	r := d.do(Mark{Record: rec, IfAgrees: d.ap})
+	switch {
+	case r.Err != nil:
+		return r.Err
+	case r.Record != nil:
+		d.rec = r.Record
+		return nil
 	}
-	if !isSubset(RecordLocks(found), d.prov.Locks) {
-		d.answer(fmt.Errorf("%w: the record of access point %s changed while its delete took its locks", keylock.ErrBusy, d.ap.ID))
-		return
-	}
-	d.do(Mark{Record: found, IfAgrees: d.ap}, func(r Result) {
+	found, err := d.recordOf(false)
+	switch {
+	case err != nil:
+		return err
+	case found == nil:
+	case !isSubset(RecordLocks(found), d.prov.Locks):
+		return fmt.Errorf("%w: the record of access point %s changed while its delete took its locks", keylock.ErrBusy, d.ap.ID)
+	default:
+		r := d.do(Mark{Record: found, IfAgrees: d.ap})
 		switch {
-		case d.failed(r):
+		case r.Err != nil:
+			return r.Err
 		case r.Record == nil:
-			d.answer(fmt.Errorf("%w: the record of access point %s (volume %q) keeps changing", keylock.ErrBusy, d.ap.ID, found.Name))
-		default:
-			d.marked(r.Record)
+			return fmt.Errorf("%w: the record of access point %s (volume %q) keeps changing", keylock.ErrBusy, d.ap.ID, found.Name)
 		}
-	})
-}
-
-// marked goes on with fresh, the record marked on a second read (nil: none
-// agrees any more, deleted as unrecorded). The locks taken stay the ones
-// held.
-func (d *Delete) marked(fresh *journal.Record) {
+		found = r.Record
+	}
 	held := d.prov.Locks
-	d.prov = ProvenanceOf(d.ap, fresh)
+	d.prov = ProvenanceOf(d.ap, found)
 	d.prov.Locks = held
-	d.rec = fresh
-	d.removeRoot()
+	d.rec = found
+	return nil
 }
 
-func (d *Delete) removeRoot() {
+// removeRoot removes the access point's root directory with root removal
+// on.
+func (d *Delete) removeRoot() error {
 	switch {
 	case !d.cfg.DeleteRootDir:
-		d.deleteAccessPoint()
+		return nil
 	case !d.prov.CSI:
 		// Not a CSI volume's directory: whose data it holds is unknown.
 		// The access point goes (as without root removal: a PV stuck in
 		// FAILED_PRECONDITION helps nobody), the directory stays.
-		d.do(RootNotOwned{AP: d.ap}, func(Result) { d.deleteAccessPoint() })
-	default:
-		since := d.began
-		if d.rec != nil && !d.rec.DeletingSince.IsZero() && d.rec.DeletingSince.Before(since) {
-			since = d.rec.DeletingSince // an earlier attempt's, before a restart too
-		}
-		d.do(RemoveRoot{AP: d.ap, Prov: d.prov, Since: since}, func(r Result) {
-			if !d.failed(r) {
-				d.deleteAccessPoint()
-			}
-		})
+		d.do(RootNotOwned{AP: d.ap})
+		return nil
 	}
-}
-
-// deleteAccessPoint runs after the record is marked deleting and the
-// directory removed: the rest of an irreversible step.
-func (d *Delete) deleteAccessPoint() {
-	d.do(DeleteAccessPoint{FileSystem: d.ap.FileSystemID, AccessPoint: d.ap.ID}, func(r Result) {
-		if d.failed(r) {
-			return
-		}
-		d.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
-			Attrs: []slog.Attr{slog.String("accessPoint", d.ap.ID), slog.String("reason", "DeleteVolume"), slog.Bool("recorded", d.rec != nil)}},
-			func(Result) { d.finish(d.rec, d.prov.Locks) })
-	})
+	since := d.began
+	if d.rec != nil && !d.rec.DeletingSince.IsZero() && d.rec.DeletingSince.Before(since) {
+		since = d.rec.DeletingSince // an earlier attempt's, before a restart too
+	}
+	return d.do(RemoveRoot{AP: d.ap, Prov: d.prov, Since: since}).Err
 }
 
 // finish removes rec (if any), then remembers the delete as finished,
 // still under the name locks.
-func (d *Delete) finish(rec *journal.Record, locks []string) {
-	remember := func() {
-		d.do(Remember{FileSystem: d.id.FileSystemID, AccessPoint: d.id.AccessPointID, Locks: locks},
-			func(Result) { d.answer(nil) })
-	}
-	if rec == nil {
-		remember()
-		return
-	}
-	d.do(Finish{Record: rec}, func(r Result) {
-		if !d.failed(r) {
-			remember()
+func (d *Delete) finish(rec *journal.Record, locks []string) error {
+	if rec != nil {
+		if r := d.do(Finish{Record: rec}); r.Err != nil {
+			return r.Err
 		}
-	})
+	}
+	d.do(Remember{FileSystem: d.id.FileSystemID, AccessPoint: d.id.AccessPointID, Locks: locks})
+	return nil
 }
 
 // unseen finishes a delete whose access point Describe does not show:
@@ -322,93 +288,74 @@ func (d *Delete) finish(rec *journal.Record, locks []string) {
 // again, so none could drop it. Not found with these credentials proves
 // nothing if they cannot see the file system (a volume of another account
 // deleted without its class's secret): the record then stays.
-func (d *Delete) unseen() {
+func (d *Delete) unseen() error {
 	fsID, apID := d.id.FileSystemID, d.id.AccessPointID
-	d.do(ReadRecordOf{FileSystem: fsID, AccessPoint: apID}, func(r Result) {
-		if errors.Is(r.Err, journal.ErrNotFound) {
-			d.do(Reachable{FileSystem: fsID}, func(r Result) { d.answer(r.Err) })
-			return
+	r := d.do(ReadRecordOf{FileSystem: fsID, AccessPoint: apID})
+	switch {
+	case errors.Is(r.Err, journal.ErrNotFound):
+		return d.do(Reachable{FileSystem: fsID}).Err
+	case r.Err != nil:
+		return r.Err
+	}
+	rec := r.Record
+	locks := RecordLocks(rec)
+	for _, e := range []Effect{Reachable{FileSystem: fsID}, Lock{Keys: locks}} {
+		if r := d.do(e); r.Err != nil {
+			return r.Err
 		}
-		if d.failed(r) {
-			return
+	}
+	d.do(Forget{FileSystem: fsID, AccessPoint: apID})
+	for _, e := range []Effect{Mark{Record: rec}, DeleteAccessPoint{FileSystem: fsID, AccessPoint: apID}} {
+		if r := d.do(e); r.Err != nil {
+			return r.Err
 		}
-		rec := r.Record
-		locks := RecordLocks(rec)
-		d.do(Reachable{FileSystem: fsID}, func(r Result) {
-			if d.failed(r) {
-				return
-			}
-			d.do(Lock{Keys: locks}, func(r Result) {
-				if d.failed(r) {
-					return
-				}
-				d.do(Forget{FileSystem: fsID, AccessPoint: apID}, func(Result) {
-					d.do(Mark{Record: rec}, func(r Result) {
-						if d.failed(r) {
-							return
-						}
-						d.do(DeleteAccessPoint{FileSystem: fsID, AccessPoint: apID}, func(r Result) {
-							if d.failed(r) {
-								return
-							}
-							d.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
-								Attrs: []slog.Attr{slog.String("accessPoint", apID), slog.String("reason", "DeleteVolume (not visible, recorded)")}},
-								func(Result) { d.finish(rec, locks) })
-						})
-					})
-				})
-			})
-		})
-	})
+	}
+	d.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
+		Attrs: []slog.Attr{slog.String("accessPoint", apID), slog.String("reason", "DeleteVolume (not visible, recorded)")}})
+	return d.finish(rec, locks)
 }
 
-// recordOf reads the record of the access point and passes it to k (nil if
-// none agrees, ownership.Agrees). It is read by its key: the access
-// point's client token for volumes under a name token (upstream's, which a
-// create adopted); for a GID token, the name token of its volume-name tag
-// (a hint, which the record must prove by naming it). A GID token whose
-// tag leads to no record, or a 64-hex token (upstream's reuseAccessPoint
-// hash) is looked up by the record's index of access points.
+// recordOf reads the record of the access point (nil if none agrees,
+// ownership.Agrees). It is read by its key: the access point's client
+// token for volumes under a name token (upstream's, which a create
+// adopted); for a GID token, the name token of its volume-name tag (a
+// hint, which the record must prove by naming it). A GID token whose tag
+// leads to no record, or a 64-hex token (upstream's reuseAccessPoint hash)
+// is looked up by the record's index of access points.
 //
 // With hints, the key's record may be read from what this process last
 // knew of it: the caller then takes only its locks from it and reads it
 // again under them before acting (Mark's compare-and-swap).
-func (d *Delete) recordOf(hints bool, k func(*journal.Record)) {
+func (d *Delete) recordOf(hints bool) (*journal.Record, error) {
 	ap := d.ap
-	byIndex := func() {
-		if !volume.IsGIDToken(ap.ClientToken) && !volume.IsClaimNameHash(ap.ClientToken) {
-			k(nil)
-			return
-		}
-		d.do(ReadRecordOf{FileSystem: ap.FileSystemID, AccessPoint: ap.ID, Hint: hints}, func(r Result) { d.agreeing(r, k, func() { k(nil) }) })
-	}
-	key := VolumeKeyOf(ap)
-	if key == "" || volume.IsGIDToken(key) {
-		byIndex()
-		return
-	}
-	read := ReadRecord{FileSystem: ap.FileSystemID, Key: key, Hint: hints}
-	d.do(read, func(r Result) {
+	if key := VolumeKeyOf(ap); key != "" && !volume.IsGIDToken(key) {
+		read := ReadRecord{FileSystem: ap.FileSystemID, Key: key, Hint: hints}
+		r := d.do(read)
 		if hints && r.Err == nil && !ownership.Agrees(r.Record, ap) {
 			// Only a hint that agrees is taken: one that does not may be
 			// stale (the record adopted this access point since).
 			read.Hint = false
-			d.do(read, func(r Result) { d.agreeing(r, k, byIndex) })
-			return
+			r = d.do(read)
 		}
-		d.agreeing(r, k, byIndex)
-	})
+		if rec, done, err := d.agreeing(r); done {
+			return rec, err
+		}
+	}
+	if !volume.IsGIDToken(ap.ClientToken) && !volume.IsClaimNameHash(ap.ClientToken) {
+		return nil, nil
+	}
+	rec, _, err := d.agreeing(d.do(ReadRecordOf{FileSystem: ap.FileSystemID, AccessPoint: ap.ID, Hint: hints}))
+	return rec, err
 }
 
-// agreeing passes r's record to k if it agrees with the access point,
-// answers an error other than not found, else runs otherwise.
-func (d *Delete) agreeing(r Result, k func(*journal.Record), otherwise func()) {
+// agreeing is r's record if it agrees with the access point, or r's error
+// other than not found (done); else nothing (not done).
+func (d *Delete) agreeing(r Result) (rec *journal.Record, done bool, err error) {
 	switch {
 	case r.Err == nil && ownership.Agrees(r.Record, d.ap):
-		k(r.Record)
+		return r.Record, true, nil
 	case r.Err != nil && !errors.Is(r.Err, journal.ErrNotFound):
-		d.answer(r.Err)
-	default:
-		otherwise()
+		return nil, true, r.Err
 	}
+	return nil, false, nil
 }

@@ -70,67 +70,59 @@ func DirStandInID(token string) string { return "dir:" + token }
 // ABORTED. One that marks it after removes the directory after it was
 // made. With root removal on, this process's deletes see the create from
 // before its record is written (Creating) until its end.
-func (c *Create) createDir() {
+func (c *Create) createDir() Answer {
 	p := c.p
-	end := func(then func(Answer)) func(Answer) {
-		return func(a Answer) { c.release(func() { then(a) }) }
+	if c.cfg.DeleteRootDir {
+		c.do(Creating{FileSystem: p.Params.FileSystemID, Token: p.Input.ClientToken, Name: p.Name, Root: p.Input.Path})
 	}
-	answer := func(a Answer) { c.do(a, nil) }
-	run := func() {
-		c.record(func() {
-			rec := c.rec
-			if why := p.dirMismatch(rec); why != "" {
-				c.answer(fmt.Errorf("%w: volume %q: %s", ErrIncompatible, p.Name, why))
-				return
-			}
-			// Before the reservation goes (the call's end): this process's
-			// allocator keeps every create off the id until the delete's
-			// DirGone.
-			c.do(DirSeen{Record: rec}, func(Result) { c.makeDir(rec) })
-		})
+	a := c.dirProtocol()
+	c.release()
+	if c.cfg.DeleteRootDir {
+		var made *efs.AccessPoint
+		if a.Err == nil {
+			made = DirStandIn(a.Record)
+		}
+		c.do(CreateEnded{AP: made})
 	}
-	if !c.cfg.DeleteRootDir {
-		c.final = end(answer)
-		run()
-		return
+	return a
+}
+
+// dirProtocol is the record and its id, then the directory.
+func (c *Create) dirProtocol() Answer {
+	if err := c.record(); err != nil {
+		return Answer{Err: err}
 	}
-	c.do(Creating{FileSystem: p.Params.FileSystemID, Token: p.Input.ClientToken, Name: p.Name, Root: p.Input.Path}, func(Result) {
-		c.final = end(func(a Answer) {
-			var made *efs.AccessPoint
-			if a.Err == nil {
-				made = DirStandIn(a.Record)
-			}
-			c.do(CreateEnded{AP: made}, func(Result) { answer(a) })
-		})
-		run()
-	})
+	rec := c.rec
+	if why := c.p.dirMismatch(rec); why != "" {
+		return Answer{Err: fmt.Errorf("%w: volume %q: %s", ErrIncompatible, c.p.Name, why)}
+	}
+	// Before the reservation goes (the call's end): this process's
+	// allocator keeps every create off the id until the delete's DirGone.
+	c.do(DirSeen{Record: rec})
+	return c.makeDir(rec)
 }
 
 // makeDir makes rec's directory and confirms the record.
-func (c *Create) makeDir(rec *journal.Record) {
-	c.do(MakeDir{Record: rec, Perms: c.p.Params.DirectoryPerms}, func(r Result) {
-		if c.failed(r) {
-			return
-		}
-		made := r.Yes
-		c.do(SetDirMade{Record: rec}, func(r Result) {
-			switch {
-			case r.Err == nil:
-				c.finish(Answer{Record: rec})
-			case !errors.Is(r.Err, journal.ErrDeleting):
-				c.answer(r.Err)
-			case !made:
-				c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, r.Err))
-			default:
-				// Marked deleting (or finished) since this call read the
-				// record: nobody can answer the volume any more.
-				why := r.Err
-				c.do(UnmakeDir{Record: rec}, func(r Result) {
-					c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, join(why, r.Err)))
-				})
-			}
-		})
-	})
+func (c *Create) makeDir(rec *journal.Record) Answer {
+	r := c.do(MakeDir{Record: rec, Perms: c.p.Params.DirectoryPerms})
+	if r.Err != nil {
+		return Answer{Err: r.Err}
+	}
+	made := r.Yes
+	r = c.do(SetDirMade{Record: rec})
+	switch {
+	case r.Err == nil:
+		return Answer{Record: rec}
+	case !errors.Is(r.Err, journal.ErrDeleting):
+		return Answer{Err: r.Err}
+	case !made:
+		return Answer{Err: fmt.Errorf("%w: %w", keylock.ErrBusy, r.Err)}
+	}
+	// Marked deleting (or finished) since this call read the record:
+	// nobody can answer the volume any more.
+	why := r.Err
+	r = c.do(UnmakeDir{Record: rec})
+	return Answer{Err: fmt.Errorf("%w: %w", keylock.ErrBusy, join(why, r.Err))}
 }
 
 // dirMismatch says why rec, the record of p's path, serves another
@@ -169,74 +161,59 @@ func (p *Plan) dirMismatch(rec *journal.Record) string {
 // deleted the first, was answered from memory, and its record, id and
 // directory were left). The record read it costs instead is all a repeat
 // costs: no EFS request.
-func (d *Delete) deleteDir(id volume.ID) {
-	token := volume.DirToken(id.Path)
-	read := ReadRecord{FileSystem: id.FileSystemID, Key: token}
-	// ours passes the record read to k if it is this directory volume's;
-	// anything else is done.
-	ours := func(r Result, k func(*journal.Record)) {
-		switch {
-		case errors.Is(r.Err, journal.ErrNotFound):
-			d.answer(nil) // never made, or deleted: nothing recorded, nothing removed
-		case d.failed(r):
-		case !r.Record.Dir || r.Record.Path != id.Path:
-			d.do(Log{Level: slog.LevelWarn, Msg: "volume not deleted: the record at its path is not this directory volume",
-				Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.String("recorded", r.Record.Path)}},
-				func(Result) { d.answer(nil) })
-		default:
-			k(r.Record)
-		}
+func (d *Delete) deleteDir(id volume.ID) error {
+	read := ReadRecord{FileSystem: id.FileSystemID, Key: volume.DirToken(id.Path)}
+	rec, err := d.dirRecord(id, read)
+	if rec == nil || err != nil {
+		return err
 	}
-	d.do(read, func(r Result) {
-		ours(r, func(rec *journal.Record) {
-			locks := RecordLocks(rec)
-			d.do(Lock{Keys: locks}, func(r Result) {
-				if d.failed(r) {
-					return
-				}
-				// Read again under the locks: a create that held them may
-				// have changed it, or a delete finished it.
-				d.do(read, func(r Result) {
-					ours(r, func(rec *journal.Record) { d.markDir(rec, locks) })
-				})
-			})
-		})
-	})
-}
-
-// markDir marks rec deleting, removes its directory with root removal on,
-// and finishes it.
-func (d *Delete) markDir(rec *journal.Record, locks []string) {
-	finish := func() {
-		d.do(DirGone{Record: rec}, func(Result) {
-			d.do(Finish{Record: rec}, func(r Result) {
-				if d.failed(r) {
-					return
-				}
-				d.do(Log{Level: slog.LevelInfo, Msg: "directory volume deleted",
-					Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.Bool("directoryRemoved", d.cfg.DeleteRootDir)}},
-					func(Result) { d.answer(nil) })
-			})
-		})
+	locks := RecordLocks(rec)
+	if r := d.do(Lock{Keys: locks}); r.Err != nil {
+		return r.Err
 	}
-	d.do(Mark{Record: rec}, func(r Result) {
-		if d.failed(r) {
-			return
-		}
-		if !d.cfg.DeleteRootDir {
-			d.do(Log{Level: slog.LevelInfo, Msg: "directory kept: --delete-access-point-root-dir is off",
-				Attrs: []slog.Attr{slog.String("volumeID", d.raw)}}, func(Result) { finish() })
-			return
-		}
+	// Read again under the locks: a create that held them may have
+	// changed it, or a delete finished it.
+	if rec, err = d.dirRecord(id, read); rec == nil || err != nil {
+		return err
+	}
+	if r := d.do(Mark{Record: rec}); r.Err != nil {
+		return r.Err
+	}
+	if !d.cfg.DeleteRootDir {
+		d.do(Log{Level: slog.LevelInfo, Msg: "directory kept: --delete-access-point-root-dir is off",
+			Attrs: []slog.Attr{slog.String("volumeID", d.raw)}})
+	} else {
 		since := d.began
 		if !rec.DeletingSince.IsZero() && rec.DeletingSince.Before(since) {
 			since = rec.DeletingSince // an earlier attempt's, before a restart too
 		}
 		prov := Provenance{Recorded: true, CSI: true, VolumeName: rec.Name, Locks: locks}
-		d.do(RemoveRoot{AP: DirStandIn(rec), Prov: prov, Since: since}, func(r Result) {
-			if !d.failed(r) {
-				finish()
-			}
-		})
-	})
+		if r := d.do(RemoveRoot{AP: DirStandIn(rec), Prov: prov, Since: since}); r.Err != nil {
+			return r.Err
+		}
+	}
+	d.do(DirGone{Record: rec})
+	if r := d.do(Finish{Record: rec}); r.Err != nil {
+		return r.Err
+	}
+	d.do(Log{Level: slog.LevelInfo, Msg: "directory volume deleted",
+		Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.Bool("directoryRemoved", d.cfg.DeleteRootDir)}})
+	return nil
+}
+
+// dirRecord reads the record of id's path: nil if it is not this directory
+// volume's (the delete is then done), or the read's error.
+func (d *Delete) dirRecord(id volume.ID, read ReadRecord) (*journal.Record, error) {
+	r := d.do(read)
+	switch {
+	case errors.Is(r.Err, journal.ErrNotFound):
+		return nil, nil // never made, or deleted: nothing recorded, nothing removed
+	case r.Err != nil:
+		return nil, r.Err
+	case !r.Record.Dir || r.Record.Path != id.Path:
+		d.do(Log{Level: slog.LevelWarn, Msg: "volume not deleted: the record at its path is not this directory volume",
+			Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.String("recorded", r.Record.Path)}})
+		return nil, nil
+	}
+	return r.Record, nil
 }
