@@ -17,6 +17,7 @@ import (
 type stepper interface {
 	Next() core.Effect
 	Step(core.Result)
+	Stop()
 }
 
 // effects executes one call's core effects with this Service's clients:
@@ -45,6 +46,7 @@ type effects struct {
 // to a protocol the caller runs (a core.Handoff). The caller releases
 // what the call still holds.
 func (x *effects) run(m stepper) core.Effect {
+	defer m.Stop() // ended, or abandoned at an effect that could not be done
 	for {
 		e := m.Next()
 		switch e.(type) {

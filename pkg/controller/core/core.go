@@ -15,6 +15,7 @@ package core
 
 import (
 	"errors"
+	"iter"
 	"log/slog"
 	"slices"
 	"time"
@@ -74,6 +75,99 @@ func (Log) effect()    {}
 // next effect: a defect of this package, answered rather than panicked.
 var ErrStuck = errors.New("controller protocol has no next step")
 
+// proc runs a protocol written as a plain Go function, read top to bottom
+// in the order its effects happen: the function calls do with each effect
+// and gets its outcome back, and returns its final effect (an Answer or a
+// Handoff). Next and Step drive it from outside, as raft's RawNode is
+// driven: not safe for concurrent use, the caller serializes. The function
+// runs as an iter.Pull coroutine, only inside Next and Step (never beside
+// its caller), so it reads and changes what it is given with no lock of
+// its own. Its final effect ends the coroutine; a proc abandoned before
+// it must be stopped (Stop), or its coroutine waits forever.
+type proc struct {
+	pull  func() (Effect, bool)
+	stop  func()
+	yield func(Effect) bool
+	cur   Effect // the effect Next returns; nil past the end
+	in    Result // the outcome Step passed, for do to return
+}
+
+// stopped unwinds a protocol whose proc was stopped mid-way.
+type stopped struct{}
+
+// run starts body; its first effect is asked for by the first Next.
+func (p *proc) run(body func() Effect) {
+	p.pull, p.stop = iter.Pull(func(yield func(Effect) bool) {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(stopped); !ok {
+					panic(r)
+				}
+			}
+		}()
+		p.yield = yield
+		yield(body())
+	})
+	p.advance()
+}
+
+// advance runs the protocol to its next effect. Its final effect ends the
+// coroutine at once: nothing runs after it, so a caller that stops at the
+// answer leaves nothing waiting.
+func (p *proc) advance() {
+	e, ok := p.pull()
+	switch e.(type) {
+	case Answer, Handoff:
+		p.stop()
+	}
+	if !ok {
+		p.stop()
+		e = nil
+	}
+	p.cur = e
+}
+
+// do yields e to the caller and returns the outcome the caller steps with.
+// Only the protocol's function calls it.
+func (p *proc) do(e Effect) Result {
+	if !p.yield(e) {
+		panic(stopped{})
+	}
+	return p.in
+}
+
+// Next is the effect to execute now.
+func (p *proc) Next() Effect {
+	if p.cur == nil {
+		return Answer{Err: ErrStuck}
+	}
+	return p.cur
+}
+
+// Step passes the outcome of the effect Next returned. After the final
+// effect the protocol has ended, and Next answers ErrStuck.
+func (p *proc) Step(r Result) {
+	switch p.cur.(type) {
+	case nil:
+		return
+	case Answer, Handoff:
+		p.cur = nil
+		return
+	}
+	p.in = r
+	p.advance()
+}
+
+// Stop ends the protocol where it stands: a caller that abandons it before
+// its final effect (its call killed, an effect that could not be done)
+// stops it. Stopping an ended protocol does nothing.
+func (p *proc) Stop() {
+	p.cur = nil
+	if p.stop != nil {
+		p.stop()
+	}
+}
+
 // machine is the continuation every protocol here is written with: do
 // sets the effect the caller executes next and what to do with its
 // outcome, so each protocol reads in the order its effects happen.
@@ -103,6 +197,9 @@ func (m *machine) Step(r Result) {
 }
 
 func (m *machine) do(e Effect, then func(Result)) { m.next, m.then = e, then }
+
+// Stop abandons the protocol: a continuation holds nothing to end.
+func (m *machine) Stop() { m.next, m.then = nil, nil }
 
 func (m *machine) answer(err error) { m.finish(Answer{Err: err}) }
 

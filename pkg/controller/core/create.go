@@ -186,8 +186,12 @@ type CreateConfig struct {
 // each keeps. Nothing is deleted on this path but an access point nobody
 // answered: withdrawn, or made for a record being deleted or moved off
 // its token. The answer is the access point (Answer.AP).
+//
+// Each step below is a method that returns what the next needs, or the
+// error the call is answered with: the protocol reads top to bottom from
+// protocol.
 type Create struct {
-	machine
+	proc
 	cfg CreateConfig
 	p   *Plan
 	now time.Time
@@ -203,20 +207,8 @@ type Create struct {
 // NewCreate starts the protocol of p at now.
 func NewCreate(cfg CreateConfig, p *Plan, now time.Time) *Create {
 	c := &Create{cfg: cfg, p: p, now: now, res: -1}
-	c.start()
+	c.run(func() Effect { return c.protocol() })
 	return c
-}
-
-// start runs steps 4-7: the record, then the recorded access point or a
-// send.
-func (c *Create) start() {
-	c.record(func() {
-		if c.rec.AccessPoint == "" {
-			c.send(1)
-			return
-		}
-		c.recorded()
-	})
 }
 
 // NewRecord starts only the record's part of the protocol of p at now:
@@ -226,146 +218,151 @@ func (c *Create) start() {
 // what the record holds.
 func NewRecord(cfg CreateConfig, p *Plan, now time.Time) *Create {
 	c := &Create{cfg: cfg, p: p, now: now, res: -1}
-	c.record(func() { c.finish(Answer{Record: c.rec}) })
+	c.run(func() Effect {
+		if err := c.record(); err != nil {
+			return Answer{Err: err}
+		}
+		return Answer{Record: c.rec}
+	})
 	return c
 }
 
-// Step passes the outcome of the effect Next returned, with the time it
-// came (Result.Now).
-func (c *Create) Step(r Result) {
+// do executes e and returns its outcome, keeping the time it came (the
+// window a repeat is answered from memory in reads it).
+func (c *Create) do(e Effect) Result {
+	r := c.proc.do(e)
 	if !r.Now.IsZero() {
 		c.now = r.Now
 	}
-	c.machine.Step(r)
+	return r
 }
 
-func (c *Create) done(ap *efs.AccessPoint) { c.finish(Answer{AP: ap}) }
+// protocol runs steps 4-7: the record, then the recorded access point or a
+// send.
+func (c *Create) protocol() Answer {
+	if err := c.record(); err != nil {
+		return Answer{Err: err}
+	}
+	var ap *efs.AccessPoint
+	var err error
+	if c.rec.AccessPoint == "" {
+		ap, err = c.send(1)
+	} else {
+		ap, err = c.recorded()
+	}
+	if err != nil {
+		return Answer{Err: err}
+	}
+	return Answer{AP: ap}
+}
 
-// release ends the current reservation, if any, then runs k.
-func (c *Create) release(k func()) {
+// release ends the current reservation, if any.
+func (c *Create) release() {
 	if c.res < 0 {
-		k()
 		return
 	}
 	h := c.res
 	c.res = -1
-	c.do(Release{Handle: h}, func(Result) { k() })
+	c.do(Release{Handle: h})
 }
 
 // record finds or makes the volume's record (with an id reserved in the
-// allocator for a new one) and makes its id held in the record, then runs
-// k with c.rec set.
-func (c *Create) record(k func()) {
-	c.begin(func(rec *journal.Record, made bool) {
-		c.rec = rec
-		if rec.Deleting {
-			c.answer(fmt.Errorf("%w: %w: %s/%q", keylock.ErrBusy, journal.ErrDeleting, rec.FileSystem, rec.Token))
-			return
-		}
-		if why := c.p.recordMismatch(rec); why != "" {
-			c.answer(fmt.Errorf("%w: volume %q: %s", ErrIncompatible, c.p.Name, why))
-			return
-		}
-		// A record naming its access point is confirmed after the
-		// Describe that finds it, or before the send that makes it again
-		// (recorded): not here.
-		c.hold(1, !made, rec.AccessPoint != "", k)
-	})
+// allocator for a new one) and makes its id held in the record, with c.rec
+// set.
+func (c *Create) record() error {
+	rec, made, err := c.begin()
+	if err != nil {
+		return err
+	}
+	c.rec = rec
+	if rec.Deleting {
+		return fmt.Errorf("%w: %w: %s/%q", keylock.ErrBusy, journal.ErrDeleting, rec.FileSystem, rec.Token)
+	}
+	if why := c.p.recordMismatch(rec); why != "" {
+		return fmt.Errorf("%w: volume %q: %s", ErrIncompatible, c.p.Name, why)
+	}
+	// A record naming its access point is confirmed after the Describe
+	// that finds it, or before the send that makes it again (recorded):
+	// not here.
+	return c.hold(1, !made, rec.AccessPoint != "")
 }
 
 // begin finds the volume's record or makes it with a freshly reserved id
 // (made true, the reservation kept in c.res). A retry whose record exists
 // needs no new id: when the range is full (it may be full of this very
 // volume's id) the record is looked up before giving up.
-func (c *Create) begin(k func(rec *journal.Record, made bool)) {
+func (c *Create) begin() (rec *journal.Record, made bool, err error) {
 	p := c.p
-	fsID := p.Params.FileSystemID
 	if !p.Params.NeedsGIDAllocation() {
-		c.beginWith(p.Params.UID, p.Params.GID, journal.NoID, false, k)
-		return
+		return c.beginWith(p.Params.UID, p.Params.GID, journal.NoID, false, 0)
 	}
-	c.do(Reserve{FileSystem: fsID, Lo: p.Params.GIDRangeStart, Hi: p.Params.GIDRangeEnd, Key: p.Name, Warn: true}, func(r Result) {
-		exhausted := errors.Is(r.Err, gid.ErrExhausted)
-		if !exhausted && c.failed(r) {
-			return
-		}
-		if !exhausted {
-			c.res = r.Handle
-		}
-		// The listing the reservation made or trusted shows what upstream
-		// made for this volume, if anything: that access point is the
-		// volume's (upstreamToken).
-		c.upstream(func(up *efs.AccessPoint) {
-			if up != nil {
-				c.release(func() { c.beginWith(p.Params.UID, p.Params.GID, AllocatedID(p.Params.GID, up), false, k) })
-				return
-			}
-			if exhausted {
-				c.exhausted(r.Err, k)
-				return
-			}
-			c.beginFresh(r, k)
-		})
-	})
+	r := c.do(Reserve{FileSystem: p.Params.FileSystemID, Lo: p.Params.GIDRangeStart, Hi: p.Params.GIDRangeEnd, Key: p.Name, Warn: true})
+	exhausted := errors.Is(r.Err, gid.ErrExhausted)
+	switch {
+	case exhausted:
+	case r.Err != nil:
+		return nil, false, r.Err
+	default:
+		c.res = r.Handle
+	}
+	// The listing the reservation made or trusted shows what upstream made
+	// for this volume, if anything: that access point is the volume's
+	// (upstream).
+	if up := c.upstream(); up != nil {
+		c.release()
+		return c.beginWith(p.Params.UID, p.Params.GID, AllocatedID(p.Params.GID, up), false, 0)
+	}
+	if exhausted {
+		return c.exhausted(r.Err)
+	}
+	if !p.usesGIDToken() {
+		return c.beginWith(p.Params.UID, p.Params.GID, r.ID, false, 0)
+	}
+	// The allocator only refreshed the view and said the range is not
+	// full: the volume's own sequence chooses.
+	c.release()
+	r = c.do(Candidate{From: 0})
+	if r.Err != nil {
+		return nil, false, r.Err
+	}
+	return c.beginWith(p.Params.UID, p.Params.GID, r.ID, true, r.N)
 }
 
 // exhausted ends a create whose range the allocator saw full with err,
 // unless the volume's record exists: a retry needs no new id (the range
 // may be full of this very volume's id).
-func (c *Create) exhausted(err error, k func(rec *journal.Record, made bool)) {
+func (c *Create) exhausted(err error) (*journal.Record, bool, error) {
 	p := c.p
-	c.do(ReadRecord{FileSystem: p.Params.FileSystemID, Key: p.Input.ClientToken}, func(rr Result) {
-		switch {
-		case rr.Err == nil:
-			k(rr.Record, false)
-		case !errors.Is(rr.Err, journal.ErrNotFound):
-			c.answer(rr.Err)
-		default:
-			c.answer(err)
-		}
-	})
-}
-
-// beginFresh begins a new record on the id reserved (r), or, for a GID token,
-// on the volume's own sequence.
-func (c *Create) beginFresh(r Result, k func(rec *journal.Record, made bool)) {
-	p := c.p
-	if !p.usesGIDToken() {
-		c.beginWith(p.Params.UID, p.Params.GID, r.ID, false, k)
-		return
+	r := c.do(ReadRecord{FileSystem: p.Params.FileSystemID, Key: p.Input.ClientToken})
+	switch {
+	case r.Err == nil:
+		return r.Record, false, nil
+	case !errors.Is(r.Err, journal.ErrNotFound):
+		return nil, false, r.Err
 	}
-	// The allocator only refreshed the view and said the range is not
-	// full: the volume's own sequence chooses.
-	c.release(func() {
-		c.do(Candidate{From: 0}, func(r Result) {
-			if !c.failed(r) {
-				c.beginWith(p.Params.UID, p.Params.GID, r.ID, true, k, r.N)
-			}
-		})
-	})
+	return nil, false, err
 }
 
-// upstream passes k the access point upstream's driver made for this
-// volume, as the allocator's last listing showed it (its ids; nil if
-// none): one under the volume name's token, made before the handover
-// fence (pkg/controller/handover.go), after which upstream makes none.
-// The record then sends that token and records that GID, and the create
+// upstream is the access point upstream's driver made for this volume, as
+// the allocator's last listing showed it (its ids; nil if none): one under
+// the volume name's token, made before the handover fence
+// (pkg/controller/handover.go), after which upstream makes none. The
+// record then sends that token and records that GID, and the create
 // adopts it, as upstream would have answered it, instead of making a
 // second one. Every listing since the fence showed it, so no volume of
 // this driver carries its GID.
-func (c *Create) upstream(k func(*efs.AccessPoint)) {
+func (c *Create) upstream() *efs.AccessPoint {
 	tok := c.p.Input.ClientToken
 	if tok == "" || volume.IsGIDToken(tok) || c.p.Dir {
-		k(nil)
-		return
+		return nil
 	}
-	c.do(UpstreamToken{FileSystem: c.p.Params.FileSystemID, Token: tok}, func(r Result) { k(r.AP) })
+	return c.do(UpstreamToken{FileSystem: c.p.Params.FileSystemID, Token: tok}).AP
 }
 
 // beginWith writes the record with the id alloc (journal.NoID: the class
 // fixes both), under its GID token if gidToken (at place probe of the
 // volume's sequence).
-func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, k func(*journal.Record, bool), probe ...int) {
+func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, probe int) (*journal.Record, bool, error) {
 	p := c.p
 	fsID := p.Params.FileSystemID
 	if alloc != journal.NoID {
@@ -380,18 +377,17 @@ func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, k func(*journal.R
 	v.Dir, v.Capacity = p.Dir, p.Capacity
 	v.Placed = p.Placed
 	if gidToken {
-		v.ClientToken, v.Probe = volume.GIDToken(fsID, alloc), probe[0]
+		v.ClientToken, v.Probe = volume.GIDToken(fsID, alloc), probe
 	}
-	c.do(Begin{Volume: v}, func(r Result) {
-		if c.failed(r) {
-			return
-		}
-		if !r.Yes {
-			c.release(func() { k(r.Record, false) }) // the record has its own
-			return
-		}
-		k(r.Record, true)
-	})
+	r := c.do(Begin{Volume: v})
+	switch {
+	case r.Err != nil:
+		return nil, false, r.Err
+	case !r.Yes:
+		c.release() // the record has its own
+		return r.Record, false, nil
+	}
+	return r.Record, true, nil
 }
 
 // hold makes the record's id held in the id table, taking another id while
@@ -403,31 +399,26 @@ func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, k func(*journal.R
 // it deletes anything. A send under a token that delete freed would make
 // an access point nobody answers (leak-dup-create-after-delete); one under
 // an id the record moved from, an id held for nobody
-// (record-id-left-after-stale-drop). later: k confirms it itself, after
-// a Describe (recorded); every hold after a send confirms again, since a
-// delete may have come between that send and the next
+// (record-id-left-after-stale-drop). later: the caller confirms it itself,
+// after a Describe (recorded); every hold after a send confirms again,
+// since a delete may have come between that send and the next
 // (TestCreateEveryOutcome with -core.repeats=2).
-func (c *Create) hold(attempt int, found, later bool, k func()) {
-	rec := c.rec
-	c.do(Hold{Record: rec}, func(r Result) {
-		if r.Err == nil {
-			if !found && !r.Yes || later {
-				k()
-				return
-			}
-			c.confirm(k)
-			return
-		}
-		if !errors.Is(r.Err, journal.ErrIDTaken) {
-			c.answer(r.Err)
-			return
-		}
-		if rec.AccessPoint != "" || !c.p.Params.NeedsGIDAllocation() || attempt >= MaxIDAttempts {
+func (c *Create) hold(attempt int, found, later bool) error {
+	for ; ; attempt++ {
+		rec := c.rec
+		r := c.do(Hold{Record: rec})
+		switch {
+		case r.Err == nil && (!found && !r.Yes || later):
+			return nil
+		case r.Err == nil:
+			return c.confirm()
+		case !errors.Is(r.Err, journal.ErrIDTaken):
+			return r.Err
+		case rec.AccessPoint != "" || !c.p.Params.NeedsGIDAllocation() || attempt >= MaxIDAttempts:
 			// An access point already carries the id (adopted from a
 			// release before the record, which shared it), or the class
 			// changed to fixed ids: nothing this call may change.
-			c.answer(fmt.Errorf("%w: %w", ErrGIDContention, r.Err))
-			return
+			return fmt.Errorf("%w: %w", ErrGIDContention, r.Err)
 		}
 		// Another volume holds the id: this record's id was never sent (a
 		// create sends only a held id), so it may take another. Nothing
@@ -436,8 +427,10 @@ func (c *Create) hold(attempt int, found, later bool, k func()) {
 		// holds it, and may have sent under it (TestModel's id check,
 		// four preemptions: a duplicate released the id its retry had
 		// just held, sent and recorded).
-		c.moveID(attempt, false, func() { c.hold(attempt+1, found, later, k) })
-	})
+		if err := c.moveID(attempt, false); err != nil {
+			return err
+		}
+	}
 }
 
 // moveID gives the record another id, and the GID token that goes with
@@ -449,72 +442,62 @@ func (c *Create) hold(attempt int, found, later bool, k func()) {
 // released first, if this call held it (held): a crash in between leaves a
 // record naming an id it no longer holds, which its retry holds again or
 // moves from, never an id held for nobody. Another writer that changed
-// the record's ids first wins: k holds what it chose.
-func (c *Create) moveID(attempt int, held bool, k func()) {
+// the record's ids first wins: the next hold holds what it chose.
+func (c *Create) moveID(attempt int, held bool) error {
 	p, rec := c.p, c.rec
 	fsID := p.Params.FileSystemID
-	set := func(next int64, token string, probe, handle int) {
-		drop := func(then func()) {
-			if handle < 0 {
-				then()
-				return
-			}
-			c.do(Release{Handle: handle}, func(Result) { then() })
-		}
-		released := func(r Result) {
-			if r.Err != nil {
-				drop(func() { c.answer(r.Err) })
-				return
-			}
-			nu, ng := p.Params.Identity(next)
-			c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: token, Probe: probe}, func(r Result) {
-				switch {
-				case errors.Is(r.Err, journal.ErrConflict):
-					drop(k)
-				case r.Err != nil:
-					drop(func() { c.answer(r.Err) })
-				case handle >= 0:
-					c.release(func() {
-						c.res = handle
-						k()
-					})
-				default:
-					k()
-				}
-			})
-		}
-		if !held {
-			released(Result{})
-			return
-		}
-		c.do(ReleaseUnsentID{Record: rec, ID: rec.Allocated}, released)
-	}
 	lo, hi := p.Params.GIDRangeStart, p.Params.GIDRangeEnd
+	var next int64
+	token, probe, handle := "", 0, -1
 	if !volume.IsGIDToken(rec.SentToken()) {
-		c.do(Reserve{FileSystem: fsID, Lo: lo, Hi: hi, Key: p.Name + "#" + strconv.Itoa(attempt)}, func(r Result) {
-			if !c.failed(r) {
-				set(r.ID, "", 0, r.Handle)
-			}
-		})
-		return
-	}
-	c.do(Reserve{FileSystem: fsID, Lo: lo, Hi: hi, Key: p.Name}, func(r Result) {
-		if c.failed(r) {
-			return
+		r := c.do(Reserve{FileSystem: fsID, Lo: lo, Hi: hi, Key: p.Name + "#" + strconv.Itoa(attempt)})
+		if r.Err != nil {
+			return r.Err
 		}
-		c.do(Release{Handle: r.Handle}, func(Result) {
-			c.do(Candidate{From: rec.Probe + 1}, func(r Result) {
-				switch {
-				case c.failed(r):
-				case r.ID == rec.Allocated:
-					c.answer(fmt.Errorf("%w in [%d, %d] on %s: volume %q's sequence came round to %d, which another volume holds",
-						gid.ErrExhausted, lo, hi, fsID, p.Name, r.ID))
-				default:
-					set(r.ID, volume.GIDToken(fsID, r.ID), r.N, -1)
-				}
-			})
-		})
-	})
+		next, handle = r.ID, r.Handle
+	} else {
+		r := c.do(Reserve{FileSystem: fsID, Lo: lo, Hi: hi, Key: p.Name})
+		if r.Err != nil {
+			return r.Err
+		}
+		c.do(Release{Handle: r.Handle})
+		r = c.do(Candidate{From: rec.Probe + 1})
+		switch {
+		case r.Err != nil:
+			return r.Err
+		case r.ID == rec.Allocated:
+			return fmt.Errorf("%w in [%d, %d] on %s: volume %q's sequence came round to %d, which another volume holds",
+				gid.ErrExhausted, lo, hi, fsID, p.Name, r.ID)
+		}
+		next, token, probe = r.ID, volume.GIDToken(fsID, r.ID), r.N
+	}
+	if held {
+		if r := c.do(ReleaseUnsentID{Record: rec, ID: rec.Allocated}); r.Err != nil {
+			c.drop(handle)
+			return r.Err
+		}
+	}
+	nu, ng := p.Params.Identity(next)
+	r := c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: token, Probe: probe})
+	switch {
+	case errors.Is(r.Err, journal.ErrConflict):
+		c.drop(handle)
+		return nil
+	case r.Err != nil:
+		c.drop(handle)
+		return r.Err
+	case handle >= 0:
+		c.release()
+		c.res = handle
+	}
+	return nil
+}
+
+// drop ends the reservation handle, unless it is -1 (none).
+func (c *Create) drop(handle int) {
+	if handle >= 0 {
+		c.do(Release{Handle: handle})
+	}
 }
 
 // confirm writes the record again, a compare-and-swap at the version this
@@ -532,30 +515,22 @@ func (c *Create) moveID(attempt int, held bool, k func()) {
 // record's version moves, so a delete that read it before must read it
 // again to mark it (the Lease store batches writes; a read is a request
 // of its own).
-func (c *Create) confirm(k func()) {
+func (c *Create) confirm() error {
 	rec := c.rec
 	held := *rec
-	c.do(Touch{Record: rec}, func(r Result) {
-		var err error
-		switch {
-		case errors.Is(r.Err, journal.ErrDeleting):
-			err = fmt.Errorf("%w: %w", keylock.ErrBusy, r.Err)
-		case r.Err != nil:
-			c.answer(r.Err)
-			return
-		case rec.AccessPoint != held.AccessPoint || !rec.Created.Equal(held.Created) ||
-			rec.Allocated != held.Allocated || rec.SentToken() != held.SentToken():
-			err = fmt.Errorf("%w: the record of volume %q changed (another create)", keylock.ErrBusy, rec.Name)
-		default:
-			k()
-			return
-		}
-		if errors.Is(r.Err, journal.ErrDeleting) {
-			c.do(ReleaseUnsentID{Record: &held, ID: held.Allocated, OnlyMade: true}, func(r Result) { c.answer(join(err, r.Err)) })
-			return
-		}
-		c.do(ReleaseMovedID{FileSystem: held.FileSystem, ID: held.Allocated, Holder: held.Token}, func(r Result) { c.answer(join(err, r.Err)) })
-	})
+	r := c.do(Touch{Record: rec})
+	switch {
+	case errors.Is(r.Err, journal.ErrDeleting):
+		err := fmt.Errorf("%w: %w", keylock.ErrBusy, r.Err)
+		return join(err, c.do(ReleaseUnsentID{Record: &held, ID: held.Allocated, OnlyMade: true}).Err)
+	case r.Err != nil:
+		return r.Err
+	case rec.AccessPoint != held.AccessPoint || !rec.Created.Equal(held.Created) ||
+		rec.Allocated != held.Allocated || rec.SentToken() != held.SentToken():
+		err := fmt.Errorf("%w: the record of volume %q changed (another create)", keylock.ErrBusy, rec.Name)
+		return join(err, c.do(ReleaseMovedID{FileSystem: held.FileSystem, ID: held.Allocated, Holder: held.Token}).Err)
+	}
+	return nil
 }
 
 // recorded answers the access point a create of this volume made and
@@ -571,48 +546,55 @@ func (c *Create) confirm(k func()) {
 // But first the record again, for the same reason: a create sent now
 // would make an access point under the token that delete freed, which
 // nobody can answer (a kill before its cleanup leaks it).
-func (c *Create) recorded() {
-	c.do(Describe{AccessPoint: c.rec.AccessPoint, FollowUp: true}, func(r Result) {
-		switch {
-		case r.Err == nil:
-			c.do(Seen{AP: *r.AP}, func(Result) {
-				if err := c.p.Check(r.AP); err != nil {
-					c.answer(err)
-					return
-				}
-				c.confirm(func() { c.done(r.AP) })
-			})
-		case !errors.Is(r.Err, efs.ErrAccessPointNotFound):
-			c.answer(r.Err)
-		default:
-			c.confirm(func() { c.send(1) })
+func (c *Create) recorded() (*efs.AccessPoint, error) {
+	r := c.do(Describe{AccessPoint: c.rec.AccessPoint, FollowUp: true})
+	switch {
+	case r.Err == nil:
+		c.do(Seen{AP: *r.AP})
+		if err := c.p.Check(r.AP); err != nil {
+			return nil, err
 		}
-	})
+		if err := c.confirm(); err != nil {
+			return nil, err
+		}
+		return r.AP, nil
+	case !errors.Is(r.Err, efs.ErrAccessPointNotFound):
+		return nil, r.Err
+	}
+	if err := c.confirm(); err != nil {
+		return nil, err
+	}
+	return c.send(1)
 }
 
 // send makes the record's access point: CreateAccessPoint with the
-// record's token, ids and life.
-func (c *Create) send(attempt int) {
-	p, rec := c.p, c.rec
-	if p.usesGIDToken() && !volume.IsGIDToken(rec.SentToken()) {
-		// The record adopts upstream's access point (upstream): never a
-		// create under its token, which, that access point gone, would
-		// make one whose GID no token protects.
-		c.adoptUpstream(attempt)
-		return
-	}
-	in := p.Input
-	in.ClientToken = rec.SentToken()
-	if in.Tags[ownership.TagVolumeName] != "" {
-		// --descriptive-tags: the record's life, the collector's proof
-		// against a forged record (TaggedFor).
-		in.Tags = maps.Clone(in.Tags)
-		in.Tags[ownership.TagRecordLife] = ownership.RecordLife(rec)
-	}
-	in.PosixUser = &efs.PosixUser{UID: rec.UID, GID: rec.GID}
-	in.CreationInfo = &efs.CreationInfo{OwnerUID: rec.UID, OwnerGID: rec.GID, Permissions: p.Params.DirectoryPerms}
-	sentID := rec.Allocated
-	c.do(CreateAccessPoint{Input: in}, func(r Result) {
+// record's token, ids and life; again with the next attempt while another
+// writer's access point holds the token sent (taken), or upstream's is
+// gone (adoptUpstream).
+func (c *Create) send(attempt int) (*efs.AccessPoint, error) {
+	for ; ; attempt++ {
+		p, rec := c.p, c.rec
+		if p.usesGIDToken() && !volume.IsGIDToken(rec.SentToken()) {
+			// The record adopts upstream's access point (upstream):
+			// never a create under its token, which, that access point
+			// gone, would make one whose GID no token protects.
+			if ap, again, err := c.adoptUpstream(); !again {
+				return ap, err
+			}
+			continue
+		}
+		in := p.Input
+		in.ClientToken = rec.SentToken()
+		if in.Tags[ownership.TagVolumeName] != "" {
+			// --descriptive-tags: the record's life, the collector's
+			// proof against a forged record (TaggedFor).
+			in.Tags = maps.Clone(in.Tags)
+			in.Tags[ownership.TagRecordLife] = ownership.RecordLife(rec)
+		}
+		in.PosixUser = &efs.PosixUser{UID: rec.UID, GID: rec.GID}
+		in.CreationInfo = &efs.CreationInfo{OwnerUID: rec.UID, OwnerGID: rec.GID, Permissions: p.Params.DirectoryPerms}
+		sentID := rec.Allocated
+		r := c.do(CreateAccessPoint{Input: in})
 		if r.Err == nil && volume.IsGIDToken(in.ClientToken) && !p.ours(r.AP) {
 			// A lenient server (S3 Files) answers a repeated token with
 			// the access point holding it, as if created.
@@ -620,80 +602,75 @@ func (c *Create) send(attempt int) {
 		}
 		switch {
 		case r.Err == nil:
-			c.made(r.AP, in.ClientToken, sentID)
+			return c.made(r.AP, in.ClientToken, sentID)
 		case !errors.Is(r.Err, efs.ErrAlreadyExists):
 			// Unknown outcome (UNAVAILABLE, deadline) or refused: the
 			// record and its id stay, so the retry sends the identical
 			// request, and the id is on no other access point meanwhile.
-			c.answer(r.Err)
-		default:
-			c.holder(in.ClientToken, r.Err, func(found *efs.AccessPoint) { c.taken(attempt, in.ClientToken, found) })
+			return nil, r.Err
 		}
-	})
+		found, err := c.holder(in.ClientToken, r.Err)
+		if err != nil {
+			return nil, err
+		}
+		if ap, again, err := c.taken(attempt, in.ClientToken, found); !again {
+			return ap, err
+		}
+	}
 }
 
 // adoptUpstream adopts the access point upstream's driver made for the
 // volume, whose token and GID the record took (begin): as EFS describes it
 // now. Gone since the listing (its volume deleted meanwhile, by a create
 // that adopted it and its delete), the record moves to the volume's own
-// sequence of GID tokens, as a new record starts.
-func (c *Create) adoptUpstream(attempt int) {
-	p, rec := c.p, c.rec
-	c.do(UpstreamToken{FileSystem: p.Params.FileSystemID, Token: rec.SentToken()}, func(r Result) {
-		gone := func() {
-			c.toSequence(func() { c.hold(1, false, false, func() { c.send(attempt + 1) }) })
+// sequence of GID tokens, as a new record starts, and holds its id: send
+// again (again).
+func (c *Create) adoptUpstream() (ap *efs.AccessPoint, again bool, err error) {
+	rec := c.rec
+	if up := c.do(UpstreamToken{FileSystem: c.p.Params.FileSystemID, Token: rec.SentToken()}).AP; up != nil {
+		d := c.do(Describe{AccessPoint: up.ID})
+		switch {
+		case d.Err == nil && d.AP.ClientToken == rec.SentToken():
+			ap, err := c.adopt(d.AP)
+			return ap, false, err
+		case d.Err != nil && !errors.Is(d.Err, efs.ErrAccessPointNotFound):
+			return nil, false, d.Err
 		}
-		if r.AP == nil {
-			gone()
-			return
-		}
-		c.do(Describe{AccessPoint: r.AP.ID}, func(d Result) {
-			switch {
-			case d.Err == nil && d.AP.ClientToken == rec.SentToken():
-				c.adopt(d.AP)
-			case d.Err == nil || errors.Is(d.Err, efs.ErrAccessPointNotFound):
-				gone()
-			default:
-				c.answer(d.Err)
-			}
-		})
-	})
+	}
+	if err := c.toSequence(); err != nil {
+		return nil, false, err
+	}
+	if err := c.hold(1, false, false); err != nil {
+		return nil, false, err
+	}
+	return nil, true, nil
 }
 
 // toSequence moves the record, which sends a name token and was never
 // sent, to the first id of the volume's own sequence and its GID token,
 // releasing the id it held.
-func (c *Create) toSequence(k func()) {
+func (c *Create) toSequence() error {
 	p, rec := c.p, c.rec
 	fsID := p.Params.FileSystemID
-	c.do(Reserve{FileSystem: fsID, Lo: p.Params.GIDRangeStart, Hi: p.Params.GIDRangeEnd, Key: p.Name}, func(r Result) {
-		if c.failed(r) {
-			return
-		}
-		c.do(Release{Handle: r.Handle}, func(Result) {
-			c.do(Candidate{From: 0}, func(r Result) {
-				if c.failed(r) {
-					return
-				}
-				next, n := r.ID, r.N
-				c.do(ReleaseUnsentID{Record: rec, ID: rec.Allocated}, func(r Result) {
-					if c.failed(r) {
-						return
-					}
-					nu, ng := p.Params.Identity(next)
-					c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: volume.GIDToken(fsID, next), Probe: n},
-						func(r Result) {
-							switch {
-							case errors.Is(r.Err, journal.ErrConflict):
-								c.answer(fmt.Errorf("%w: the record of volume %q changed (another create)", keylock.ErrBusy, rec.Name))
-							case !c.failed(r):
-								k()
-							}
-						})
-				})
-			})
-		})
-	})
+	r := c.do(Reserve{FileSystem: fsID, Lo: p.Params.GIDRangeStart, Hi: p.Params.GIDRangeEnd, Key: p.Name})
+	if r.Err != nil {
+		return r.Err
+	}
+	c.do(Release{Handle: r.Handle})
+	r = c.do(Candidate{From: 0})
+	if r.Err != nil {
+		return r.Err
+	}
+	next, n := r.ID, r.N
+	if r := c.do(ReleaseUnsentID{Record: rec, ID: rec.Allocated}); r.Err != nil {
+		return r.Err
+	}
+	nu, ng := p.Params.Identity(next)
+	r = c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: volume.GIDToken(fsID, next), Probe: n})
+	if errors.Is(r.Err, journal.ErrConflict) {
+		return fmt.Errorf("%w: the record of volume %q changed (another create)", keylock.ErrBusy, rec.Name)
+	}
+	return r.Err
 }
 
 // made records the access point this call just made. From here on past
@@ -705,35 +682,29 @@ func (c *Create) toSequence(k func()) {
 // simulator's seed 27447: no fault, no kill, a provisioner's timeout).
 // Recorded here, the write answers ErrDeleting and the access point is
 // deleted.
-func (c *Create) made(ap *efs.AccessPoint, token string, sentID int64) {
+func (c *Create) made(ap *efs.AccessPoint, token string, sentID int64) (*efs.AccessPoint, error) {
 	rec := c.rec
-	c.do(Seen{AP: *ap}, func(Result) { // before the local release: never free in between
-		c.do(Detach{}, func(Result) {
-			made := journal.Made{ID: ap.ID, Path: ap.Path, Token: ap.ClientToken, UID: rec.UID, GID: rec.GID, Allocated: rec.Allocated,
-				Sent: stale(token)}
-			c.do(SetAccessPoint{Record: rec, Made: made, Replace: true}, func(r Result) {
-				switch {
-				case errors.Is(r.Err, journal.ErrDeleting) || errors.Is(r.Err, journal.ErrStaleToken) ||
-					errors.Is(r.Err, journal.ErrNotFound):
-					// The volume's delete began after this create read
-					// the record and deleted the access point before
-					// this one was made: nobody can answer this one
-					// (every create refuses a record being deleted), so
-					// it goes. Or the record is gone (ErrNotFound): that
-					// delete finished; no life of it names this one. Or
-					// a request sent under a token the record has moved
-					// from (ErrStaleToken): not the record's, never
-					// answered.
-					c.dropUnanswered(ap, sentID, r.Err,
-						"created while its volume was being deleted, or under a token its record moved from; never answered")
-				case r.Err != nil:
-					c.answer(r.Err)
-				default:
-					c.done(ap)
-				}
-			})
-		})
-	})
+	c.do(Seen{AP: *ap}) // before the local release: never free in between
+	c.do(Detach{})
+	made := journal.Made{ID: ap.ID, Path: ap.Path, Token: ap.ClientToken, UID: rec.UID, GID: rec.GID, Allocated: rec.Allocated,
+		Sent: stale(token)}
+	r := c.do(SetAccessPoint{Record: rec, Made: made, Replace: true})
+	switch {
+	case errors.Is(r.Err, journal.ErrDeleting) || errors.Is(r.Err, journal.ErrStaleToken) ||
+		errors.Is(r.Err, journal.ErrNotFound):
+		// The volume's delete began after this create read the record
+		// and deleted the access point before this one was made: nobody
+		// can answer this one (every create refuses a record being
+		// deleted), so it goes. Or the record is gone (ErrNotFound): that
+		// delete finished; no life of it names this one. Or a request
+		// sent under a token the record has moved from (ErrStaleToken):
+		// not the record's, never answered.
+		return nil, c.dropUnanswered(ap, sentID, r.Err,
+			"created while its volume was being deleted, or under a token its record moved from; never answered")
+	case r.Err != nil:
+		return nil, r.Err
+	}
+	return ap, nil
 }
 
 // burnAfter's stand-in: EFS keeps the token of an access point deleted
@@ -745,58 +716,51 @@ func burnedStandIn(rec *journal.Record, token string) *efs.AccessPoint {
 		PosixUser: &efs.PosixUser{UID: rec.Allocated, GID: rec.Allocated}}
 }
 
-// holder describes the access point EFS named (err) as holding token, and
-// passes it to k; one EFS names but does not describe is not yet visible,
-// or, for a GID token EFS has named so for long, burned.
-func (c *Create) holder(token string, err error, k func(*efs.AccessPoint)) {
+// holder describes the access point EFS named (err) as holding token; one
+// EFS names but does not describe is not yet visible, or, for a GID token
+// EFS has named so for long, burned.
+func (c *Create) holder(token string, err error) (*efs.AccessPoint, error) {
 	var ae *efs.AlreadyExistsError
 	if !errors.As(err, &ae) || ae.AccessPointID == "" {
-		c.answer(fmt.Errorf("client token %q is taken but EFS named no access point: %w", token, err))
-		return
+		return nil, fmt.Errorf("client token %q is taken but EFS named no access point: %w", token, err)
 	}
 	// The token's create was applied: its read is a follow-up.
-	c.do(Describe{AccessPoint: ae.AccessPointID, FollowUp: true}, func(r Result) {
-		switch {
-		case r.Err == nil:
-			k(r.AP)
-		case !errors.Is(r.Err, efs.ErrAccessPointNotFound):
-			c.answer(r.Err)
-		case !volume.IsGIDToken(token):
-			c.answer(fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, token))
-		default:
-			c.do(Burned{FileSystem: c.rec.FileSystem, Token: token}, func(b Result) {
-				if !b.Yes {
-					c.answer(fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, token))
-					return
-				}
-				k(burnedStandIn(c.rec, token))
-			})
-		}
-	})
+	r := c.do(Describe{AccessPoint: ae.AccessPointID, FollowUp: true})
+	switch {
+	case r.Err == nil:
+		return r.AP, nil
+	case !errors.Is(r.Err, efs.ErrAccessPointNotFound):
+		return nil, r.Err
+	case volume.IsGIDToken(token) && c.do(Burned{FileSystem: c.rec.FileSystem, Token: token}).Yes:
+		return burnedStandIn(c.rec, token), nil
+	}
+	return nil, fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, token)
 }
 
 // taken goes on after EFS answered that found holds the token sent: this
 // volume's (an earlier attempt whose answer was lost, and the like) is
 // adopted; another writer's, holding the record's GID token, carries its
 // id, and no attempt of ours made one with it (EFS binds the token to one
-// access point): take another id and send again.
-func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) {
+// access point): take another id and send again (again).
+func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) (ap *efs.AccessPoint, again bool, err error) {
 	p, rec := c.p, c.rec
 	if !volume.IsGIDToken(token) || p.ours(found) {
-		c.adopt(found)
-		return
+		ap, err := c.adopt(found)
+		return ap, false, err
 	}
-	c.do(Seen{AP: *found}, func(Result) {
-		c.do(Log{Level: slog.LevelInfo, Msg: "GID taken by another writer's access point; taking another",
-			Attrs: []slog.Attr{slog.String("name", p.Name), slog.Int64("gid", rec.Allocated), slog.String("other", found.ID)}},
-			func(Result) {
-				if attempt >= MaxIDAttempts {
-					c.answer(fmt.Errorf("%w: GID %d on %s is carried by access point %s (tried %d ids)", ErrGIDContention, rec.Allocated, rec.FileSystem, found.ID, attempt))
-					return
-				}
-				c.moveID(attempt, true, func() { c.hold(1, false, false, func() { c.send(attempt + 1) }) })
-			})
-	})
+	c.do(Seen{AP: *found})
+	c.do(Log{Level: slog.LevelInfo, Msg: "GID taken by another writer's access point; taking another",
+		Attrs: []slog.Attr{slog.String("name", p.Name), slog.Int64("gid", rec.Allocated), slog.String("other", found.ID)}})
+	if attempt >= MaxIDAttempts {
+		return nil, false, fmt.Errorf("%w: GID %d on %s is carried by access point %s (tried %d ids)", ErrGIDContention, rec.Allocated, rec.FileSystem, found.ID, attempt)
+	}
+	if err := c.moveID(attempt, true); err != nil {
+		return nil, false, err
+	}
+	if err := c.hold(1, false, false); err != nil {
+		return nil, false, err
+	}
+	return nil, true, nil
 }
 
 // adopt answers a create whose token EFS says is taken by found, this
@@ -805,113 +769,80 @@ func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) {
 // handover (adoptUpstream), or with reuseAccessPoint a claim's
 // earlier volume. It is the volume's if it matches the plan, and the
 // record then names it, the ids and the token it carries.
-func (c *Create) adopt(found *efs.AccessPoint) {
-	c.do(Seen{AP: *found}, func(Result) { c.adoptChecked(found) })
-}
-
-func (c *Create) adoptChecked(found *efs.AccessPoint) {
+func (c *Create) adopt(found *efs.AccessPoint) (*efs.AccessPoint, error) {
+	c.do(Seen{AP: *found})
 	p, rec := c.p, c.rec
 	if err := p.Check(found); err != nil {
-		c.answer(err)
-		return
+		return nil, err
 	}
 	if p.Params.ReuseAccessPoint && rec.AccessPoint == "" && !p.claimProven(found) && !madeWith(rec, found) {
-		c.answer(fmt.Errorf("%w: access point %s for volume %q: made for claim %q by an earlier driver, and nothing records its namespace (tag it %s=<namespace> to adopt it)",
-			ErrIncompatible, found.ID, p.Name, p.Params.PVCName, ownership.TagClaimNamespace))
-		return
+		return nil, fmt.Errorf("%w: access point %s for volume %q: made for claim %q by an earlier driver, and nothing records its namespace (tag it %s=<namespace> to adopt it)",
+			ErrIncompatible, found.ID, p.Name, p.Params.PVCName, ownership.TagClaimNamespace)
 	}
 	uid, g := PosixIDs(found)
 	alloc := int64(journal.NoID)
 	if p.Params.NeedsGIDAllocation() {
 		alloc = AllocatedID(p.Params.GID, found)
 	}
-	func() {
-		made := journal.Made{ID: found.ID, Path: found.Path, Token: found.ClientToken, UID: uid, GID: g, Allocated: alloc,
-			Sent: stale(rec.SentToken())}
-		claim := func() {
-			if !p.Params.ReuseAccessPoint {
-				c.done(found)
-				return
-			}
-			c.do(SetClaim{Record: rec, Name: p.Name, Namespace: p.Params.PVCNamespace}, func(r Result) {
-				if !c.failed(r) {
-					c.done(found)
-				}
-			})
-		}
-		set := func(then func()) {
-			c.do(SetAccessPoint{Record: rec, Made: made}, func(r Result) {
-				if r.Err != nil {
-					c.dropStale(found, alloc, r.Err)
-					return
-				}
-				then()
-			})
-		}
-		if alloc == rec.Allocated {
-			set(claim)
-			return
-		}
-		// The token is bound to found, so no attempt of ours made another
-		// access point: the id the record planned is on none of ours.
-		planned := rec.Allocated
+	made := journal.Made{ID: found.ID, Path: found.Path, Token: found.ClientToken, UID: uid, GID: g, Allocated: alloc,
+		Sent: stale(rec.SentToken())}
+	// The token is bound to found, so no attempt of ours made another
+	// access point: the id the record planned is on none of ours, and is
+	// released once the record names found's.
+	planned, moved := rec.Allocated, alloc != rec.Allocated
+	if moved {
 		adopted := *rec
 		adopted.Allocated = alloc
-		c.do(HoldID{Record: &adopted}, func(r Result) {
-			if r.Err != nil && !errors.Is(r.Err, journal.ErrIDTaken) {
-				c.answer(r.Err)
-				return
-			}
-			released := func() {
-				set(func() {
-					c.do(ReleaseUnsentID{Record: rec, ID: planned}, func(r Result) {
-						if !c.failed(r) {
-							claim()
-						}
-					})
-				})
-			}
-			if r.Err == nil {
-				released()
-				return
-			}
-			// Two access points of this file system already carry it (the
-			// upstream driver shared it, before the handover): answering
-			// changes nothing, refusing would not fix it.
+		r := c.do(HoldID{Record: &adopted})
+		switch {
+		case errors.Is(r.Err, journal.ErrIDTaken):
+			// Two access points of this file system already carry it
+			// (the upstream driver shared it, before the handover):
+			// answering changes nothing, refusing would not fix it.
 			made.Allocated = journal.NoID
 			c.do(Log{Level: slog.LevelWarn, Msg: "adopted access point shares its GID with another recorded volume",
-				Attrs: []slog.Attr{slog.String("accessPoint", found.ID), slog.Int64("gid", alloc), slog.String("error", r.Err.Error())}},
-				func(Result) { released() })
-		})
-	}()
+				Attrs: []slog.Attr{slog.String("accessPoint", found.ID), slog.Int64("gid", alloc), slog.String("error", r.Err.Error())}})
+		case r.Err != nil:
+			return nil, r.Err
+		}
+	}
+	if r := c.do(SetAccessPoint{Record: rec, Made: made}); r.Err != nil {
+		return nil, c.dropStale(found, alloc, r.Err)
+	}
+	if moved {
+		if r := c.do(ReleaseUnsentID{Record: rec, ID: planned}); r.Err != nil {
+			return nil, r.Err
+		}
+	}
+	if p.Params.ReuseAccessPoint {
+		if r := c.do(SetClaim{Record: rec, Name: p.Name, Namespace: p.Params.PVCNamespace}); r.Err != nil {
+			return nil, r.Err
+		}
+	}
+	return found, nil
 }
 
-// keepForNextLife keeps ap, whose id this volume's key holds in the id
-// table, if the volume's record (a retry of this life, or its next life)
-// sends ap's token and names no other access point (its create adopts
-// ap), or is gone since the hold was refused (a next life may begin at
-// any moment: the collector's sweep decides). Otherwise the record sends
-// another token (it moved to another id, or to the token of a writer
-// outside the protocol) and its create does not find ap: it goes (drop).
-func (c *Create) keepForNextLife(ap *efs.AccessPoint, busy func(error), drop func()) {
+// keptForNextLife reports whether ap, whose id this volume's key holds in
+// the id table, is kept: if the volume's record (a retry of this life, or
+// its next life) sends ap's token and names no other access point (its
+// create adopts ap), or is gone since the hold was refused (a next life
+// may begin at any moment: the collector's sweep decides). Otherwise the
+// record sends another token (it moved to another id, or to the token of
+// a writer outside the protocol) and its create does not find ap: it goes.
+func (c *Create) keptForNextLife(ap *efs.AccessPoint) (bool, error) {
 	rec := c.rec
-	keep := func() {
-		c.do(Log{Level: slog.LevelInfo, Msg: "access point kept: the volume's next create adopts it, or the collector's sweep deletes it",
-			Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("name", rec.Name)}},
-			func(Result) { busy(nil) })
+	r := c.do(ReadRecord{FileSystem: ap.FileSystemID, Key: rec.Token})
+	switch {
+	case errors.Is(r.Err, journal.ErrNotFound):
+	case r.Err != nil:
+		return false, r.Err
+	case r.Record.SentToken() == ap.ClientToken && !r.Record.Deleting && (r.Record.AccessPoint == "" || r.Record.AccessPoint == ap.ID):
+	default:
+		return false, nil
 	}
-	c.do(ReadRecord{FileSystem: ap.FileSystemID, Key: rec.Token}, func(r Result) {
-		switch {
-		case errors.Is(r.Err, journal.ErrNotFound):
-			keep()
-		case r.Err != nil:
-			busy(r.Err)
-		case r.Record.SentToken() == ap.ClientToken && !r.Record.Deleting && (r.Record.AccessPoint == "" || r.Record.AccessPoint == ap.ID):
-			keep()
-		default:
-			drop()
-		}
-	})
+	c.do(Log{Level: slog.LevelInfo, Msg: "access point kept: the volume's next create adopts it, or the collector's sweep deletes it",
+		Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("name", rec.Name)}})
+	return true, nil
 }
 
 // cleanupTries is how many times a cleanup's record write is sent while
@@ -925,30 +856,25 @@ const cleanupTries = 3
 // collector's sweep (the cluster's one record) or to nobody (a record per
 // pod): the simulator's wide worlds, seeds 189518, 213611 and 219350,
 // left access points named by nothing on one 5xx.
-func (c *Create) cleanup(e Effect, k func(Result)) {
-	var try func(n int)
-	try = func(n int) {
-		c.do(e, func(r Result) {
-			if n < cleanupTries && errors.Is(r.Err, journal.ErrUnavailable) {
-				try(n + 1)
-				return
-			}
-			k(r)
-		})
+func (c *Create) cleanup(e Effect) Result {
+	for n := 1; ; n++ {
+		r := c.do(e)
+		if n < cleanupTries && errors.Is(r.Err, journal.ErrUnavailable) {
+			continue
+		}
+		return r
 	}
-	try(1)
 }
 
 // dropStale deletes found, an access point of this volume made under a
 // GID token its record no longer sends (err wraps journal.ErrStaleToken):
 // the record never named it, so nobody answered it (dropUnanswered).
 // Other errors are answered.
-func (c *Create) dropStale(found *efs.AccessPoint, id int64, err error) {
+func (c *Create) dropStale(found *efs.AccessPoint, id int64, err error) error {
 	if !errors.Is(err, journal.ErrStaleToken) {
-		c.answer(err)
-		return
+		return err
 	}
-	c.dropUnanswered(found, id, err, "made under a GID token its volume's record moved from; never answered")
+	return c.dropUnanswered(found, id, err, "made under a GID token its volume's record moved from; never answered")
 }
 
 // dropUnanswered deletes ap, which this call made or found for the
@@ -969,49 +895,52 @@ func (c *Create) dropStale(found *efs.AccessPoint, id int64, err error) {
 // writer's), ap is kept: that create adopts it, or the collector's sweep
 // deletes it once no record owns it. A class without allocated ids sends
 // no GID token: its ap goes at once.
-func (c *Create) dropUnanswered(ap *efs.AccessPoint, id int64, why error, reason string) {
+func (c *Create) dropUnanswered(ap *efs.AccessPoint, id int64, why error, reason string) error {
 	rec := c.rec
-	busy := func(err error) { c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, join(why, err))) }
-	deleted := func(then func()) {
-		c.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}, func(r Result) {
-			if r.Err != nil {
-				c.answer(fmt.Errorf("%w: %w", keylock.ErrBusy, errors.Join(why, r.Err)))
-				return
-			}
-			c.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
-				Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("name", rec.Name), slog.String("reason", reason)}},
-				func(Result) { then() })
-		})
-	}
-	c.do(Detach{}, func(Result) {
-		if !volume.IsGIDToken(ap.ClientToken) || id == journal.NoID {
-			deleted(func() {
-				c.cleanup(ReleaseMovedID{FileSystem: rec.FileSystem, ID: id, Holder: rec.Token}, func(r Result) { busy(r.Err) })
-			})
-			return
+	busy := func(err error) error { return fmt.Errorf("%w: %w", keylock.ErrBusy, join(why, err)) }
+	c.do(Detach{})
+	if !volume.IsGIDToken(ap.ClientToken) || id == journal.NoID {
+		if err := c.deleteUnanswered(ap, why, reason); err != nil {
+			return err
 		}
-		c.cleanup(ReleaseMovedID{FileSystem: rec.FileSystem, ID: id, Holder: rec.Token}, func(r Result) {
-			if r.Err != nil {
-				busy(r.Err)
-				return
-			}
-			c.cleanup(HoldForSweep{FileSystem: ap.FileSystemID, ID: id, AccessPoint: ap.ID}, func(r Result) {
-				switch {
-				case errors.Is(r.Err, journal.ErrIDTaken) && r.Token == rec.Token:
-					c.keepForNextLife(ap, busy, func() { deleted(func() { busy(nil) }) })
-				case errors.Is(r.Err, journal.ErrIDTaken):
-					// Another volume's create finds ap another writer's
-					// (its volume-name tag) and moves to another id: it
-					// never adopts ap.
-					deleted(func() { busy(nil) })
-				case r.Err != nil:
-					busy(r.Err)
-				default:
-					deleted(func() {
-						c.cleanup(ReleaseSweep{FileSystem: ap.FileSystemID, ID: id, AccessPoint: ap.ID}, func(r Result) { busy(r.Err) })
-					})
-				}
-			})
-		})
-	})
+		return busy(c.cleanup(ReleaseMovedID{FileSystem: rec.FileSystem, ID: id, Holder: rec.Token}).Err)
+	}
+	if r := c.cleanup(ReleaseMovedID{FileSystem: rec.FileSystem, ID: id, Holder: rec.Token}); r.Err != nil {
+		return busy(r.Err)
+	}
+	r := c.cleanup(HoldForSweep{FileSystem: ap.FileSystemID, ID: id, AccessPoint: ap.ID})
+	switch {
+	case errors.Is(r.Err, journal.ErrIDTaken) && r.Token == rec.Token:
+		if kept, err := c.keptForNextLife(ap); kept || err != nil {
+			return busy(err)
+		}
+		if err := c.deleteUnanswered(ap, why, reason); err != nil {
+			return err
+		}
+		return busy(nil)
+	case errors.Is(r.Err, journal.ErrIDTaken):
+		// Another volume's create finds ap another writer's (its
+		// volume-name tag) and moves to another id: it never adopts ap.
+		if err := c.deleteUnanswered(ap, why, reason); err != nil {
+			return err
+		}
+		return busy(nil)
+	case r.Err != nil:
+		return busy(r.Err)
+	}
+	if err := c.deleteUnanswered(ap, why, reason); err != nil {
+		return err
+	}
+	return busy(c.cleanup(ReleaseSweep{FileSystem: ap.FileSystemID, ID: id, AccessPoint: ap.ID}).Err)
+}
+
+// deleteUnanswered deletes ap for dropUnanswered, and logs it with its
+// reason; a failure ends the call keylock.ErrBusy, wrapping why.
+func (c *Create) deleteUnanswered(ap *efs.AccessPoint, why error, reason string) error {
+	if r := c.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}); r.Err != nil {
+		return fmt.Errorf("%w: %w", keylock.ErrBusy, errors.Join(why, r.Err))
+	}
+	c.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
+		Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("name", c.rec.Name), slog.String("reason", reason)}})
+	return nil
 }

@@ -58,19 +58,20 @@ const RepeatFresh = time.Minute
 // its record (Answer.Record).
 func NewCreateVolume(cfg CreateConfig, p *Plan, now time.Time) *Create {
 	c := &Create{cfg: cfg, p: p, now: now, res: -1}
-	c.do(Lock{Keys: p.Locks()}, func(r Result) {
-		if c.failed(r) {
-			return
-		}
-		c.do(ForgetFinished{FileSystem: p.Params.FileSystemID, Names: p.Locks()}, func(Result) {
-			if p.Dir {
-				c.createDir()
-				return
-			}
-			c.repeat()
-		})
-	})
+	c.run(c.createVolume)
 	return c
+}
+
+func (c *Create) createVolume() Effect {
+	p := c.p
+	if r := c.do(Lock{Keys: p.Locks()}); r.Err != nil {
+		return Answer{Err: r.Err}
+	}
+	c.do(ForgetFinished{FileSystem: p.Params.FileSystemID, Names: p.Locks()})
+	if p.Dir {
+		return c.createDir()
+	}
+	return c.repeat()
 }
 
 // repeat answers a repeated CreateVolume of a volume this process
@@ -83,32 +84,29 @@ func NewCreateVolume(cfg CreateConfig, p *Plan, now time.Time) *Create {
 // anything), so no memory alone can say the access point is not being
 // deleted now. Anything else (unknown, gone, changed, being deleted, a
 // read failed) goes the whole way.
-func (c *Create) repeat() {
+func (c *Create) repeat() Answer {
 	p := c.p
 	fsID := p.Params.FileSystemID
-	c.do(Answered{FileSystem: fsID, Name: p.Name}, func(r Result) {
-		known := r.AP
-		switch {
-		case known == nil:
-			c.fresh()
-		case c.now.Sub(r.At) < RepeatFresh && p.Check(known) == nil:
-			c.confirmAnswer(known)
-		default:
-			c.do(Describe{AccessPoint: known.ID}, func(r Result) {
-				switch {
-				case errors.Is(r.Err, efs.ErrAccessPointNotFound):
-					c.do(Forget{FileSystem: fsID, AccessPoint: known.ID}, func(Result) { c.fresh() })
-				case r.Err != nil || p.Check(r.AP) != nil:
-					c.fresh()
-				default:
-					ap := r.AP
-					c.do(Seen{AP: *ap}, func(Result) {
-						c.do(RememberAnswer{Name: p.Name, AP: ap}, func(Result) { c.confirmAnswer(ap) })
-					})
-				}
-			})
-		}
-	})
+	r := c.do(Answered{FileSystem: fsID, Name: p.Name})
+	known := r.AP
+	switch {
+	case known == nil:
+		return c.fresh()
+	case c.now.Sub(r.At) < RepeatFresh && p.Check(known) == nil:
+		return c.confirmAnswer(known)
+	}
+	r = c.do(Describe{AccessPoint: known.ID})
+	switch {
+	case errors.Is(r.Err, efs.ErrAccessPointNotFound):
+		c.do(Forget{FileSystem: fsID, AccessPoint: known.ID})
+		return c.fresh()
+	case r.Err != nil || p.Check(r.AP) != nil:
+		return c.fresh()
+	}
+	ap := r.AP
+	c.do(Seen{AP: *ap})
+	c.do(RememberAnswer{Name: p.Name, AP: ap})
+	return c.confirmAnswer(ap)
 }
 
 // confirmAnswer answers ap, which this process answered for the volume,
@@ -121,43 +119,32 @@ func (c *Create) repeat() {
 // access point (TestCreateEveryOutcome: a record of the same token and
 // path, naming no access point). A record the request does not match
 // (another capacity) goes the whole way too, which answers why.
-func (c *Create) confirmAnswer(ap *efs.AccessPoint) {
-	c.do(ReadRecord{FileSystem: ap.FileSystemID, Key: c.p.Input.ClientToken}, func(r Result) {
-		if r.Err != nil || r.Record.Deleting || !ownership.Agrees(r.Record, ap) || r.Record.AccessPoint != ap.ID ||
-			c.p.recordMismatch(r.Record) != "" {
-			c.fresh()
-			return
-		}
-		c.do(Answer{AP: ap}, nil)
-	})
+func (c *Create) confirmAnswer(ap *efs.AccessPoint) Answer {
+	r := c.do(ReadRecord{FileSystem: ap.FileSystemID, Key: c.p.Input.ClientToken})
+	if r.Err != nil || r.Record.Deleting || !ownership.Agrees(r.Record, ap) || r.Record.AccessPoint != ap.ID ||
+		c.p.recordMismatch(r.Record) != "" {
+		return c.fresh()
+	}
+	return Answer{AP: ap}
 }
 
 // fresh runs the record's protocol (Create), seen by this process's
 // deletes with root removal on from before its record is written, and
-// remembers what it answers.
-func (c *Create) fresh() {
+// remembers what it answers. The protocol's end releases its reservation
+// first: the allocator has the access point by then (Seen), or the create
+// failed.
+func (c *Create) fresh() Answer {
 	p := c.p
-	remember := func(a Answer) {
-		if a.Err != nil {
-			c.do(a, nil)
-			return
-		}
-		c.do(RememberAnswer{Name: p.Name, AP: a.AP, Made: true}, func(Result) { c.do(a, nil) })
+	if c.cfg.DeleteRootDir {
+		c.do(Creating{FileSystem: p.Params.FileSystemID, Token: p.Input.ClientToken, Name: p.Name, Root: p.Input.Path})
 	}
-	// The protocol's end releases its reservation first: the allocator
-	// has the access point by then (Seen), or the create failed.
-	ended := func(then func(Answer)) func(Answer) {
-		return func(a Answer) { c.release(func() { then(a) }) }
+	a := c.protocol()
+	c.release()
+	if c.cfg.DeleteRootDir {
+		c.do(CreateEnded{AP: a.AP})
 	}
-	if !c.cfg.DeleteRootDir {
-		c.final = ended(remember)
-		c.start()
-		return
+	if a.Err == nil {
+		c.do(RememberAnswer{Name: p.Name, AP: a.AP, Made: true})
 	}
-	c.do(Creating{FileSystem: p.Params.FileSystemID, Token: p.Input.ClientToken, Name: p.Name, Root: p.Input.Path}, func(Result) {
-		c.final = ended(func(a Answer) {
-			c.do(CreateEnded{AP: a.AP}, func(Result) { remember(a) })
-		})
-		c.start()
-	})
+	return a
 }
