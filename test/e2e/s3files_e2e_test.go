@@ -26,14 +26,7 @@ func TestS3FilesClaimIsProvisionedAndDeleted(t *testing.T) {
 	defer cancel()
 	st := newControllerStack(ctx, t, s, "--s3files-file-system="+s3FileSystem, s.policy(s3FilesPolicy))
 	st.addReplica(ctx, replicaSpec{bins: s.bins, deployment: st.deployment, leaderElection: true})
-	s3 := s3files.New(s3files.Options{Region: "us-east-1", BaseEndpoint: aws.String(st.endpoint), Credentials: aws.AnonymousCredentials{}})
-	accessPoints := func() (int, error) {
-		out, err := s3.ListAccessPoints(ctx, &s3files.ListAccessPointsInput{FileSystemId: aws.String(s3FileSystem)})
-		if err != nil {
-			return 0, err
-		}
-		return len(out.AccessPoints), nil
-	}
+	accessPoints := s3FilesAccessPoints(ctx, st.endpoint)
 	class := "efs-sc-s3files"
 	newClass(ctx, t, s, class, map[string]string{"provisioningMode": "s3files-ap", "fileSystemId": s3FileSystem, "directoryPerms": "700"}, nil)
 	ns := newNamespace(ctx, t, s, "e2e-s3files")
@@ -51,4 +44,17 @@ func TestS3FilesClaimIsProvisionedAndDeleted(t *testing.T) {
 	})
 	waitNoLeaks(ctx, t, s, efsClient(st.endpoint))
 	st.checkAlive()
+}
+
+// s3FilesAccessPoints counts, when called, the access points of the emulator's S3 Files
+// file system (the read is under the emulator's policies, as the driver's are).
+func s3FilesAccessPoints(ctx context.Context, endpoint string) func() (int, error) {
+	s3 := s3files.New(s3files.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint), Credentials: aws.AnonymousCredentials{}})
+	return func() (int, error) {
+		out, err := s3.ListAccessPoints(ctx, &s3files.ListAccessPointsInput{FileSystemId: aws.String(s3FileSystem)})
+		if err != nil {
+			return 0, err
+		}
+		return len(out.AccessPoints), nil
+	}
 }

@@ -132,6 +132,16 @@ func newControllerStack(ctx context.Context, t *testing.T, s *suite, emulatorArg
 // sets st.deployment and calls authenticate once the service account exists).
 func newEmulatorStack(ctx context.Context, t *testing.T, s *suite, emulatorArgs ...string) *controllerStack {
 	t.Helper()
+	// Under AWS's managed policy, which the EKS add-on and upstream's guide attach: a
+	// test that needs more adds the policy a user of that feature attaches (policy).
+	return newEmulatorStackUnder(ctx, t, s, []string{s.policy(managedPolicy)}, emulatorArgs...)
+}
+
+// newEmulatorStackUnder is newEmulatorStack with the emulator enforcing the policies
+// (--iam-policy flags, s.policy) instead of the managed one: a role given
+// docs/iam/controller.json in its place has no other.
+func newEmulatorStackUnder(ctx context.Context, t *testing.T, s *suite, policies []string, emulatorArgs ...string) *controllerStack {
+	t.Helper()
 	st := &controllerStack{t: t, s: s, dir: t.TempDir()}
 	port, err := cluster.FreePort()
 	if err != nil {
@@ -139,11 +149,9 @@ func newEmulatorStack(ctx context.Context, t *testing.T, s *suite, emulatorArgs 
 	}
 	st.endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
 	st.dataDir = filepath.Join(st.dir, "efs")
-	// Under AWS's managed policy, which the EKS add-on and upstream's guide attach: a
-	// test that needs more adds the policy a user of that feature attaches (policy).
+	args := append([]string{fmt.Sprintf("--listen=127.0.0.1:%d", port), "--data-dir=" + st.dataDir, "--file-system=" + fileSystemID}, policies...)
 	st.emulator, err = cluster.StartProcess("efs-emulator", s.dir, filepath.Join(s.bins, "efs-emulator"), nil,
-		append([]string{fmt.Sprintf("--listen=127.0.0.1:%d", port), "--data-dir=" + st.dataDir, "--file-system=" + fileSystemID,
-			s.policy(managedPolicy)}, emulatorArgs...)...)
+		append(args, emulatorArgs...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
