@@ -1,0 +1,134 @@
+package core
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+var updateDesign = flag.Bool("update-design", false, "TestDesignStepTablesAreTheMachines: rewrite docs/design.md's effect tables from the machines")
+
+// designDoc is the design document whose step tables the machines are
+// checked against.
+const designDoc = "../../../docs/design.md"
+
+// happy answers each effect as a world where nothing fails and nothing
+// was there before: no answer remembered, no record, no access point.
+func happy(e Effect) Result {
+	switch e := e.(type) {
+	case Reserve:
+		return Result{ID: 60005}
+	case Candidate:
+		return Result{ID: 60001 + int64(e.From), N: e.From}
+	case Begin:
+		return Result{Record: &journal.Record{Volume: e.Volume}, Yes: true}
+	case CreateAccessPoint:
+		return Result{AP: accessPoint(apID, e.Input)}
+	case MakeDir:
+		return Result{Yes: true}
+	}
+	return Result{}
+}
+
+// effectsOf runs m against world until its answer, and names its effects.
+func effectsOf(t *testing.T, m interface {
+	Next() Effect
+	Step(Result)
+}, world func(Effect) Result) []string {
+	t.Helper()
+	var names []string
+	for range 100 {
+		e := m.Next()
+		names = append(names, strings.TrimPrefix(fmt.Sprintf("%T", e), "core."))
+		if a, ok := e.(Answer); ok {
+			if a.Err != nil {
+				t.Fatalf("answered %v after %v", a.Err, names)
+			}
+			return names
+		}
+		m.Step(world(e))
+	}
+	t.Fatalf("no answer after %v", names)
+	return nil
+}
+
+// TestDesignStepTablesAreTheMachines: each machine's effects on its path
+// where nothing fails are those docs/design.md's effect table for it
+// lists, in order (its "effects: NAME" block). A machine changed without
+// its table fails here; -update-design rewrites the tables.
+func TestDesignStepTablesAreTheMachines(t *testing.T) {
+	ap, rec := ours()
+	dir := dirPlan(t)
+	dirRec := dirRecord(dir, 60003)
+	deleteWorld := func(e Effect) Result {
+		switch e.(type) {
+		case LookUp:
+			return Result{AP: ap}
+		case ReadRecord:
+			return Result{Record: rec}
+		case Mark:
+			return Result{Record: rec}
+		}
+		return Result{}
+	}
+	dirDeleteWorld := func(e Effect) Result {
+		if _, ok := e.(ReadRecord); ok {
+			return Result{Record: dirRec}
+		}
+		return Result{}
+	}
+	on := CreateConfig{DeleteRootDir: true}
+	paths := []struct{ name, what string }{
+		{"create", "CreateVolume of a new efs-ap volume of a class that allocates GIDs, root removal on"},
+		{"delete", "DeleteVolume of a recorded access point, root removal on"},
+		{"create-dir", "CreateVolume of a new directory volume, root removal on"},
+		{"delete-dir", "DeleteVolume of a recorded directory volume, root removal on"},
+	}
+	got := map[string][]string{
+		"create":     effectsOf(t, NewCreateVolume(on, gidPlan(t), t0), happy),
+		"delete":     effectsOf(t, NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: true}, "efs:"+fsID+"::"+apID, t0), deleteWorld),
+		"create-dir": effectsOf(t, NewCreateVolume(on, dir, t0), happy),
+		"delete-dir": effectsOf(t, NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: true}, volume.DirID(fsID, dir.Input.Path), t0), dirDeleteWorld),
+	}
+	src, err := os.ReadFile(designDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(src)
+	for _, p := range paths {
+		block := regexp.MustCompile("(?s)<!-- effects: " + p.name + " -->\n```text\n(.*?)```\n")
+		m := block.FindStringSubmatchIndex(doc)
+		if m == nil {
+			t.Errorf("%s has no block <!-- effects: %s --> with a ```text fence; it should hold:\n%s", designDoc, p.name, strings.Join(got[p.name], "\n"))
+			continue
+		}
+		// A line is an effect, then what the step is (free text); a line
+		// beginning with # says what the block shows.
+		var listed []string
+		for _, line := range strings.Split(doc[m[2]:m[3]], "\n") {
+			if f := strings.Fields(line); len(f) > 0 && !strings.HasPrefix(f[0], "#") {
+				listed = append(listed, f[0])
+			}
+		}
+		switch {
+		case slices.Equal(listed, got[p.name]):
+		case *updateDesign:
+			doc = doc[:m[2]] + "# " + p.what + ", where nothing fails\n" + strings.Join(got[p.name], "\n") + "\n" + doc[m[3]:]
+		default:
+			t.Errorf("%s's effects of %s differ from the machine's (go test -run %s ./pkg/controller/core -update-design, then say each step again):\n  doc: %v\nmachine: %v",
+				designDoc, p.name, t.Name(), listed, got[p.name])
+		}
+	}
+	if *updateDesign {
+		if err := os.WriteFile(designDoc, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
