@@ -68,9 +68,10 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 		return nil, err
 	}
 	p.backend = b
-	x := &effects{s: s, ctx: ctx, p: p}
+	st := s.fs(p.Params.FileSystemID)
+	x := &effects{s: s, ctx: ctx, p: p, st: st}
 	defer x.release() // the name locks, after the answer's context is read
-	end := x.run(core.NewCreateVolume(s.createConfig(), &p.Plan, s.now()))
+	end := x.run(core.NewCreateVolume(s.createConfig(), &p.Plan, st.mem, s.now()))
 	e, ok := end.(core.Answer)
 	switch {
 	case !ok:
@@ -214,8 +215,9 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 // for directory volumes). The caller calls release once this process's
 // allocator has what the record holds.
 func (s *Service) record(ctx context.Context, p *plan) (rec *journal.Record, release func(), err error) {
-	x := &effects{s: s, ctx: ctx, p: p}
-	a, _ := x.run(core.NewRecord(s.createConfig(), &p.Plan, s.now())).(core.Answer)
+	st := s.fs(p.Params.FileSystemID)
+	x := &effects{s: s, ctx: ctx, p: p, st: st}
+	a, _ := x.run(core.NewRecord(s.createConfig(), &p.Plan, st.mem, s.now())).(core.Answer)
 	return a.Record, x.release, a.Err
 }
 

@@ -63,7 +63,14 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.DeleteVolumeResponse, error) {
 	x := &effects{s: s, ctx: ctx}
 	defer x.release()
-	end := x.run(core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot}, volumeID, s.now()))
+	// The memory of the ID's file system, if it parses (the delete reads
+	// none otherwise).
+	var mem *core.FS
+	if id, err := volume.ParseID(volumeID); err == nil {
+		x.st = s.fs(id.FileSystemID)
+		mem = x.st.mem
+	}
+	end := x.run(core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot}, volumeID, mem, s.now()))
 	switch e, ok := end.(core.Answer); {
 	case !ok:
 		return nil, fmt.Errorf("%w: a delete ended with %T", core.ErrStuck, end)

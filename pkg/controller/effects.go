@@ -28,6 +28,7 @@ type stepper interface {
 type effects struct {
 	s    *Service
 	ctx  context.Context
+	st   *fsState  // the file system whose memory the machine reads (nil: none); locked around its steps
 	p    *plan     // a create's plan (Candidate)
 	view *rootView // a delete's: the listing LookUp used, for RemoveRoot
 	// ended ends what Creating began (a create's, with root removal).
@@ -48,7 +49,9 @@ type effects struct {
 func (x *effects) run(m stepper) core.Effect {
 	defer m.Stop() // ended, or abandoned at an effect that could not be done
 	for {
+		x.lock()
 		e := m.Next()
+		x.unlock()
 		switch e.(type) {
 		case core.Answer, core.Handoff:
 			return e
@@ -58,7 +61,24 @@ func (x *effects) run(m stepper) core.Effect {
 			return core.Answer{Err: err}
 		}
 		r.Now = x.s.now()
+		x.lock()
 		m.Step(r)
+		x.unlock()
+	}
+}
+
+// lock and unlock hold the machine's file system's lock around its steps,
+// where it reads and changes that file system's core.FS (which never
+// blocks): the protocol's own code, never an effect, runs under it.
+func (x *effects) lock() {
+	if x.st != nil {
+		x.st.mu.Lock()
+	}
+}
+
+func (x *effects) unlock() {
+	if x.st != nil {
+		x.st.mu.Unlock()
 	}
 }
 
@@ -210,24 +230,6 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	case core.DirGone:
 		standIn := core.DirStandIn(e.Record)
 		s.forgetGone(standIn.FileSystemID, standIn.ID)
-	case core.UpstreamToken:
-		r.AP = s.fs(e.FileSystem).nameTokenListed(e.FileSystem, e.Token)
-	case core.Burned:
-		r.Yes = s.fs(e.FileSystem).burned(e.Token, s.now())
-	case core.Recall:
-		r.Yes = s.fs(e.FileSystem).deleteFinished(e.AccessPoint, s.now())
-	case core.Forget:
-		s.fs(e.FileSystem).dropAnswer(e.AccessPoint)
-	case core.Remember:
-		s.fs(e.FileSystem).finishDelete(e.AccessPoint, e.Locks, s.now())
-	case core.ForgetFinished:
-		s.fs(e.FileSystem).forgetFinished(e.Names)
-	case core.Answered:
-		if a, ok := s.fs(e.FileSystem).answered(e.Name); ok {
-			r.AP, r.At = a.ap, a.at
-		}
-	case core.RememberAnswer:
-		s.fs(e.AP.FileSystemID).remember(e.Name, e.AP, e.Made, s.now())
 	case core.Creating:
 		x.ended = s.fs(e.FileSystem).creating(e.Token, e.Name, e.Root, s.now)
 	case core.CreateEnded:

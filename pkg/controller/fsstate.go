@@ -33,10 +33,9 @@ func (f *fileSystems) of(fsID string) *fsState {
 	defer f.mu.Unlock()
 	st := f.byID[fsID]
 	if st == nil {
-		st = &fsState{invisible: map[string]time.Time{}, deleting: map[string]int{}, deleted: map[string]time.Time{},
+		st = &fsState{mem: core.NewFS(fsID), deleting: map[string]int{}, deleted: map[string]time.Time{},
 			creates: newPathIndex(), createOf: map[string]createEntry{},
-			answers: map[string]answer{}, answerOf: map[string]string{},
-			taken: map[int64]string{}, takenBy: map[string]int64{}, finished: newFinishedDeletes()}
+			taken: map[int64]string{}, takenBy: map[string]int64{}}
 		f.byID[fsID] = st
 	}
 	return st
@@ -62,14 +61,18 @@ type fsState struct {
 	// gidView). Only the allocator reads or writes it.
 	gids gid.View
 
+	// mem: what the machines remember of the file system (core.FS: the
+	// answers, finished deletes, burned tokens, upstream's tokens listed),
+	// under mu (effects.run holds it around their steps).
+	mem *core.FS
+
 	// From the allocator's last complete listing (watchedSource,
 	// otherclusters.go): the ids (uid and gid), sorted, that other
-	// clusters' access points carry, and one such cluster's ID; the
-	// volume names' tokens access points were listed under (upstream's:
-	// core's UpstreamToken); the ids that access points under tokens other
-	// than GID tokens carry (skipped).
+	// clusters' access points carry, and one such cluster's ID; the ids
+	// that access points under tokens other than GID tokens carry
+	// (skipped). The volume names' tokens access points were listed under
+	// (upstream's) go to mem.
 	others     otherIDs
-	nameTokens map[string]listedAP
 	outsideIDs []int64
 
 	// taken: by id, the volume (its volume-name tag, else its root
@@ -81,9 +84,6 @@ type fsState struct {
 	taken   map[int64]string
 	takenBy map[string]int64
 
-	// invisible: GID tokens EFS named for an access point it did not
-	// describe, and when first (burned).
-	invisible map[string]time.Time
 	// Root removal's memory (rootdir.go). deleting: the access points
 	// whose DeleteVolume is under way in this process: doomed, so they do
 	// not keep a shared directory (two deletes of a shared directory at
@@ -103,18 +103,6 @@ type fsState struct {
 	creates       *pathIndex
 	createOf      map[string]createEntry
 	createPruneAt int
-
-	// answers and answerOf: the volumes this process answered here (name
-	// -> access point, and back), so a repeat costs no request (or one
-	// Describe), not a create. A delete drops its entry under the
-	// volume's locks.
-	answers  map[string]answer
-	answerOf map[string]string
-
-	// finished: the deletes this process finished here, so that a repeat
-	// costs no request either (finished.go). A create drops its name's
-	// entries under its locks.
-	finished *finishedDeletes
 
 	// zone: the file system's availability zone ("" for a regional one)
 	// as described at zoneAt (zero: never), for placement and topology
@@ -143,31 +131,6 @@ func (st *fsState) setZone(zone string, now time.Time) {
 	st.zone, st.zoneAt = zone, now
 }
 
-// deleteFinished reports whether the delete of access point key finished
-// here within finishedFresh.
-func (st *fsState) deleteFinished(key string, now time.Time) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.finished.done(key, now)
-}
-
-// finishDelete remembers that key's delete finished at now; names are the
-// name locks the delete holds while it calls this.
-func (st *fsState) finishDelete(key string, names []string, now time.Time) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.finished.add(key, names, now)
-}
-
-// forgetFinished forgets every finished delete remembered under one of
-// names: a create of the volume is under way (called under its name
-// locks).
-func (st *fsState) forgetFinished(names []string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.finished.dropNames(names)
-}
-
 // otherIDs: the ids (uid and gid) other clusters' access points on one file
 // system carry, sorted, from the last complete listing, and one of those
 // clusters' IDs (for the message).
@@ -177,10 +140,11 @@ type otherIDs struct {
 }
 
 // listed replaces what the last complete listing showed.
-func (st *fsState) listed(others otherIDs, nameTokens map[string]listedAP, outside []int64, taken map[int64]string, takenBy map[string]int64) {
+func (st *fsState) listed(others otherIDs, nameTokens map[string]core.ListedAP, outside []int64, taken map[int64]string, takenBy map[string]int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.others, st.nameTokens, st.outsideIDs = others, nameTokens, outside
+	st.others, st.outsideIDs = others, outside
+	st.mem.SetNameTokens(nameTokens)
 	st.taken, st.takenBy = taken, takenBy
 }
 
@@ -248,24 +212,6 @@ func (st *fsState) othersInRange(lo, hi int64) (int, string) {
 	return to - from, st.others.cluster
 }
 
-// listedAP is an access point as fsState keeps it: its ID and ids.
-type listedAP struct {
-	id       string
-	uid, gid int64
-}
-
-// nameTokenListed is the access point the last listing showed under
-// token, a volume name's token, or nil.
-func (st *fsState) nameTokenListed(fsID, token string) *efs.AccessPoint {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	l, ok := st.nameTokens[token]
-	if !ok {
-		return nil
-	}
-	return &efs.AccessPoint{ID: l.id, FileSystemID: fsID, ClientToken: token, PosixUser: &efs.PosixUser{UID: l.uid, GID: l.gid}}
-}
-
 // addOutside notes ids as carried outside the GID token protocol until the
 // next complete listing (which shows them again if they still are): a
 // directory volume's, made by this process.
@@ -277,23 +223,6 @@ func (st *fsState) addOutside(ids ...int64) {
 			st.outsideIDs = slices.Insert(st.outsideIDs, i, id)
 		}
 	}
-}
-
-// burned reports whether token has been named by EFS for an access point
-// it does not describe for burnAfter, counting from this process's first
-// sighting (at now).
-func (st *fsState) burned(token string, now time.Time) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	first, ok := st.invisible[token]
-	if !ok {
-		if len(st.invisible) >= maxWarnings {
-			clear(st.invisible) // bounded: a cleared sighting only delays the move
-		}
-		st.invisible[token] = now
-		return false
-	}
-	return now.Sub(first) >= burnAfter
 }
 
 // gone records that apID was deleted at now. Those older than goneMemory
@@ -416,51 +345,10 @@ func (st *fsState) findCreate(root string, counts func(holder) bool) (holder, bo
 	return holder{}, false
 }
 
-// answer is what this process answered for a volume, and when.
-type answer struct {
-	ap *efs.AccessPoint
-	at time.Time
-}
-
-// answered is what this process answered for the volume name, if anything.
-func (st *fsState) answered(name string) (answer, bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	a, ok := st.answers[name]
-	return a, ok
-}
-
-// remember records that this process answered ap for the volume name at
-// at (under the volume's name lock).
-func (st *fsState) remember(name string, ap *efs.AccessPoint, made bool, at time.Time) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if old, ok := st.answers[name]; ok {
-		delete(st.answerOf, old.ap.ID)
-	}
-	st.answers[name], st.answerOf[ap.ID] = answer{ap, at}, name
-	if made {
-		st.finished.drop(ap.ID)
-	}
-}
-
-// dropAnswer stops answering repeats of apID's volume from memory: called
-// under the volume's locks when its delete begins, so that no create
-// answered from memory can hand out an access point being deleted, and
-// when it is found or made gone.
+// dropAnswer stops answering repeats of apID's volume from memory (found
+// or made gone).
 func (st *fsState) dropAnswer(apID string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if name, ok := st.answerOf[apID]; ok {
-		delete(st.answers, name)
-		delete(st.answerOf, apID)
-	}
+	st.mem.DropAnswer(apID)
 }
-
-// burnAfter is how long EFS may name an access point it does not describe
-// as holding a GID token before the token counts as burned: kept by an
-// access point deleted long ago, not held by one too fresh to describe
-// (EFS describes a new one within seconds). Until then the create is
-// retried: the access point may be this volume's own, whose answer was
-// lost.
-const burnAfter = 2 * time.Minute

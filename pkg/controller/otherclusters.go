@@ -31,7 +31,7 @@ type watchedSource struct {
 
 func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	var seen otherIDs
-	nameTokens := map[string]listedAP{}
+	nameTokens := map[string]core.ListedAP{}
 	var outside []int64
 	taken, takenBy := map[int64]string{}, map[string]int64{}
 	err := w.EFS.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
@@ -46,7 +46,7 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 				// UpstreamToken).
 				uid, g := core.PosixIDs(&page[i])
 				outside = append(outside, uid, g)
-				nameTokens[tok] = listedAP{id: page[i].ID, uid: uid, gid: g}
+				nameTokens[tok] = core.ListedAP{ID: page[i].ID, UID: uid, GID: g}
 			}
 			id, ok := page[i].Tags[TagClusterID]
 			if !ok || id == w.own || w.own == "" {

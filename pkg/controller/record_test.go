@@ -232,7 +232,7 @@ func TestCreateAfterAFinishedDeleteThenDeleteReallyDeletes(t *testing.T) {
 	}
 	st := b.svc.fs(testFS)
 	st.mu.Lock()
-	n := st.finished.len()
+	n := st.mem.FinishedDeletes()
 	st.mu.Unlock()
 	if n != 1 {
 		t.Errorf("%d finished deletes remembered, want the last one", n)

@@ -90,12 +90,14 @@ type proc struct {
 	yield func(Effect) bool
 	cur   Effect // the effect Next returns; nil past the end
 	in    Result // the outcome Step passed, for do to return
+	begun bool   // the function has run to its first effect
 }
 
 // stopped unwinds a protocol whose proc was stopped mid-way.
 type stopped struct{}
 
-// run starts body; its first effect is asked for by the first Next.
+// run makes body the protocol. It begins at the first Next, under the
+// caller's lock as every later step is.
 func (p *proc) run(body func() Effect) {
 	p.pull, p.stop = iter.Pull(func(yield func(Effect) bool) {
 		defer func() {
@@ -108,7 +110,6 @@ func (p *proc) run(body func() Effect) {
 		p.yield = yield
 		yield(body())
 	})
-	p.advance()
 }
 
 // advance runs the protocol to its next effect. Its final effect ends the
@@ -138,6 +139,10 @@ func (p *proc) do(e Effect) Result {
 
 // Next is the effect to execute now.
 func (p *proc) Next() Effect {
+	if !p.begun {
+		p.begun = true
+		p.advance()
+	}
 	if p.cur == nil {
 		return Answer{Err: ErrStuck}
 	}
@@ -162,7 +167,7 @@ func (p *proc) Step(r Result) {
 // its final effect (its call killed, an effect that could not be done)
 // stops it. Stopping an ended protocol does nothing.
 func (p *proc) Stop() {
-	p.cur = nil
+	p.cur, p.begun = nil, true
 	if p.stop != nil {
 		p.stop()
 	}

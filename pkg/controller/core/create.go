@@ -132,14 +132,6 @@ type (
 	// Detach runs the rest of the call past its own context, within the
 	// cleanup budget: what must follow what the call did. No result.
 	Detach struct{}
-	// UpstreamToken is the access point the allocator's last listing of
-	// the file system showed under Token, a volume name's token: upstream's
-	// driver made it for the volume (Result.AP, its ID and ids; nil if
-	// none).
-	UpstreamToken struct{ FileSystem, Token string }
-	// Burned: EFS has named, for long enough, an access point it does
-	// not describe as holding Token (Result.Yes).
-	Burned struct{ FileSystem, Token string }
 )
 
 func (Reserve) effect()           {}
@@ -161,8 +153,6 @@ func (List) effect()              {}
 func (CreateAccessPoint) effect() {}
 func (Seen) effect()              {}
 func (Detach) effect()            {}
-func (UpstreamToken) effect()     {}
-func (Burned) effect()            {}
 
 // MaxIDAttempts bounds how many ids one call tries when other volumes hold
 // the ones it picked (in the record, or on access points carrying their
@@ -194,6 +184,7 @@ type Create struct {
 	proc
 	cfg CreateConfig
 	p   *Plan
+	mem Memory // the file system's
 	now time.Time
 	rec *journal.Record
 	// res is the handle of the call's reservation in this process's
@@ -205,8 +196,8 @@ type Create struct {
 }
 
 // NewCreate starts the protocol of p at now.
-func NewCreate(cfg CreateConfig, p *Plan, now time.Time) *Create {
-	c := &Create{cfg: cfg, p: p, now: now, res: -1}
+func NewCreate(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
+	c := &Create{cfg: cfg, p: p, mem: mem, now: now, res: -1}
 	c.run(func() Effect { return c.protocol() })
 	return c
 }
@@ -216,8 +207,8 @@ func NewCreate(cfg CreateConfig, p *Plan, now time.Time) *Create {
 // which make no access point). The answer is the record (Answer.Record);
 // the caller releases the reservation once this process's allocator has
 // what the record holds.
-func NewRecord(cfg CreateConfig, p *Plan, now time.Time) *Create {
-	c := &Create{cfg: cfg, p: p, now: now, res: -1}
+func NewRecord(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
+	c := &Create{cfg: cfg, p: p, mem: mem, now: now, res: -1}
 	c.run(func() Effect {
 		if err := c.record(); err != nil {
 			return Answer{Err: err}
@@ -356,7 +347,7 @@ func (c *Create) upstream() *efs.AccessPoint {
 	if tok == "" || volume.IsGIDToken(tok) || c.p.Dir {
 		return nil
 	}
-	return c.do(UpstreamToken{FileSystem: c.p.Params.FileSystemID, Token: tok}).AP
+	return c.mem.Upstream(tok)
 }
 
 // beginWith writes the record with the id alloc (journal.NoID: the class
@@ -627,7 +618,7 @@ func (c *Create) send(attempt int) (*efs.AccessPoint, error) {
 // again (again).
 func (c *Create) adoptUpstream() (ap *efs.AccessPoint, again bool, err error) {
 	rec := c.rec
-	if up := c.do(UpstreamToken{FileSystem: c.p.Params.FileSystemID, Token: rec.SentToken()}).AP; up != nil {
+	if up := c.mem.Upstream(rec.SentToken()); up != nil {
 		d := c.do(Describe{AccessPoint: up.ID})
 		switch {
 		case d.Err == nil && d.AP.ClientToken == rec.SentToken():
@@ -731,7 +722,7 @@ func (c *Create) holder(token string, err error) (*efs.AccessPoint, error) {
 		return r.AP, nil
 	case !errors.Is(r.Err, efs.ErrAccessPointNotFound):
 		return nil, r.Err
-	case volume.IsGIDToken(token) && c.do(Burned{FileSystem: c.rec.FileSystem, Token: token}).Yes:
+	case volume.IsGIDToken(token) && c.mem.Burned(token, c.now):
 		return burnedStandIn(c.rec, token), nil
 	}
 	return nil, fmt.Errorf("%w: %s holds client token %q", ErrNotYetVisible, ae.AccessPointID, token)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
@@ -99,8 +100,6 @@ func describeCreate(e Effect) string {
 		return fmt.Sprintf("set ids %d -> %d", e.From, e.ID)
 	case DeleteAccessPoint:
 		return "delete " + e.AccessPoint
-	case UpstreamToken:
-		return "upstream token"
 	case HoldForSweep:
 		return fmt.Sprintf("hold for sweep %d", e.ID)
 	case ReleaseSweep:
@@ -136,8 +135,7 @@ func TestCreateSteps(t *testing.T) {
 	}
 	fresh := []step{
 		{"reserve " + name, give(Result{ID: 60005, Handle: 0})},
-		{"upstream token", ok}, // upstream made no access point for it
-		{"release 0", ok},      // the volume's own sequence chooses
+		{"release 0", ok}, // the volume's own sequence chooses
 		{"candidate from 0", give(Result{ID: 60001, N: 0})},
 	}
 	// made while its volume was being deleted: the record write says so.
@@ -212,7 +210,6 @@ func TestCreateSteps(t *testing.T) {
 			step{"create " + g1 + " gid=60001", give(Result{Err: errAPI})}, step{"answer " + errAPI.Error(), ok})},
 		{"a full range finds a retry's record before giving up", []step{
 			{"reserve " + name, give(Result{Err: gid.ErrExhausted})},
-			{"upstream token", ok},
 			{"read record hint=false", begun(func() *journal.Record { r := rec(); r.AccessPoint = apID; return r }(), false)},
 			{"hold", ok}, {"describe " + apID, func(Effect) Result {
 				return Result{AP: accessPoint(apID, efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: g1, Path: p.Input.Path,
@@ -221,7 +218,7 @@ func TestCreateSteps(t *testing.T) {
 			{"seen " + apID, ok}, {"touch", ok}, {"answer " + apID, ok}}}, // confirmed after the Describe: the last step before the answer
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := NewCreate(CreateConfig{}, p, t0)
+			c := NewCreate(CreateConfig{}, p, NewFS(fsID), t0)
 			for i, s := range tc.steps {
 				e := c.Next()
 				if got := describeCreate(e); got != s.want {
@@ -271,10 +268,33 @@ func TestCreateEveryOutcome(t *testing.T) {
 	for _, mode := range []struct{ whole, delRoot bool }{{false, false}, {true, true}, {true, false}} {
 		var choices []int
 		for {
+			var (
+				k      int // the next choice of the run
+				counts []int
+				seen   = map[string]int{}
+			)
+			// pick is the run's next choice of n outcomes: explored on the
+			// first *exploreRepeats occurrences of its kind in a run.
+			pick := func(kind string, n int) int {
+				if seen[kind]++; seen[kind] > *exploreRepeats {
+					n = 1
+				}
+				if k == len(counts) {
+					counts = append(counts, n)
+				}
+				if k >= len(choices) {
+					choices = append(choices, 0)
+				}
+				k++
+				return choices[k-1]
+			}
+			mine := accessPoint(apID, efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: g1, Path: p.Input.Path,
+				Tags: p.Input.Tags, PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}})
+			mem := &branchingMemory{FS: NewFS(fsID), pick: pick, answer: mine, upstream: outside}
 			cfg := CreateConfig{DeleteRootDir: mode.delRoot}
-			c := NewCreate(cfg, p, t0)
+			c := NewCreate(cfg, p, mem, t0)
 			if mode.whole {
-				c = NewCreateVolume(cfg, p, t0)
+				c = NewCreateVolume(cfg, p, mem, t0)
 			}
 			var (
 				creating, ended bool
@@ -283,8 +303,6 @@ func TestCreateEveryOutcome(t *testing.T) {
 				lastReadGone    bool // a read of the record found none
 				tokenOf         = map[string]string{}
 				trace           []string
-				counts          []int
-				seen            = map[string]int{}
 				rec             *journal.Record
 				held            bool // the record's current id is held
 				mustConfirm     bool // a Touch must come before the next send
@@ -314,10 +332,6 @@ func TestCreateEveryOutcome(t *testing.T) {
 					continue
 				case Lock:
 					opts = []func() Result{okr, one(Result{Err: keylock.ErrBusy})}
-				case Answered:
-					mine := accessPoint(apID, efs.CreateAccessPointInput{FileSystemID: fsID, ClientToken: g1, Path: p.Input.Path,
-						Tags: p.Input.Tags, PosixUser: &efs.PosixUser{UID: 60001, GID: 60001}})
-					opts = []func() Result{okr, one(Result{AP: mine, At: t0}), one(Result{AP: mine, At: t0.Add(-2 * RepeatFresh)})}
 				case Creating:
 					creating = true
 					opts = []func() Result{okr}
@@ -417,10 +431,6 @@ func TestCreateEveryOutcome(t *testing.T) {
 					tokenOf[id] = in.ClientToken
 				case List:
 					opts = []func() Result{one(Result{}), one(Result{APs: []efs.AccessPoint{*other}}), one(Result{APs: []efs.AccessPoint{*outside}}), errr}
-				case Burned:
-					opts = []func() Result{one(Result{}), one(Result{Yes: true})}
-				case UpstreamToken:
-					opts = []func() Result{one(Result{}), one(Result{AP: outside})}
 				case SetAccessPoint:
 					opts = []func() Result{
 						func() Result { e.Record.AccessPoint = e.Made.ID; recorded[e.Made.ID] = true; return Result{} },
@@ -460,16 +470,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 					opts = []func() Result{okr}
 				}
 				kind := fmt.Sprintf("%T", e)
-				if seen[kind]++; seen[kind] > *exploreRepeats {
-					opts = opts[:1]
-				}
-				if depth == len(counts) {
-					counts = append(counts, len(opts))
-				}
-				if depth >= len(choices) {
-					choices = append(choices, 0)
-				}
-				r := opts[choices[depth]]()
+				r := opts[pick(kind, len(opts))]()
 				r.Now = t0
 				lastOutcomes = kind
 				c.Step(r)
@@ -499,4 +500,33 @@ func TestCreateEveryOutcome(t *testing.T) {
 	if runs < 10000 {
 		t.Fatalf("only %d runs: the options do not branch", runs)
 	}
+}
+
+// branchingMemory is a file system's memory whose every read a run of
+// TestCreateEveryOutcome chooses: an answer remembered or not (fresh or
+// stale), a token burned or not, upstream's access point listed or not.
+type branchingMemory struct {
+	*FS
+	pick     func(kind string, n int) int
+	answer   *efs.AccessPoint
+	upstream *efs.AccessPoint
+}
+
+func (m *branchingMemory) Answered(string) (*efs.AccessPoint, time.Time) {
+	switch m.pick("Answered", 3) {
+	case 1:
+		return m.answer, t0
+	case 2:
+		return m.answer, t0.Add(-2 * RepeatFresh)
+	}
+	return nil, time.Time{}
+}
+
+func (m *branchingMemory) Burned(string, time.Time) bool { return m.pick("Burned", 2) == 1 }
+
+func (m *branchingMemory) Upstream(string) *efs.AccessPoint {
+	if m.pick("Upstream", 2) == 1 {
+		return m.upstream
+	}
+	return nil
 }

@@ -18,9 +18,6 @@ var ErrForeign = errors.New("access point of another cluster")
 
 // The effects of a delete, besides Answer, Lock and Log.
 type (
-	// Recall asks whether this process finished a delete of the access
-	// point recently (Result.Yes): a repeat is answered from memory.
-	Recall struct{ FileSystem, AccessPoint string }
 	// LookUp is the access point ID names as Describe shows it
 	// (Result.AP, or Result.Err: efs.ErrAccessPointNotFound). With root
 	// removal the caller may take it from the listing it needs anyway,
@@ -46,9 +43,6 @@ type (
 	// Reachable checks that the file system is visible with the call's
 	// credentials (Result.Err otherwise): not found proves nothing else.
 	Reachable struct{ FileSystem string }
-	// Forget drops what this process answered for the access point, so a
-	// repeat of its create is not answered from memory. No result.
-	Forget struct{ FileSystem, AccessPoint string }
 	// Mark marks Record deleting. With IfAgrees, a compare-and-swap at
 	// the version read while the record still names it, or with IfOrphan
 	// while it is still the orphan the collector judged (OrphanChange)
@@ -78,26 +72,17 @@ type (
 	DeleteAccessPoint struct{ FileSystem, AccessPoint string }
 	// Finish removes the record and releases its id (Result.Err).
 	Finish struct{ Record *journal.Record }
-	// Remember notes the delete as finished, under the name locks Locks,
-	// for Recall. No result.
-	Remember struct {
-		FileSystem, AccessPoint string
-		Locks                   []string
-	}
 )
 
-func (Recall) effect()            {}
 func (LookUp) effect()            {}
 func (ReadRecord) effect()        {}
 func (ReadRecordOf) effect()      {}
 func (Reachable) effect()         {}
-func (Forget) effect()            {}
 func (Mark) effect()              {}
 func (RemoveRoot) effect()        {}
 func (RootNotOwned) effect()      {}
 func (DeleteAccessPoint) effect() {}
 func (Finish) effect()            {}
-func (Remember) effect()          {}
 
 // DeleteConfig is what a delete needs of its controller.
 type DeleteConfig struct {
@@ -124,9 +109,11 @@ type DeleteConfig struct {
 type Delete struct {
 	proc
 	cfg   DeleteConfig
+	mem   Memory // the file system's of the ID, if it parses
 	raw   string
 	id    volume.ID
 	began time.Time
+	now   time.Time
 	ap    *efs.AccessPoint
 	rec   *journal.Record
 	prov  Provenance
@@ -134,10 +121,19 @@ type Delete struct {
 
 // NewDelete starts a DeleteVolume of volumeID (its backend prefix, if any,
 // removed) at now.
-func NewDelete(cfg DeleteConfig, volumeID string, now time.Time) *Delete {
-	d := &Delete{cfg: cfg, raw: volumeID, began: now}
+func NewDelete(cfg DeleteConfig, volumeID string, mem Memory, now time.Time) *Delete {
+	d := &Delete{cfg: cfg, mem: mem, raw: volumeID, began: now, now: now}
 	d.run(func() Effect { return Answer{Err: d.delete()} })
 	return d
+}
+
+// do executes e and returns its outcome, keeping the time it came.
+func (d *Delete) do(e Effect) Result {
+	r := d.proc.do(e)
+	if !r.Now.IsZero() {
+		d.now = r.Now
+	}
+	return r
 }
 
 func (d *Delete) delete() error {
@@ -151,7 +147,7 @@ func (d *Delete) delete() error {
 		return nil
 	}
 	d.id = id
-	if d.do(Recall{FileSystem: id.FileSystemID, AccessPoint: id.AccessPointID}).Yes {
+	if d.mem.DeleteFinished(id.AccessPointID, d.now) {
 		return nil // a repeat: no request, no record write
 	}
 	if r := d.do(Lock{Keys: []string{APKey(id.AccessPointID)}}); r.Err != nil {
@@ -188,7 +184,7 @@ func (d *Delete) delete() error {
 	if r := d.do(Lock{Keys: d.prov.Locks}); r.Err != nil {
 		return r.Err
 	}
-	d.do(Forget{FileSystem: ap.FileSystemID, AccessPoint: ap.ID})
+	d.mem.DropAnswer(ap.ID) // no repeat of its create is answered from memory
 	if d.prov.Recorded {
 		if err := d.mark(rec); err != nil {
 			return err
@@ -274,7 +270,7 @@ func (d *Delete) finish(rec *journal.Record, locks []string) error {
 			return r.Err
 		}
 	}
-	d.do(Remember{FileSystem: d.id.FileSystemID, AccessPoint: d.id.AccessPointID, Locks: locks})
+	d.mem.FinishDelete(d.id.AccessPointID, locks, d.now)
 	return nil
 }
 
@@ -304,7 +300,7 @@ func (d *Delete) unseen() error {
 			return r.Err
 		}
 	}
-	d.do(Forget{FileSystem: fsID, AccessPoint: apID})
+	d.mem.DropAnswer(apID)
 	for _, e := range []Effect{Mark{Record: rec}, DeleteAccessPoint{FileSystem: fsID, AccessPoint: apID}} {
 		if r := d.do(e); r.Err != nil {
 			return r.Err

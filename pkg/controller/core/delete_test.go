@@ -52,8 +52,6 @@ func describe(e Effect) string {
 		return "log " + e.Msg
 	case DirGone:
 		return "dir gone"
-	case Recall:
-		return "recall"
 	case LookUp:
 		return "look up"
 	case ReadRecord:
@@ -62,8 +60,6 @@ func describe(e Effect) string {
 		return "read record of access point"
 	case Reachable:
 		return "reachable"
-	case Forget:
-		return "forget"
 	case Mark:
 		return "mark if=" + strconv.FormatBool(e.IfAgrees != nil)
 	case RemoveRoot:
@@ -74,8 +70,6 @@ func describe(e Effect) string {
 		return "delete access point"
 	case Finish:
 		return "finish"
-	case Remember:
-		return "remember"
 	}
 	return fmt.Sprintf("%T", e)
 }
@@ -161,7 +155,9 @@ func TestDeleteSteps(t *testing.T) {
 			{"finish", Result{}}, {"remember", Result{}}, {"answer ok", Result{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			drive(t, NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: tc.delRoot}, tc.id, t0), describe, tc.steps)
+			drive(t, func(mem Memory) stepper {
+				return NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: tc.delRoot}, tc.id, mem, t0)
+			}, describe, tc.steps)
 		})
 	}
 }
@@ -189,8 +185,6 @@ func TestDeleteEveryOutcome(t *testing.T) {
 	handMade := &efs.AccessPoint{ID: apID, FileSystemID: fsID, Path: "/data"}
 	options := func(e Effect) []Result {
 		switch e := e.(type) {
-		case Recall:
-			return []Result{{}, {Yes: true}}
 		case Lock:
 			return []Result{{}, {Err: keylock.ErrBusy}}
 		case LookUp:
@@ -210,12 +204,17 @@ func TestDeleteEveryOutcome(t *testing.T) {
 		return []Result{{}}
 	}
 	runs := 0
-	for _, delRoot := range []bool{false, true} {
+	for _, mode := range []struct{ delRoot, finished bool }{{false, false}, {true, false}, {false, true}} {
+		delRoot := mode.delRoot
 		// choices is the current path; counts the options at each depth.
 		var choices []int
 		for {
 			var counts []int
-			d := NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: delRoot}, vid, t0)
+			mem := NewFS(fsID)
+			if mode.finished { // a repeat of a delete this process finished
+				mem.FinishDelete(apID, nil, t0)
+			}
+			d := NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: delRoot}, vid, mem, t0)
 			var (
 				trace            []string
 				looked           *efs.AccessPoint

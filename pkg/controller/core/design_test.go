@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -37,13 +40,13 @@ func happy(e Effect) Result {
 	return Result{}
 }
 
-// effectsOf runs m against world until its answer, and names its effects.
-func effectsOf(t *testing.T, m interface {
-	Next() Effect
-	Step(Result)
-}, world func(Effect) Result) []string {
+// effectsOf runs the machine start makes against world until its answer,
+// and names its effects and its calls of its file system's memory (FS.*),
+// in order.
+func effectsOf(t *testing.T, start func(Memory) stepper, world func(Effect) Result) []string {
 	t.Helper()
 	var names []string
+	m := start(recordingMemory{NewFS(fsID), &names})
 	for range 100 {
 		e := m.Next()
 		names = append(names, strings.TrimPrefix(fmt.Sprintf("%T", e), "core."))
@@ -84,7 +87,7 @@ func TestDesignStepTablesAreTheMachines(t *testing.T) {
 		}
 		return Result{}
 	}
-	on := CreateConfig{DeleteRootDir: true}
+	on, delCfg := CreateConfig{DeleteRootDir: true}, DeleteConfig{Cluster: "c1", DeleteRootDir: true}
 	paths := []struct{ name, what string }{
 		{"create", "CreateVolume of a new efs-ap volume of a class that allocates GIDs, root removal on"},
 		{"delete", "DeleteVolume of a recorded access point, root removal on"},
@@ -92,10 +95,10 @@ func TestDesignStepTablesAreTheMachines(t *testing.T) {
 		{"delete-dir", "DeleteVolume of a recorded directory volume, root removal on"},
 	}
 	got := map[string][]string{
-		"create":     effectsOf(t, NewCreateVolume(on, gidPlan(t), t0), happy),
-		"delete":     effectsOf(t, NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: true}, "efs:"+fsID+"::"+apID, t0), deleteWorld),
-		"create-dir": effectsOf(t, NewCreateVolume(on, dir, t0), happy),
-		"delete-dir": effectsOf(t, NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: true}, volume.DirID(fsID, dir.Input.Path), t0), dirDeleteWorld),
+		"create":     effectsOf(t, func(m Memory) stepper { return NewCreateVolume(on, gidPlan(t), m, t0) }, happy),
+		"delete":     effectsOf(t, func(m Memory) stepper { return NewDelete(delCfg, "efs:"+fsID+"::"+apID, m, t0) }, deleteWorld),
+		"create-dir": effectsOf(t, func(m Memory) stepper { return NewCreateVolume(on, dir, m, t0) }, happy),
+		"delete-dir": effectsOf(t, func(m Memory) stepper { return NewDelete(delCfg, volume.DirID(fsID, dir.Input.Path), m, t0) }, dirDeleteWorld),
 	}
 	src, err := os.ReadFile(designDoc)
 	if err != nil {
@@ -131,4 +134,42 @@ func TestDesignStepTablesAreTheMachines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// recordingMemory is an FS whose every call is named in log, as FS.<method>.
+type recordingMemory struct {
+	*FS
+	log *[]string
+}
+
+func (m recordingMemory) note(method string) { *m.log = append(*m.log, "FS."+method) }
+
+func (m recordingMemory) Answered(name string) (*efs.AccessPoint, time.Time) {
+	m.note("Answered")
+	return m.FS.Answered(name)
+}
+func (m recordingMemory) RememberAnswer(name string, ap *efs.AccessPoint, made bool, now time.Time) {
+	m.note("RememberAnswer")
+	m.FS.RememberAnswer(name, ap, made, now)
+}
+func (m recordingMemory) DropAnswer(apID string) { m.note("DropAnswer"); m.FS.DropAnswer(apID) }
+func (m recordingMemory) DeleteFinished(apID string, now time.Time) bool {
+	m.note("DeleteFinished")
+	return m.FS.DeleteFinished(apID, now)
+}
+func (m recordingMemory) FinishDelete(apID string, names []string, now time.Time) {
+	m.note("FinishDelete")
+	m.FS.FinishDelete(apID, names, now)
+}
+func (m recordingMemory) ForgetFinished(names []string) {
+	m.note("ForgetFinished")
+	m.FS.ForgetFinished(names)
+}
+func (m recordingMemory) Burned(token string, now time.Time) bool {
+	m.note("Burned")
+	return m.FS.Burned(token, now)
+}
+func (m recordingMemory) Upstream(token string) *efs.AccessPoint {
+	m.note("Upstream")
+	return m.FS.Upstream(token)
 }

@@ -15,7 +15,7 @@ import (
 // the step tables in docs/design.md, "Directory volumes"): a directory on
 // the file system, made by the controller through its mount of it, recorded
 // as an access point volume is, with no access point. Their effects,
-// besides the record's and Lock, Log, Recall, Remember, Mark, RemoveRoot
+// besides the record's and Lock, Log, Mark, RemoveRoot
 // and Finish.
 type (
 	// DirSeen: this process's allocator counts the ids of Record's
@@ -153,7 +153,7 @@ func (p *Plan) dirMismatch(rec *journal.Record) string {
 // listed access point or recorded volume reaches, after the listing lag),
 // then DirGone and Finish (id, then record).
 //
-// A repeat is not answered from this process's finished deletes (Recall),
+// A repeat is not answered from this process's finished deletes (FS.DeleteFinished),
 // as an access point volume's is: every life of a directory volume has the
 // same ID (its path), so a delete finished here says nothing of a later
 // life that another replica made (the simulator's wide seed 568: a

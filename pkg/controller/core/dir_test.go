@@ -50,10 +50,6 @@ func describeDir(e Effect) string {
 		if e.Err == nil && e.Record != nil {
 			return "answer record " + e.Record.Path
 		}
-	case Remember:
-		return "remember " + e.AccessPoint
-	case Recall:
-		return "recall " + e.AccessPoint
 	case ReadRecord:
 		return "read record " + e.Key
 	}
@@ -99,7 +95,7 @@ func TestCreateDirSteps(t *testing.T) {
 			{"answer " + fmt.Sprintf("%s: volume %q: directory %q, want %q", ErrIncompatible, name, "/elsewhere", p.Input.Path), Result{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			drive(t, NewCreateVolume(CreateConfig{DeleteRootDir: true}, p, t0), describeDir, tc.steps)
+			drive(t, func(mem Memory) stepper { return NewCreateVolume(CreateConfig{DeleteRootDir: true}, p, mem, t0) }, describeDir, tc.steps)
 		})
 	}
 }
@@ -147,7 +143,9 @@ func TestDeleteDirSteps(t *testing.T) {
 		{"a failed mark removes nothing", true, then(rec, step{"mark if=false", Result{Err: errAPI}}, step{"answer " + errAPI.Error(), Result{}})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			drive(t, NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: tc.delRoot}, id, t0), describeDir, tc.steps)
+			drive(t, func(mem Memory) stepper {
+				return NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: tc.delRoot}, id, mem, t0)
+			}, describeDir, tc.steps)
 		})
 	}
 }

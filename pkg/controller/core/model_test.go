@@ -78,9 +78,7 @@ type modelReplica struct {
 	name     string
 	j        *journal.Journal
 	locks    map[string]bool
-	answered map[string]*efs.AccessPoint
-	at       map[string]time.Time
-	finished map[string][]string // access point -> the names its delete held
+	mem      *FS // its memory of the file system
 }
 
 // restart is r's process starting again: its memory, locks and cached
@@ -89,7 +87,7 @@ func (r *modelReplica) restart(w *modelWorld) {
 	// With hints of its own, as the Lease store keeps: stale by whatever
 	// the schedule made them.
 	r.j = journal.NewClocked(journaltest.NewHinting(w.store), w.clock)
-	r.locks, r.answered, r.at, r.finished = map[string]bool{}, map[string]*efs.AccessPoint{}, map[string]time.Time{}, map[string][]string{}
+	r.locks, r.mem = map[string]bool{}, NewFS(fsID)
 }
 
 // modelActor is a caller: a provisioner that creates a claim's volume
@@ -166,11 +164,11 @@ func (a *modelActor) start(w *modelWorld, cfg CreateConfig) {
 		a.call = &modelCall{m: &modelRound{a: a, w: w}, r: r}
 	case a.volID == "":
 		a.attempts++
-		a.call = &modelCall{m: NewCreateVolume(cfg, a.plan, w.now), r: r}
+		a.call = &modelCall{m: NewCreateVolume(cfg, a.plan, r.mem, w.now), r: r}
 	default:
 		a.attempts++
 		w.deleting[a.apID] = true
-		a.call = &modelCall{m: NewDelete(DeleteConfig{Cluster: "c1"}, a.volID, w.now), r: r, del: true}
+		a.call = &modelCall{m: NewDelete(DeleteConfig{Cluster: "c1"}, a.volID, r.mem, w.now), r: r, del: true}
 	}
 }
 
@@ -291,8 +289,8 @@ func (m *modelRound) Step(r Result) {
 // linearizes at the last read, as the goroutine simulator's answer does).
 func local(e Effect) bool {
 	switch e.(type) {
-	case Answer, Log, Named, Seen, Reserve, Release, Candidate, UpstreamToken, Burned, Recall, Remember,
-		ForgetFinished, Forget, Answered, RememberAnswer, Creating, CreateEnded, Detach, RootNotOwned, DirSeen, DirGone:
+	case Answer, Log, Named, Seen, Reserve, Release, Candidate,
+		Creating, CreateEnded, Detach, RootNotOwned, DirSeen, DirGone:
 		return true
 	}
 	return false
@@ -340,7 +338,7 @@ func (a *modelActor) effect(w *modelWorld, lost bool) bool {
 		}
 		a.call = nil
 		w.trace = append(w.trace, fmt.Sprintf("%s@%s hands %s to DeleteVolume", a.name, c.r.name, h.AccessPoint))
-		a.queue = append([]stepper{NewDelete(DeleteConfig{Cluster: "c1"}, "efs:"+fsID+"::"+h.AccessPoint, w.now)}, a.queue...)
+		a.queue = append([]stepper{NewDelete(DeleteConfig{Cluster: "c1"}, "efs:"+fsID+"::"+h.AccessPoint, c.r.mem, w.now)}, a.queue...)
 		return false
 	}
 	if ans, ok := e.(Answer); ok {
@@ -633,34 +631,9 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 				break
 			}
 		}
-	case Recall:
-		_, out.Yes = r.finished[e.AccessPoint]
-	case Remember:
-		r.finished[e.AccessPoint] = e.Locks
-	case ForgetFinished:
-		for ap, names := range r.finished {
-			for _, n := range names {
-				if slices.Contains(e.Names, n) {
-					delete(r.finished, ap)
-				}
-			}
-		}
-	case Forget:
-		for name, ap := range r.answered {
-			if ap.ID == e.AccessPoint {
-				delete(r.answered, name)
-			}
-		}
-	case Answered:
-		out.AP, out.At = r.answered[e.Name], r.at[e.Name]
-	case RememberAnswer:
-		r.answered[e.Name], r.at[e.Name] = e.AP, w.now
-		if e.Made {
-			delete(r.finished, e.AP.ID)
-		}
 	case Named:
 		// No PersistentVolumes: the sweep must not need them.
-	case Log, Reachable, RemoveRoot, RootNotOwned, Detach, Release, Seen, UpstreamToken, Burned,
+	case Log, Reachable, RemoveRoot, RootNotOwned, Detach, Release, Seen,
 		Creating, CreateEnded, DirSeen:
 		// Nothing this model keeps: no root directories, no allocator
 		// view, no other writers, no listing lag.

@@ -3,27 +3,63 @@ package core
 import (
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 )
 
 // step is an effect a scripted test expects a machine to ask for, by its
-// description, and the outcome the test gives it.
+// description, or a read or write of its file system's memory (named as
+// script's methods say), and the outcome the test gives it.
 type step struct {
 	want string
 	give Result
 }
 
-// drive runs m through steps, checking each effect it asks for (named by
-// describe), then that it asks for nothing past its end.
-func drive(t *testing.T, m interface {
-	Next() Effect
-	Step(Result)
-}, describe func(Effect) string, steps []step) {
+// script is a scripted test's steps, in order, and the memory the machine
+// under test reads and changes: each call of a Memory method is the next
+// step, as an effect is.
+type script struct {
+	t     *testing.T
+	steps []step
+	i     int
+}
+
+// take checks that the next step is want and returns its outcome.
+func (s *script) take(want string) Result {
+	s.t.Helper()
+	if s.i >= len(s.steps) {
+		s.t.Fatalf("step %d: %q past the script's end", s.i, want)
+	}
+	st := s.steps[s.i]
+	if st.want != want {
+		s.t.Fatalf("step %d: %q, want %q", s.i, want, st.want)
+	}
+	s.i++
+	return st.give
+}
+
+func (s *script) Answered(string) (*efs.AccessPoint, time.Time) { return s.take("answered").AP, t0 }
+func (s *script) RememberAnswer(string, *efs.AccessPoint, bool, time.Time) {
+	s.take("remember answer")
+}
+func (s *script) DropAnswer(string)                        { s.take("forget") }
+func (s *script) DeleteFinished(string, time.Time) bool    { return s.take("recall").Yes }
+func (s *script) FinishDelete(string, []string, time.Time) { s.take("remember") }
+func (s *script) ForgetFinished([]string)                  { s.take("core.ForgetFinished") }
+func (s *script) Burned(string, time.Time) bool            { return s.take("burned").Yes }
+func (s *script) Upstream(string) *efs.AccessPoint         { return s.take("upstream token").AP }
+
+// drive runs the machine start makes through steps, checking each effect
+// it asks for (named by describe) and each memory call, then that it asks
+// for nothing past its end.
+func drive(t *testing.T, start func(Memory) stepper, describe func(Effect) string, steps []step) {
 	t.Helper()
-	for i, s := range steps {
-		if got := describe(m.Next()); got != s.want {
-			t.Fatalf("step %d: effect %q, want %q", i, got, s.want)
-		}
-		m.Step(s.give)
+	s := &script{t: t, steps: steps}
+	m := start(s)
+	for s.i < len(steps) {
+		e := m.Next()
+		m.Step(s.take(describe(e)))
 	}
 	if got, ok := m.Next().(Answer); !ok || !errors.Is(got.Err, ErrStuck) {
 		t.Fatalf("after its end the machine asks for %s", describe(m.Next()))

@@ -87,7 +87,7 @@ func TestSweepSteps(t *testing.T) {
 			{"core.ReleaseOrphanID", Result{}}, {"answer ok", Result{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			drive(t, tc.m, describeCreate, tc.steps)
+			drive(t, func(Memory) stepper { return tc.m }, describeCreate, tc.steps)
 		})
 	}
 }

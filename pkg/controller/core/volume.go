@@ -10,24 +10,6 @@ import (
 
 // The effects of a CreateVolume around the record's protocol (Create).
 type (
-	// ForgetFinished drops this process's memory of finished deletes of
-	// the volume's names (Recall): whatever this create answers, a delete
-	// of it must go the whole way. No result.
-	ForgetFinished struct {
-		FileSystem string
-		Names      []string
-	}
-	// Answered is the access point this process answered for the volume
-	// (Result.AP, nil if none) and when (Result.At).
-	Answered struct{ FileSystem, Name string }
-	// RememberAnswer notes AP as the volume's answer, at the time of the
-	// outcome; Made: this call made or adopted it (a delete of it this
-	// process finished before is forgotten too). No result.
-	RememberAnswer struct {
-		Name string
-		AP   *efs.AccessPoint
-		Made bool
-	}
 	// Creating makes this create seen by this process's deletes (root
 	// removal keeps a directory it may reach) until CreateEnded, and for
 	// a while after. No result.
@@ -36,11 +18,8 @@ type (
 	CreateEnded struct{ AP *efs.AccessPoint }
 )
 
-func (ForgetFinished) effect() {}
-func (Answered) effect()       {}
-func (RememberAnswer) effect() {}
-func (Creating) effect()       {}
-func (CreateEnded) effect()    {}
+func (Creating) effect()    {}
+func (CreateEnded) effect() {}
 
 // RepeatFresh is how long this process answers a repeated CreateVolume
 // from memory alone. A delete through this process drops the memory under
@@ -56,8 +35,8 @@ const RepeatFresh = time.Minute
 // repeat answered from what this process answered before, else the
 // record's protocol (Create); a directory volume's (createDir) answers
 // its record (Answer.Record).
-func NewCreateVolume(cfg CreateConfig, p *Plan, now time.Time) *Create {
-	c := &Create{cfg: cfg, p: p, now: now, res: -1}
+func NewCreateVolume(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
+	c := &Create{cfg: cfg, p: p, mem: mem, now: now, res: -1}
 	c.run(c.createVolume)
 	return c
 }
@@ -67,7 +46,8 @@ func (c *Create) createVolume() Effect {
 	if r := c.do(Lock{Keys: p.Locks()}); r.Err != nil {
 		return Answer{Err: r.Err}
 	}
-	c.do(ForgetFinished{FileSystem: p.Params.FileSystemID, Names: p.Locks()})
+	// Whatever this create answers, a delete of it must go the whole way.
+	c.mem.ForgetFinished(p.Locks())
 	if p.Dir {
 		return c.createDir()
 	}
@@ -86,26 +66,24 @@ func (c *Create) createVolume() Effect {
 // read failed) goes the whole way.
 func (c *Create) repeat() Answer {
 	p := c.p
-	fsID := p.Params.FileSystemID
-	r := c.do(Answered{FileSystem: fsID, Name: p.Name})
-	known := r.AP
+	known, at := c.mem.Answered(p.Name)
 	switch {
 	case known == nil:
 		return c.fresh()
-	case c.now.Sub(r.At) < RepeatFresh && p.Check(known) == nil:
+	case c.now.Sub(at) < RepeatFresh && p.Check(known) == nil:
 		return c.confirmAnswer(known)
 	}
-	r = c.do(Describe{AccessPoint: known.ID})
+	r := c.do(Describe{AccessPoint: known.ID})
 	switch {
 	case errors.Is(r.Err, efs.ErrAccessPointNotFound):
-		c.do(Forget{FileSystem: fsID, AccessPoint: known.ID})
+		c.mem.DropAnswer(known.ID)
 		return c.fresh()
 	case r.Err != nil || p.Check(r.AP) != nil:
 		return c.fresh()
 	}
 	ap := r.AP
 	c.do(Seen{AP: *ap})
-	c.do(RememberAnswer{Name: p.Name, AP: ap})
+	c.mem.RememberAnswer(p.Name, ap, false, c.now)
 	return c.confirmAnswer(ap)
 }
 
@@ -144,7 +122,7 @@ func (c *Create) fresh() Answer {
 		c.do(CreateEnded{AP: a.AP})
 	}
 	if a.Err == nil {
-		c.do(RememberAnswer{Name: p.Name, AP: a.AP, Made: true})
+		c.mem.RememberAnswer(p.Name, a.AP, true, c.now)
 	}
 	return a
 }

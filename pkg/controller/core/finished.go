@@ -1,4 +1,4 @@
-package controller
+package core
 
 import "time"
 
@@ -22,8 +22,7 @@ import "time"
 // Bounded in time (finishedFresh) and size (maxFinished, the oldest go
 // first): a repeat that finds nothing costs what it did before.
 //
-// One per file system, in its fsState and under its lock, keyed by access
-// point ID. Not for directory volumes: every life of one has the same ID
+// One per file system, in its FS, keyed by access point ID. Not for directory volumes: every life of one has the same ID
 // (core's deleteDir).
 type finishedDeletes struct {
 	byKey  map[string]finished
