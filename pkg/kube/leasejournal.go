@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/client-go/kubernetes/scheme"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -221,6 +225,63 @@ type leaseShard struct {
 	// the next write creates again, and the state they are restored from.
 	restore     map[string]string
 	restoreFrom metav1.ObjectMeta
+	// frags: the entries as the shard's annotation holds them (fragment),
+	// by hash key, so that a write escapes only the entries it changes,
+	// not the whole shard. Only the shard's committer (running) uses it.
+	frags map[string]frag
+}
+
+// frag is an entry as its shard's annotation holds it: enc is its key and
+// value raw as JSON strings with a colon between, as json.Marshal of the
+// entries writes them.
+type frag struct{ raw, enc string }
+
+// fragment is the entry k holding raw as the annotation holds it. It is
+// kept for the next write of the shard while the entry holds raw.
+func (sh *leaseShard) fragment(k, raw string) string {
+	if f, ok := sh.frags[k]; ok && f.raw == raw {
+		return f.enc
+	}
+	if sh.frags == nil {
+		sh.frags = map[string]frag{}
+	}
+	kb, _ := json.Marshal(k) // strings only: cannot fail
+	vb, _ := json.Marshal(raw)
+	enc := string(kb) + ":" + string(vb)
+	sh.frags[k] = frag{raw: raw, enc: enc}
+	return enc
+}
+
+// setEntries is setEntries(ann, entries) with the entries' fragments
+// kept from the shard's earlier writes: the same bytes (json.Marshal of a
+// map sorts its keys), with only the entries changed since escaped anew.
+// Fragments of entries no longer held are dropped.
+func (sh *leaseShard) setEntries(ann, entries map[string]string) {
+	for k := range sh.frags {
+		if _, ok := entries[k]; !ok {
+			delete(sh.frags, k)
+		}
+	}
+	if len(entries) == 0 {
+		delete(ann, annotationEntries)
+		return
+	}
+	keys := slices.Sorted(maps.Keys(entries))
+	n := len(keys) + 1 // the braces and the commas between
+	for _, k := range keys {
+		n += len(sh.fragment(k, entries[k]))
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(sh.frags[k].enc)
+	}
+	b.WriteByte('}')
+	ann[annotationEntries] = b.String()
 }
 
 // parsed is the entries of cur, which the caller read from sh under sh.mu,
@@ -302,14 +363,6 @@ func setEntries(ann, entries map[string]string) {
 	}
 	b, _ := json.Marshal(entries) // strings only: cannot fail
 	ann[annotationEntries] = string(b)
-}
-
-// entrySize is what an entry adds to its shard's annotation: its key and
-// value as JSON strings, a colon and a comma.
-func entrySize(k, v string) int {
-	kb, _ := json.Marshal(k)
-	vb, _ := json.Marshal(v)
-	return len(kb) + len(vb) + 2
 }
 
 func splitState(l *coordinationv1api.Lease) string {
@@ -677,20 +730,22 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 				results[i].err = fmt.Errorf("%w: %s: version %q, now %q", journal.ErrConflict, op.e.Key, op.e.Version, found.Version)
 				continue
 			}
-			size -= entrySize(op.ann, raw)
+			size -= len(sh.fragment(op.ann, raw)) + 1
 			delete(next, op.ann)
 			changed = true
 			continue
 		}
 		e := journal.Entry{Key: op.e.Key, Value: op.e.Value, Index: op.e.Index, Version: version}
 		v := encodeEntry(e)
-		grown := size + entrySize(op.ann, v)
+		old := 0
 		if exists {
-			grown -= entrySize(op.ann, raw)
+			old = len(sh.fragment(op.ann, raw)) + 1
 		}
+		adds := len(sh.fragment(op.ann, v)) + 1 // and a comma
+		grown := size + adds - old
 		if grown > MaxLeaseShardBytes {
 			results[i].err = fmt.Errorf("kube: journal: %s: Lease %s/%s holds %d bytes of entries: no room for %d more (at most %d; docs/design.md, The record)",
-				op.e.Key, s.ns, sh.name, size, entrySize(op.ann, v), MaxLeaseShardBytes)
+				op.e.Key, s.ns, sh.name, size, adds, MaxLeaseShardBytes)
 			continue
 		}
 		size = grown
@@ -705,7 +760,7 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 	if cur != nil {
 		ann = maps.Clone(cur.Annotations)
 	}
-	setEntries(ann, next)
+	sh.setEntries(ann, next)
 	ann[annotationLeaseOwner] = s.owner
 	ann[annotationLeaseShard] = fmt.Sprintf("%d/%x", sh.id.depth, sh.id.prefix)
 	ann[annotationLeaseEpoch] = epoch
@@ -779,19 +834,61 @@ func (s *leaseStore) writeShard(sh *leaseShard, cur, next *coordinationv1api.Lea
 	} else {
 		s.stats.updates.Add(1)
 	}
-	// The answer is read for its resourceVersion only (resourceVersionOf):
-	// the rest is what was sent, and decoding a shard's entries back would
-	// cost as much as encoding them.
-	body, err := req.Namespace(s.ns).Resource("leases").Body(next).Do(ctx).Raw()
+	// The request is encoded as the client would (protobuf, the same
+	// bytes), into a buffer kept for the next write, and sent as it is;
+	// the answer is read into another and only for its resourceVersion
+	// (resourceVersionOf): the rest is what was sent, and decoding a
+	// shard's entries back would cost as much as encoding them.
+	bufs := writeBuffers.Get().(*leaseWriteBuffers)
+	defer writeBuffers.Put(bufs)
+	next.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1api.SchemeGroupVersion.String(), Kind: "Lease"}
+	var body oneWrite
+	err := leaseSerializer.EncodeWithAllocator(next, &body, &bufs.request)
+	next.TypeMeta = metav1.TypeMeta{}
+	if err != nil {
+		return nil, fmt.Errorf("kube: journal: encode Lease %s/%s: %w", s.ns, next.Name, err)
+	}
+	answer, err := req.Namespace(s.ns).Resource("leases").SetHeader("Content-Type", runtime.ContentTypeProtobuf).
+		Body(body.b).Stream(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rv, err := resourceVersionOf(body)
+	bufs.answer.Reset()
+	_, err = bufs.answer.ReadFrom(answer)
+	answer.Close()
+	if err == nil {
+		next.ResourceVersion, err = resourceVersionOf(bufs.answer.Bytes())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: kube: journal: the answer to the write of Lease %s/%s: %w", journal.ErrUnavailable, s.ns, next.Name, err)
 	}
-	next.ResourceVersion = rv
 	return next, nil
+}
+
+// leaseSerializer encodes a Lease as the client does for protobuf.
+var leaseSerializer = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+
+// leaseWriteBuffers are a write's request and answer, kept between
+// writes (writeBuffers): a shard is sent and answered whole, up to about
+// SplitBytes, on every write.
+type leaseWriteBuffers struct {
+	request runtime.Allocator
+	answer  bytes.Buffer
+}
+
+var writeBuffers = sync.Pool{New: func() any { return new(leaseWriteBuffers) }}
+
+// oneWrite keeps what is written to it without copying: the serializer
+// writes an object in one Write, from its allocator.
+type oneWrite struct{ b []byte }
+
+func (w *oneWrite) Write(p []byte) (int, error) {
+	if w.b != nil {
+		w.b = append(w.b[:len(w.b):len(w.b)], p...)
+	} else {
+		w.b = p
+	}
+	return len(p), nil
 }
 
 // resourceVersionOf is metadata.resourceVersion of an object as the API
