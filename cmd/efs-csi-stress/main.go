@@ -73,6 +73,7 @@ func main() {
 	flag.DurationVar(&cfg.BackoffInitial, "backoff-initial", cfg.BackoffInitial, "first retry delay (doubles per failure)")
 	flag.DurationVar(&cfg.BackoffMax, "backoff-max", cfg.BackoffMax, "longest retry delay")
 	flag.Float64Var(&cfg.DuplicateRate, "duplicate-rate", cfg.DuplicateRate, "fraction of claims provisioned by two provisioners at once")
+	flag.IntVar(&cfg.DuplicateCallers, "duplicate-callers", 2, "provisioners calling at once for a duplicated claim (2 or more)")
 	flag.Float64Var(&cfg.DeleteDuringCreateRate, "delete-during-create-rate", cfg.DeleteDuringCreateRate, "fraction of claims deleted while being provisioned")
 	flag.DurationVar(&cfg.CancelWindow, "cancel-window", cfg.CancelWindow, "a claim deleted during provisioning cancels its first call within this time")
 	flag.StringVar(&params, "parameters", "", "extra StorageClass parameters, k=v,k=v (fileSystemId is set by the tool)")

@@ -106,6 +106,7 @@ type Config struct {
 	BackoffInitial         time.Duration     `json:"backoffInitial"`
 	BackoffMax             time.Duration     `json:"backoffMax"`
 	DuplicateRate          float64           `json:"duplicateRate"`
+	DuplicateCallers       int               `json:"duplicateCallers,omitempty"` // callers of a duplicated claim (0: 2)
 	DeleteDuringCreateRate float64           `json:"deleteDuringCreateRate"`
 	CancelWindow           time.Duration     `json:"cancelWindow"`
 	Parameters             map[string]string `json:"parameters"` // StorageClass parameters
@@ -308,6 +309,8 @@ func (c *Config) resolve() error {
 		return fmt.Errorf("--timeout must be positive")
 	case c.DuplicateRate < 0 || c.DuplicateRate > 1 || c.DeleteDuringCreateRate < 0 || c.DeleteDuringCreateRate > 1:
 		return fmt.Errorf("rates must be between 0 and 1")
+	case c.DuplicateCallers != 0 && c.DuplicateCallers < 2:
+		return fmt.Errorf("--duplicate-callers must be at least 2")
 	case c.FaultRate < 0 || c.FaultRate > 1:
 		return fmt.Errorf("--fault-rate must be between 0 and 1")
 	case c.FileSystems < 0 || c.AccessPointLimit < 0:

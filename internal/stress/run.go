@@ -165,7 +165,7 @@ func (r *run) run(ctx context.Context) (err error) {
 	wcfg := workload.Config{
 		Volumes: cfg.Volumes, Concurrency: cfg.Concurrency, Timeout: cfg.Timeout,
 		Backoff:       workload.Backoff{Initial: cfg.BackoffInitial, Max: cfg.BackoffMax, Factor: 2},
-		DuplicateRate: cfg.DuplicateRate, DeleteDuringCreateRate: cfg.DeleteDuringCreateRate,
+		DuplicateRate: cfg.DuplicateRate, DuplicateCallers: cfg.DuplicateCallers, DeleteDuringCreateRate: cfg.DeleteDuringCreateRate,
 		CancelWindow: cfg.CancelWindow, Parameters: params, CapacityBytes: 5 << 30, Seed: cfg.Seed,
 		Recorder: r.rec,
 	}

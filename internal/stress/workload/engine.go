@@ -35,6 +35,9 @@ type Config struct {
 	// DuplicateRate is the fraction of volumes provisioned by two concurrent
 	// provisioners at once (a leader change, a re-queued claim).
 	DuplicateRate float64
+	// DuplicateCallers is how many provisioners call at once for a
+	// duplicated volume (0: 2).
+	DuplicateCallers int
 	// DeleteDuringCreateRate is the fraction of claims deleted while their
 	// volume is being provisioned: the first CreateVolume call is cancelled
 	// within CancelWindow, and the provisioner keeps calling until it gets a
@@ -288,7 +291,7 @@ func (e *Engine) DeletePhase(ctx context.Context) error {
 func (e *Engine) provision(ctx context.Context, v *Volume) {
 	copies := 1
 	if v.Duplicate {
-		copies = 2
+		copies = max(2, e.cfg.DuplicateCallers)
 	}
 	var wg sync.WaitGroup
 	var ok, deleted atomic.Int32

@@ -271,21 +271,24 @@ func TestClaimDeletedDuringProvisioningCancelsRetriesThenDeletes(t *testing.T) {
 	}
 }
 
-// Duplicate provisioners call concurrently for one name; both answers are
-// kept so that two different volumes for one name are visible.
+// Duplicate provisioners (two, or DuplicateCallers) call concurrently for
+// one name; every answer is kept so that different volumes for one name
+// are visible.
 func TestDuplicatesCallConcurrentlyAndDisagreementIsVisible(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		distinct    bool // the stub (a buggy driver) answers each call with a new ID
+		callers     int  // DuplicateCallers (0: 2)
 		wantAnswers int
 	}{
-		{"same answer", false, 1},
-		{"different answers", true, 2},
+		{"same answer", false, 0, 1},
+		{"different answers", true, 0, 2},
+		{"three callers, different answers", true, 3, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			both := make(chan struct{})
 			var arrived sync.WaitGroup
-			arrived.Add(2)
+			arrived.Add(max(2, tc.callers))
 			go func() { arrived.Wait(); close(both) }()
 			s := &stub{create: func(ctx context.Context, name string, n int) (string, error) {
 				arrived.Done()
@@ -296,7 +299,7 @@ func TestDuplicatesCallConcurrentlyAndDisagreementIsVisible(t *testing.T) {
 				return idOf(name), nil
 			}}
 			cfg := fastConfig(1)
-			cfg.DuplicateRate = 1
+			cfg.DuplicateRate, cfg.DuplicateCallers = 1, tc.callers
 			e, _ := New(serve(t, s), cfg)
 			if err := e.CreatePhase(context.Background()); err != nil {
 				t.Fatal(err)
