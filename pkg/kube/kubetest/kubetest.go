@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -92,6 +93,8 @@ type Request struct {
 	Caller, Method, Path string
 	Query                string // the raw query: labelSelector, limit, continue...
 	Watch                bool   // ?watch=true
+	Bytes                int64  // the body's length as sent (Content-Length; -1: unknown)
+	At                   time.Time
 }
 
 // Start serves until the test ends.
@@ -374,7 +377,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		status(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
 		return
 	}
-	req := Request{Caller: caller, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Watch: r.URL.Query().Get("watch") == "true"}
+	req := Request{Caller: caller, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Watch: r.URL.Query().Get("watch") == "true",
+		Bytes: r.ContentLength, At: time.Now()}
 	if hook != nil {
 		hook(req) // without the lock: the hook may change objects
 	}
