@@ -219,8 +219,6 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		}
 	case core.Release:
 		x.res[e.Handle].Release()
-	case core.Candidate:
-		r.ID, r.N, r.Err = s.candidate(x.p, e.From)
 	case core.Seen:
 		s.gids.Record(e.AP)
 		s.fs(e.AP.FileSystemID).sawToken(&e.AP, s.cluster)

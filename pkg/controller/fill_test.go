@@ -64,7 +64,11 @@ func TestSequenceNeverSkipsTheVolumesOwnAccessPoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, taken := b.svc.fs(testFS).skipped(core.PosixGID(ap), "pvc-2", "/pvc-2"); !taken {
+	st := b.svc.fs(testFS)
+	st.mu.Lock()
+	_, taken := st.mem.Skips(core.PosixGID(ap), "pvc-2", "/pvc-2")
+	st.mu.Unlock()
+	if !taken {
 		t.Fatalf("b's state does not skip pvc-1's id for another volume")
 	}
 	again, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-1", 1<<30, p))

@@ -8,8 +8,6 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
-	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
-	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // fileSystems holds this process's state of each file system it has seen,
@@ -35,7 +33,7 @@ func (f *fileSystems) of(fsID string) *fsState {
 	if st == nil {
 		st = &fsState{mem: core.NewFS(fsID), deleting: map[string]int{}, deleted: map[string]time.Time{},
 			creates: newPathIndex(), createOf: map[string]createEntry{},
-			taken: map[int64]string{}, takenBy: map[string]int64{}}
+		}
 		f.byID[fsID] = st
 	}
 	return st
@@ -66,23 +64,12 @@ type fsState struct {
 	// under mu (effects.run holds it around their steps).
 	mem *core.FS
 
-	// From the allocator's last complete listing (watchedSource,
-	// otherclusters.go): the ids (uid and gid), sorted, that other
-	// clusters' access points carry, and one such cluster's ID; the ids
-	// that access points under tokens other than GID tokens carry
-	// (skipped). The volume names' tokens access points were listed under
-	// (upstream's) go to mem.
-	others     otherIDs
-	outsideIDs []int64
-
-	// taken: by id, the volume (its volume-name tag, else its root
-	// directory: tokenHolder; "" for another cluster's) of the access point that holds the id's GID token, as
-	// the last complete listing showed, and this process has made or seen
-	// since (takenBy: by access point, until it deletes it). EFS answers
-	// a send under that token with that access point, so a volume's
-	// sequence skips the id (candidate) as it would after that answer.
-	taken   map[int64]string
-	takenBy map[string]int64
+	// others: from the allocator's last complete listing (watchedSource,
+	// otherclusters.go), the ids (uid and gid), sorted, that other
+	// clusters' access points carry, and one such cluster's ID. What else
+	// it showed (the ids the sequences skip, upstream's tokens) goes to
+	// mem.
+	others otherIDs
 
 	// Root removal's memory (rootdir.go). deleting: the access points
 	// whose DeleteVolume is under way in this process: doomed, so they do
@@ -140,66 +127,19 @@ type otherIDs struct {
 }
 
 // listed replaces what the last complete listing showed.
-func (st *fsState) listed(others otherIDs, nameTokens map[string]core.ListedAP, outside []int64, taken map[int64]string, takenBy map[string]int64) {
+func (st *fsState) listed(others otherIDs, l core.Listing) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.others, st.outsideIDs = others, outside
-	st.mem.SetNameTokens(nameTokens)
-	st.taken, st.takenBy = taken, takenBy
+	st.others = others
+	st.mem.Listed(l)
 }
 
-// tokenHolder is the id whose GID token ap holds, and its volume as
-// fsState.taken keeps it: its volume-name tag, or without one its root
-// directory, which tells GID-token volumes apart (core.Plan.usesGIDToken;
-// no volume name begins with "/"); "" for another cluster's. ok is false
-// for an access point under another token, or whose ids are not its
-// token's (nothing is inferred of it: a send under that token learns what
-// EFS answers).
-func tokenHolder(ap *efs.AccessPoint, cluster string) (id int64, vol string, ok bool) {
-	if !volume.IsGIDToken(ap.ClientToken) {
-		return 0, "", false
-	}
-	uid, g := core.PosixIDs(ap)
-	for _, id := range []int64{g, uid} {
-		if id >= 0 && volume.GIDToken(ap.FileSystemID, id) == ap.ClientToken {
-			if _, other := ownership.OtherCluster(ap, cluster); other {
-				return id, "", true
-			}
-			if name, tagged := ap.Tags[ownership.TagVolumeName]; tagged {
-				return id, name, true
-			}
-			return id, ap.Path, true
-		}
-	}
-	return 0, "", false
-}
-
-// sawToken notes ap in taken, if it holds a GID token: this process made
-// or adopted it.
+// sawToken notes ap in the memory's taken tokens, if it holds a GID token:
+// this process made or adopted it.
 func (st *fsState) sawToken(ap *efs.AccessPoint, cluster string) {
-	id, vol, ok := tokenHolder(ap, cluster)
-	if !ok {
-		return
-	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.taken[id], st.takenBy[ap.ID] = vol, id
-}
-
-// skipped says why the sequence of the volume named name, at root
-// directory root, passes over id: an access point under another token
-// carries it (outside: EFS cannot compare the two), or another volume's
-// access point held its GID token when last listed or seen (taken: EFS
-// would answer with that access point, unless it has been deleted since
-// by a writer this process does not hear of; a hint).
-func (st *fsState) skipped(id int64, name, root string) (outside, taken bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if _, found := slices.BinarySearch(st.outsideIDs, id); found {
-		return true, false
-	}
-	holder, held := st.taken[id]
-	return false, held && holder != name && holder != root
+	st.mem.SawToken(ap, cluster)
 }
 
 // othersInRange returns how many of the ids other clusters' access points
@@ -218,11 +158,7 @@ func (st *fsState) othersInRange(lo, hi int64) (int, string) {
 func (st *fsState) addOutside(ids ...int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for _, id := range ids {
-		if i, found := slices.BinarySearch(st.outsideIDs, id); !found {
-			st.outsideIDs = slices.Insert(st.outsideIDs, i, id)
-		}
-	}
+	st.mem.AddOutside(ids...)
 }
 
 // gone records that apID was deleted at now. Those older than goneMemory
@@ -232,10 +168,7 @@ func (st *fsState) gone(apID string, now time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.deleted[apID] = now
-	if id, ok := st.takenBy[apID]; ok {
-		delete(st.takenBy, apID)
-		delete(st.taken, id)
-	}
+	st.mem.GoneToken(apID)
 	if len(st.deleted) < st.deletedPruneAt {
 		return
 	}

@@ -36,14 +36,13 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 	taken, takenBy := map[int64]string{}, map[string]int64{}
 	err := w.EFS.ListAccessPoints(ctx, fsID, func(page []efs.AccessPoint) error {
 		for i := range page {
-			if id, vol, ok := tokenHolder(&page[i], w.own); ok {
+			if id, vol, ok := core.TokenHolder(&page[i], w.own); ok {
 				taken[id], takenBy[page[i].ID] = vol, id
 			}
 			tok := page[i].ClientToken
 			if !volume.IsGIDToken(tok) {
 				// Upstream's token is the volume's name (or its claim's
-				// hash): a create of that volume adopts it (core's
-				// UpstreamToken).
+				// hash): a create of that volume adopts it (core.FS.Upstream).
 				uid, g := core.PosixIDs(&page[i])
 				outside = append(outside, uid, g)
 				nameTokens[tok] = core.ListedAP{ID: page[i].ID, UID: uid, GID: g}
@@ -62,7 +61,7 @@ func (w watchedSource) ListAccessPoints(ctx context.Context, fsID string, fn fun
 		slices.Sort(seen.ids)
 		seen.ids = slices.Compact(seen.ids)
 		slices.Sort(outside)
-		w.fss.of(fsID).listed(seen, nameTokens, slices.Compact(outside), taken, takenBy)
+		w.fss.of(fsID).listed(seen, core.Listing{Outside: slices.Compact(outside), Taken: taken, TakenBy: takenBy, NameTokens: nameTokens})
 	}
 	return err
 }

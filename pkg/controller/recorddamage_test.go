@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 )
 
@@ -35,7 +36,7 @@ func TestLostDirectoryIDIsNotGivenToAnAccessPoint(t *testing.T) {
 	// A name whose sequence tries the lost id first.
 	name := ""
 	for i := 0; name == ""; i++ {
-		if n := fmt.Sprintf("pvc-ap-%d", i); newGIDProbe(testFS, n, 50000, 50001).at(0) == held {
+		if n := fmt.Sprintf("pvc-ap-%d", i); core.SequenceAt(testFS, n, 50000, 50001, 0) == held {
 			name = n
 		}
 	}

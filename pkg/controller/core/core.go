@@ -36,8 +36,8 @@ type Result struct {
 	APs    []efs.AccessPoint
 	Record *journal.Record
 	Yes    bool
-	ID     int64     // an id (Reserve, Candidate)
-	N      int       // its place in the volume's sequence (Candidate)
+	ID     int64     // an id (Reserve)
+	N      int       // a place in a volume's sequence of ids (a scripted FS.Candidate)
 	Handle int       // a reservation (Reserve)
 	Token  string    // a client token (HoldForSweep: the holder)
 	At     time.Time // when this process answered AP (Answered)

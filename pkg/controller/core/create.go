@@ -43,10 +43,6 @@ type (
 	}
 	// Release ends a reservation. No result.
 	Release struct{ Handle int }
-	// Candidate is the volume's own sequence of ids from From, skipping
-	// ids carried by access points under other tokens (Result.ID and
-	// Result.N, its place in the sequence).
-	Candidate struct{ From int }
 	// Begin makes the volume's record, or finds it (Result.Record;
 	// Result.Yes: made now).
 	Begin struct{ Volume journal.Volume }
@@ -136,7 +132,6 @@ type (
 
 func (Reserve) effect()           {}
 func (Release) effect()           {}
-func (Candidate) effect()         {}
 func (Begin) effect()             {}
 func (Hold) effect()              {}
 func (HoldID) effect()            {}
@@ -312,11 +307,19 @@ func (c *Create) begin() (rec *journal.Record, made bool, err error) {
 	// The allocator only refreshed the view and said the range is not
 	// full: the volume's own sequence chooses.
 	c.release()
-	r = c.do(Candidate{From: 0})
-	if r.Err != nil {
-		return nil, false, r.Err
+	id, n, err := c.candidate(0)
+	if err != nil {
+		return nil, false, err
 	}
-	return c.beginWith(p.Params.UID, p.Params.GID, r.ID, true, r.N)
+	return c.beginWith(p.Params.UID, p.Params.GID, id, true, n)
+}
+
+// candidate is the first id of the volume's own sequence from its place
+// from on that the file system's memory does not skip (FS.Candidate), and
+// its place.
+func (c *Create) candidate(from int) (int64, int, error) {
+	p := c.p
+	return c.mem.Candidate(p.Name, p.Input.Path, p.Params.GIDRangeStart, p.Params.GIDRangeEnd, from)
 }
 
 // exhausted ends a create whose range the allocator saw full with err,
@@ -452,15 +455,15 @@ func (c *Create) moveID(attempt int, held bool) error {
 			return r.Err
 		}
 		c.do(Release{Handle: r.Handle})
-		r = c.do(Candidate{From: rec.Probe + 1})
+		id, n, err := c.candidate(rec.Probe + 1)
 		switch {
-		case r.Err != nil:
-			return r.Err
-		case r.ID == rec.Allocated:
+		case err != nil:
+			return err
+		case id == rec.Allocated:
 			return fmt.Errorf("%w in [%d, %d] on %s: volume %q's sequence came round to %d, which another volume holds",
-				gid.ErrExhausted, lo, hi, fsID, p.Name, r.ID)
+				gid.ErrExhausted, lo, hi, fsID, p.Name, id)
 		}
-		next, token, probe = r.ID, volume.GIDToken(fsID, r.ID), r.N
+		next, token, probe = id, volume.GIDToken(fsID, id), n
 	}
 	if held {
 		if r := c.do(ReleaseUnsentID{Record: rec, ID: rec.Allocated}); r.Err != nil {
@@ -648,11 +651,10 @@ func (c *Create) toSequence() error {
 		return r.Err
 	}
 	c.do(Release{Handle: r.Handle})
-	r = c.do(Candidate{From: 0})
-	if r.Err != nil {
-		return r.Err
+	next, n, err := c.candidate(0)
+	if err != nil {
+		return err
 	}
-	next, n := r.ID, r.N
 	if r := c.do(ReleaseUnsentID{Record: rec, ID: rec.Allocated}); r.Err != nil {
 		return r.Err
 	}

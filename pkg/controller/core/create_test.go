@@ -74,8 +74,6 @@ func describeCreate(e Effect) string {
 		return "reserve " + e.Key
 	case Release:
 		return fmt.Sprintf("release %d", e.Handle)
-	case Candidate:
-		return fmt.Sprintf("candidate from %d", e.From)
 	case Begin:
 		return fmt.Sprintf("begin %s gid=%d", e.Volume.ClientToken, e.Volume.GID)
 	case Hold:
@@ -218,15 +216,26 @@ func TestCreateSteps(t *testing.T) {
 			{"seen " + apID, ok}, {"touch", ok}, {"answer " + apID, ok}}}, // confirmed after the Describe: the last step before the answer
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := NewCreate(CreateConfig{}, p, NewFS(fsID), t0)
-			for i, s := range tc.steps {
-				e := c.Next()
-				if got := describeCreate(e); got != s.want {
-					t.Fatalf("step %d: effect %q, want %q", i, got, s.want)
+			i := 0
+			take := func(want string, e Effect) Result {
+				t.Helper()
+				if i >= len(tc.steps) {
+					t.Fatalf("step %d: %q past the script's end", i, want)
 				}
-				r := s.give(e)
+				if s := tc.steps[i]; s.want != want {
+					t.Fatalf("step %d: %q, want %q", i, want, s.want)
+				}
+				r := tc.steps[i].give(e)
 				r.Now = t0
-				c.Step(r)
+				i++
+				return r
+			}
+			// The volume's sequence is the memory's: each call is a step.
+			mem := &sequenceMemory{FS: NewFS(fsID), candidate: func(from int) Result { return take(fmt.Sprintf("candidate from %d", from), nil) }}
+			c := NewCreate(CreateConfig{}, p, mem, t0)
+			for i < len(tc.steps) {
+				e := c.Next()
+				c.Step(take(describeCreate(e), e))
 			}
 			if a, ok := c.Next().(Answer); !ok || !errors.Is(a.Err, ErrStuck) {
 				t.Fatalf("after its end the machine asks for %s", describeCreate(c.Next()))
@@ -345,8 +354,6 @@ func TestCreateEveryOutcome(t *testing.T) {
 						fail("reserved before this process's deletes see the create")
 					}
 					opts = []func() Result{one(Result{ID: 60005, Handle: depth}), one(Result{Err: gid.ErrExhausted}), errr}
-				case Candidate:
-					opts = []func() Result{one(Result{ID: 60001 + int64(e.From), N: e.From}), errr}
 				case Begin, ReadRecord:
 					var v journal.Volume
 					if b, ok := e.(Begin); ok {
@@ -524,9 +531,29 @@ func (m *branchingMemory) Answered(string) (*efs.AccessPoint, time.Time) {
 
 func (m *branchingMemory) Burned(string, time.Time) bool { return m.pick("Burned", 2) == 1 }
 
+// Candidate is the id at place from of a sequence that starts at 60001, or
+// an error.
+func (m *branchingMemory) Candidate(_, _ string, _, _ int64, from int) (int64, int, error) {
+	if m.pick("Candidate", 2) == 1 {
+		return 0, 0, errAPI
+	}
+	return 60001 + int64(from), from, nil
+}
+
 func (m *branchingMemory) Upstream(string) *efs.AccessPoint {
 	if m.pick("Upstream", 2) == 1 {
 		return m.upstream
 	}
 	return nil
+}
+
+// sequenceMemory is an FS whose sequence a scripted test gives.
+type sequenceMemory struct {
+	*FS
+	candidate func(from int) Result
+}
+
+func (m *sequenceMemory) Candidate(_, _ string, _, _ int64, from int) (int64, int, error) {
+	r := m.candidate(from)
+	return r.ID, r.N, r.Err
 }

@@ -28,8 +28,6 @@ func happy(e Effect) Result {
 	switch e := e.(type) {
 	case Reserve:
 		return Result{ID: 60005}
-	case Candidate:
-		return Result{ID: 60001 + int64(e.From), N: e.From}
 	case Begin:
 		return Result{Record: &journal.Record{Volume: e.Volume}, Yes: true}
 	case CreateAccessPoint:
@@ -172,4 +170,8 @@ func (m recordingMemory) Burned(token string, now time.Time) bool {
 func (m recordingMemory) Upstream(token string) *efs.AccessPoint {
 	m.note("Upstream")
 	return m.FS.Upstream(token)
+}
+func (m recordingMemory) Candidate(name, root string, lo, hi int64, from int) (int64, int, error) {
+	m.note("Candidate")
+	return m.FS.Candidate(name, root, lo, hi, from)
 }

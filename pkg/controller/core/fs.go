@@ -32,9 +32,19 @@ type FS struct {
 	// invisible: GID tokens EFS named for an access point it did not
 	// describe, and when first (Burned).
 	invisible map[string]time.Time
-	// nameTokens: the access points the allocator's last complete listing
-	// showed under volume names' tokens (Upstream).
+	// From the allocator's last complete listing (Listed), and what this
+	// process made or saw since: the access points under volume names'
+	// tokens (Upstream); the ids access points under tokens other than GID
+	// tokens carry, sorted (skipped by the sequences: Candidate); by id,
+	// the volume (TokenHolder) of the access point that holds the id's GID
+	// token, and back by access point (takenBy), until it is deleted
+	// (GoneToken): EFS answers a send under that token with that access
+	// point, so a volume's sequence skips the id as it would after that
+	// answer.
 	nameTokens map[string]ListedAP
+	outsideIDs []int64
+	taken      map[int64]string
+	takenBy    map[string]int64
 }
 
 // remembered is what this process answered for a volume, and when.
@@ -52,7 +62,7 @@ type ListedAP struct {
 // NewFS is the memory of file system id, empty.
 func NewFS(id string) *FS {
 	return &FS{id: id, answers: map[string]remembered{}, answerOf: map[string]string{},
-		finished: newFinishedDeletes(), invisible: map[string]time.Time{}}
+		finished: newFinishedDeletes(), invisible: map[string]time.Time{}, taken: map[int64]string{}, takenBy: map[string]int64{}}
 }
 
 // Answered is the access point this process answered for the volume name,
@@ -128,10 +138,6 @@ func (f *FS) Burned(token string, now time.Time) bool {
 	return now.Sub(first) >= BurnAfter
 }
 
-// SetNameTokens replaces what the last complete listing showed under
-// volume names' tokens.
-func (f *FS) SetNameTokens(m map[string]ListedAP) { f.nameTokens = m }
-
 // Upstream is the access point the allocator's last listing showed under
 // token, a volume name's token: upstream's driver made it for the volume
 // (its ID and ids); nil if none.
@@ -156,6 +162,7 @@ type Memory interface {
 	ForgetFinished(names []string)
 	Burned(token string, now time.Time) bool
 	Upstream(token string) *efs.AccessPoint
+	Candidate(name, root string, lo, hi int64, from int) (int64, int, error)
 }
 
 // FinishedDeletes is how many finished deletes FS remembers.

@@ -75,10 +75,10 @@ func (w *modelWorld) violate(format string, args ...any) {
 
 // modelReplica is one controller process.
 type modelReplica struct {
-	name     string
-	j        *journal.Journal
-	locks    map[string]bool
-	mem      *FS // its memory of the file system
+	name  string
+	j     *journal.Journal
+	locks map[string]bool
+	mem   *FS // its memory of the file system
 }
 
 // restart is r's process starting again: its memory, locks and cached
@@ -289,7 +289,7 @@ func (m *modelRound) Step(r Result) {
 // linearizes at the last read, as the goroutine simulator's answer does).
 func local(e Effect) bool {
 	switch e.(type) {
-	case Answer, Log, Named, Seen, Reserve, Release, Candidate,
+	case Answer, Log, Named, Seen, Reserve, Release,
 		Creating, CreateEnded, Detach, RootNotOwned, DirSeen, DirGone:
 		return true
 	}
@@ -595,6 +595,14 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 			delete(w.aps, e.AccessPoint)
 		}
 	case Reserve:
+		// The listing the allocator takes or trusts tells the replica's
+		// memory which ids access points outside the protocol carry: its
+		// volumes' sequences (FS.Candidate, right after) skip them.
+		for apID := range w.outside {
+			if ap := w.aps[apID]; ap != nil {
+				c.r.mem.AddOutside(PosixIDs(ap))
+			}
+		}
 		// The allocator's pick: the lowest id no live access point or
 		// directory volume carries, as of a listing taken now.
 		for out.ID = e.Lo; out.ID < e.Hi; out.ID++ {
@@ -620,17 +628,6 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		delete(w.aps, DirStandIn(rec).ID)
 	case SetDirMade:
 		out.Err = j.SetDirMade(ctx, e.Record)
-	case Candidate:
-		// The volume's sequence, skipping ids that access points made
-		// outside the protocol carry (the allocator's view, as of a
-		// listing taken now).
-		p := a.plan.Params
-		n := p.GIDRangeEnd - p.GIDRangeStart + 1
-		for out.N = e.From; out.N < e.From+int(n); out.N++ {
-			if out.ID = p.GIDRangeStart + int64(out.N)%n; !w.carriedOutside(out.ID) {
-				break
-			}
-		}
 	case Named:
 		// No PersistentVolumes: the sweep must not need them.
 	case Log, Reachable, RemoveRoot, RootNotOwned, Detach, Release, Seen,
@@ -696,11 +693,12 @@ func modelRun(t *testing.T, plan *Plan, world modelWorldConfig, choices []int, m
 		// Before the handover fence, by hand or by upstream's last
 		// leader, on the volume sequence's first id: no tag of this
 		// driver, a token of its own. Every create comes after it.
+		first := SequenceAt(fsID, plan.Name, plan.Params.GIDRangeStart, plan.Params.GIDRangeEnd, 0)
 		w.made++
 		ap := &efs.AccessPoint{ID: fmt.Sprintf("fsap-%017d", w.made), FileSystemID: fsID, ClientToken: "console-1", Path: "/by-hand",
-			PosixUser: &efs.PosixUser{UID: plan.Params.GIDRangeStart, GID: plan.Params.GIDRangeStart}}
+			PosixUser: &efs.PosixUser{UID: first, GID: first}}
 		w.aps[ap.ID], w.byToken[ap.ClientToken], w.outside[ap.ID] = ap, ap.ID, true
-		w.trace = append(w.trace, "outside writer made "+ap.ID+" with gid "+strconv.FormatInt(plan.Params.GIDRangeStart, 10)+" before the handover fence")
+		w.trace = append(w.trace, "outside writer made "+ap.ID+" with gid "+strconv.FormatInt(first, 10)+" before the handover fence")
 	}
 	ticked := !world.tick
 	last, preempted, kills, losses, lastRound := -1, 0, 0, 0, true
@@ -906,7 +904,16 @@ func TestModel(t *testing.T) {
 	if raceEnabled && !set {
 		bound = 2 // make test runs the bound of 3 without the race detector
 	}
-	other := gidPlanOf(t, "pvc-other")
+	// Another claim whose sequence starts on the claim's first id: the two
+	// contend for it (the sequences are the volumes' own, FS.Candidate).
+	var other *Plan
+	for i := 0; other == nil; i++ {
+		o := gidPlanOf(t, fmt.Sprintf("pvc-other-%d", i))
+		lo, hi := plan.Params.GIDRangeStart, plan.Params.GIDRangeEnd
+		if SequenceAt(fsID, o.Name, lo, hi, 0) == SequenceAt(fsID, plan.Name, lo, hi, 0) {
+			other = o
+		}
+	}
 	// A directory volume of the same class's range beside the claim: only
 	// the id table keeps it off the claim's ids.
 	dir := dirPlanOf(t, "pvc-dir")

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,7 +49,11 @@ func (s *script) DeleteFinished(string, time.Time) bool    { return s.take("reca
 func (s *script) FinishDelete(string, []string, time.Time) { s.take("remember") }
 func (s *script) ForgetFinished([]string)                  { s.take("core.ForgetFinished") }
 func (s *script) Burned(string, time.Time) bool            { return s.take("burned").Yes }
-func (s *script) Upstream(string) *efs.AccessPoint         { return s.take("upstream token").AP }
+func (s *script) Candidate(_, _ string, _, _ int64, from int) (int64, int, error) {
+	r := s.take(fmt.Sprintf("candidate from %d", from))
+	return r.ID, r.N, r.Err
+}
+func (s *script) Upstream(string) *efs.AccessPoint { return s.take("upstream token").AP }
 
 // drive runs the machine start makes through steps, checking each effect
 // it asks for (named by describe) and each memory call, then that it asks
