@@ -152,9 +152,9 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 			args = append(args, "--driver-arg="+a)
 		}
 	} else {
-		var more []string
-		more, env = b.upstream(d.upstream, out)
-		args = append(args, more...)
+		more, e, stop := b.upstream(d.upstream, out)
+		defer stop()
+		args, env = append(args, more...), e
 	}
 	before := len(b.srv.Requests())
 	cmd := exec.CommandContext(t.Context(), filepath.Join(b.bins, "efs-csi-stress"), args...)
@@ -222,7 +222,7 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 // namespace whose /etc/amazon and /var/amazon are empty (its image's
 // layout: the configuration it writes stays there), with the ECS task
 // metadata stub as its instance identity.
-func (b *stormBench) upstream(bin, out string) ([]string, []string) {
+func (b *stormBench) upstream(bin, out string) (args, env []string, stop func()) {
 	t := b.t
 	work := t.TempDir()
 	port := freePort(t)
@@ -237,11 +237,11 @@ func (b *stormBench) upstream(bin, out string) ([]string, []string) {
 	if err := emu.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	stop = func() {
 		_ = emu.Process.Kill()
 		_ = emu.Wait()
 		logf.Close()
-	})
+	}
 	endpoint := fmt.Sprintf("http://127.0.0.1:%d", port)
 	for i := 0; ; i++ {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
@@ -250,22 +250,24 @@ func (b *stormBench) upstream(bin, out string) ([]string, []string) {
 			break
 		}
 		if i == 100 {
+			stop()
 			t.Fatalf("efs-emulator does not listen: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	sock, tmp := filepath.Join(work, "csi.sock"), filepath.Join(work, "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
+		stop()
 		t.Fatal(err)
 	}
 	driver := fmt.Sprintf(`exec unshare -m --propagation private sh -c 'mkdir -p /etc/amazon && mount -t tmpfs none /etc/amazon && `+
 		`mkdir /etc/amazon/efs /etc/amazon/efs-static-files && { ! [ -d /var/amazon ] || mount -t tmpfs none /var/amazon; } && `+
 		`exec %s --endpoint=unix://%s --delete-access-point-root-dir=false --vol-metrics-opt-in=false'`, bin, sock)
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "AWS_") })
+	env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "AWS_") })
 	env = append(env, "AWS_ENDPOINT_URL_EFS="+endpoint, "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=bench",
 		"AWS_SECRET_ACCESS_KEY=bench", "AWS_EC2_METADATA_DISABLED=true", "ECS_CONTAINER_METADATA_URI_V4="+b.ecs)
 	return []string{"--endpoint=unix://" + sock, "--efs-endpoint=" + endpoint, "--file-system=" + fsID, "--exclusive",
-		"--tmp-dir=" + tmp, "--driver-cmd=" + driver}, env
+		"--tmp-dir=" + tmp, "--driver-cmd=" + driver}, env, stop
 }
 
 // ecsTaskMetadata serves what upstream's driver asks the ECS task
