@@ -64,7 +64,7 @@ func BenchmarkLeaseRecordPairs(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	before := len(k.Requests())
+	before, gets := len(k.Requests()), k.Count("GET")
 	b.SetParallelism(8) // 16 goroutines: batches of about 3 operations a write, as in a storm
 	b.ResetTimer()
 	var names atomic.Int64
@@ -78,4 +78,5 @@ func BenchmarkLeaseRecordPairs(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(len(k.Requests())-before)/float64(b.N), "requests/pair")
+	b.ReportMetric(float64(k.Count("GET")-gets)/float64(b.N), "GETs/pair")
 }

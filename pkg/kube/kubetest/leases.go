@@ -14,6 +14,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,7 +107,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, caller, ns string
 			fail(w, apierrors.NewNotFound(leasesResource, name))
 			return
 		}
-		reply(w, http.StatusOK, l)
+		replyLease(w, r, http.StatusOK, l)
 	case "list":
 		s.listLeases(w, r, ns)
 	case "create":
@@ -135,7 +136,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, caller, ns string
 		in.CreationTimestamp = metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 		s.store(ns+"/"+in.Name, ns, &in)
 		in.UID = types.UID("uid-lease-" + in.ResourceVersion)
-		reply(w, http.StatusCreated, &in)
+		replyLease(w, r, http.StatusCreated, &in)
 	case "update":
 		var in coordinationv1.Lease
 		if !decodeLease(w, r, &in) {
@@ -160,12 +161,12 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, caller, ns string
 			return
 		}
 		in.UID, in.CreationTimestamp, in.ResourceVersion = old.UID, old.CreationTimestamp, old.ResourceVersion
-		if jsonEqual(&in, old) {
-			reply(w, http.StatusOK, old) // nothing changed: etcd is not written, the resourceVersion stays
+		if equality.Semantic.DeepEqual(&in, old) {
+			replyLease(w, r, http.StatusOK, old) // nothing changed: etcd is not written, the resourceVersion stays
 			return
 		}
 		s.store(key, ns, &in)
-		reply(w, http.StatusOK, &in)
+		replyLease(w, r, http.StatusOK, &in)
 	case "delete":
 		var opts metav1.DeleteOptions
 		if r.ContentLength != 0 && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/vnd.kubernetes.protobuf") && !decodeBody(w, r, &opts) {
@@ -202,6 +203,20 @@ func decodeLease(w http.ResponseWriter, r *http.Request, into *coordinationv1.Le
 		return false
 	}
 	return true
+}
+
+// replyLease answers l as the API server does: in protobuf to a client
+// that accepts it (client-go's, configured so), else in JSON.
+func replyLease(w http.ResponseWriter, r *http.Request, code int, l *coordinationv1.Lease) {
+	if !strings.Contains(r.Header.Get("Accept"), runtime.ContentTypeProtobuf) {
+		reply(w, code, l)
+		return
+	}
+	typed := *l
+	typed.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease"}
+	w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
+	w.WriteHeader(code)
+	_ = leaseProtobuf.Encode(&typed, w)
 }
 
 var leaseProtobuf = func() *protobuf.Serializer {
