@@ -94,22 +94,23 @@ func (x *effects) release() {
 	x.res = nil
 }
 
-// do executes one effect. An effect of no known kind is a defect of the
-// core, answered rather than panicked.
+// do executes one effect: a write or read of the record, a request to
+// EFS or an operation on the file system's directories, or what this
+// process holds (locks, reservations, its memory, the log). An effect of no
+// known kind is a defect of the core, answered rather than panicked.
 func (x *effects) do(e core.Effect) (core.Result, error) {
-	s, ctx := x.s, x.ctx
-	followUp := efs.WithPriority(ctx, efs.PriorityFollowUp) // what follows an applied request: before new work, never shed
-	var r core.Result
-	switch e := e.(type) {
-	case core.Lock:
-		var unlock func()
-		if unlock, r.Err = s.locks.TryLock(e.Keys...); r.Err == nil {
-			x.held = append(x.held, unlock)
+	for _, do := range []func(core.Effect) (core.Result, bool){x.record, x.request, x.local} {
+		if r, ok := do(e); ok {
+			return r, nil
 		}
-	case core.Log:
-		s.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
+	}
+	return core.Result{}, fmt.Errorf("%w: %T", core.ErrStuck, e)
+}
 
-	// The record.
+// record executes an effect on the record (pkg/journal).
+func (x *effects) record(e core.Effect) (r core.Result, ok bool) {
+	s, ctx := x.s, x.ctx
+	switch e := e.(type) {
 	case core.ReadRecord:
 		read := s.journal.Volume
 		if e.Hint {
@@ -142,8 +143,6 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		r.Err = s.releaseMovedID(ctx, e.FileSystem, e.ID, e.Holder)
 	case core.HoldForSweep:
 		r.Token, r.Err = s.journal.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
-	case core.Named:
-		r.Yes = x.named(e.AccessPoint)
 	case core.ReleaseOrphanID:
 		r.Yes, r.Err = s.journal.ReleaseOrphanID(ctx, e.FileSystem, e.ID, e.Holder)
 	case core.ReleaseSweep:
@@ -164,7 +163,20 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	case core.Finish:
 		r.Err = s.journal.Finish(ctx, e.Record)
 
-	// EFS.
+	case core.SetDirMade:
+		r.Err = s.journal.SetDirMade(ctx, e.Record)
+	default:
+		return r, false
+	}
+	return r, true
+}
+
+// request executes a request to EFS, or an operation on the file system's
+// directories through the controller's mount.
+func (x *effects) request(e core.Effect) (r core.Result, ok bool) {
+	s, ctx := x.s, x.ctx
+	followUp := efs.WithPriority(ctx, efs.PriorityFollowUp) // what follows an applied request: before new work, never shed
+	switch e := e.(type) {
 	case core.CreateAccessPoint:
 		r.AP, r.Err = s.efs.CreateAccessPoint(ctx, e.Input)
 	case core.Describe:
@@ -191,23 +203,42 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 		view := x.view
 		x.view = nil
 		r.Err = s.removeRootDir(ctx, e.AP, e.Prov, view, e.Since)
-	case core.RootNotOwned:
-		s.roots.notOwned.Add(1)
-		s.log.Warn("root directory kept: the access point was not made by a CSI driver",
-			slog.String("accessPoint", e.AP.ID), slog.String("path", e.AP.Path))
 	// Directory volumes (createdir.go).
 	case core.MakeDir:
 		r.Yes, r.Err = s.makeDir(ctx, e.Record, e.Perms)
 	case core.UnmakeDir:
 		r.Err = s.unmakeDir(ctx, e.Record)
-	case core.SetDirMade:
-		r.Err = s.journal.SetDirMade(ctx, e.Record)
+	default:
+		return r, false
+	}
+	return r, true
+}
+
+// local executes what this process holds: the call's locks and context,
+// the allocator's reservations and view, the file systems' memory of
+// creates and deletes, and the log.
+func (x *effects) local(e core.Effect) (r core.Result, ok bool) {
+	s, ctx := x.s, x.ctx
+	switch e := e.(type) {
+	case core.Named:
+		r.Yes = x.named(e.AccessPoint)
+	case core.RootNotOwned:
+		s.roots.notOwned.Add(1)
+		s.log.Warn("root directory kept: the access point was not made by a CSI driver",
+			slog.String("accessPoint", e.AP.ID), slog.String("path", e.AP.Path))
+	case core.Lock:
+		var unlock func()
+		if unlock, r.Err = s.locks.TryLock(e.Keys...); r.Err == nil {
+			x.held = append(x.held, unlock)
+		}
+	case core.Log:
+		s.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
+
 	case core.Detach:
 		var cancel context.CancelFunc
 		x.ctx, cancel = cleanupContext(ctx)
 		x.held = append(x.held, cancel)
 
-	// The allocator and this process's memory of the file system.
 	case core.Reserve:
 		var res *gid.Reservation
 		if res, r.Err = s.gids.ReserveFrom(ctx, s.gidSource(), e.FileSystem, e.Lo, e.Hi, e.Key); r.Err == nil {
@@ -233,7 +264,7 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	case core.CreateEnded:
 		x.ended(e.AP)
 	default:
-		return r, fmt.Errorf("%w: %T", core.ErrStuck, e)
+		return r, false
 	}
-	return r, nil
+	return r, true
 }
