@@ -84,8 +84,12 @@ func (DeleteOrphan) handoff() {}
 // Collect is the collection of one orphaned volume. It answers nil once
 // it released a record whose create made no access point, or hands off
 // to DeleteVolume (DeleteOrphan).
+//
+// Each step below is a method that returns the collection's final effect
+// (its answer or its DeleteOrphan): the protocol reads top to bottom from
+// locked.
 type Collect struct {
-	machine
+	proc
 	cfg  CollectConfig
 	seen *journal.Record // the record the collector judged
 	rec  *journal.Record // as read under the locks
@@ -94,33 +98,35 @@ type Collect struct {
 // NewCollect collects the volume seen records, as the collector read it.
 func NewCollect(cfg CollectConfig, seen *journal.Record) *Collect {
 	c := &Collect{cfg: cfg, seen: seen}
-	c.do(Lock{Keys: RecordLocks(seen)}, func(r Result) {
-		if c.failed(r) {
-			return
-		}
-		c.do(ReadRecord{FileSystem: seen.FileSystem, Key: seen.Token}, func(r Result) {
-			switch {
-			case errors.Is(r.Err, journal.ErrNotFound):
-				c.answer(fmt.Errorf("%w: the record of %s/%q is gone", ErrNotOrphan, seen.FileSystem, seen.Token))
-			case c.failed(r):
-			default:
-				if why := OrphanChange(seen, r.Record); why != "" {
-					c.answer(fmt.Errorf("%w: volume %q (%s/%q): %s", ErrNotOrphan, r.Record.Name, seen.FileSystem, seen.Token, why))
-					return
-				}
-				c.rec = r.Record
-				if r.Record.Dir {
-					// No access point: DeleteVolume of the directory
-					// volume proves the rest (its directory is removed
-					// only when the class or flag says so).
-					c.do(DeleteOrphan{FileSystem: seen.FileSystem, Dir: true, Path: r.Record.Path}, nil)
-					return
-				}
-				c.described()
-			}
-		})
-	})
+	c.run(c.locked)
 	return c
+}
+
+// locked takes the volume's name locks and reads its record again under
+// them.
+func (c *Collect) locked() Effect {
+	seen := c.seen
+	if r := c.do(Lock{Keys: RecordLocks(seen)}); r.Err != nil {
+		return Answer{Err: r.Err}
+	}
+	r := c.do(ReadRecord{FileSystem: seen.FileSystem, Key: seen.Token})
+	switch {
+	case errors.Is(r.Err, journal.ErrNotFound):
+		return Answer{Err: fmt.Errorf("%w: the record of %s/%q is gone", ErrNotOrphan, seen.FileSystem, seen.Token)}
+	case r.Err != nil:
+		return Answer{Err: r.Err}
+	}
+	if why := OrphanChange(seen, r.Record); why != "" {
+		return Answer{Err: fmt.Errorf("%w: volume %q (%s/%q): %s", ErrNotOrphan, r.Record.Name, seen.FileSystem, seen.Token, why)}
+	}
+	c.rec = r.Record
+	if r.Record.Dir {
+		// No access point: DeleteVolume of the directory volume proves
+		// the rest (its directory is removed only when the class or flag
+		// says so).
+		return DeleteOrphan{FileSystem: seen.FileSystem, Dir: true, Path: r.Record.Path}
+	}
+	return c.described()
 }
 
 // OrphanChange says how cur, the record read under the locks, differs
@@ -146,27 +152,22 @@ func OrphanChange(seen, cur *journal.Record) string {
 // not describe (deleted after DeleteVolume's record release failed, not
 // described yet, or in a file system these credentials do not see) is
 // looked for in a listing.
-func (c *Collect) described() {
+func (c *Collect) described() Effect {
 	rec := c.rec
 	if rec.AccessPoint == "" {
-		c.listed()
-		return
+		return c.listed()
 	}
-	c.do(Describe{AccessPoint: rec.AccessPoint}, func(r Result) {
-		switch {
-		case r.Err == nil:
-			if !ownership.Agrees(rec, r.AP) {
-				c.answer(fmt.Errorf("%w: volume %q: access point %s on %s with token %q and root %q is not the one recorded",
-					ErrNotCollectable, rec.Name, r.AP.ID, r.AP.FileSystemID, r.AP.ClientToken, r.AP.Path))
-				return
-			}
-			c.collect(r.AP)
-		case !errors.Is(r.Err, efs.ErrAccessPointNotFound):
-			c.answer(r.Err)
-		default:
-			c.listed()
-		}
-	})
+	r := c.do(Describe{AccessPoint: rec.AccessPoint})
+	switch {
+	case errors.Is(r.Err, efs.ErrAccessPointNotFound):
+		return c.listed()
+	case r.Err != nil:
+		return Answer{Err: r.Err}
+	case !ownership.Agrees(rec, r.AP):
+		return Answer{Err: fmt.Errorf("%w: volume %q: access point %s on %s with token %q and root %q is not the one recorded",
+			ErrNotCollectable, rec.Name, r.AP.ID, r.AP.FileSystemID, r.AP.ClientToken, r.AP.Path)}
+	}
+	return c.collect(r.AP)
 }
 
 // listed marks the record deleting and looks for its access point in a
@@ -177,45 +178,37 @@ func (c *Collect) described() {
 // the lag together, not one after another. A listing of a file system
 // these credentials do not see would show no access point, and the
 // record would be released with one existing: that is checked first.
-func (c *Collect) listed() {
+func (c *Collect) listed() Effect {
 	rec := c.rec
-	c.do(Reachable{FileSystem: rec.FileSystem}, func(r Result) {
-		if r.Err != nil {
-			c.answer(unreachable(rec, r.Err))
-			return
+	if r := c.do(Reachable{FileSystem: rec.FileSystem}); r.Err != nil {
+		return Answer{Err: unreachable(rec, r.Err)}
+	}
+	r := c.do(Mark{Record: rec, IfOrphan: c.seen})
+	switch {
+	case r.Err != nil:
+		return Answer{Err: r.Err}
+	case r.Record == nil:
+		return Answer{Err: fmt.Errorf("%w: volume %q (%s/%q) changed", ErrNotOrphan, rec.Name, rec.FileSystem, rec.Token)}
+	}
+	marked := r.Record
+	if settled := marked.DeletingSince.Add(c.cfg.ListingLag); r.Now.Before(settled) {
+		return Answer{Err: fmt.Errorf("%w: volume %q marked for collection: listed once EFS's listing lag has passed (%v)",
+			keylock.ErrBusy, rec.Name, settled.Sub(r.Now).Round(time.Millisecond))}
+	}
+	c.rec = marked
+	r = c.do(List{FileSystem: rec.FileSystem})
+	if err := r.Err; err != nil {
+		if errors.Is(err, efs.ErrFileSystemNotFound) || errors.Is(err, efs.ErrAccessDenied) {
+			err = unreachable(rec, err)
 		}
-		c.do(Mark{Record: rec, IfOrphan: c.seen}, func(r Result) {
-			switch {
-			case c.failed(r):
-				return
-			case r.Record == nil:
-				c.answer(fmt.Errorf("%w: volume %q (%s/%q) changed", ErrNotOrphan, rec.Name, rec.FileSystem, rec.Token))
-				return
-			}
-			marked := r.Record
-			if settled := marked.DeletingSince.Add(c.cfg.ListingLag); r.Now.Before(settled) {
-				c.answer(fmt.Errorf("%w: volume %q marked for collection: listed once EFS's listing lag has passed (%v)",
-					keylock.ErrBusy, rec.Name, settled.Sub(r.Now).Round(time.Millisecond)))
-				return
-			}
-			c.rec = marked
-			c.do(List{FileSystem: rec.FileSystem}, func(r Result) {
-				if r.Err != nil {
-					if errors.Is(r.Err, efs.ErrFileSystemNotFound) || errors.Is(r.Err, efs.ErrAccessDenied) {
-						r.Err = unreachable(rec, r.Err)
-					}
-					c.answer(r.Err)
-					return
-				}
-				c.found(r.APs)
-			})
-		})
-	})
+		return Answer{Err: err}
+	}
+	return c.found(r.APs)
 }
 
 // found goes on with the access point of aps that carries the record's
 // token, or releases the record if none does.
-func (c *Collect) found(aps []efs.AccessPoint) {
+func (c *Collect) found(aps []efs.AccessPoint) Effect {
 	rec := c.rec
 	for i := range aps {
 		ap := &aps[i]
@@ -226,29 +219,25 @@ func (c *Collect) found(aps []efs.AccessPoint) {
 			// EFS binds a token to one access point: this one is not the
 			// one the record planned. Whose directory it holds is unknown
 			// (the collector logs this, once).
-			c.answer(fmt.Errorf("%w: volume %q: access point %s carries its token %q at %q, not the recorded %q",
-				ErrNotCollectable, rec.Name, ap.ID, rec.SentToken(), ap.Path, rec.Path))
-			return
+			return Answer{Err: fmt.Errorf("%w: volume %q: access point %s carries its token %q at %q, not the recorded %q",
+				ErrNotCollectable, rec.Name, ap.ID, rec.SentToken(), ap.Path, rec.Path)}
 		}
-		c.collect(ap)
-		return
+		return c.collect(ap)
 	}
-	c.release(slog.LevelInfo, "orphan's record released: its create made no access point")
+	return c.release(slog.LevelInfo, "orphan's record released: its create made no access point")
 }
 
 // release finishes the orphan's record, deleting nothing, and logs msg.
-func (c *Collect) release(level slog.Level, msg string, attrs ...slog.Attr) {
+func (c *Collect) release(level slog.Level, msg string, attrs ...slog.Attr) Answer {
 	rec := c.rec
-	c.do(Finish{Record: rec}, func(r Result) {
-		if c.failed(r) {
-			return
-		}
-		c.do(Log{Level: level, Msg: msg,
-			Attrs: append([]slog.Attr{slog.String("name", rec.Name), slog.String("fileSystem", rec.FileSystem),
-				slog.String("claim", rec.ClaimNamespace+"/"+rec.ClaimName),
-				slog.String("reason", "orphan: claim gone, no PersistentVolume ever named it"), slog.Int64("id", rec.Allocated)}, attrs...)},
-			func(Result) { c.answer(nil) })
-	})
+	if r := c.do(Finish{Record: rec}); r.Err != nil {
+		return Answer{Err: r.Err}
+	}
+	c.do(Log{Level: level, Msg: msg,
+		Attrs: append([]slog.Attr{slog.String("name", rec.Name), slog.String("fileSystem", rec.FileSystem),
+			slog.String("claim", rec.ClaimNamespace+"/"+rec.ClaimName),
+			slog.String("reason", "orphan: claim gone, no PersistentVolume ever named it"), slog.Int64("id", rec.Allocated)}, attrs...)})
+	return Answer{}
 }
 
 // collect hands ap to DeleteVolume if its tags prove it the record's. One
@@ -257,17 +246,15 @@ func (c *Collect) release(level slog.Level, msg string, attrs ...slog.Attr) {
 // record, sending its token to adopt it, was abandoned) is left, and the
 // record released: the record alone proves nothing, and leaving it would
 // mark it for ever. The audit reports the access point.
-func (c *Collect) collect(ap *efs.AccessPoint) {
+func (c *Collect) collect(ap *efs.AccessPoint) Effect {
 	if err := TaggedFor(c.cfg.Cluster, c.rec, ap); err != nil {
 		if !volume.IsGIDToken(ap.ClientToken) {
-			c.release(slog.LevelWarn, "orphan's record released; its access point, made outside this driver's protocol, is left for the audit",
+			return c.release(slog.LevelWarn, "orphan's record released; its access point, made outside this driver's protocol, is left for the audit",
 				slog.String("accessPoint", ap.ID), slog.String("token", ap.ClientToken))
-			return
 		}
-		c.answer(err)
-		return
+		return Answer{Err: err}
 	}
-	c.do(DeleteOrphan{FileSystem: c.rec.FileSystem, AccessPoint: ap.ID}, nil)
+	return DeleteOrphan{FileSystem: c.rec.FileSystem, AccessPoint: ap.ID}
 }
 
 // TaggedFor proves with what ap carries in EFS what the record says of

@@ -69,52 +69,55 @@ func (ReleaseOrphanID) effect() {}
 // Finish (journal.ReleaseOrphanID).
 func NewFreeID(fsID string, id int64, holder string) *Sweep {
 	s := &Sweep{}
-	s.do(ReleaseOrphanID{FileSystem: fsID, ID: id, Holder: holder}, func(r Result) {
-		switch {
-		case s.failed(r):
-			return
-		case !r.Yes:
-			s.answer(nil)
-			return
-		}
-		s.do(Log{Level: slog.LevelInfo, Msg: "id released", Attrs: []slog.Attr{slog.String("fileSystem", fsID),
-			slog.Int64("id", id), slog.String("holder", holder),
-			slog.String("reason", "held for a volume whose record is gone, or is being deleted and holds another id")}},
-			func(Result) { s.answer(nil) })
-	})
+	s.run(func() Effect { return s.freeID(fsID, id, holder) })
 	return s
+}
+
+// freeID is NewFreeID's protocol.
+func (s *Sweep) freeID(fsID string, id int64, holder string) Answer {
+	r := s.do(ReleaseOrphanID{FileSystem: fsID, ID: id, Holder: holder})
+	if r.Err != nil || !r.Yes {
+		return Answer{Err: r.Err}
+	}
+	s.do(Log{Level: slog.LevelInfo, Msg: "id released", Attrs: []slog.Attr{slog.String("fileSystem", fsID),
+		slog.Int64("id", id), slog.String("holder", holder),
+		slog.String("reason", "held for a volume whose record is gone, or is being deleted and holds another id")}})
+	return Answer{}
 }
 
 // Sweep is the sweep of one access point, or of one id (NewFreeID). Its
 // answer carries the access point when it deleted one.
-type Sweep struct{ machine }
+//
+// Each step below is a method that returns the sweep's answer: the
+// protocol reads top to bottom from sweep, resume and freeID.
+type Sweep struct{ proc }
 
 // NewSweep sweeps ap, listed on fsID at now.
 func NewSweep(cfg SweepConfig, fsID string, ap *efs.AccessPoint, now time.Time) *Sweep {
 	s := &Sweep{}
+	s.run(func() Effect { return s.sweep(cfg, fsID, ap, now) })
+	return s
+}
+
+// sweep is NewSweep's protocol: ap is left if it is not Sweepable, a
+// PersistentVolume names it or its record owns it; else the sweep holds
+// its id.
+func (s *Sweep) sweep(cfg SweepConfig, fsID string, ap *efs.AccessPoint, now time.Time) Answer {
 	id, ok := Sweepable(ap, fsID, cfg, now)
 	if !ok {
-		s.answer(nil)
-		return s
+		return Answer{}
 	}
-	s.do(Named{AccessPoint: ap.ID}, func(r Result) {
-		if r.Yes {
-			s.answer(nil)
-			return
-		}
-		s.do(ReadRecord{FileSystem: ap.FileSystemID, Key: VolumeKeyOf(ap)}, func(r Result) {
-			rec, err := owner(r)
-			switch {
-			case err != nil:
-				s.answer(err)
-			case Owns(rec, ap):
-				s.answer(nil)
-			default:
-				s.hold(ap, id, true)
-			}
-		})
-	})
-	return s
+	if s.do(Named{AccessPoint: ap.ID}).Yes {
+		return Answer{}
+	}
+	rec, err := owner(s.do(ReadRecord{FileSystem: ap.FileSystemID, Key: VolumeKeyOf(ap)}))
+	switch {
+	case err != nil:
+		return Answer{Err: err}
+	case Owns(rec, ap):
+		return Answer{}
+	}
+	return s.hold(ap, id)
 }
 
 // NewResumeSweep resumes the sweep of apID, whose hold of id on fsID a
@@ -123,98 +126,88 @@ func NewSweep(cfg SweepConfig, fsID string, ap *efs.AccessPoint, now time.Time) 
 // record could forge one, and it proves nothing.
 func NewResumeSweep(cfg SweepConfig, fsID string, id int64, apID string) *Sweep {
 	s := &Sweep{}
-	release := func() {
-		s.do(ReleaseSweep{FileSystem: fsID, ID: id, AccessPoint: apID}, func(r Result) { s.answer(r.Err) })
-	}
-	s.do(Describe{AccessPoint: apID}, func(r Result) {
-		switch {
-		case errors.Is(r.Err, efs.ErrAccessPointNotFound):
-			release()
-		case r.Err != nil:
-			s.answer(r.Err)
-		default:
-			if got, ok := Sweepable(r.AP, fsID, cfg, r.Now); !ok || got != id {
-				release()
-				return
-			}
-			s.held(r.AP, id)
-		}
-	})
+	s.run(func() Effect { return s.resume(cfg, fsID, id, apID) })
 	return s
+}
+
+// resume is NewResumeSweep's protocol.
+func (s *Sweep) resume(cfg SweepConfig, fsID string, id int64, apID string) Answer {
+	r := s.do(Describe{AccessPoint: apID})
+	switch {
+	case errors.Is(r.Err, efs.ErrAccessPointNotFound):
+		// Gone: the hold is released.
+	case r.Err != nil:
+		return Answer{Err: r.Err}
+	default:
+		if got, ok := Sweepable(r.AP, fsID, cfg, r.Now); ok && got == id {
+			return s.held(r.AP, id)
+		}
+	}
+	return s.release(fsID, id, apID, nil)
 }
 
 // hold holds id for ap's deletion. An id held for a volume is released
 // first if its record holds another id, is being deleted or is gone (a
 // create killed between its send and its cleanup held it for nobody),
-// then held again (retry); held by a volume still, ap is left: a create of
+// then held again, once; held by a volume still, ap is left: a create of
 // that volume may adopt it.
-func (s *Sweep) hold(ap *efs.AccessPoint, id int64, retry bool) {
-	s.do(HoldForSweep{FileSystem: ap.FileSystemID, ID: id, AccessPoint: ap.ID}, func(r Result) {
-		switch {
-		case errors.Is(r.Err, journal.ErrIDTaken) && retry:
-			s.do(ReleaseMovedID{FileSystem: ap.FileSystemID, ID: id, Holder: r.Token}, func(r Result) {
-				if !s.failed(r) {
-					s.hold(ap, id, false)
-				}
-			})
-		case errors.Is(r.Err, journal.ErrIDTaken):
-			s.answer(nil)
-		case r.Err != nil:
-			s.answer(r.Err)
-		default:
-			s.held(ap, id)
+func (s *Sweep) hold(ap *efs.AccessPoint, id int64) Answer {
+	take := HoldForSweep{FileSystem: ap.FileSystemID, ID: id, AccessPoint: ap.ID}
+	r := s.do(take)
+	if errors.Is(r.Err, journal.ErrIDTaken) {
+		if moved := s.do(ReleaseMovedID{FileSystem: ap.FileSystemID, ID: id, Holder: r.Token}); moved.Err != nil {
+			return Answer{Err: moved.Err}
 		}
-	})
+		r = s.do(take)
+	}
+	switch {
+	case errors.Is(r.Err, journal.ErrIDTaken):
+		return Answer{}
+	case r.Err != nil:
+		return Answer{Err: r.Err}
+	}
+	return s.held(ap, id)
 }
 
 // held goes on once the sweep holds id for ap: the record read again
 // under the hold and the volume's name locks decides; the hold is
 // released either way once done. A create or delete of the volume in this
 // process holds its locks: the hold stays, for the next round.
-func (s *Sweep) held(ap *efs.AccessPoint, id int64) {
-	release := func(deleted *efs.AccessPoint) {
-		s.do(ReleaseSweep{FileSystem: ap.FileSystemID, ID: id, AccessPoint: ap.ID}, func(r Result) {
-			s.finish(Answer{AP: deleted, Err: r.Err})
-		})
-	}
+func (s *Sweep) held(ap *efs.AccessPoint, id int64) Answer {
 	keys := RecordLocks(&journal.Record{Volume: journal.Volume{Name: ap.Tags[ownership.TagVolumeName], Token: VolumeKeyOf(ap)}})
-	s.do(Lock{Keys: keys}, func(r Result) {
-		switch {
-		case errors.Is(r.Err, keylock.ErrBusy):
-			s.answer(nil)
-			return
-		case s.failed(r):
-			return
-		}
-		s.do(ReadRecord{FileSystem: ap.FileSystemID, Key: VolumeKeyOf(ap)}, func(r Result) {
-			rec, err := owner(r)
-			if err != nil {
-				s.answer(err)
-				return
-			}
-			if Owns(rec, ap) {
-				release(nil)
-				return
-			}
-			s.do(Named{AccessPoint: ap.ID}, func(r Result) {
-				if r.Yes {
-					release(nil)
-					return
-				}
-				s.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}, func(r Result) {
-					if r.Err != nil {
-						s.answer(fmt.Errorf("sweep %s: %w", ap.ID, r.Err))
-						return
-					}
-					s.do(Log{Level: slog.LevelInfo, Msg: "access point deleted", Attrs: []slog.Attr{
-						slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID),
-						slog.String("name", ap.Tags[ownership.TagVolumeName]), slog.Int64("id", id),
-						slog.String("reason", "unrecorded: made for a record that no longer names it (a create's request that reached EFS after its volume's delete), never answered"),
-					}}, func(Result) { release(ap) })
-				})
-			})
-		})
-	})
+	r := s.do(Lock{Keys: keys})
+	switch {
+	case errors.Is(r.Err, keylock.ErrBusy):
+		return Answer{}
+	case r.Err != nil:
+		return Answer{Err: r.Err}
+	}
+	rec, err := owner(s.do(ReadRecord{FileSystem: ap.FileSystemID, Key: VolumeKeyOf(ap)}))
+	if err != nil {
+		return Answer{Err: err}
+	}
+	if Owns(rec, ap) {
+		return s.release(ap.FileSystemID, id, ap.ID, nil)
+	}
+	if s.do(Named{AccessPoint: ap.ID}).Yes {
+		return s.release(ap.FileSystemID, id, ap.ID, nil)
+	}
+	if r := s.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}); r.Err != nil {
+		return Answer{Err: fmt.Errorf("sweep %s: %w", ap.ID, r.Err)}
+	}
+	s.do(Log{Level: slog.LevelInfo, Msg: "access point deleted", Attrs: []slog.Attr{
+		slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID),
+		slog.String("name", ap.Tags[ownership.TagVolumeName]), slog.Int64("id", id),
+		slog.String("reason", "unrecorded: made for a record that no longer names it (a create's request that reached EFS after its volume's delete), never answered"),
+	}})
+	return s.release(ap.FileSystemID, id, ap.ID, ap)
+}
+
+// release releases the sweep's hold of id on fsID for apID, and answers
+// deleted (nil: nothing deleted).
+func (s *Sweep) release(fsID string, id int64, apID string, deleted *efs.AccessPoint) Answer {
+	r := s.do(ReleaseSweep{FileSystem: fsID, ID: id, AccessPoint: apID})
+	return Answer{AP: deleted, Err: r.Err}
 }
 
 // owner is the record a ReadRecord found: nil if none.
