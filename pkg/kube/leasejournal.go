@@ -547,6 +547,7 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 		switch splitState(cur) {
 		case splitDone:
 			// Its entries are in its children now: route the batch there.
+			sh.frags = nil // never written again
 			s.passRestore(sh)
 			for _, op := range batch {
 				s.route(op)
