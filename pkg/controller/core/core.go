@@ -173,66 +173,11 @@ func (p *proc) Stop() {
 	}
 }
 
-// machine is the continuation every protocol here is written with: do
-// sets the effect the caller executes next and what to do with its
-// outcome, so each protocol reads in the order its effects happen.
-type machine struct {
-	next Effect
-	then func(Result)
-	// final, if set, receives the answer instead of the caller: a
-	// protocol run inside another hands its answer to the outer one.
-	final func(Answer)
-}
-
-// Next is the effect to execute now.
-func (m *machine) Next() Effect {
-	if m.next == nil {
-		return Answer{Err: ErrStuck}
-	}
-	return m.next
-}
-
-// Step passes the outcome of the effect Next returned.
-func (m *machine) Step(r Result) {
-	then := m.then
-	m.next, m.then = nil, nil
-	if then != nil {
-		then(r)
-	}
-}
-
-func (m *machine) do(e Effect, then func(Result)) { m.next, m.then = e, then }
-
-// Stop abandons the protocol: a continuation holds nothing to end.
-func (m *machine) Stop() { m.next, m.then = nil, nil }
-
-func (m *machine) answer(err error) { m.finish(Answer{Err: err}) }
-
-// finish ends the protocol with a: to final if one waits for it, else to
-// the caller.
-func (m *machine) finish(a Answer) {
-	if f := m.final; f != nil {
-		m.final = nil
-		f(a)
-		return
-	}
-	m.do(a, nil)
-}
-
 // Handoff is an effect that ends the machine and hands the call to a
 // protocol the caller runs itself (DeleteOrphan).
 type Handoff interface {
 	Effect
 	handoff()
-}
-
-// failed answers r.Err if there is one, and reports whether it did.
-func (m *machine) failed(r Result) bool {
-	if r.Err != nil {
-		m.answer(r.Err)
-		return true
-	}
-	return false
 }
 
 // join is err with extra added, if any.
