@@ -125,6 +125,7 @@ type stormRun struct {
 	outcome  string
 	findings int
 	requests int     // Lease requests
+	gets     int     // of which reads (GET, list)
 	bytes    int64   // their bodies
 	peak     int     // Lease requests in the busiest second
 	peakKB   float64 // and their bodies' KB
@@ -201,6 +202,9 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 	for _, q := range b.srv.Requests()[before:] {
 		if strings.Contains(q.Path, "/leases") {
 			run.requests++
+			if q.Method == http.MethodGet {
+				run.gets++
+			}
 			run.bytes += max(q.Bytes, 0)
 			c := perSecond[q.At.Unix()]
 			perSecond[q.At.Unix()] = second{c.n + 1, c.bytes + max(q.Bytes, 0)}
@@ -211,8 +215,8 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 			run.peak, run.peakKB = c.n, float64(c.bytes)/1024
 		}
 	}
-	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s, %s, %d findings, %d Lease requests (%d KB, peak %d/s)",
-		s.name, d.name, r, run.pairs, run.created, run.seconds, run.outcome, run.findings, run.requests, run.bytes>>10, run.peak)
+	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s, %s, %d findings, %d Lease requests (%d reads, %d KB, peak %d/s)",
+		s.name, d.name, r, run.pairs, run.created, run.seconds, run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.peak)
 	return run
 }
 
@@ -362,14 +366,15 @@ func stormTable(storms []storm, drivers []benchDriver, results [][][]stormRun, r
 		fmt.Fprintf(&sb, " %s | %s | %s |\n", ratio(0, 1), ratio(0, 2), strings.Join(findings, "; "))
 	}
 	sb.WriteString("\nThe API server's cost of the Lease record (medians of the Leases runs): Lease requests and the bytes of their bodies (protobuf) per created volume, over the run and in its busiest second (an answer is about as large as its request; the client's rate flag, `--journal-kube-api-qps` 300 burst 600, bounds the rate however fast EFS answers).\n\n")
-	sb.WriteString("| storm | Lease requests per volume | KB sent per volume | busiest second: requests, KB sent |\n|---|---|---|---|\n")
+	sb.WriteString("| storm | Lease requests per volume (of which reads) | KB sent per volume | busiest second: requests, KB sent |\n|---|---|---|---|\n")
 	for i, s := range storms {
 		rs := results[i][0]
 		perVol := median(rs, func(r stormRun) float64 { return float64(r.requests) / float64(max(r.created, 1)) })
+		reads := median(rs, func(r stormRun) float64 { return float64(r.gets) / float64(max(r.created, 1)) })
 		kb := median(rs, func(r stormRun) float64 { return float64(r.bytes) / 1024 / float64(max(r.created, 1)) })
 		peak := median(rs, func(r stormRun) float64 { return float64(r.peak) })
 		peakKB := median(rs, func(r stormRun) float64 { return r.peakKB })
-		fmt.Fprintf(&sb, "| %s | %.2f | %.1f | %.0f, %.0f |\n", s.name, perVol, kb, peak, peakKB)
+		fmt.Fprintf(&sb, "| %s | %.2f (%.2f) | %.1f | %.0f, %.0f |\n", s.name, perVol, reads, kb, peak, peakKB)
 	}
 	sb.WriteString("\n```sh\nmake bench   # EFS_BENCH_RUNS=3 EFS_BENCH_VOLUMES=200 EFS_BENCH_BUCKET_VOLUMES=200 EFS_BENCH_FAULT_VOLUMES=60\n```\n\n")
 	return sb.String()
