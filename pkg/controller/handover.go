@@ -28,7 +28,7 @@ var ErrHandover = errors.New("waiting for the previous controller's calls in fli
 // the fence passed: later processes of the cluster skip it. Nothing made
 // outside this driver's protocol appears after the fence, so one listing
 // then shows all of it: its GIDs are avoided, and a claim whose access
-// point upstream made is answered with it (core's UpstreamToken).
+// point upstream made is answered with it (core.FS.Upstream).
 
 // handover is this process's state of the fence.
 type handover struct {
