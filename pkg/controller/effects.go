@@ -252,10 +252,6 @@ func (x *effects) local(e core.Effect) (r core.Result, ok bool) {
 		x.res[e.Handle].Release()
 	case core.Seen:
 		s.gids.Record(e.AP)
-		s.fs(e.AP.FileSystemID).sawToken(&e.AP, s.cluster)
-	case core.DirSeen:
-		s.gids.Record(*core.DirStandIn(e.Record))
-		s.fs(e.Record.FileSystem).addOutside(e.Record.UID, e.Record.GID)
 	case core.DirGone:
 		standIn := core.DirStandIn(e.Record)
 		s.forgetGone(standIn.FileSystemID, standIn.ID)

@@ -102,7 +102,10 @@ func TestStaleTakenHintNeverFillsARange(t *testing.T) {
 	gone := efs.AccessPoint{ID: "fsap-0000000000000dead", FileSystemID: testFS,
 		ClientToken: volume.GIDToken(testFS, free), PosixUser: &efs.PosixUser{UID: free, GID: free},
 		Tags: map[string]string{ownership.TagVolumeName: "pvc-deleted-elsewhere"}}
-	b.svc.fs(testFS).sawToken(&gone, "")
+	st := b.svc.fs(testFS)
+	st.mu.Lock()
+	st.mem.SawToken(&gone, "")
+	st.mu.Unlock()
 	if _, err := b.svc.CreateVolume(b.ctx(), createReq("pvc-2", 1<<30, p)); err != nil {
 		t.Fatalf("create of a range with a free id: %v", err)
 	}

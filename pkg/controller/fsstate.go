@@ -134,14 +134,6 @@ func (st *fsState) listed(others otherIDs, l core.Listing) {
 	st.mem.Listed(l)
 }
 
-// sawToken notes ap in the memory's taken tokens, if it holds a GID token:
-// this process made or adopted it.
-func (st *fsState) sawToken(ap *efs.AccessPoint, cluster string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.mem.SawToken(ap, cluster)
-}
-
 // othersInRange returns how many of the ids other clusters' access points
 // carry lie in [lo, hi], and one such cluster's ID.
 func (st *fsState) othersInRange(lo, hi int64) (int, string) {

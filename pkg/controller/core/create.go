@@ -157,6 +157,7 @@ const MaxIDAttempts = 8
 // CreateConfig is what a create needs of its controller.
 type CreateConfig struct {
 	API           string // the backend's API, recorded with the volume
+	Cluster       string // --cluster-id: another cluster's access points hold no volume's token here (TokenHolder)
 	DeleteRootDir bool   // --delete-access-point-root-dir: this process's deletes see its creates
 }
 
@@ -487,6 +488,14 @@ func (c *Create) moveID(attempt int, held bool) error {
 	return nil
 }
 
+// seen tells this process of ap, which exists: the allocator's view (Seen),
+// and the file system's memory of the GID token it holds, which the
+// volumes' sequences skip for other volumes (FS.SawToken).
+func (c *Create) seen(ap *efs.AccessPoint) {
+	c.do(Seen{AP: *ap})
+	c.mem.SawToken(ap, c.cfg.Cluster)
+}
+
 // drop ends the reservation handle, unless it is -1 (none).
 func (c *Create) drop(handle int) {
 	if handle >= 0 {
@@ -544,7 +553,7 @@ func (c *Create) recorded() (*efs.AccessPoint, error) {
 	r := c.do(Describe{AccessPoint: c.rec.AccessPoint, FollowUp: true})
 	switch {
 	case r.Err == nil:
-		c.do(Seen{AP: *r.AP})
+		c.seen(r.AP)
 		if err := c.p.Check(r.AP); err != nil {
 			return nil, err
 		}
@@ -677,7 +686,7 @@ func (c *Create) toSequence() error {
 // deleted.
 func (c *Create) made(ap *efs.AccessPoint, token string, sentID int64) (*efs.AccessPoint, error) {
 	rec := c.rec
-	c.do(Seen{AP: *ap}) // before the local release: never free in between
+	c.seen(ap) // before the local release: never free in between
 	c.do(Detach{})
 	made := journal.Made{ID: ap.ID, Path: ap.Path, Token: ap.ClientToken, UID: rec.UID, GID: rec.GID, Allocated: rec.Allocated,
 		Sent: stale(token)}
@@ -741,7 +750,7 @@ func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) (ap *e
 		ap, err := c.adopt(found)
 		return ap, false, err
 	}
-	c.do(Seen{AP: *found})
+	c.seen(found)
 	c.do(Log{Level: slog.LevelInfo, Msg: "GID taken by another writer's access point; taking another",
 		Attrs: []slog.Attr{slog.String("name", p.Name), slog.Int64("gid", rec.Allocated), slog.String("other", found.ID)}})
 	if attempt >= MaxIDAttempts {
@@ -763,7 +772,7 @@ func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) (ap *e
 // earlier volume. It is the volume's if it matches the plan, and the
 // record then names it, the ids and the token it carries.
 func (c *Create) adopt(found *efs.AccessPoint) (*efs.AccessPoint, error) {
-	c.do(Seen{AP: *found})
+	c.seen(found)
 	p, rec := c.p, c.rec
 	if err := p.Check(found); err != nil {
 		return nil, err

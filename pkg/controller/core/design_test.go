@@ -175,3 +175,8 @@ func (m recordingMemory) Candidate(name, root string, lo, hi int64, from int) (i
 	m.note("Candidate")
 	return m.FS.Candidate(name, root, lo, hi, from)
 }
+func (m recordingMemory) SawToken(ap *efs.AccessPoint, cluster string) {
+	m.note("SawToken")
+	m.FS.SawToken(ap, cluster)
+}
+func (m recordingMemory) AddOutside(ids ...int64) { m.note("AddOutside"); m.FS.AddOutside(ids...) }

@@ -18,10 +18,6 @@ import (
 // besides the record's and Lock, Log, Mark, RemoveRoot
 // and Finish.
 type (
-	// DirSeen: this process's allocator counts the ids of Record's
-	// directory volume used (DirStandIn), and its access point creates
-	// skip them as ids carried outside the GID token protocol. No result.
-	DirSeen struct{ Record *journal.Record }
 	// MakeDir makes Record's directory, mode Perms, owned by its ids;
 	// an existing one is used as it is (Result.Yes: this call made it;
 	// Result.Err: the record stays, a retry makes it).
@@ -41,7 +37,6 @@ type (
 	DirGone struct{ Record *journal.Record }
 )
 
-func (DirSeen) effect()    {}
 func (MakeDir) effect()    {}
 func (UnmakeDir) effect()  {}
 func (SetDirMade) effect() {}
@@ -98,7 +93,8 @@ func (c *Create) dirProtocol() Answer {
 	}
 	// Before the reservation goes (the call's end): this process's
 	// allocator keeps every create off the id until the delete's DirGone.
-	c.do(DirSeen{Record: rec})
+	c.do(Seen{AP: *DirStandIn(rec)})
+	c.mem.AddOutside(rec.UID, rec.GID) // access point creates skip them: carried outside the GID token protocol
 	return c.makeDir(rec)
 }
 

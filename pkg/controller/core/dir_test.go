@@ -31,8 +31,10 @@ func dirRecord(p *Plan, id int64) *journal.Record {
 
 func describeDir(e Effect) string {
 	switch e := e.(type) {
-	case DirSeen:
-		return "dir seen"
+	case Seen:
+		if e.AP.ID == DirStandInID(e.AP.ClientToken) {
+			return "dir seen"
+		}
 	case MakeDir:
 		return "make dir " + e.Perms
 	case UnmakeDir:

@@ -163,6 +163,8 @@ type Memory interface {
 	Burned(token string, now time.Time) bool
 	Upstream(token string) *efs.AccessPoint
 	Candidate(name, root string, lo, hi int64, from int) (int64, int, error)
+	SawToken(ap *efs.AccessPoint, cluster string)
+	AddOutside(ids ...int64)
 }
 
 // FinishedDeletes is how many finished deletes FS remembers.

@@ -31,7 +31,7 @@ import (
 // pkg/journal's. A replica may be killed between two steps (its calls
 // end, its memory is gone; its callers retry), and the orphan collector's
 // sweep may run beside the callers. What it does not do, the goroutine
-// simulator (pkg/controller/sim) does: faults, lost answers, listing lag,
+// simulator (internal/sim) does: faults, lost answers, listing lag,
 // requests that interleave inside one journal verb, other clusters and
 // writers.
 //
@@ -290,7 +290,7 @@ func (m *modelRound) Step(r Result) {
 func local(e Effect) bool {
 	switch e.(type) {
 	case Answer, Log, Named, Seen, Reserve, Release,
-		Creating, CreateEnded, Detach, RootNotOwned, DirSeen, DirGone:
+		Creating, CreateEnded, Detach, RootNotOwned, DirGone:
 		return true
 	}
 	return false
@@ -631,7 +631,7 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 	case Named:
 		// No PersistentVolumes: the sweep must not need them.
 	case Log, Reachable, RemoveRoot, RootNotOwned, Detach, Release, Seen,
-		Creating, CreateEnded, DirSeen:
+		Creating, CreateEnded:
 		// Nothing this model keeps: no root directories, no allocator
 		// view, no other writers, no listing lag.
 	default:

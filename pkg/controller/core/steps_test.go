@@ -53,7 +53,12 @@ func (s *script) Candidate(_, _ string, _, _ int64, from int) (int64, int, error
 	r := s.take(fmt.Sprintf("candidate from %d", from))
 	return r.ID, r.N, r.Err
 }
-func (s *script) Upstream(string) *efs.AccessPoint { return s.take("upstream token").AP }
+
+// SawToken and AddOutside change what later Candidates skip, which a
+// script gives: no step.
+func (s *script) SawToken(*efs.AccessPoint, string) {}
+func (s *script) AddOutside(...int64)               {}
+func (s *script) Upstream(string) *efs.AccessPoint  { return s.take("upstream token").AP }
 
 // drive runs the machine start makes through steps, checking each effect
 // it asks for (named by describe) and each memory call, then that it asks

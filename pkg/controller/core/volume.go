@@ -82,7 +82,7 @@ func (c *Create) repeat() Answer {
 		return c.fresh()
 	}
 	ap := r.AP
-	c.do(Seen{AP: *ap})
+	c.seen(ap)
 	c.mem.RememberAnswer(p.Name, ap, false, c.now)
 	return c.confirmAnswer(ap)
 }
