@@ -28,12 +28,12 @@ test: build image-check
 	$(GO) test -count=1 -run '^TestModel$$' ./pkg/controller/core
 	GO=$(GO) hack/sim.sh $(SIM_SEEDS) 1 $(SIM_PROCS)
 
-# The deterministic simulator (pkg/controller/sim, docs/design.md): make test
+# The deterministic simulator (internal/sim, docs/design.md): make test
 # runs a fixed set of SIM_SEEDS schedules without the race detector, in
 # SIM_PROCS processes (a small set runs under it with the other tests);
 # make sim runs SEEDS more from FIRST, or as many as DURATION (e.g.
 # DURATION=10m) allows. A failing seed of a kind not known is shrunk and
-# written to pkg/controller/sim/testdata/found/. SIM_ARGS=-sim.wide draws
+# written to internal/sim/testdata/found/. SIM_ARGS=-sim.wide draws
 # larger, harsher worlds (WideConfig: three clusters of three controllers,
 # six volumes, a dozen faults); SIM_ARGS=-sim.list logs every failing seed.
 SIM_SEEDS ?= 100000

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs pkg/controller/sim's TestSchedules in PROCS processes side by side:
+# Runs internal/sim's TestSchedules in PROCS processes side by side:
 # the simulator runs on one P per process (its determinism), so a machine's
 # cores are used by sharding the seeds.
 #
@@ -11,8 +11,8 @@ set -euo pipefail
 seeds=${1:?seeds} first=${2:?first} procs=${3:?procs} duration=${4:-0}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-"${GO:-go}" test -c -o "$dir/sim.test" ./pkg/controller/sim
-cd pkg/controller/sim
+"${GO:-go}" test -c -o "$dir/sim.test" ./internal/sim
+cd internal/sim
 per=$(( (seeds + procs - 1) / procs ))
 pids=()
 for ((i = 0; i < procs; i++)); do

@@ -100,7 +100,7 @@ func main() {
 			}
 		}
 	}
-	sim := "pkg/controller/sim"
+	sim := "internal/sim"
 	if _, err := os.Stat(filepath.Join(root, "internal/sim")); err == nil {
 		sim = "internal/sim"
 	}

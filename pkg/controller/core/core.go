@@ -4,13 +4,15 @@
 // these locks, answer the call), executes it, and passes its outcome to
 // Step; then Next again, until the effect is an Answer. etcd-io/raft's
 // Node/Ready split is the model: the protocol is a pure function of the
-// outcomes it is given, so a table of outcomes drives it in a test with no
-// server, no clock and no goroutine, and the simulator
-// (pkg/controller/sim), which runs the production controller, runs this
-// code.
+// outcomes it is given and of its file system's memory (FS), so a table of
+// outcomes drives it in a test with no server and no clock, and the
+// simulator (internal/sim), which runs the production controller, runs
+// this code. Each machine is a plain function read top to bottom (proc),
+// run as a coroutine inside Next and Step.
 //
 // Nothing here does I/O, reads a clock or blocks: times come in with the
-// call (NewDelete's now). TestCoreDoesNoIO holds the imports to that.
+// call (NewDelete's now) and with each outcome (Result.Now).
+// TestCoreDoesNoIO holds the imports to that.
 package core
 
 import (
