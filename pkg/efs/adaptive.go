@@ -41,6 +41,19 @@ import (
 //     the last second, the limit is released and the share is remembered
 //     as noise for noiseMemory.
 //
+// Engaged, the pace probes (gain x delivered + probe) only one second in
+// probeEvery, the first from engaging; in the others it cruises at the
+// most EFS delivered in a second of the last probeEvery, which a bucket's
+// rate bounds: the probe's overshoot is throttled by a bucket, and paid
+// every second it was most of the requests wasted after the burst (issue
+// 47: 3 of 23 a second under a bucket of 20/s). A cruise never paces
+// below the last second's deliveries, and random throttling cannot lower
+// it between probes; a cruise second whose throttled share is more than
+// the probe's overshoot explains (foreignMargin above it: a bucket whose
+// rate fell, or throttles this rate does not cause) paces as a probe,
+// which follows a falling bucket down at once and leaves the rest to the
+// release test.
+//
 // A share close to the noise for calmFor, with no request waiting for its
 // token, also releases it: demand fell under the budget.
 //
@@ -106,6 +119,13 @@ const (
 	foreignMargin = 0.1
 	// noiseMemory is how long a learned noise share is kept.
 	noiseMemory = 2 * time.Minute
+	// probeEvery: engaged, the pace is gain x delivered + probe in one
+	// second of probeEvery (the first, from engaging), and the most
+	// delivered in a second of the last probeEvery in the others.
+	probeEvery = 4
+	// cruiseGain: the cruise's pace over the most delivered, which a
+	// random 5% of throttles (EFS's noise, no token taken) would erode.
+	cruiseGain = 1.05
 	// minRate is the floor, so that a request every two seconds still
 	// probes an API that throttles everything.
 	minRate = 0.5
@@ -133,7 +153,30 @@ func (d *delivery) rate(now time.Time) float64 {
 	if now.Sub(d.first) >= windowLen {
 		span = d.win.span(now)
 	}
-	r := max(deliveryGain*float64(ok)/span.Seconds()+deliveryProbe, minRate)
+	deliv := float64(ok) / span.Seconds()
+	var r float64
+	probe := deliveryGain*deliv + deliveryProbe
+	// The throttled share of the last second, against what a pace of
+	// probe's overshoot explains (as the release test in answered).
+	share, paceShare := 0.0, 1-deliv/probe
+	if all+thr > 0 {
+		share = float64(thr) / float64(all+thr)
+	}
+	if probing := int(now.Sub(d.engagedAt)/windowLen)%probeEvery == 0; probing || share > d.noise+paceShare+foreignMargin {
+		// Probing, or a share more than the probe's overshoot explains:
+		// a bucket whose rate fell (followed down at once), or throttles
+		// that this rate does not cause (left to the release test).
+		r = probe
+	} else {
+		// Cruising: at the most EFS delivered in a second of the last
+		// probeEvery (the probe's gain found it), no more: a pace above
+		// a bucket's rate is throttled, and those are requests wasted
+		// (issue 47: 3 of 23 a second under a bucket of 20/s).
+		// Only seconds since engaging: one before held the burst, and
+		// a bucket's burst passes more than its rate.
+		r = cruiseGain * max(deliv, d.win.maxDelivered(min(probeEvery, int(now.Sub(d.engagedAt)/windowLen)-1)))
+	}
+	r = max(r, minRate)
 	// A second in which the driver sent under the pace it had (a process
 	// starved of CPU, demand that paused) says nothing about what EFS lets
 	// through: the pace does not fall on it (BBR's app-limited samples).
@@ -301,6 +344,25 @@ func (w *window) paces() (mean, top float64) {
 		return 0, 0
 	}
 	return mean / float64(n), top
+}
+
+// maxDelivered is the most answers that were not throttles in one of the
+// last n full seconds before the current one (buckets of windowBuckets,
+// back from the last second's; n+1 seconds at most fit the history), per
+// second. As the last second's (delivery.rate), the answers to requests
+// sent before the limit engaged and those sent since are not added up.
+func (w *window) maxDelivered(n int) float64 {
+	n = min(n, historyBuckets/windowBuckets-1) // n < 1: none, 0
+	best := 0
+	for k := 1; k <= n; k++ {
+		ok, post := 0, 0
+		for i := range windowBuckets {
+			b := (w.cur - k*windowBuckets - i + 2*historyBuckets) % historyBuckets
+			ok, post = ok+w.ok[b], post+w.post[b]
+		}
+		best = max(best, ok-post, post)
+	}
+	return float64(best) / windowLen.Seconds()
 }
 
 // clearPost counts every answer so far as to a request sent before the
