@@ -74,8 +74,8 @@ soak:
 
 # Issue 47's three storms (no faults; a 20/s token bucket; the fault mix with 3 callers a
 # volume) against this driver with the record in Leases (default flags, an in-process API
-# server), with --journal=file, and upstream's driver v3.4.1 (built once from
-# ../shared/fixtures into make e2e's cache), 3 runs each in turn: the medians, the audit's
+# server), with --journal=file, and upstream's driver (its release in ../shared/fixtures,
+# built once into make e2e's cache), 3 runs each in turn: the medians, the audit's
 # findings and the record's cost to the API server go to the top of docs/benchmarks.md.
 # About 10 minutes on 2 cores. Smaller: EFS_BENCH_RUNS (3), EFS_BENCH_VOLUMES (200),
 # EFS_BENCH_BUCKET_VOLUMES (200), EFS_BENCH_FAULT_VOLUMES (60).
