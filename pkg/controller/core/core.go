@@ -38,11 +38,10 @@ type Result struct {
 	APs    []efs.AccessPoint
 	Record *journal.Record
 	Yes    bool
-	ID     int64     // an id (Reserve)
-	N      int       // a place in a volume's sequence of ids (a scripted FS.Candidate)
-	Handle int       // a reservation (Reserve)
-	Token  string    // a client token (HoldForSweep: the holder)
-	At     time.Time // when this process answered AP (Answered)
+	ID     int64  // an id (Reserve)
+	N      int    // a place in a volume's sequence of ids (a scripted FS.Candidate)
+	Handle int    // a reservation (Reserve)
+	Token  string // a client token (HoldForSweep: the holder)
 	Err    error
 	// Now is when the outcome came: a machine that reads time reads it
 	// here (Create's window), never from a clock.
@@ -90,9 +89,10 @@ type proc struct {
 	pull  func() (Effect, bool)
 	stop  func()
 	yield func(Effect) bool
-	cur   Effect // the effect Next returns; nil past the end
-	in    Result // the outcome Step passed, for do to return
-	begun bool   // the function has run to its first effect
+	cur   Effect    // the effect Next returns; nil past the end
+	in    Result    // the outcome Step passed, for do to return
+	now   time.Time // when the last outcome came (Result.Now), or the call began
+	begun bool      // the function has run to its first effect
 }
 
 // stopped unwinds a protocol whose proc was stopped mid-way.
@@ -135,6 +135,9 @@ func (p *proc) advance() {
 func (p *proc) do(e Effect) Result {
 	if !p.yield(e) {
 		panic(stopped{})
+	}
+	if !p.in.Now.IsZero() {
+		p.now = p.in.Now
 	}
 	return p.in
 }

@@ -181,7 +181,6 @@ type Create struct {
 	cfg CreateConfig
 	p   *Plan
 	mem Memory // the file system's
-	now time.Time
 	rec *journal.Record
 	// res is the handle of the call's reservation in this process's
 	// allocator, -1 for none: it keeps this process's other creates off
@@ -193,7 +192,8 @@ type Create struct {
 
 // NewCreate starts the protocol of p at now.
 func NewCreate(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
-	c := &Create{cfg: cfg, p: p, mem: mem, now: now, res: -1}
+	c := &Create{cfg: cfg, p: p, mem: mem, res: -1}
+	c.now = now
 	c.run(func() Effect { return c.protocol() })
 	return c
 }
@@ -204,7 +204,8 @@ func NewCreate(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
 // the caller releases the reservation once this process's allocator has
 // what the record holds.
 func NewRecord(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
-	c := &Create{cfg: cfg, p: p, mem: mem, now: now, res: -1}
+	c := &Create{cfg: cfg, p: p, mem: mem, res: -1}
+	c.now = now
 	c.run(func() Effect {
 		if err := c.record(); err != nil {
 			return Answer{Err: err}
@@ -212,16 +213,6 @@ func NewRecord(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
 		return Answer{Record: c.rec}
 	})
 	return c
-}
-
-// do executes e and returns its outcome, keeping the time it came (the
-// window a repeat is answered from memory in reads it).
-func (c *Create) do(e Effect) Result {
-	r := c.proc.do(e)
-	if !r.Now.IsZero() {
-		c.now = r.Now
-	}
-	return r
 }
 
 // protocol runs steps 4-7: the record, then the recorded access point or a

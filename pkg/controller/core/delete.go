@@ -113,7 +113,6 @@ type Delete struct {
 	raw   string
 	id    volume.ID
 	began time.Time
-	now   time.Time
 	ap    *efs.AccessPoint
 	rec   *journal.Record
 	prov  Provenance
@@ -122,18 +121,10 @@ type Delete struct {
 // NewDelete starts a DeleteVolume of volumeID (its backend prefix, if any,
 // removed) at now.
 func NewDelete(cfg DeleteConfig, volumeID string, mem Memory, now time.Time) *Delete {
-	d := &Delete{cfg: cfg, mem: mem, raw: volumeID, began: now, now: now}
+	d := &Delete{cfg: cfg, mem: mem, raw: volumeID, began: now}
+	d.now = now
 	d.run(func() Effect { return Answer{Err: d.delete()} })
 	return d
-}
-
-// do executes e and returns its outcome, keeping the time it came.
-func (d *Delete) do(e Effect) Result {
-	r := d.proc.do(e)
-	if !r.Now.IsZero() {
-		d.now = r.Now
-	}
-	return r
 }
 
 func (d *Delete) delete() error {
