@@ -296,11 +296,12 @@ func New(cfg Config) (*Service, error) {
 	views := newFreshFlight(listTimeout, func(ctx context.Context, k listKey) (*rootView, error) {
 		return newView(ctx, k.client, j, k.fsID, cfg.Now())
 	})
+	fss.alloc = gid.New(cfg.EFS, gidOpts)
 	return &Service{
 		efs: cfg.EFS, mounter: cfg.Mounter, describer: cfg.Zones, log: cfg.Logger,
 		shared: &shared{
 			refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
-			locks: keylock.New(), gids: gid.New(cfg.EFS, gidOpts), journal: j,
+			locks: keylock.New(), gids: fss.alloc, journal: j,
 			roots: newRootDirs(), listings: listings, views: views, cfg: cfg,
 			handover: handover{fence: fenceOf(cfg)},
 			backends: cfg.Backends, others: map[Backend]*Service{},

@@ -11,7 +11,6 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
-	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -72,6 +71,10 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	x := &effects{s: s, ctx: ctx, p: p, st: st}
 	defer x.release() // the name locks, after the answer's context is read
 	end := x.run(core.NewCreateVolume(s.createConfig(), &p.Plan, st.mem, s.now()))
+	if p.Params.NeedsGIDAllocation() {
+		// From the listing the create's allocator view came from.
+		s.warnOtherClusters(p.Params.FileSystemID, p.Params.GIDRangeStart, p.Params.GIDRangeEnd)
+	}
 	e, ok := end.(core.Answer)
 	switch {
 	case !ok:
@@ -209,16 +212,6 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 		tags[TagClaimName], tags[TagClaimNamespace] = params.PVCName, params.PVCNamespace
 	}
 	return tags, nil
-}
-
-// record finds or makes the volume's record and holds its id (core.Record,
-// for directory volumes). The caller calls release once this process's
-// allocator has what the record holds.
-func (s *Service) record(ctx context.Context, p *plan) (rec *journal.Record, release func(), err error) {
-	st := s.fs(p.Params.FileSystemID)
-	x := &effects{s: s, ctx: ctx, p: p, st: st}
-	a, _ := x.run(core.NewRecord(s.createConfig(), &p.Plan, st.mem, s.now())).(core.Answer)
-	return a.Record, x.release, a.Err
 }
 
 // createConfig is what core.Create needs of this controller.

@@ -47,7 +47,11 @@ type effects struct {
 // to a protocol the caller runs (a core.Handoff). The caller releases
 // what the call still holds.
 func (x *effects) run(m stepper) core.Effect {
-	defer m.Stop() // ended, or abandoned at an effect that could not be done
+	defer func() { // ended, or abandoned at an effect that could not be done
+		x.lock() // stopped mid-way, the machine's function unwinds: its steps run under the lock
+		m.Stop()
+		x.unlock()
+	}()
 	for {
 		x.lock()
 		e := m.Next()
@@ -187,6 +191,8 @@ func (x *effects) request(e core.Effect) (r core.Result, ok bool) {
 		r.AP, r.Err = s.efs.DescribeAccessPoint(dctx, e.AccessPoint)
 	case core.List:
 		r.APs, r.Err = s.listAfterNow(followUp, e.FileSystem)
+	case core.Refresh:
+		r.Err = s.gids.Refresh(ctx, s.gidSource(), e.FileSystem, e.Since)
 	case core.LookUp:
 		r.AP, x.view, r.Err = s.lookUp(ctx, e.ID)
 	case core.Reachable:
@@ -239,19 +245,6 @@ func (x *effects) local(e core.Effect) (r core.Result, ok bool) {
 		x.ctx, cancel = cleanupContext(ctx)
 		x.held = append(x.held, cancel)
 
-	case core.Reserve:
-		var res *gid.Reservation
-		if res, r.Err = s.gids.ReserveFrom(ctx, s.gidSource(), e.FileSystem, e.Lo, e.Hi, e.Key); r.Err == nil {
-			r.Handle, r.ID = len(x.res), res.GID()
-			x.res = append(x.res, res)
-			if e.Warn {
-				s.warnOtherClusters(e.FileSystem, e.Lo, e.Hi)
-			}
-		}
-	case core.Release:
-		x.res[e.Handle].Release()
-	case core.Seen:
-		s.gids.Record(e.AP)
 	case core.DirGone:
 		standIn := core.DirStandIn(e.Record)
 		s.forgetGone(standIn.FileSystemID, standIn.ID)

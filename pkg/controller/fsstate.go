@@ -21,6 +21,9 @@ import (
 type fileSystems struct {
 	mu   sync.Mutex
 	byID map[string]*fsState
+	// alloc decides on each file system's view in its core.FS (set once,
+	// before the first of).
+	alloc *gid.Allocator
 }
 
 func newFileSystems() *fileSystems { return &fileSystems{byID: map[string]*fsState{}} }
@@ -31,7 +34,7 @@ func (f *fileSystems) of(fsID string) *fsState {
 	defer f.mu.Unlock()
 	st := f.byID[fsID]
 	if st == nil {
-		st = &fsState{mem: core.NewFS(fsID), deleting: map[string]int{}, deleted: map[string]time.Time{},
+		st = &fsState{mem: core.NewFSWith(fsID, f.alloc), deleting: map[string]int{}, deleted: map[string]time.Time{},
 			creates: newPathIndex(), createOf: map[string]createEntry{},
 		}
 		f.byID[fsID] = st
@@ -43,7 +46,7 @@ func (f *fileSystems) of(fsID string) *fsState {
 // part of fsID's state, under its one lock.
 func (f *fileSystems) gidView(fsID string) (*gid.View, sync.Locker) {
 	st := f.of(fsID)
-	return &st.gids, &st.mu
+	return st.mem.GIDView(), &st.mu
 }
 
 // fs is fsID's state.
@@ -54,10 +57,6 @@ func (s *Service) fs(fsID string) *fsState { return s.fss.of(fsID) }
 // No method of it calls the allocator (pkg/gid), which takes the lock.
 type fsState struct {
 	mu sync.Mutex
-
-	// gids: the GID allocator's view (pkg/gid, which keeps it under mu:
-	// gidView). Only the allocator reads or writes it.
-	gids gid.View
 
 	// mem: what the machines remember of the file system (core.FS: the
 	// answers, finished deletes, burned tokens, upstream's tokens listed),

@@ -163,6 +163,20 @@ func New(src Source, opts Options) *Allocator {
 	return a
 }
 
+// NewUnlocked is an Allocator whose views view gives, guarded by no lock:
+// for a caller that serializes every call itself (pkg/controller/core's
+// FS of its own, in tests and models).
+func NewUnlocked(src Source, opts Options, view func(fsID string) *View) *Allocator {
+	opts.Home = func(fsID string) (*View, sync.Locker) { return view(fsID), noLock{} }
+	return New(src, opts)
+}
+
+// noLock is a lock its holder never contends for.
+type noLock struct{}
+
+func (noLock) Lock()   {}
+func (noLock) Unlock() {}
+
 // DistrustBefore makes every view listed before t stale: the next Reserve
 // of its file system lists it again. A caller that knows access points
 // may have been made outside this process's sight until t (the handover
@@ -179,7 +193,16 @@ func (a *Allocator) DistrustBefore(t time.Time) {
 // view returns fsID's view, ready, and its lock, locked: the caller
 // unlocks it.
 func (a *Allocator) view(fsID string) (*View, sync.Locker) {
+	h := a.homeOf(fsID)
+	h.mu.Lock()
+	h.v.ready()
+	return h.v, h.mu
+}
+
+// homeOf is fsID's view and its lock, not locked.
+func (a *Allocator) homeOf(fsID string) homed {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	h, ok := a.views[fsID]
 	if !ok {
 		if a.home != nil {
@@ -189,10 +212,7 @@ func (a *Allocator) view(fsID string) (*View, sync.Locker) {
 		}
 		a.views[fsID] = h
 	}
-	a.mu.Unlock()
-	h.mu.Lock()
-	h.v.ready()
-	return h.v, h.mu
+	return h
 }
 
 // ready makes v's maps. Caller holds its lock.
@@ -237,39 +257,91 @@ func (a *Allocator) Reserve(ctx context.Context, fsID string, lo, hi int64, hint
 // client (the controller's own credentials, a role's, S3 Files), so that
 // one file system has one view whichever credentials reach it.
 func (a *Allocator) ReserveFrom(ctx context.Context, src Source, fsID string, lo, hi int64, hint string) (*Reservation, error) {
-	if src == nil {
-		src = a.src
+	mu := a.lockOf(fsID)
+	mu.Lock()
+	since := a.viewHeld(fsID).gen
+	for {
+		r, err := a.TryReserve(fsID, lo, hi, hint, since, a.now())
+		mu.Unlock()
+		if !errors.Is(err, ErrStale) {
+			return r, err
+		}
+		if err := a.Refresh(ctx, src, fsID, since); err != nil {
+			return nil, err
+		}
+		mu.Lock()
 	}
+}
+
+// ErrStale: the view must be listed (Refresh) before TryReserve trusts it.
+var ErrStale = errors.New("gid: the view needs a listing")
+
+// The calls below are for a caller that already holds fsID's view lock
+// (the one Options.Home gives) and does the listing itself, outside that
+// lock: pkg/controller/core, whose machines run under their file system's
+// lock and ask their caller for I/O. They never block. ReserveFrom is
+// TryReserve and Refresh in one loop.
+
+// Listings is how many listings of fsID have completed: the since a
+// caller passes TryReserve and Refresh, taken when its create began.
+func (a *Allocator) Listings(fsID string) uint64 { return a.viewHeld(fsID).gen }
+
+// TryReserve is ReserveFrom's pick, at now, for a caller that began when
+// Listings was since: ErrStale when the view must be listed first (none
+// yet; older than MaxAge or DistrustBefore's time, and none completed since;
+// or the range looks full and none completed since), else a reservation or
+// ErrExhausted.
+func (a *Allocator) TryReserve(fsID string, lo, hi int64, hint string, since uint64, now time.Time) (*Reservation, error) {
 	if lo < 0 || hi < lo || hi > maxGID {
 		return nil, fmt.Errorf("gid: invalid range [%d, %d]", lo, hi)
 	}
-	start := probeStart(lo, hi, a.seed+hint)
+	v, mu := a.viewHeld(fsID), a.lockOf(fsID)
+	if !v.listed || (v.gen == since && (now.Sub(v.listedAt) > a.maxAge || v.listedAt.UnixNano() < a.floor.Load())) {
+		return nil, ErrStale
+	}
+	if g, ok := v.pick(lo, hi, probeStart(lo, hi, a.seed+hint)); ok {
+		v.reserved[g]++
+		v.sync(g)
+		return &Reservation{v: v, mu: mu, gid: g}, nil
+	}
+	if v.gen == since {
+		return nil, ErrStale // the view may hold deleted access points: list once more
+	}
+	return nil, fmt.Errorf("%w in [%d, %d] on %s (%d in use, %d reserved)", ErrExhausted, lo, hi, fsID, v.countUsed(lo, hi), len(v.reserved))
+}
+
+// Refresh lists fsID through src (or waits for the listing running),
+// unless a listing completed since the caller saw since. The caller does
+// not hold the view's lock.
+func (a *Allocator) Refresh(ctx context.Context, src Source, fsID string, since uint64) error {
+	if src == nil {
+		src = a.src
+	}
 	v, mu := a.view(fsID)
 	defer mu.Unlock()
-	startGen := v.gen
-	for {
-		// A listing completed during this call is fresh whatever the clock
-		// says, so a listing slower than MaxAge cannot loop forever.
-		if !v.listed || (v.gen == startGen && (a.now().Sub(v.listedAt) > a.maxAge || v.listedAt.UnixNano() < a.floor.Load())) {
-			if err := a.refresh(ctx, src, fsID, v, mu); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if g, ok := v.pick(lo, hi, start); ok {
-			v.reserved[g]++
-			v.sync(g)
-			return &Reservation{v: v, mu: mu, gid: g}, nil
-		}
-		if v.gen != startGen {
-			// Listed during this call and still full: really full.
-			return nil, fmt.Errorf("%w in [%d, %d] on %s (%d in use, %d reserved)", ErrExhausted, lo, hi, fsID, v.countUsed(lo, hi), len(v.reserved))
-		}
-		if err := a.refresh(ctx, src, fsID, v, mu); err != nil {
-			return nil, err
-		}
+	if v.gen != since {
+		return nil
 	}
+	return a.refresh(ctx, src, fsID, v, mu)
 }
+
+// RecordAt is Record, at now, for a caller holding ap's view lock.
+func (a *Allocator) RecordAt(ap efs.AccessPoint, now time.Time) {
+	a.viewHeld(ap.FileSystemID).record(ap, now)
+}
+
+// ReleaseHeld is Release for a caller holding the view's lock.
+func (r *Reservation) ReleaseHeld() { r.release() }
+
+// viewHeld is fsID's view, ready, for a caller holding its lock.
+func (a *Allocator) viewHeld(fsID string) *View {
+	h := a.homeOf(fsID)
+	h.v.ready()
+	return h.v
+}
+
+// lockOf is fsID's view lock.
+func (a *Allocator) lockOf(fsID string) sync.Locker { return a.homeOf(fsID).mu }
 
 // ReserveID holds id on fsID as Reserve would have, whether or not the
 // view counts it used: the caller found it held elsewhere (another
@@ -498,9 +570,13 @@ func (v *View) countUsed(lo, hi int64) int {
 func (a *Allocator) Record(ap efs.AccessPoint) {
 	v, mu := a.view(ap.FileSystemID)
 	defer mu.Unlock()
+	v.record(ap, a.now())
+}
+
+func (v *View) record(ap efs.AccessPoint, now time.Time) {
 	delete(v.deleted, ap.ID)
 	ids := idsOf(ap)
-	v.local[ap.ID] = recorded{ids: ids, at: a.now()}
+	v.local[ap.ID] = recorded{ids: ids, at: now}
 	v.addAP(ap.ID, ids)
 }
 
@@ -510,6 +586,10 @@ func (a *Allocator) Record(ap efs.AccessPoint) {
 func (r *Reservation) Release() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.release()
+}
+
+func (r *Reservation) release() {
 	if r.released {
 		return
 	}

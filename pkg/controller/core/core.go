@@ -38,9 +38,8 @@ type Result struct {
 	APs    []efs.AccessPoint
 	Record *journal.Record
 	Yes    bool
-	ID     int64  // an id (Reserve)
+	ID     int64  // an id (a scripted FS.Candidate or FS.Reserve)
 	N      int    // a place in a volume's sequence of ids (a scripted FS.Candidate)
-	Handle int    // a reservation (Reserve)
 	Token  string // a client token (HoldForSweep: the holder)
 	Err    error
 	// Now is when the outcome came: a machine that reads time reads it

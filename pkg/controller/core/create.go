@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -30,19 +31,14 @@ var (
 // place (its version, and what it wrote), as pkg/journal does, so the
 // machine's record is the one written.
 type (
-	// Reserve reserves an id of [Lo, Hi] in this process's allocator for
-	// Key, after a listing of the file system if its view is old
-	// (Result.Handle and Result.ID, or Result.Err: gid.ErrExhausted).
-	// Warn: log other clusters seen in the range. Held until Release or
-	// the call's end.
-	Reserve struct {
+	// Refresh lists the file system for this process's allocator view
+	// (pkg/gid) and its memory (FS.Listed), or waits for the listing
+	// under way, unless one completed since the allocator's count of
+	// listings was Since (Result.Err).
+	Refresh struct {
 		FileSystem string
-		Lo, Hi     int64
-		Key        string
-		Warn       bool
+		Since      uint64
 	}
-	// Release ends a reservation. No result.
-	Release struct{ Handle int }
 	// Begin makes the volume's record, or finds it (Result.Record;
 	// Result.Yes: made now).
 	Begin struct{ Volume journal.Volume }
@@ -123,15 +119,12 @@ type (
 	// CreateAccessPoint sends Input (Result.AP, or Result.Err: an
 	// *efs.AlreadyExistsError for a token already bound).
 	CreateAccessPoint struct{ Input efs.CreateAccessPointInput }
-	// Seen tells the allocator's view an access point exists. No result.
-	Seen struct{ AP efs.AccessPoint }
 	// Detach runs the rest of the call past its own context, within the
 	// cleanup budget: what must follow what the call did. No result.
 	Detach struct{}
 )
 
-func (Reserve) effect()           {}
-func (Release) effect()           {}
+func (Refresh) effect()           {}
 func (Begin) effect()             {}
 func (Hold) effect()              {}
 func (HoldID) effect()            {}
@@ -146,7 +139,6 @@ func (SetClaim) effect()          {}
 func (Describe) effect()          {}
 func (List) effect()              {}
 func (CreateAccessPoint) effect() {}
-func (Seen) effect()              {}
 func (Detach) effect()            {}
 
 // MaxIDAttempts bounds how many ids one call tries when other volumes hold
@@ -182,35 +174,22 @@ type Create struct {
 	p   *Plan
 	mem Memory // the file system's
 	rec *journal.Record
-	// res is the handle of the call's reservation in this process's
-	// allocator, -1 for none: it keeps this process's other creates off
-	// the id until the allocator has the access point (Seen) or the
-	// create failed; the record holds it for every process. The caller
-	// releases what is left at the call's end.
-	res int
+	// res is the call's reservation in this process's allocator, nil for
+	// none: it keeps this process's other creates off the id until the
+	// allocator has the access point (FS.Seen) or the create failed; the
+	// record holds it for every process. held is every reservation the
+	// call holds, released when the machine ends or is stopped (run).
+	res  *gid.Reservation
+	held []*gid.Reservation
 }
 
 // NewCreate starts the protocol of p at now.
 func NewCreate(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
-	c := &Create{cfg: cfg, p: p, mem: mem, res: -1}
-	c.now = now
-	c.run(func() Effect { return c.protocol() })
-	return c
-}
-
-// NewRecord starts only the record's part of the protocol of p at now:
-// find or make the volume's record and hold its id (directory volumes,
-// which make no access point). The answer is the record (Answer.Record);
-// the caller releases the reservation once this process's allocator has
-// what the record holds.
-func NewRecord(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
-	c := &Create{cfg: cfg, p: p, mem: mem, res: -1}
+	c := &Create{cfg: cfg, p: p, mem: mem}
 	c.now = now
 	c.run(func() Effect {
-		if err := c.record(); err != nil {
-			return Answer{Err: err}
-		}
-		return Answer{Record: c.rec}
+		defer c.releaseAll()
+		return c.protocol()
 	})
 	return c
 }
@@ -236,12 +215,42 @@ func (c *Create) protocol() Answer {
 
 // release ends the current reservation, if any.
 func (c *Create) release() {
-	if c.res < 0 {
-		return
+	c.drop(c.res)
+	c.res = nil
+}
+
+// releaseAll ends every reservation the call made: deferred by the
+// machine's function, so it runs at its end or when it is stopped, under
+// its file system's lock as every step.
+func (c *Create) releaseAll() {
+	for _, r := range c.held {
+		c.mem.Release(r)
 	}
-	h := c.res
-	c.res = -1
-	c.do(Release{Handle: h})
+	c.held, c.res = nil, nil
+}
+
+// reserve reserves an id of [lo, hi] for key in this process's allocator
+// (FS.Reserve), after a listing of the file system (Refresh) if its view
+// is old or looks full. The reservation is held until release or the
+// machine's end.
+func (c *Create) reserve(lo, hi int64, key string) (*gid.Reservation, error) {
+	since := c.mem.Listings()
+	for listed := false; ; listed = true {
+		res, err := c.mem.Reserve(lo, hi, key, since, c.now)
+		switch {
+		case err == nil:
+			c.held = append(c.held, res)
+			return res, nil
+		case !errors.Is(err, gid.ErrStale):
+			return nil, err
+		case listed:
+			// A listing completed since: the allocator never asks twice.
+			return nil, fmt.Errorf("%w: the allocator asked for a second listing", ErrStuck)
+		}
+		if r := c.do(Refresh{FileSystem: c.p.Params.FileSystemID, Since: since}); r.Err != nil {
+			return nil, r.Err
+		}
+	}
 }
 
 // record finds or makes the volume's record (with an id reserved in the
@@ -274,14 +283,14 @@ func (c *Create) begin() (rec *journal.Record, made bool, err error) {
 	if !p.Params.NeedsGIDAllocation() {
 		return c.beginWith(p.Params.UID, p.Params.GID, journal.NoID, false, 0)
 	}
-	r := c.do(Reserve{FileSystem: p.Params.FileSystemID, Lo: p.Params.GIDRangeStart, Hi: p.Params.GIDRangeEnd, Key: p.Name, Warn: true})
-	exhausted := errors.Is(r.Err, gid.ErrExhausted)
+	res, err := c.reserve(p.Params.GIDRangeStart, p.Params.GIDRangeEnd, p.Name)
+	exhausted := errors.Is(err, gid.ErrExhausted)
 	switch {
 	case exhausted:
-	case r.Err != nil:
-		return nil, false, r.Err
+	case err != nil:
+		return nil, false, err
 	default:
-		c.res = r.Handle
+		c.res = res
 	}
 	// The listing the reservation made or trusted shows what upstream made
 	// for this volume, if anything: that access point is the volume's
@@ -291,10 +300,10 @@ func (c *Create) begin() (rec *journal.Record, made bool, err error) {
 		return c.beginWith(p.Params.UID, p.Params.GID, AllocatedID(p.Params.GID, up), false, 0)
 	}
 	if exhausted {
-		return c.exhausted(r.Err)
+		return c.exhausted(err)
 	}
 	if !p.usesGIDToken() {
-		return c.beginWith(p.Params.UID, p.Params.GID, r.ID, false, 0)
+		return c.beginWith(p.Params.UID, p.Params.GID, res.GID(), false, 0)
 	}
 	// The allocator only refreshed the view and said the range is not
 	// full: the volume's own sequence chooses.
@@ -434,19 +443,20 @@ func (c *Create) moveID(attempt int, held bool) error {
 	fsID := p.Params.FileSystemID
 	lo, hi := p.Params.GIDRangeStart, p.Params.GIDRangeEnd
 	var next int64
-	token, probe, handle := "", 0, -1
+	token, probe := "", 0
+	var handle *gid.Reservation
 	if !volume.IsGIDToken(rec.SentToken()) {
-		r := c.do(Reserve{FileSystem: fsID, Lo: lo, Hi: hi, Key: p.Name + "#" + strconv.Itoa(attempt)})
-		if r.Err != nil {
-			return r.Err
+		res, err := c.reserve(lo, hi, p.Name+"#"+strconv.Itoa(attempt))
+		if err != nil {
+			return err
 		}
-		next, handle = r.ID, r.Handle
+		next, handle = res.GID(), res
 	} else {
-		r := c.do(Reserve{FileSystem: fsID, Lo: lo, Hi: hi, Key: p.Name})
-		if r.Err != nil {
-			return r.Err
+		res, err := c.reserve(lo, hi, p.Name)
+		if err != nil {
+			return err
 		}
-		c.do(Release{Handle: r.Handle})
+		c.drop(res)
 		id, n, err := c.candidate(rec.Probe + 1)
 		switch {
 		case err != nil:
@@ -472,25 +482,26 @@ func (c *Create) moveID(attempt int, held bool) error {
 	case r.Err != nil:
 		c.drop(handle)
 		return r.Err
-	case handle >= 0:
+	case handle != nil:
 		c.release()
 		c.res = handle
 	}
 	return nil
 }
 
-// seen tells this process of ap, which exists: the allocator's view (Seen),
-// and the file system's memory of the GID token it holds, which the
-// volumes' sequences skip for other volumes (FS.SawToken).
+// seen tells this process of ap, which exists: the allocator's view
+// (FS.Seen), and the file system's memory of the GID token it holds, which
+// the volumes' sequences skip for other volumes (FS.SawToken).
 func (c *Create) seen(ap *efs.AccessPoint) {
-	c.do(Seen{AP: *ap})
+	c.mem.Seen(*ap, c.now)
 	c.mem.SawToken(ap, c.cfg.Cluster)
 }
 
-// drop ends the reservation handle, unless it is -1 (none).
-func (c *Create) drop(handle int) {
-	if handle >= 0 {
-		c.do(Release{Handle: handle})
+// drop ends the reservation r, unless it is nil (none).
+func (c *Create) drop(r *gid.Reservation) {
+	if i := slices.Index(c.held, r); i >= 0 {
+		c.held = slices.Delete(c.held, i, i+1)
+		c.mem.Release(r)
 	}
 }
 
@@ -646,11 +657,11 @@ func (c *Create) adoptUpstream() (ap *efs.AccessPoint, again bool, err error) {
 func (c *Create) toSequence() error {
 	p, rec := c.p, c.rec
 	fsID := p.Params.FileSystemID
-	r := c.do(Reserve{FileSystem: fsID, Lo: p.Params.GIDRangeStart, Hi: p.Params.GIDRangeEnd, Key: p.Name})
-	if r.Err != nil {
-		return r.Err
+	res, err := c.reserve(p.Params.GIDRangeStart, p.Params.GIDRangeEnd, p.Name)
+	if err != nil {
+		return err
 	}
-	c.do(Release{Handle: r.Handle})
+	c.drop(res)
 	next, n, err := c.candidate(0)
 	if err != nil {
 		return err
@@ -659,7 +670,7 @@ func (c *Create) toSequence() error {
 		return r.Err
 	}
 	nu, ng := p.Params.Identity(next)
-	r = c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: volume.GIDToken(fsID, next), Probe: n})
+	r := c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: volume.GIDToken(fsID, next), Probe: n})
 	if errors.Is(r.Err, journal.ErrConflict) {
 		return fmt.Errorf("%w: the record of volume %q changed (another create)", keylock.ErrBusy, rec.Name)
 	}

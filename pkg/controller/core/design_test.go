@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -26,8 +27,6 @@ const designDoc = "../../../docs/design.md"
 // was there before: no answer remembered, no record, no access point.
 func happy(e Effect) Result {
 	switch e := e.(type) {
-	case Reserve:
-		return Result{ID: 60005}
 	case Begin:
 		return Result{Record: &journal.Record{Volume: e.Volume}, Yes: true}
 	case CreateAccessPoint:
@@ -44,7 +43,8 @@ func happy(e Effect) Result {
 func effectsOf(t *testing.T, start func(Memory) stepper, world func(Effect) Result) []string {
 	t.Helper()
 	var names []string
-	m := start(recordingMemory{NewFS(fsID), &names})
+	fs := NewFS(fsID)
+	m := start(recordingMemory{fs, &names})
 	for range 100 {
 		e := m.Next()
 		names = append(names, strings.TrimPrefix(fmt.Sprintf("%T", e), "core."))
@@ -54,7 +54,11 @@ func effectsOf(t *testing.T, start func(Memory) stepper, world func(Effect) Resu
 			}
 			return names
 		}
-		m.Step(world(e))
+		r := world(e)
+		if e, ok := e.(Refresh); ok {
+			r.Err = refresh(fs, e) // no access point yet
+		}
+		m.Step(r)
 	}
 	t.Fatalf("no answer after %v", names)
 	return nil
@@ -180,3 +184,12 @@ func (m recordingMemory) SawToken(ap *efs.AccessPoint, cluster string) {
 	m.FS.SawToken(ap, cluster)
 }
 func (m recordingMemory) AddOutside(ids ...int64) { m.note("AddOutside"); m.FS.AddOutside(ids...) }
+func (m recordingMemory) Reserve(lo, hi int64, key string, since uint64, now time.Time) (*gid.Reservation, error) {
+	m.note("Reserve")
+	return m.FS.Reserve(lo, hi, key, since, now)
+}
+func (m recordingMemory) Release(r *gid.Reservation) { m.note("Release"); m.FS.Release(r) }
+func (m recordingMemory) Seen(ap efs.AccessPoint, now time.Time) {
+	m.note("Seen")
+	m.FS.Seen(ap, now)
+}

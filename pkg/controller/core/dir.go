@@ -93,7 +93,7 @@ func (c *Create) dirProtocol() Answer {
 	}
 	// Before the reservation goes (the call's end): this process's
 	// allocator keeps every create off the id until the delete's DirGone.
-	c.do(Seen{AP: *DirStandIn(rec)})
+	c.mem.Seen(*DirStandIn(rec), c.now)
 	c.mem.AddOutside(rec.UID, rec.GID) // access point creates skip them: carried outside the GID token protocol
 	return c.makeDir(rec)
 }

@@ -31,10 +31,6 @@ func dirRecord(p *Plan, id int64) *journal.Record {
 
 func describeDir(e Effect) string {
 	switch e := e.(type) {
-	case Seen:
-		if e.AP.ID == DirStandInID(e.AP.ClientToken) {
-			return "dir seen"
-		}
 	case MakeDir:
 		return "make dir " + e.Perms
 	case UnmakeDir:
@@ -81,19 +77,19 @@ func TestCreateDirSteps(t *testing.T) {
 	}{
 		{"recorded, seen, made, confirmed, then answered", then(
 			step{"dir seen", Result{}}, step{"make dir 700", Result{Yes: true}}, step{"set dir made", Result{}},
-			step{"release 0", Result{}}, step{"create ended " + standIn, Result{}}, step{"answer record " + p.Input.Path, Result{}})},
+			step{"release", Result{}}, step{"create ended " + standIn, Result{}}, step{"answer record " + p.Input.Path, Result{}})},
 		{"a directory that cannot be made leaves the record for the retry", then(
 			step{"dir seen", Result{}}, step{"make dir 700", Result{Err: errAPI}},
-			step{"release 0", Result{}}, step{"create ended", Result{}}, step{"answer " + errAPI.Error(), Result{}})},
+			step{"release", Result{}}, step{"create ended", Result{}}, step{"answer " + errAPI.Error(), Result{}})},
 		{"made for a record a delete marked: removed again, ABORTED", then(
 			step{"dir seen", Result{}}, step{"make dir 700", Result{Yes: true}}, step{"set dir made", Result{Err: journal.ErrDeleting}},
-			step{"unmake dir", Result{}}, step{"release 0", Result{}}, step{"create ended", Result{}}, step{"answer " + busy, Result{}})},
+			step{"unmake dir", Result{}}, step{"release", Result{}}, step{"create ended", Result{}}, step{"answer " + busy, Result{}})},
 		{"a directory it did not make is not removed", then(
 			step{"dir seen", Result{}}, step{"make dir 700", Result{}}, step{"set dir made", Result{Err: journal.ErrDeleting}},
-			step{"release 0", Result{}}, step{"create ended", Result{}}, step{"answer " + busy, Result{}})},
+			step{"release", Result{}}, step{"create ended", Result{}}, step{"answer " + busy, Result{}})},
 		{"a record of another directory is another volume's", []step{
 			recorded[0], recorded[1], recorded[2], recorded[3],
-			{"begin  gid=60003", Result{Record: otherPath}}, {"release 0", Result{}}, {"hold", Result{}}, {"touch", Result{}}, {"create ended", Result{}},
+			{"begin  gid=60003", Result{Record: otherPath}}, {"release", Result{}}, {"hold", Result{}}, {"touch", Result{}}, {"create ended", Result{}},
 			{"answer " + fmt.Sprintf("%s: volume %q: directory %q, want %q", ErrIncompatible, name, "/elsewhere", p.Input.Path), Result{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,5 +145,29 @@ func TestDeleteDirSteps(t *testing.T) {
 				return NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: tc.delRoot}, id, mem, t0)
 			}, describeDir, tc.steps)
 		})
+	}
+}
+
+// TestStoppedCreateReleasesItsReservation: a create abandoned mid-way (its
+// call killed, an effect its caller could not do) lets go of the id it
+// reserved in this process's allocator when its caller stops it, as one
+// that ends does.
+func TestStoppedCreateReleasesItsReservation(t *testing.T) {
+	fs := listedFS()
+	reserved := func() int { return fs.alloc.Stats()[fsID].Reserved }
+	c := NewCreateVolume(CreateConfig{}, dirPlan(t), fs, t0)
+	for range 20 {
+		e := c.Next()
+		if _, ok := e.(MakeDir); ok {
+			break
+		}
+		c.Step(happy(e))
+	}
+	if _, ok := c.Next().(MakeDir); !ok || reserved() != 1 {
+		t.Fatalf("at %T with %d reservations, want MakeDir with one", c.Next(), reserved())
+	}
+	c.Stop()
+	if n := reserved(); n != 0 {
+		t.Fatalf("%d reservations held after Stop", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 )
 
 // FS is what this process remembers of one file system between calls, for
@@ -45,6 +46,13 @@ type FS struct {
 	outsideIDs []int64
 	taken      map[int64]string
 	takenBy    map[string]int64
+	// gids is the allocator's view of the file system (pkg/gid: the ids
+	// its access points carry and the ids reserved by creates under way),
+	// and alloc the allocator that decides on it, called as by a caller
+	// that holds the view's lock: the shell gives the allocator this FS's
+	// lock for it (gid.Options.Home).
+	gids  gid.View
+	alloc *gid.Allocator
 }
 
 // remembered is what this process answered for a volume, and when.
@@ -59,11 +67,43 @@ type ListedAP struct {
 	UID, GID int64
 }
 
-// NewFS is the memory of file system id, empty.
-func NewFS(id string) *FS {
-	return &FS{id: id, answers: map[string]remembered{}, answerOf: map[string]string{},
-		finished: newFinishedDeletes(), invisible: map[string]time.Time{}, taken: map[int64]string{}, takenBy: map[string]int64{}}
+// NewFS is the memory of file system id, empty, with an allocator of its
+// own that lists nothing (the machines' Refresh is the caller's).
+func NewFS(id string) *FS { return NewFSWith(id, nil) }
+
+// NewFSWith is NewFS with the allocator alloc, whose view of id is this
+// FS's (GIDView) under the caller's lock of it. nil: one of its own.
+func NewFSWith(id string, alloc *gid.Allocator) *FS {
+	f := &FS{id: id, answers: map[string]remembered{}, answerOf: map[string]string{},
+		finished: newFinishedDeletes(), invisible: map[string]time.Time{}, taken: map[int64]string{}, takenBy: map[string]int64{},
+		alloc: alloc}
+	if f.alloc == nil { // the caller serializes, as for the rest of FS
+		f.alloc = gid.NewUnlocked(nil, gid.Options{}, func(string) *gid.View { return &f.gids })
+	}
+	return f
 }
+
+// GIDView is the allocator's view of this file system, for
+// gid.Options.Home.
+func (f *FS) GIDView() *gid.View { return &f.gids }
+
+// Listings is how many listings the allocator's view has had: the since
+// of Reserve, taken when a create begins.
+func (f *FS) Listings() uint64 { return f.alloc.Listings(f.id) }
+
+// Reserve reserves an id of [lo, hi] for key (gid.Allocator.TryReserve):
+// gid.ErrStale when the machine must list the file system first
+// (Refresh), gid.ErrExhausted when the range is full.
+func (f *FS) Reserve(lo, hi int64, key string, since uint64, now time.Time) (*gid.Reservation, error) {
+	return f.alloc.TryReserve(f.id, lo, hi, key, since, now)
+}
+
+// Release ends a reservation Reserve made. Idempotent.
+func (f *FS) Release(r *gid.Reservation) { r.ReleaseHeld() }
+
+// Seen tells the allocator's view that ap exists, from now: this process
+// made or found it.
+func (f *FS) Seen(ap efs.AccessPoint, now time.Time) { f.alloc.RecordAt(ap, now) }
 
 // Answered is the access point this process answered for the volume name,
 // and when; nil if none.
@@ -165,6 +205,10 @@ type Memory interface {
 	Candidate(name, root string, lo, hi int64, from int) (int64, int, error)
 	SawToken(ap *efs.AccessPoint, cluster string)
 	AddOutside(ids ...int64)
+	Listings() uint64
+	Reserve(lo, hi int64, key string, since uint64, now time.Time) (*gid.Reservation, error)
+	Release(r *gid.Reservation)
+	Seen(ap efs.AccessPoint, now time.Time)
 }
 
 // FinishedDeletes is how many finished deletes FS remembers.

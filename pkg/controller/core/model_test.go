@@ -88,6 +88,10 @@ func (r *modelReplica) restart(w *modelWorld) {
 	// the schedule made them.
 	r.j = journal.NewClocked(journaltest.NewHinting(w.store), w.clock)
 	r.locks, r.mem = map[string]bool{}, NewFS(fsID)
+	// Every create's first reservation lists the file system (Refresh),
+	// as if the view were always older than MaxAge: the pick is as of a
+	// listing taken then.
+	r.mem.alloc.DistrustBefore(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 // modelActor is a caller: a provisioner that creates a claim's volume
@@ -289,7 +293,7 @@ func (m *modelRound) Step(r Result) {
 // linearizes at the last read, as the goroutine simulator's answer does).
 func local(e Effect) bool {
 	switch e.(type) {
-	case Answer, Log, Named, Seen, Reserve, Release,
+	case Answer, Log, Named, Refresh,
 		Creating, CreateEnded, Detach, RootNotOwned, DirGone:
 		return true
 	}
@@ -594,22 +598,19 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 			delete(w.byToken, ap.ClientToken)
 			delete(w.aps, e.AccessPoint)
 		}
-	case Reserve:
-		// The listing the allocator takes or trusts tells the replica's
-		// memory which ids access points outside the protocol carry: its
-		// volumes' sequences (FS.Candidate, right after) skip them.
-		for apID := range w.outside {
-			if ap := w.aps[apID]; ap != nil {
-				c.r.mem.AddOutside(PosixIDs(ap))
+	case Refresh:
+		// The listing tells the replica's memory which ids access points
+		// outside the protocol carry: its volumes' sequences
+		// (FS.Candidate) skip them. The allocator's view is the listing
+		// (live access points and directory volumes), taken now.
+		var aps []efs.AccessPoint
+		for _, apID := range slices.Sorted(maps.Keys(w.aps)) {
+			aps = append(aps, *w.aps[apID])
+			if w.outside[apID] {
+				c.r.mem.AddOutside(PosixIDs(w.aps[apID]))
 			}
 		}
-		// The allocator's pick: the lowest id no live access point or
-		// directory volume carries, as of a listing taken now.
-		for out.ID = e.Lo; out.ID < e.Hi; out.ID++ {
-			if !slices.ContainsFunc(slices.Collect(maps.Values(w.aps)), func(ap *efs.AccessPoint) bool { return PosixGID(ap) == out.ID }) {
-				break
-			}
-		}
+		out.Err = refresh(c.r.mem, e, aps...)
 	case MakeDir:
 		// The directory: a stand-in the gid check counts, from its making
 		// until DirGone or UnmakeDir (root removal is off here; a directory
@@ -630,7 +631,7 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		out.Err = j.SetDirMade(ctx, e.Record)
 	case Named:
 		// No PersistentVolumes: the sweep must not need them.
-	case Log, Reachable, RemoveRoot, RootNotOwned, Detach, Release, Seen,
+	case Log, Reachable, RemoveRoot, RootNotOwned, Detach,
 		Creating, CreateEnded:
 		// Nothing this model keeps: no root directories, no allocator
 		// view, no other writers, no listing lag.

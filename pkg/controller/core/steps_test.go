@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 )
 
 // step is an effect a scripted test expects a machine to ask for, by its
@@ -24,6 +25,7 @@ type script struct {
 	t     *testing.T
 	steps []step
 	i     int
+	fs    *FS // whose allocator makes the reservations the script gives
 }
 
 // take checks that the next step is want and returns its outcome.
@@ -60,12 +62,33 @@ func (s *script) SawToken(*efs.AccessPoint, string) {}
 func (s *script) AddOutside(...int64)               {}
 func (s *script) Upstream(string) *efs.AccessPoint  { return s.take("upstream token").AP }
 
+// Reserve gives the id the step gives (Result.ID), or its error.
+func (s *script) Reserve(_, _ int64, key string, since uint64, now time.Time) (*gid.Reservation, error) {
+	r := s.take("reserve " + key)
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	return s.fs.Reserve(r.ID, r.ID, key, since, now)
+}
+func (s *script) Listings() uint64 { return s.fs.Listings() }
+func (s *script) Release(r *gid.Reservation) {
+	s.take("release")
+	s.fs.Release(r)
+}
+func (s *script) Seen(ap efs.AccessPoint, _ time.Time) {
+	if ap.ID == DirStandInID(ap.ClientToken) {
+		s.take("dir seen")
+		return
+	}
+	s.take("seen " + ap.ID)
+}
+
 // drive runs the machine start makes through steps, checking each effect
 // it asks for (named by describe) and each memory call, then that it asks
 // for nothing past its end.
 func drive(t *testing.T, start func(Memory) stepper, describe func(Effect) string, steps []step) {
 	t.Helper()
-	s := &script{t: t, steps: steps}
+	s := &script{t: t, steps: steps, fs: listedFS()}
 	m := start(s)
 	for s.i < len(steps) {
 		e := m.Next()

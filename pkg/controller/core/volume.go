@@ -36,9 +36,12 @@ const RepeatFresh = time.Minute
 // record's protocol (Create); a directory volume's (createDir) answers
 // its record (Answer.Record).
 func NewCreateVolume(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
-	c := &Create{cfg: cfg, p: p, mem: mem, res: -1}
+	c := &Create{cfg: cfg, p: p, mem: mem}
 	c.now = now
-	c.run(c.createVolume)
+	c.run(func() Effect {
+		defer c.releaseAll()
+		return c.createVolume()
+	})
 	return c
 }
 
