@@ -45,6 +45,9 @@ type FS struct {
 	outsideIDs []int64
 	taken      map[int64]string
 	takenBy    map[string]int64
+	// rootsNotOwned: the deletes, with root removal on, that kept the
+	// root directory of an access point no CSI driver made (a metric).
+	rootsNotOwned int64
 }
 
 // remembered is what this process answered for a volume, and when.
@@ -149,6 +152,14 @@ func (f *FS) Upstream(token string) *efs.AccessPoint {
 	return &efs.AccessPoint{ID: l.ID, FileSystemID: f.id, ClientToken: token, PosixUser: &efs.PosixUser{UID: l.UID, GID: l.GID}}
 }
 
+// RootNotOwned counts a delete, with root removal on, that kept the root
+// directory of an access point no CSI driver made: whose data it holds is
+// unknown.
+func (f *FS) RootNotOwned() { f.rootsNotOwned++ }
+
+// RootDirsNotOwned is how many deletes RootNotOwned counted.
+func (f *FS) RootDirsNotOwned() int64 { return f.rootsNotOwned }
+
 // Memory is what the machines read and change of their file system's FS,
 // between effects, with the file system's lock held by their caller. *FS is
 // the process's; the exhaustive tests give one whose every read is a
@@ -165,6 +176,7 @@ type Memory interface {
 	Candidate(name, root string, lo, hi int64, from int) (int64, int, error)
 	SawToken(ap *efs.AccessPoint, cluster string)
 	AddOutside(ids ...int64)
+	RootNotOwned()
 }
 
 // FinishedDeletes is how many finished deletes FS remembers.

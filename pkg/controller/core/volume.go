@@ -38,7 +38,7 @@ const RepeatFresh = time.Minute
 func NewCreateVolume(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
 	c := &Create{cfg: cfg, p: p, mem: mem, res: -1}
 	c.now = now
-	c.run(c.createVolume)
+	c.run(cfg.Logger, c.createVolume)
 	return c
 }
 
