@@ -61,7 +61,7 @@ func (s *Service) CollectOrphan(ctx context.Context, rec *journal.Record) error 
 // and reads the record again under them).
 func (s *Service) collectOrphan(ctx context.Context, seen *journal.Record) error {
 	x := &effects{s: s, ctx: ctx}
-	end := x.run(core.NewCollect(core.CollectConfig{Cluster: s.cluster, ListingLag: s.cfg.ListingLag}, seen))
+	end := x.run(core.NewCollect(core.CollectConfig{Cluster: s.cluster, ListingLag: s.cfg.ListingLag, Logger: s.log}, seen))
 	x.release()
 	switch end := end.(type) {
 	case core.DeleteOrphan:

@@ -216,7 +216,7 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 
 // createConfig is what core.Create needs of this controller.
 func (s *Service) createConfig() core.CreateConfig {
-	return core.CreateConfig{API: string(s.api), Cluster: s.cluster, DeleteRootDir: s.delRoot}
+	return core.CreateConfig{API: string(s.api), Cluster: s.cluster, DeleteRootDir: s.delRoot, Logger: s.log}
 }
 
 // cleanupContext is ctx without its end, within cleanupTimeout: for what

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -33,9 +32,6 @@ type effects struct {
 	view *rootView // a delete's: the listing LookUp used, for RemoveRoot
 	// ended ends what Creating began (a create's, with root removal).
 	ended func(*efs.AccessPoint)
-	// named reports whether a PersistentVolume names an access point (a
-	// sweep's).
-	named func(apID string) bool
 	res   []*gid.Reservation
 	held  []func()
 	// dirsRead: foundHeld has read the record's directory volumes of
@@ -73,7 +69,8 @@ func (x *effects) run(m stepper) core.Effect {
 
 // lock and unlock hold the machine's file system's lock around its steps,
 // where it reads and changes that file system's core.FS (which never
-// blocks): the protocol's own code, never an effect, runs under it.
+// blocks): the protocol's own code, never an effect, runs under it, and
+// so do the lines it logs (the Service's logger, given in its config).
 func (x *effects) lock() {
 	if x.st != nil {
 		x.st.mu.Lock()
@@ -100,7 +97,7 @@ func (x *effects) release() {
 
 // do executes one effect: a write or read of the record, a request to
 // EFS or an operation on the file system's directories, or what this
-// process holds (locks, reservations, its memory, the log). An effect of no
+// process holds (locks, reservations, its memory). An effect of no
 // known kind is a defect of the core, answered rather than panicked.
 func (x *effects) do(e core.Effect) (core.Result, error) {
 	for _, do := range []func(core.Effect) (core.Result, bool){x.record, x.request, x.local} {
@@ -222,24 +219,15 @@ func (x *effects) request(e core.Effect) (r core.Result, ok bool) {
 
 // local executes what this process holds: the call's locks and context,
 // the allocator's reservations and view, the file systems' memory of
-// creates and deletes, and the log.
+// creates and deletes.
 func (x *effects) local(e core.Effect) (r core.Result, ok bool) {
 	s, ctx := x.s, x.ctx
 	switch e := e.(type) {
-	case core.Named:
-		r.Yes = x.named(e.AccessPoint)
-	case core.RootNotOwned:
-		s.roots.notOwned.Add(1)
-		s.log.Warn("root directory kept: the access point was not made by a CSI driver",
-			slog.String("accessPoint", e.AP.ID), slog.String("path", e.AP.Path))
 	case core.Lock:
 		var unlock func()
 		if unlock, r.Err = s.locks.TryLock(e.Keys...); r.Err == nil {
 			x.held = append(x.held, unlock)
 		}
-	case core.Log:
-		s.log.LogAttrs(ctx, e.Level, e.Msg, e.Attrs...)
-
 	case core.Detach:
 		var cancel context.CancelFunc
 		x.ctx, cancel = cleanupContext(ctx)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -40,6 +41,14 @@ func (f *fileSystems) of(fsID string) *fsState {
 		f.byID[fsID] = st
 	}
 	return st
+}
+
+// all is every file system's state made so far. The caller takes each
+// one's lock itself, never under f.mu.
+func (f *fileSystems) all() []*fsState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Collect(maps.Values(f.byID))
 }
 
 // gidView is the allocator's view of fsID and its lock (gid.Options.Home):

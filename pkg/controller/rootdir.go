@@ -18,9 +18,8 @@ type rootDirs struct {
 	// slots bounds the removals (each a mount and a tree walk) under way
 	// at once: 1,000 DeleteVolume calls at once make 1,000 mounts
 	// otherwise, and the walks' buffers took the driver past 100 MiB.
-	slots    chan struct{}
-	kept     atomic.Int64 // deletes that left a directory another access point reaches
-	notOwned atomic.Int64 // deletes that left the directory of an access point no CSI driver made
+	slots chan struct{}
+	kept  atomic.Int64 // deletes that left a directory another access point reaches
 
 	// pending are the mount points whose unmount failed, retried until
 	// it succeeds; the value is false while a retry of it is under way.
@@ -55,9 +54,16 @@ func (s *Service) RootDirsKept() int64 {
 
 // RootDirsNotOwned counts the deletes, with root-directory removal on, of
 // access points that no CSI driver made: the access point went, its
-// directory was kept.
+// directory was kept. Each file system's memory counts its own
+// (core.FS.RootNotOwned, by the delete's machine).
 func (s *Service) RootDirsNotOwned() int64 {
-	return s.roots.notOwned.Load()
+	var n int64
+	for _, st := range s.fss.all() {
+		st.mu.Lock()
+		n += st.mem.RootDirsNotOwned()
+		st.mu.Unlock()
+	}
+	return n
 }
 
 // PendingUnmounts is the number of this process's temporary mount points

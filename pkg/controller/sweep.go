@@ -18,7 +18,9 @@ import (
 // volumes whose record is gone, then every access point listed, each by a
 // machine of pkg/controller/core (core.NewResumeSweep, core.NewFreeID,
 // core.NewSweep), which says what proves one unrecorded. named reports
-// whether a PersistentVolume names an access point.
+// whether a PersistentVolume names an access point, from what the caller
+// read of them: the machines ask it between effects, so it must not block
+// (core.SweepConfig.Named).
 //
 // Only the controller's own credentials are used, and only with a cluster
 // ID and a record that is the cluster's one (Leases: never a file record
@@ -28,11 +30,11 @@ func (s *Service) SweepUnrecorded(ctx context.Context, fsID string, named func(a
 	if s.cluster == "" {
 		return 0, nil // nothing proves an access point this cluster's
 	}
-	cfg := core.SweepConfig{Cluster: s.cluster, Grace: grace}
+	cfg := core.SweepConfig{Cluster: s.cluster, Grace: grace, Named: named, Logger: s.log}
 	n := 0
 	var errs []error
 	sweep := func(m stepper) {
-		x := &effects{s: s, ctx: ctx, named: named}
+		x := &effects{s: s, ctx: ctx}
 		defer x.release()
 		a, _ := x.run(m).(core.Answer) // a sweep hands nothing off
 		if a.AP != nil {
@@ -53,7 +55,7 @@ func (s *Service) SweepUnrecorded(ctx context.Context, fsID string, named func(a
 		sweep(core.NewResumeSweep(cfg, fsID, id, holds[id]))
 	}
 	for _, id := range slices.Sorted(maps.Keys(orphans)) {
-		sweep(core.NewFreeID(fsID, id, orphans[id]))
+		sweep(core.NewFreeID(cfg, fsID, id, orphans[id]))
 	}
 	aps, err := s.listAfterNow(ctx, fsID)
 	if err != nil {

@@ -65,6 +65,9 @@ type CollectConfig struct {
 	Cluster string
 	// ListingLag is how late EFS lists a new access point.
 	ListingLag time.Duration
+	// Logger is where the collection logs a record it released (nil:
+	// nowhere).
+	Logger *slog.Logger
 }
 
 // DeleteOrphan hands the collection to DeleteVolume of AccessPoint on
@@ -98,7 +101,7 @@ type Collect struct {
 // NewCollect collects the volume seen records, as the collector read it.
 func NewCollect(cfg CollectConfig, seen *journal.Record) *Collect {
 	c := &Collect{cfg: cfg, seen: seen}
-	c.run(c.locked)
+	c.run(cfg.Logger, c.locked)
 	return c
 }
 
@@ -233,10 +236,10 @@ func (c *Collect) release(level slog.Level, msg string, attrs ...slog.Attr) Answ
 	if r := c.do(Finish{Record: rec}); r.Err != nil {
 		return Answer{Err: r.Err}
 	}
-	c.do(Log{Level: level, Msg: msg,
-		Attrs: append([]slog.Attr{slog.String("name", rec.Name), slog.String("fileSystem", rec.FileSystem),
+	c.logAttrs(level, msg,
+		append([]slog.Attr{slog.String("name", rec.Name), slog.String("fileSystem", rec.FileSystem),
 			slog.String("claim", rec.ClaimNamespace+"/"+rec.ClaimName),
-			slog.String("reason", "orphan: claim gone, no PersistentVolume ever named it"), slog.Int64("id", rec.Allocated)}, attrs...)})
+			slog.String("reason", "orphan: claim gone, no PersistentVolume ever named it"), slog.Int64("id", rec.Allocated)}, attrs...)...)
 	return Answer{}
 }
 

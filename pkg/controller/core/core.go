@@ -11,11 +11,14 @@
 // run as a coroutine inside Next and Step.
 //
 // Nothing here does I/O, reads a clock or blocks: times come in with the
-// call (NewDelete's now) and with each outcome (Result.Now).
+// call (NewDelete's now) and with each outcome (Result.Now), and a machine
+// logs through the logger its config gives it, not by an effect: every
+// effect is I/O or what the process holds for its caller.
 // TestCoreDoesNoIO holds the imports to that.
 package core
 
 import (
+	"context"
 	"errors"
 	"iter"
 	"log/slog"
@@ -60,16 +63,8 @@ type Answer struct {
 // one.
 type Lock struct{ Keys []string }
 
-// Log writes one line. No result is needed (Step with the zero Result).
-type Log struct {
-	Level slog.Level
-	Msg   string
-	Attrs []slog.Attr
-}
-
 func (Answer) effect() {}
 func (Lock) effect()   {}
-func (Log) effect()    {}
 
 // ErrStuck is the answer of a machine stepped past its end or given no
 // next effect: a defect of this package, answered rather than panicked.
@@ -88,18 +83,23 @@ type proc struct {
 	pull  func() (Effect, bool)
 	stop  func()
 	yield func(Effect) bool
-	cur   Effect    // the effect Next returns; nil past the end
-	in    Result    // the outcome Step passed, for do to return
-	now   time.Time // when the last outcome came (Result.Now), or the call began
-	begun bool      // the function has run to its first effect
+	cur   Effect       // the effect Next returns; nil past the end
+	in    Result       // the outcome Step passed, for do to return
+	now   time.Time    // when the last outcome came (Result.Now), or the call began
+	begun bool         // the function has run to its first effect
+	log   *slog.Logger // the machine's, from its config (run)
 }
 
 // stopped unwinds a protocol whose proc was stopped mid-way.
 type stopped struct{}
 
-// run makes body the protocol. It begins at the first Next, under the
-// caller's lock as every later step is.
-func (p *proc) run(body func() Effect) {
+// run makes body the protocol, logging to log (nil: nowhere). It begins
+// at the first Next, under the caller's lock as every later step is.
+func (p *proc) run(log *slog.Logger, body func() Effect) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p.log = log
 	p.pull, p.stop = iter.Pull(func(yield func(Effect) bool) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -139,6 +139,13 @@ func (p *proc) do(e Effect) Result {
 		p.now = p.in.Now
 	}
 	return p.in
+}
+
+// logAttrs writes one line to the machine's logger. It runs inside Next
+// or Step: its caller's lock is held, as for every read of the memory.
+// No machine is given a context: the line carries none.
+func (p *proc) logAttrs(level slog.Level, msg string, attrs ...slog.Attr) {
+	p.log.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
 // Next is the effect to execute now.

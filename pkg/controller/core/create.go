@@ -26,7 +26,7 @@ var (
 	ErrNotYetVisible = errors.New("access point not yet visible")
 )
 
-// The effects of a create, besides Answer, Lock, Log, ReadRecord,
+// The effects of a create, besides Answer, Lock, ReadRecord,
 // DeleteAccessPoint and Finish. Every record write updates its Record in
 // place (its version, and what it wrote), as pkg/journal does, so the
 // machine's record is the one written.
@@ -151,6 +151,8 @@ type CreateConfig struct {
 	API           string // the backend's API, recorded with the volume
 	Cluster       string // --cluster-id: another cluster's access points hold no volume's token here (TokenHolder)
 	DeleteRootDir bool   // --delete-access-point-root-dir: this process's deletes see its creates
+	// Logger is where the create logs what it decided (nil: nowhere).
+	Logger *slog.Logger
 }
 
 // Create is steps 4-7 of a CreateVolume (docs/design.md, "Create"), under
@@ -187,7 +189,7 @@ type Create struct {
 func NewCreate(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
 	c := &Create{cfg: cfg, p: p, mem: mem}
 	c.now = now
-	c.run(func() Effect {
+	c.run(cfg.Logger, func() Effect {
 		defer c.releaseAll()
 		return c.protocol()
 	})
@@ -753,8 +755,8 @@ func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) (ap *e
 		return ap, false, err
 	}
 	c.seen(found)
-	c.do(Log{Level: slog.LevelInfo, Msg: "GID taken by another writer's access point; taking another",
-		Attrs: []slog.Attr{slog.String("name", p.Name), slog.Int64("gid", rec.Allocated), slog.String("other", found.ID)}})
+	c.logAttrs(slog.LevelInfo, "GID taken by another writer's access point; taking another",
+		slog.String("name", p.Name), slog.Int64("gid", rec.Allocated), slog.String("other", found.ID))
 	if attempt >= MaxIDAttempts {
 		return nil, false, fmt.Errorf("%w: GID %d on %s is carried by access point %s (tried %d ids)", ErrGIDContention, rec.Allocated, rec.FileSystem, found.ID, attempt)
 	}
@@ -804,8 +806,8 @@ func (c *Create) adopt(found *efs.AccessPoint) (*efs.AccessPoint, error) {
 			// (the upstream driver shared it, before the handover):
 			// answering changes nothing, refusing would not fix it.
 			made.Allocated = journal.NoID
-			c.do(Log{Level: slog.LevelWarn, Msg: "adopted access point shares its GID with another recorded volume",
-				Attrs: []slog.Attr{slog.String("accessPoint", found.ID), slog.Int64("gid", alloc), slog.String("error", r.Err.Error())}})
+			c.logAttrs(slog.LevelWarn, "adopted access point shares its GID with another recorded volume",
+				slog.String("accessPoint", found.ID), slog.Int64("gid", alloc), slog.String("error", r.Err.Error()))
 		case r.Err != nil:
 			return nil, r.Err
 		}
@@ -844,8 +846,8 @@ func (c *Create) keptForNextLife(ap *efs.AccessPoint) (bool, error) {
 	default:
 		return false, nil
 	}
-	c.do(Log{Level: slog.LevelInfo, Msg: "access point kept: the volume's next create adopts it, or the collector's sweep deletes it",
-		Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("name", rec.Name)}})
+	c.logAttrs(slog.LevelInfo, "access point kept: the volume's next create adopts it, or the collector's sweep deletes it",
+		slog.String("accessPoint", ap.ID), slog.String("name", rec.Name))
 	return true, nil
 }
 
@@ -944,7 +946,7 @@ func (c *Create) deleteUnanswered(ap *efs.AccessPoint, why error, reason string)
 	if r := c.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}); r.Err != nil {
 		return fmt.Errorf("%w: %w", keylock.ErrBusy, errors.Join(why, r.Err))
 	}
-	c.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
-		Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("name", c.rec.Name), slog.String("reason", reason)}})
+	c.logAttrs(slog.LevelInfo, "access point deleted",
+		slog.String("accessPoint", ap.ID), slog.String("name", c.rec.Name), slog.String("reason", reason))
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -228,7 +229,9 @@ func TestCreateSteps(t *testing.T) {
 			}
 			// The volume's sequence is the memory's: each call is a step.
 			mem := &sequenceMemory{FS: listedFS(), take: take}
-			c := NewCreate(CreateConfig{}, p, mem, t0)
+			// So is each line it logs.
+			log := slog.New(lineHandler(func(r slog.Record) { take("log "+r.Message, nil) }))
+			c := NewCreate(CreateConfig{Logger: log}, p, mem, t0)
 			for i < len(tc.steps) {
 				e := c.Next()
 				c.Step(take(describeCreate(e), e))

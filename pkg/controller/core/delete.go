@@ -16,7 +16,7 @@ import (
 // ErrForeign: the access point is another cluster's.
 var ErrForeign = errors.New("access point of another cluster")
 
-// The effects of a delete, besides Answer, Lock and Log.
+// The effects of a delete, besides Answer and Lock.
 type (
 	// LookUp is the access point ID names as Describe shows it
 	// (Result.AP, or Result.Err: efs.ErrAccessPointNotFound). With root
@@ -64,9 +64,6 @@ type (
 		Prov  Provenance
 		Since time.Time
 	}
-	// RootNotOwned notes a directory kept because no CSI driver made its
-	// access point (counted and logged). No result.
-	RootNotOwned struct{ AP *efs.AccessPoint }
 	// DeleteAccessPoint deletes it, before new work; not found is success
 	// (Result.Err otherwise).
 	DeleteAccessPoint struct{ FileSystem, AccessPoint string }
@@ -80,7 +77,6 @@ func (ReadRecordOf) effect()      {}
 func (Reachable) effect()         {}
 func (Mark) effect()              {}
 func (RemoveRoot) effect()        {}
-func (RootNotOwned) effect()      {}
 func (DeleteAccessPoint) effect() {}
 func (Finish) effect()            {}
 
@@ -88,6 +84,9 @@ func (Finish) effect()            {}
 type DeleteConfig struct {
 	Cluster       string // --cluster-id: another cluster's access points are never deleted
 	DeleteRootDir bool   // --delete-access-point-root-dir
+	// Logger is where the delete logs what it deleted or kept (nil:
+	// nowhere).
+	Logger *slog.Logger
 }
 
 // Delete is one DeleteVolume call (docs/design.md, "Delete"):
@@ -123,7 +122,7 @@ type Delete struct {
 func NewDelete(cfg DeleteConfig, volumeID string, mem Memory, now time.Time) *Delete {
 	d := &Delete{cfg: cfg, mem: mem, raw: volumeID, began: now}
 	d.now = now
-	d.run(func() Effect { return Answer{Err: d.delete()} })
+	d.run(cfg.Logger, func() Effect { return Answer{Err: d.delete()} })
 	return d
 }
 
@@ -157,8 +156,8 @@ func (d *Delete) delete() error {
 		// A crafted or mistyped ID: its file system has no such access
 		// point, and the one of that ID on another file system is not this
 		// volume's. Nothing is deleted.
-		d.do(Log{Level: slog.LevelWarn, Msg: "volume not deleted: its access point is on another file system",
-			Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID)}})
+		d.logAttrs(slog.LevelWarn, "volume not deleted: its access point is on another file system",
+			slog.String("volumeID", d.raw), slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID))
 		return nil
 	}
 	if other, ok := ownership.OtherCluster(ap, d.cfg.Cluster); ok {
@@ -189,8 +188,8 @@ func (d *Delete) delete() error {
 	if r := d.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}); r.Err != nil {
 		return r.Err
 	}
-	d.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
-		Attrs: []slog.Attr{slog.String("accessPoint", ap.ID), slog.String("reason", "DeleteVolume"), slog.Bool("recorded", d.rec != nil)}})
+	d.logAttrs(slog.LevelInfo, "access point deleted",
+		slog.String("accessPoint", ap.ID), slog.String("reason", "DeleteVolume"), slog.Bool("recorded", d.rec != nil))
 	return d.finish(d.rec, d.prov.Locks)
 }
 
@@ -243,7 +242,9 @@ func (d *Delete) removeRoot() error {
 		// Not a CSI volume's directory: whose data it holds is unknown.
 		// The access point goes (as without root removal: a PV stuck in
 		// FAILED_PRECONDITION helps nobody), the directory stays.
-		d.do(RootNotOwned{AP: d.ap})
+		d.mem.RootNotOwned()
+		d.logAttrs(slog.LevelWarn, "root directory kept: the access point was not made by a CSI driver",
+			slog.String("accessPoint", d.ap.ID), slog.String("path", d.ap.Path))
 		return nil
 	}
 	since := d.began
@@ -297,8 +298,8 @@ func (d *Delete) unseen() error {
 			return r.Err
 		}
 	}
-	d.do(Log{Level: slog.LevelInfo, Msg: "access point deleted",
-		Attrs: []slog.Attr{slog.String("accessPoint", apID), slog.String("reason", "DeleteVolume (not visible, recorded)")}})
+	d.logAttrs(slog.LevelInfo, "access point deleted",
+		slog.String("accessPoint", apID), slog.String("reason", "DeleteVolume (not visible, recorded)"))
 	return d.finish(rec, locks)
 }
 

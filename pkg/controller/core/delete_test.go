@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,8 +49,6 @@ func describe(e Effect) string {
 		return "answer " + e.Err.Error()
 	case Lock:
 		return "lock " + strings.Join(e.Keys, ",")
-	case Log:
-		return "log " + e.Msg
 	case DirGone:
 		return "dir gone"
 	case LookUp:
@@ -64,8 +63,6 @@ func describe(e Effect) string {
 		return "mark if=" + strconv.FormatBool(e.IfAgrees != nil)
 	case RemoveRoot:
 		return "remove root since=" + e.Since.Sub(t0).String()
-	case RootNotOwned:
-		return "root not owned"
 	case DeleteAccessPoint:
 		return "delete access point"
 	case Finish:
@@ -140,7 +137,8 @@ func TestDeleteSteps(t *testing.T) {
 			{`answer access point of another cluster: access point ` + apID + ` was made by cluster "c2", not this one ("c1"); it is not deleted here`, Result{}}}},
 		{"an access point no CSI driver made keeps its directory", vid, true, []step{
 			{"recall", Result{}}, {"lock ap/" + apID, Result{}}, {"look up", Result{AP: handMade}},
-			{"lock ", Result{}}, {"forget", Result{}}, {"root not owned", Result{}}, {"delete access point", Result{}},
+			{"lock ", Result{}}, {"forget", Result{}}, {"root not owned", Result{}},
+			{"log root directory kept: the access point was not made by a CSI driver", Result{}}, {"delete access point", Result{}},
 			{"log access point deleted", Result{}}, {"remember", Result{}}, {"answer ok", Result{}}}},
 		{"not visible and not recorded: gone as far as can be proven", vid, true, []step{
 			{"recall", Result{}}, {"lock ap/" + apID, Result{}}, {"look up", Result{Err: efs.ErrAccessPointNotFound}},
@@ -155,8 +153,8 @@ func TestDeleteSteps(t *testing.T) {
 			{"finish", Result{}}, {"remember", Result{}}, {"answer ok", Result{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			drive(t, func(mem Memory) stepper {
-				return NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: tc.delRoot}, tc.id, mem, t0)
+			drive(t, func(s *script) stepper {
+				return NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: tc.delRoot, Logger: s.logger()}, tc.id, s, t0)
 			}, describe, tc.steps)
 		})
 	}
@@ -214,7 +212,6 @@ func TestDeleteEveryOutcome(t *testing.T) {
 			if mode.finished { // a repeat of a delete this process finished
 				mem.FinishDelete(apID, nil, t0)
 			}
-			d := NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: delRoot}, vid, mem, t0)
 			var (
 				trace            []string
 				looked           *efs.AccessPoint
@@ -223,6 +220,11 @@ func TestDeleteEveryOutcome(t *testing.T) {
 				lastErr          error
 				answer           *Answer
 			)
+			log := slog.New(lineHandler(func(r slog.Record) {
+				trace = append(trace, "logged "+r.Message)
+				logged = logged || deleted && r.Message == "access point deleted"
+			}))
+			d := NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: delRoot, Logger: log}, vid, mem, t0)
 			fail := func(format string, args ...any) {
 				t.Helper()
 				t.Fatalf("root removal %v, choices %v:\n  %s\n"+format, append([]any{delRoot, choices, strings.Join(trace, "\n  ")}, args...)...)
@@ -260,10 +262,6 @@ func TestDeleteEveryOutcome(t *testing.T) {
 					if !deleted || !marked {
 						fail("finished a record before its access point was gone (deleted %v, marked %v)", deleted, marked)
 					}
-				case RootNotOwned:
-					if !delRoot {
-						fail("a directory kept without root removal")
-					}
 				}
 				opts := options(e)
 				if depth == len(counts) {
@@ -286,10 +284,11 @@ func TestDeleteEveryOutcome(t *testing.T) {
 					deleted = r.Err == nil
 				case Finish:
 					finished = r.Err == nil
-				case Log:
-					logged = logged || deleted && e.(Log).Msg == "access point deleted"
 				}
 				d.Step(r)
+			}
+			if mem.RootDirsNotOwned() > 0 && !delRoot {
+				fail("a directory kept without root removal")
 			}
 			if answer.Err == nil && deleted && !logged {
 				fail("a deletion not logged")

@@ -3,6 +3,7 @@ package core
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"slices"
@@ -38,13 +39,17 @@ func happy(e Effect) Result {
 }
 
 // effectsOf runs the machine start makes against world until its answer,
-// and names its effects and its calls of its file system's memory (FS.*),
-// in order.
-func effectsOf(t *testing.T, start func(Memory) stepper, world func(Effect) Result) []string {
+// and names its effects, its calls of its file system's memory (FS.*) and
+// the lines it logs (log.Info, log.Warn), in order.
+func effectsOf(t *testing.T, start func(Memory, *slog.Logger) stepper, world func(Effect) Result) []string {
 	t.Helper()
 	var names []string
+	log := slog.New(lineHandler(func(r slog.Record) {
+		level := strings.ToLower(r.Level.String())
+		names = append(names, "log."+strings.ToUpper(level[:1])+level[1:])
+	}))
 	fs := NewFS(fsID)
-	m := start(recordingMemory{fs, &names})
+	m := start(recordingMemory{fs, &names}, log)
 	for range 100 {
 		e := m.Next()
 		names = append(names, strings.TrimPrefix(fmt.Sprintf("%T", e), "core."))
@@ -90,6 +95,20 @@ func TestDesignStepTablesAreTheMachines(t *testing.T) {
 		return Result{}
 	}
 	on, delCfg := CreateConfig{DeleteRootDir: true}, DeleteConfig{Cluster: "c1", DeleteRootDir: true}
+	create := func(p *Plan) func(Memory, *slog.Logger) stepper {
+		return func(m Memory, log *slog.Logger) stepper {
+			cfg := on
+			cfg.Logger = log
+			return NewCreateVolume(cfg, p, m, t0)
+		}
+	}
+	del := func(id string) func(Memory, *slog.Logger) stepper {
+		return func(m Memory, log *slog.Logger) stepper {
+			cfg := delCfg
+			cfg.Logger = log
+			return NewDelete(cfg, id, m, t0)
+		}
+	}
 	paths := []struct{ name, what string }{
 		{"create", "CreateVolume of a new efs-ap volume of a class that allocates GIDs, root removal on"},
 		{"delete", "DeleteVolume of a recorded access point, root removal on"},
@@ -97,10 +116,10 @@ func TestDesignStepTablesAreTheMachines(t *testing.T) {
 		{"delete-dir", "DeleteVolume of a recorded directory volume, root removal on"},
 	}
 	got := map[string][]string{
-		"create":     effectsOf(t, func(m Memory) stepper { return NewCreateVolume(on, gidPlan(t), m, t0) }, happy),
-		"delete":     effectsOf(t, func(m Memory) stepper { return NewDelete(delCfg, "efs:"+fsID+"::"+apID, m, t0) }, deleteWorld),
-		"create-dir": effectsOf(t, func(m Memory) stepper { return NewCreateVolume(on, dir, m, t0) }, happy),
-		"delete-dir": effectsOf(t, func(m Memory) stepper { return NewDelete(delCfg, volume.DirID(fsID, dir.Input.Path), m, t0) }, dirDeleteWorld),
+		"create":     effectsOf(t, create(gidPlan(t)), happy),
+		"delete":     effectsOf(t, del("efs:"+fsID+"::"+apID), deleteWorld),
+		"create-dir": effectsOf(t, create(dir), happy),
+		"delete-dir": effectsOf(t, del(volume.DirID(fsID, dir.Input.Path)), dirDeleteWorld),
 	}
 	src, err := os.ReadFile(designDoc)
 	if err != nil {
@@ -193,3 +212,4 @@ func (m recordingMemory) Seen(ap efs.AccessPoint, now time.Time) {
 	m.note("Seen")
 	m.FS.Seen(ap, now)
 }
+func (m recordingMemory) RootNotOwned() { m.note("RootNotOwned"); m.FS.RootNotOwned() }

@@ -15,8 +15,8 @@ import (
 // the step tables in docs/design.md, "Directory volumes"): a directory on
 // the file system, made by the controller through its mount of it, recorded
 // as an access point volume is, with no access point. Their effects,
-// besides the record's and Lock, Log, Mark, RemoveRoot
-// and Finish.
+// besides the record's and Lock, Mark, RemoveRoot and
+// Finish.
 type (
 	// MakeDir makes Record's directory, mode Perms, owned by its ids;
 	// an existing one is used as it is (Result.Yes: this call made it;
@@ -176,8 +176,7 @@ func (d *Delete) deleteDir(id volume.ID) error {
 		return r.Err
 	}
 	if !d.cfg.DeleteRootDir {
-		d.do(Log{Level: slog.LevelInfo, Msg: "directory kept: --delete-access-point-root-dir is off",
-			Attrs: []slog.Attr{slog.String("volumeID", d.raw)}})
+		d.logAttrs(slog.LevelInfo, "directory kept: --delete-access-point-root-dir is off", slog.String("volumeID", d.raw))
 	} else {
 		since := d.began
 		if !rec.DeletingSince.IsZero() && rec.DeletingSince.Before(since) {
@@ -192,8 +191,8 @@ func (d *Delete) deleteDir(id volume.ID) error {
 	if r := d.do(Finish{Record: rec}); r.Err != nil {
 		return r.Err
 	}
-	d.do(Log{Level: slog.LevelInfo, Msg: "directory volume deleted",
-		Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.Bool("directoryRemoved", d.cfg.DeleteRootDir)}})
+	d.logAttrs(slog.LevelInfo, "directory volume deleted",
+		slog.String("volumeID", d.raw), slog.Bool("directoryRemoved", d.cfg.DeleteRootDir))
 	return nil
 }
 
@@ -207,8 +206,8 @@ func (d *Delete) dirRecord(id volume.ID, read ReadRecord) (*journal.Record, erro
 	case r.Err != nil:
 		return nil, r.Err
 	case !r.Record.Dir || r.Record.Path != id.Path:
-		d.do(Log{Level: slog.LevelWarn, Msg: "volume not deleted: the record at its path is not this directory volume",
-			Attrs: []slog.Attr{slog.String("volumeID", d.raw), slog.String("recorded", r.Record.Path)}})
+		d.logAttrs(slog.LevelWarn, "volume not deleted: the record at its path is not this directory volume",
+			slog.String("volumeID", d.raw), slog.String("recorded", r.Record.Path))
 		return nil, nil
 	}
 	return r.Record, nil

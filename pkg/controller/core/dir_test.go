@@ -93,7 +93,9 @@ func TestCreateDirSteps(t *testing.T) {
 			{"answer " + fmt.Sprintf("%s: volume %q: directory %q, want %q", ErrIncompatible, name, "/elsewhere", p.Input.Path), Result{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			drive(t, func(mem Memory) stepper { return NewCreateVolume(CreateConfig{DeleteRootDir: true}, p, mem, t0) }, describeDir, tc.steps)
+			drive(t, func(s *script) stepper {
+				return NewCreateVolume(CreateConfig{DeleteRootDir: true, Logger: s.logger()}, p, s, t0)
+			}, describeDir, tc.steps)
 		})
 	}
 }
@@ -141,8 +143,8 @@ func TestDeleteDirSteps(t *testing.T) {
 		{"a failed mark removes nothing", true, then(rec, step{"mark if=false", Result{Err: errAPI}}, step{"answer " + errAPI.Error(), Result{}})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			drive(t, func(mem Memory) stepper {
-				return NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: tc.delRoot}, id, mem, t0)
+			drive(t, func(s *script) stepper {
+				return NewDelete(DeleteConfig{Cluster: "c1", DeleteRootDir: tc.delRoot, Logger: s.logger()}, id, s, t0)
 			}, describeDir, tc.steps)
 		})
 	}

@@ -53,6 +53,9 @@ type FS struct {
 	// lock for it (gid.Options.Home).
 	gids  gid.View
 	alloc *gid.Allocator
+	// rootsNotOwned: the deletes, with root removal on, that kept the
+	// root directory of an access point no CSI driver made (a metric).
+	rootsNotOwned int64
 }
 
 // remembered is what this process answered for a volume, and when.
@@ -189,6 +192,14 @@ func (f *FS) Upstream(token string) *efs.AccessPoint {
 	return &efs.AccessPoint{ID: l.ID, FileSystemID: f.id, ClientToken: token, PosixUser: &efs.PosixUser{UID: l.UID, GID: l.GID}}
 }
 
+// RootNotOwned counts a delete, with root removal on, that kept the root
+// directory of an access point no CSI driver made: whose data it holds is
+// unknown.
+func (f *FS) RootNotOwned() { f.rootsNotOwned++ }
+
+// RootDirsNotOwned is how many deletes RootNotOwned counted.
+func (f *FS) RootDirsNotOwned() int64 { return f.rootsNotOwned }
+
 // Memory is what the machines read and change of their file system's FS,
 // between effects, with the file system's lock held by their caller. *FS is
 // the process's; the exhaustive tests give one whose every read is a
@@ -209,6 +220,7 @@ type Memory interface {
 	Reserve(lo, hi int64, key string, since uint64, now time.Time) (*gid.Reservation, error)
 	Release(r *gid.Reservation)
 	Seen(ap efs.AccessPoint, now time.Time)
+	RootNotOwned()
 }
 
 // FinishedDeletes is how many finished deletes FS remembers.

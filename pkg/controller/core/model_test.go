@@ -184,8 +184,9 @@ func (a *modelActor) over() bool {
 	return a.done
 }
 
-// modelSweepCfg is the sweep's: this cluster, no grace.
-var modelSweepCfg = SweepConfig{Cluster: "c1"}
+// modelSweepCfg is the sweep's: this cluster, no grace, and no
+// PersistentVolumes: the sweep must not need them.
+var modelSweepCfg = SweepConfig{Cluster: "c1", Named: func(string) bool { return false }}
 
 // modelRound is the collector's round: with collect, it reads the
 // record's volumes and queues a collection of each orphan (pkg/orphans'
@@ -275,7 +276,7 @@ func (m *modelRound) Step(r Result) {
 			m.a.queue = append(m.a.queue, NewResumeSweep(modelSweepCfg, fsID, id, m.holds[id]))
 		}
 		for _, id := range slices.Sorted(maps.Keys(m.orphans)) {
-			m.a.queue = append(m.a.queue, NewFreeID(fsID, id, m.orphans[id]))
+			m.a.queue = append(m.a.queue, NewFreeID(modelSweepCfg, fsID, id, m.orphans[id]))
 		}
 	case 2:
 		slices.SortFunc(r.APs, func(x, y efs.AccessPoint) int { return strings.Compare(x.ID, y.ID) })
@@ -293,8 +294,8 @@ func (m *modelRound) Step(r Result) {
 // linearizes at the last read, as the goroutine simulator's answer does).
 func local(e Effect) bool {
 	switch e.(type) {
-	case Answer, Log, Named, Refresh,
-		Creating, CreateEnded, Detach, RootNotOwned, DirGone:
+	case Answer, Refresh,
+		Creating, CreateEnded, Detach, DirGone:
 		return true
 	}
 	return false
@@ -629,9 +630,7 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		delete(w.aps, DirStandIn(rec).ID)
 	case SetDirMade:
 		out.Err = j.SetDirMade(ctx, e.Record)
-	case Named:
-		// No PersistentVolumes: the sweep must not need them.
-	case Log, Reachable, RemoveRoot, RootNotOwned, Detach,
+	case Reachable, RemoveRoot, Detach,
 		Creating, CreateEnded:
 		// Nothing this model keeps: no root directories, no allocator
 		// view, no other writers, no listing lag.

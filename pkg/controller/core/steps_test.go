@@ -1,8 +1,10 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -12,7 +14,8 @@ import (
 
 // step is an effect a scripted test expects a machine to ask for, by its
 // description, or a read or write of its file system's memory (named as
-// script's methods say), and the outcome the test gives it.
+// script's methods say), or a line it logs ("log " and its message), and
+// the outcome the test gives it.
 type step struct {
 	want string
 	give Result
@@ -20,7 +23,8 @@ type step struct {
 
 // script is a scripted test's steps, in order, and the memory the machine
 // under test reads and changes: each call of a Memory method is the next
-// step, as an effect is.
+// step, as an effect is, and so is each line logged to its logger and each
+// question to its Named (a sweep's).
 type script struct {
 	t     *testing.T
 	steps []step
@@ -61,6 +65,26 @@ func (s *script) Candidate(_, _ string, _, _ int64, from int) (int64, int, error
 func (s *script) SawToken(*efs.AccessPoint, string) {}
 func (s *script) AddOutside(...int64)               {}
 func (s *script) Upstream(string) *efs.AccessPoint  { return s.take("upstream token").AP }
+func (s *script) RootNotOwned()                     { s.take("root not owned") }
+
+// logger is the machine's logger: each line is the step "log <message>".
+func (s *script) logger() *slog.Logger {
+	return slog.New(lineHandler(func(r slog.Record) { s.take("log " + r.Message) }))
+}
+
+// named is a sweep's Named: each question is the step "named", answered
+// Result.Yes.
+func (s *script) named(string) bool { return s.take("named").Yes }
+
+// lineHandler is a slog.Handler that passes each line to the function:
+// what a test asserts of what a machine logs. The machines log with no
+// With or WithGroup, which it does not keep.
+type lineHandler func(slog.Record)
+
+func (lineHandler) Enabled(context.Context, slog.Level) bool        { return true }
+func (h lineHandler) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
+func (h lineHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h lineHandler) WithGroup(string) slog.Handler                 { return h }
 
 // Reserve gives the id the step gives (Result.ID), or its error.
 func (s *script) Reserve(_, _ int64, key string, since uint64, now time.Time) (*gid.Reservation, error) {
@@ -84,9 +108,10 @@ func (s *script) Seen(ap efs.AccessPoint, _ time.Time) {
 }
 
 // drive runs the machine start makes through steps, checking each effect
-// it asks for (named by describe) and each memory call, then that it asks
-// for nothing past its end.
-func drive(t *testing.T, start func(Memory) stepper, describe func(Effect) string, steps []step) {
+// it asks for (named by describe), each memory call and each line it logs
+// (start gives it the script's memory and logger), then that it asks for
+// nothing past its end.
+func drive(t *testing.T, start func(*script) stepper, describe func(Effect) string, steps []step) {
 	t.Helper()
 	s := &script{t: t, steps: steps, fs: listedFS()}
 	m := start(s)

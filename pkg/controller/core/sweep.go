@@ -27,7 +27,7 @@ import (
 //     id it carries on this file system (Sweepable);
 //   - its record life is older than the grace, so its maker has long had
 //     its chance to record or delete it;
-//   - no PersistentVolume names it (Named);
+//   - no PersistentVolume names it (SweepConfig.Named);
 //   - its volume's record does not own it (Owns): absent, of another
 //     life, or naming another access point or token;
 //   - the sweep holds its id in the record (HoldForSweep), which no
@@ -36,17 +36,24 @@ import (
 //     record, read again under that hold and the volume's name locks,
 //     still does not own it.
 
-// SweepConfig is what every sweep of one controller shares.
+// SweepConfig is what every sweep of one round shares.
 type SweepConfig struct {
 	// Cluster is this cluster's ID; a sweep without one deletes nothing
 	// (nothing proves an access point this cluster's).
 	Cluster string
 	// Grace is how old an access point's record life must be.
 	Grace time.Duration
+	// Named reports whether a PersistentVolume names the access point
+	// apID: answered from the caller's snapshot of PersistentVolumes (the
+	// collector's listing for the round, and its watch since), never by a
+	// request, since the machine asks it inside Next and Step, which must
+	// not block. Asked again under the sweep's hold: a PersistentVolume
+	// the watch saw meanwhile counts. NewSweep and NewResumeSweep need it.
+	Named func(apID string) bool
+	// Logger is where the sweep logs what it deleted or released (nil:
+	// nowhere).
+	Logger *slog.Logger
 }
-
-// Named asks whether a PersistentVolume names AccessPoint (Result.Yes).
-type Named struct{ AccessPoint string }
 
 // ReleaseOrphanID releases ID, held for the volume of token Holder, if
 // that volume's record is gone, or is being deleted and holds another id
@@ -57,7 +64,6 @@ type ReleaseOrphanID struct {
 	Holder     string
 }
 
-func (Named) effect()           {}
 func (ReleaseOrphanID) effect() {}
 
 // NewFreeID releases id on fsID, which the id table holds for the volume
@@ -66,10 +72,10 @@ func (ReleaseOrphanID) effect() {}
 // it held for nobody, and no create of the volume can be moving to it
 // (every create writes its record before it holds an id, and refuses a
 // record being deleted). A record being deleted keeps its own id until its
-// Finish (journal.ReleaseOrphanID).
-func NewFreeID(fsID string, id int64, holder string) *Sweep {
+// Finish (journal.ReleaseOrphanID). Of cfg it uses only the logger.
+func NewFreeID(cfg SweepConfig, fsID string, id int64, holder string) *Sweep {
 	s := &Sweep{}
-	s.run(func() Effect { return s.freeID(fsID, id, holder) })
+	s.run(cfg.Logger, func() Effect { return s.freeID(fsID, id, holder) })
 	return s
 }
 
@@ -79,9 +85,9 @@ func (s *Sweep) freeID(fsID string, id int64, holder string) Answer {
 	if r.Err != nil || !r.Yes {
 		return Answer{Err: r.Err}
 	}
-	s.do(Log{Level: slog.LevelInfo, Msg: "id released", Attrs: []slog.Attr{slog.String("fileSystem", fsID),
+	s.logAttrs(slog.LevelInfo, "id released", slog.String("fileSystem", fsID),
 		slog.Int64("id", id), slog.String("holder", holder),
-		slog.String("reason", "held for a volume whose record is gone, or is being deleted and holds another id")}})
+		slog.String("reason", "held for a volume whose record is gone, or is being deleted and holds another id"))
 	return Answer{}
 }
 
@@ -90,12 +96,15 @@ func (s *Sweep) freeID(fsID string, id int64, holder string) Answer {
 //
 // Each step below is a method that returns the sweep's answer: the
 // protocol reads top to bottom from sweep, resume and freeID.
-type Sweep struct{ proc }
+type Sweep struct {
+	proc
+	named func(apID string) bool // SweepConfig.Named
+}
 
 // NewSweep sweeps ap, listed on fsID at now.
 func NewSweep(cfg SweepConfig, fsID string, ap *efs.AccessPoint, now time.Time) *Sweep {
-	s := &Sweep{}
-	s.run(func() Effect { return s.sweep(cfg, fsID, ap, now) })
+	s := &Sweep{named: cfg.Named}
+	s.run(cfg.Logger, func() Effect { return s.sweep(cfg, fsID, ap, now) })
 	return s
 }
 
@@ -107,7 +116,7 @@ func (s *Sweep) sweep(cfg SweepConfig, fsID string, ap *efs.AccessPoint, now tim
 	if !ok {
 		return Answer{}
 	}
-	if s.do(Named{AccessPoint: ap.ID}).Yes {
+	if s.named(ap.ID) {
 		return Answer{}
 	}
 	rec, err := owner(s.do(ReadRecord{FileSystem: ap.FileSystemID, Key: VolumeKeyOf(ap)}))
@@ -125,8 +134,8 @@ func (s *Sweep) sweep(cfg SweepConfig, fsID string, ap *efs.AccessPoint, now tim
 // point the sweep would not take is released: anyone who may write the
 // record could forge one, and it proves nothing.
 func NewResumeSweep(cfg SweepConfig, fsID string, id int64, apID string) *Sweep {
-	s := &Sweep{}
-	s.run(func() Effect { return s.resume(cfg, fsID, id, apID) })
+	s := &Sweep{named: cfg.Named}
+	s.run(cfg.Logger, func() Effect { return s.resume(cfg, fsID, id, apID) })
 	return s
 }
 
@@ -189,17 +198,16 @@ func (s *Sweep) held(ap *efs.AccessPoint, id int64) Answer {
 	if Owns(rec, ap) {
 		return s.release(ap.FileSystemID, id, ap.ID, nil)
 	}
-	if s.do(Named{AccessPoint: ap.ID}).Yes {
+	if s.named(ap.ID) {
 		return s.release(ap.FileSystemID, id, ap.ID, nil)
 	}
 	if r := s.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}); r.Err != nil {
 		return Answer{Err: fmt.Errorf("sweep %s: %w", ap.ID, r.Err)}
 	}
-	s.do(Log{Level: slog.LevelInfo, Msg: "access point deleted", Attrs: []slog.Attr{
+	s.logAttrs(slog.LevelInfo, "access point deleted",
 		slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID),
 		slog.String("name", ap.Tags[ownership.TagVolumeName]), slog.Int64("id", id),
-		slog.String("reason", "unrecorded: made for a record that no longer names it (a create's request that reached EFS after its volume's delete), never answered"),
-	}})
+		slog.String("reason", "unrecorded: made for a record that no longer names it (a create's request that reached EFS after its volume's delete), never answered"))
 	return s.release(ap.FileSystemID, id, ap.ID, ap)
 }
 

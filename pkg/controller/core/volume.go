@@ -38,7 +38,7 @@ const RepeatFresh = time.Minute
 func NewCreateVolume(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Create {
 	c := &Create{cfg: cfg, p: p, mem: mem}
 	c.now = now
-	c.run(func() Effect {
+	c.run(cfg.Logger, func() Effect {
 		defer c.releaseAll()
 		return c.createVolume()
 	})
