@@ -8,6 +8,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/rootpath"
 )
 
 // fileSystems holds this process's state of each file system it has seen,
@@ -32,7 +33,7 @@ func (f *fileSystems) of(fsID string) *fsState {
 	st := f.byID[fsID]
 	if st == nil {
 		st = &fsState{mem: core.NewFS(fsID), deleting: map[string]int{}, deleted: map[string]time.Time{},
-			creates: newPathIndex(), createOf: map[string]createEntry{},
+			creates: rootpath.NewIndex(), createOf: map[string]createEntry{},
 		}
 		f.byID[fsID] = st
 	}
@@ -87,7 +88,7 @@ type fsState struct {
 	// goneMemory, indexed by root directory (createOf by token): what
 	// reaches a directory since a listing began, at no cost
 	// (createSharer). Only kept with root removal on.
-	creates       *pathIndex
+	creates       *rootpath.Index
 	createOf      map[string]createEntry
 	createPruneAt int
 
@@ -207,15 +208,15 @@ type createEntry struct {
 // known); the entry then stays for goneMemory, longer than any listing
 // that started before the create ended is used.
 func (st *fsState) creating(token, name, root string, now func() time.Time) (done func(ap *efs.AccessPoint)) {
-	h := holder{token: token, name: name, path: root, kind: creatingHolder, live: true}
+	h := rootpath.Holder{Token: token, Name: name, Path: root, Kind: rootpath.Creating, Live: true}
 	st.mu.Lock()
 	st.forgetCreateLocked(token)
 	st.putCreateLocked(token, h, time.Time{})
 	st.mu.Unlock()
 	return func(ap *efs.AccessPoint) {
 		if ap != nil {
-			h.apID = ap.ID
-			h.path = ap.Path // adopted access points may differ from the plan
+			h.APID = ap.ID
+			h.Path = ap.Path // adopted access points may differ from the plan
 		}
 		at := now()
 		st.mu.Lock()
@@ -226,9 +227,9 @@ func (st *fsState) creating(token, name, root string, now func() time.Time) (don
 	}
 }
 
-func (st *fsState) putCreateLocked(token string, h holder, ended time.Time) {
-	st.creates.add(token, h)
-	st.createOf[token] = createEntry{root: h.path, ended: ended}
+func (st *fsState) putCreateLocked(token string, h rootpath.Holder, ended time.Time) {
+	st.creates.Add(token, h)
+	st.createOf[token] = createEntry{root: h.Path, ended: ended}
 }
 
 func (st *fsState) forgetCreateLocked(token string) {
@@ -237,7 +238,7 @@ func (st *fsState) forgetCreateLocked(token string) {
 		return
 	}
 	delete(st.createOf, token)
-	st.creates.remove(token, e.root)
+	st.creates.Remove(token, e.root)
 }
 
 // pruneCreatesLocked drops creates that ended over goneMemory ago whenever
@@ -255,19 +256,19 @@ func (st *fsState) pruneCreatesLocked(now time.Time) {
 	st.createPruneAt = max(1024, 2*len(st.createOf))
 }
 
-// findCreate is pathIndex.find over this process's creates, with counts
-// asked once the lock is released (it may read this state again).
-func (st *fsState) findCreate(root string, counts func(holder) bool) (holder, bool) {
-	var nested []holder
+// findCreate is a create of this process nested with root (the index's
+// Nested) for which counts is true, asked once the lock is released (it
+// may read this state again).
+func (st *fsState) findCreate(root string, counts func(rootpath.Holder) bool) (rootpath.Holder, bool) {
 	st.mu.Lock()
-	st.creates.find(root, func(h holder) bool { nested = append(nested, h); return false })
+	nested := st.creates.Nested(root)
 	st.mu.Unlock()
 	for _, h := range nested {
 		if counts(h) {
 			return h, true
 		}
 	}
-	return holder{}, false
+	return rootpath.Holder{}, false
 }
 
 // dropAnswer stops answering repeats of apID's volume from memory (found

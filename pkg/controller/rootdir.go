@@ -11,6 +11,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/rootpath"
 )
 
 // rootDirs is the state root-directory removal keeps between deletes.
@@ -79,7 +80,7 @@ func (s *Service) PendingUnmounts() int {
 // process is deleting right now does not count: its volume is released
 // already.
 func (s *Service) sharer(ap *efs.AccessPoint, v *rootView) string {
-	if h, ok := v.index.find(ap.Path, func(h holder) bool { return s.reaches(h, ap) }); ok {
+	if h, ok := v.index.Find(ap.Path, func(h rootpath.Holder) bool { return s.reaches(h, ap) }); ok {
 		return h.String()
 	}
 	return s.createSharer(ap)
@@ -91,7 +92,7 @@ func (s *Service) sharer(ap *efs.AccessPoint, v *rootView) string {
 // listing, shared by a batch of deletes, started before this delete waited
 // for its removal slot and mounted.
 func (s *Service) createSharer(ap *efs.AccessPoint) string {
-	if h, ok := s.fs(ap.FileSystemID).findCreate(ap.Path, func(h holder) bool { return s.reaches(h, ap) }); ok {
+	if h, ok := s.fs(ap.FileSystemID).findCreate(ap.Path, func(h rootpath.Holder) bool { return s.reaches(h, ap) }); ok {
 		return h.String()
 	}
 	return ""
@@ -99,12 +100,12 @@ func (s *Service) createSharer(ap *efs.AccessPoint) string {
 
 // reaches reports whether h reaches its directory for the users of another
 // volume than ap's.
-func (s *Service) reaches(h holder, ap *efs.AccessPoint) bool {
+func (s *Service) reaches(h rootpath.Holder, ap *efs.AccessPoint) bool {
 	switch {
-	case !h.live, h.apID == ap.ID, h.token != "" && h.token == core.VolumeKeyOf(ap):
+	case !h.Live, h.APID == ap.ID, h.Token != "" && h.Token == core.VolumeKeyOf(ap):
 		return false // ap itself, its own record or create, or gone
 	}
-	return h.apID == "" || !s.fs(ap.FileSystemID).beingDeleted(h.apID)
+	return h.APID == "" || !s.fs(ap.FileSystemID).beingDeleted(h.APID)
 }
 
 // releaseMount unmounts and removes a temporary mount point, on a context
