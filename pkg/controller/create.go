@@ -71,7 +71,7 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	st := s.fs(p.Params.FileSystemID)
 	x := &effects{s: s, ctx: ctx, p: p, st: st}
 	defer x.release() // the name locks, after the answer's context is read
-	end := x.run(core.NewCreateVolume(s.createConfig(), &p.Plan, st.mem, s.now()))
+	end := x.run(core.NewCreateVolume(s.createConfig(), &p.Plan, st.memory(), s.now()))
 	e, ok := end.(core.Answer)
 	switch {
 	case !ok:
@@ -217,7 +217,7 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 func (s *Service) record(ctx context.Context, p *plan) (rec *journal.Record, release func(), err error) {
 	st := s.fs(p.Params.FileSystemID)
 	x := &effects{s: s, ctx: ctx, p: p, st: st}
-	a, _ := x.run(core.NewRecord(s.createConfig(), &p.Plan, st.mem, s.now())).(core.Answer)
+	a, _ := x.run(core.NewRecord(s.createConfig(), &p.Plan, st.memory(), s.now())).(core.Answer)
 	return a.Record, x.release, a.Err
 }
 

@@ -31,8 +31,6 @@ type effects struct {
 	st   *fsState  // the file system whose memory the machine reads (nil: none); locked around its steps
 	p    *plan     // a create's plan (Candidate)
 	view *rootView // a delete's: the listing LookUp used, for RemoveRoot
-	// ended ends what Creating began (a create's, with root removal).
-	ended func(*efs.AccessPoint)
 	// named reports whether a PersistentVolume names an access point (a
 	// sweep's).
 	named func(apID string) bool
@@ -215,8 +213,7 @@ func (x *effects) request(e core.Effect) (r core.Result, ok bool) {
 }
 
 // local executes what this process holds: the call's locks and context,
-// the allocator's reservations and view, the file systems' memory of
-// creates and deletes, and the log.
+// the allocator's reservations and view, and the log.
 func (x *effects) local(e core.Effect) (r core.Result, ok bool) {
 	s, ctx := x.s, x.ctx
 	switch e := e.(type) {
@@ -252,13 +249,6 @@ func (x *effects) local(e core.Effect) (r core.Result, ok bool) {
 		x.res[e.Handle].Release()
 	case core.Seen:
 		s.gids.Record(e.AP)
-	case core.DirGone:
-		standIn := core.DirStandIn(e.Record)
-		s.forgetGone(standIn.FileSystemID, standIn.ID)
-	case core.Creating:
-		x.ended = s.fs(e.FileSystem).creating(e.Token, e.Name, e.Root, s.now)
-	case core.CreateEnded:
-		x.ended(e.AP)
 	default:
 		return r, false
 	}

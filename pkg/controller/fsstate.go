@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
-	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/rootpath"
 )
@@ -32,9 +31,7 @@ func (f *fileSystems) of(fsID string) *fsState {
 	defer f.mu.Unlock()
 	st := f.byID[fsID]
 	if st == nil {
-		st = &fsState{mem: core.NewFS(fsID), deleting: map[string]int{}, deleted: map[string]time.Time{},
-			creates: rootpath.NewIndex(), createOf: map[string]createEntry{},
-		}
+		st = &fsState{mem: core.NewFS(fsID), deleting: map[string]int{}}
 		f.byID[fsID] = st
 	}
 	return st
@@ -57,12 +54,14 @@ type fsState struct {
 	mu sync.Mutex
 
 	// gids: the GID allocator's view (pkg/gid, which keeps it under mu:
-	// gidView). Only the allocator reads or writes it.
+	// gidView). Only the allocator reads or writes it, and memory()'s
+	// Gone (gid.View.Forget, under mu).
 	gids gid.View
 
 	// mem: what the machines remember of the file system (core.FS: the
-	// answers, finished deletes, burned tokens, upstream's tokens listed),
-	// under mu (effects.run holds it around their steps).
+	// answers, finished deletes, burned tokens, upstream's tokens listed,
+	// root removal's creates and deletes), under mu (effects.run holds it
+	// around their steps). The machines are given it as memory().
 	mem *core.FS
 
 	// others: from the allocator's last complete listing (watchedSource,
@@ -72,25 +71,13 @@ type fsState struct {
 	// mem.
 	others otherIDs
 
-	// Root removal's memory (rootdir.go). deleting: the access points
-	// whose DeleteVolume is under way in this process: doomed, so they do
-	// not keep a shared directory (two deletes of a shared directory at
-	// once would otherwise keep it both). deleted: those this process
-	// deleted, for as long as a listing taken before may still show them
-	// (a delete that finished while the other's listing was in flight
-	// would otherwise look live to it). deletedPruneAt: len(deleted) at
-	// which old ones are dropped next.
-	deleting       map[string]int
-	deleted        map[string]time.Time
-	deletedPruneAt int
-
-	// creates: this process's creates, under way or ended within
-	// goneMemory, indexed by root directory (createOf by token): what
-	// reaches a directory since a listing began, at no cost
-	// (createSharer). Only kept with root removal on.
-	creates       *rootpath.Index
-	createOf      map[string]createEntry
-	createPruneAt int
+	// deleting: the access points whose DeleteVolume is under way in
+	// this process, for root removal (rootdir.go): doomed, so they do not
+	// keep a shared directory (two deletes of a shared directory at once
+	// would otherwise keep it both). Held by the RemoveRoot effect through
+	// the DeleteAccessPoint. Those it deleted, and its creates, are mem's
+	// (core.FS.Deleted, core.FS.Creates).
+	deleting map[string]int
 
 	// zone: the file system's availability zone ("" for a regional one)
 	// as described at zoneAt (zero: never), for placement and topology
@@ -154,23 +141,31 @@ func (st *fsState) addOutside(ids ...int64) {
 	st.mem.AddOutside(ids...)
 }
 
-// gone records that apID was deleted at now. Those older than goneMemory
-// are dropped whenever the map has doubled since the last sweep, so that a
-// storm of deletes costs amortized constant time each.
+// memory is the core.Memory the machines of this file system are given:
+// mem, whose Gone also frees the gone access point's ids in the
+// allocator's view (gids), which lives beside mem under mu. A shim, only
+// until the view moves into core.FS (then FS.Gone does it): the caller
+// holds mu, so it cannot call the allocator (pkg/gid's Home rule), and
+// calls the view's unlocked Forget instead.
+func (st *fsState) memory() core.Memory { return fsMemory{st.mem, &st.gids} }
+
+type fsMemory struct {
+	*core.FS
+	gids *gid.View
+}
+
+func (m fsMemory) Gone(apID string, now time.Time) {
+	m.FS.Gone(apID, now)
+	m.gids.Forget(apID)
+}
+
+// gone records that apID (an access point, or a directory volume's
+// stand-in) was deleted at now, for root removal and the allocator: its
+// ids are free once no other live access point carries them.
 func (st *fsState) gone(apID string, now time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.deleted[apID] = now
-	st.mem.GoneToken(apID)
-	if len(st.deleted) < st.deletedPruneAt {
-		return
-	}
-	for id, at := range st.deleted {
-		if now.Sub(at) > goneMemory {
-			delete(st.deleted, id)
-		}
-	}
-	st.deletedPruneAt = max(1024, 2*len(st.deleted))
+	st.memory().Gone(apID, now)
 }
 
 // deletingNow marks apID as being deleted until the returned func is called.
@@ -188,80 +183,19 @@ func (st *fsState) deletingNow(apID string) (done func()) {
 }
 
 // beingDeleted: apID's delete is under way in this process, or it deleted
-// it within goneMemory.
+// it within core.GoneMemory.
 func (st *fsState) beingDeleted(apID string) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	_, gone := st.deleted[apID]
-	return st.deleting[apID] > 0 || gone
+	return st.deleting[apID] > 0 || st.mem.Deleted(apID)
 }
 
-// createEntry is a create of this process in the index; ended is zero while
-// it is under way.
-type createEntry struct {
-	root  string
-	ended time.Time
-}
-
-// creating records that this process creates token's volume at root,
-// until done is called with what the create answered (nil: nothing
-// known); the entry then stays for goneMemory, longer than any listing
-// that started before the create ended is used.
-func (st *fsState) creating(token, name, root string, now func() time.Time) (done func(ap *efs.AccessPoint)) {
-	h := rootpath.Holder{Token: token, Name: name, Path: root, Kind: rootpath.Creating, Live: true}
-	st.mu.Lock()
-	st.forgetCreateLocked(token)
-	st.putCreateLocked(token, h, time.Time{})
-	st.mu.Unlock()
-	return func(ap *efs.AccessPoint) {
-		if ap != nil {
-			h.APID = ap.ID
-			h.Path = ap.Path // adopted access points may differ from the plan
-		}
-		at := now()
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		st.forgetCreateLocked(token)
-		st.putCreateLocked(token, h, at)
-		st.pruneCreatesLocked(at)
-	}
-}
-
-func (st *fsState) putCreateLocked(token string, h rootpath.Holder, ended time.Time) {
-	st.creates.Add(token, h)
-	st.createOf[token] = createEntry{root: h.Path, ended: ended}
-}
-
-func (st *fsState) forgetCreateLocked(token string) {
-	e, ok := st.createOf[token]
-	if !ok {
-		return
-	}
-	delete(st.createOf, token)
-	st.creates.Remove(token, e.root)
-}
-
-// pruneCreatesLocked drops creates that ended over goneMemory ago whenever
-// their number has doubled since the last sweep (amortized constant time
-// per create, as gone).
-func (st *fsState) pruneCreatesLocked(now time.Time) {
-	if len(st.createOf) < st.createPruneAt {
-		return
-	}
-	for token, e := range st.createOf {
-		if !e.ended.IsZero() && now.Sub(e.ended) > goneMemory {
-			st.forgetCreateLocked(token)
-		}
-	}
-	st.createPruneAt = max(1024, 2*len(st.createOf))
-}
-
-// findCreate is a create of this process nested with root (the index's
-// Nested) for which counts is true, asked once the lock is released (it
-// may read this state again).
+// findCreate is a create of this process (core.FS.Creates) nested with
+// root for which counts is true. The index is read under the lock; counts
+// is asked once it is released (it may read this state again).
 func (st *fsState) findCreate(root string, counts func(rootpath.Holder) bool) (rootpath.Holder, bool) {
 	st.mu.Lock()
-	nested := st.creates.Nested(root)
+	nested := st.mem.Creates(root)
 	st.mu.Unlock()
 	for _, h := range nested {
 		if counts(h) {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -43,10 +42,6 @@ func newRootDirs() *rootDirs {
 		emptyTrash: map[string]bool{},
 	}
 }
-
-// goneMemory is how long a deleted access point is remembered: longer than
-// a listing takes.
-const goneMemory = 2 * time.Minute
 
 // RootDirsKept counts the deletes that kept the root directory because
 // another live access point reaches it (for metrics: it only grows).
@@ -87,10 +82,10 @@ func (s *Service) sharer(ap *efs.AccessPoint, v *rootView) string {
 }
 
 // createSharer names a create of this process, under way or finished
-// within goneMemory, whose root directory is nested with ap's; "" if none.
-// It costs no request, so it is asked again right before the removal: the
-// listing, shared by a batch of deletes, started before this delete waited
-// for its removal slot and mounted.
+// within core.GoneMemory, whose root directory is nested with ap's; ""
+// if none. It costs no request, so it is asked again right before the
+// removal: the listing, shared by a batch of deletes, started before this
+// delete waited for its removal slot and mounted.
 func (s *Service) createSharer(ap *efs.AccessPoint) string {
 	if h, ok := s.fs(ap.FileSystemID).findCreate(ap.Path, func(h rootpath.Holder) bool { return s.reaches(h, ap) }); ok {
 		return h.String()

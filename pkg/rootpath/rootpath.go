@@ -6,11 +6,11 @@
 //
 // It is a package of its own, not part of pkg/controller or of its core
 // (pkg/controller/core), because two memories use it, for one thing each:
-// this process's memory of its creates keeps them in an Index, which
-// changes as creates come and go, and is to be the core's (core.FS);
-// root removal's views (pkg/controller, rootindex.go) build a Sorted of a
-// listing and the record, fixed once read. Neither owns the geometry of
-// paths the other relies on.
+// the core's file system memory (core.FS) keeps this process's creates
+// in an Index, which changes as creates come and go; root removal's views
+// (pkg/controller, rootindex.go) build a Sorted of a listing and the
+// record, fixed once read. Neither owns the geometry of paths the other
+// relies on.
 package rootpath
 
 import (

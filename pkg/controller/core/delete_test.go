@@ -50,8 +50,6 @@ func describe(e Effect) string {
 		return "lock " + strings.Join(e.Keys, ",")
 	case Log:
 		return "log " + e.Msg
-	case DirGone:
-		return "dir gone"
 	case LookUp:
 		return "look up"
 	case ReadRecord:

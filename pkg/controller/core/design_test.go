@@ -180,3 +180,12 @@ func (m recordingMemory) SawToken(ap *efs.AccessPoint, cluster string) {
 	m.FS.SawToken(ap, cluster)
 }
 func (m recordingMemory) AddOutside(ids ...int64) { m.note("AddOutside"); m.FS.AddOutside(ids...) }
+func (m recordingMemory) Creating(token, name, root string) {
+	m.note("Creating")
+	m.FS.Creating(token, name, root)
+}
+func (m recordingMemory) CreateEnded(token string, ap *efs.AccessPoint, now time.Time) {
+	m.note("CreateEnded")
+	m.FS.CreateEnded(token, ap, now)
+}
+func (m recordingMemory) Gone(apID string, now time.Time) { m.note("Gone"); m.FS.Gone(apID, now) }

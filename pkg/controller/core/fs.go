@@ -10,9 +10,10 @@ import (
 // the machines to read and change by method calls with the time passed
 // in: the volumes it answered, the deletes it finished, the GID tokens EFS
 // named for access points it did not describe, and the access points its
-// allocator's last listing showed under volume names' tokens (upstream's).
-// The process loses it on restart; the record (pkg/journal) is what
-// survives.
+// allocator's last listing showed under volume names' tokens (upstream's),
+// and for root removal its creates and deletes of the last minutes
+// (rootMemory). The process loses it on restart; the record (pkg/journal)
+// is what survives.
 //
 // FS has no lock and never blocks, as etcd-io/raft's RawNode: the shell
 // keeps one per file system and holds that file system's lock around every
@@ -45,6 +46,8 @@ type FS struct {
 	outsideIDs []int64
 	taken      map[int64]string
 	takenBy    map[string]int64
+	// roots: this process's creates and deletes, for root removal.
+	roots rootMemory
 }
 
 // remembered is what this process answered for a volume, and when.
@@ -62,7 +65,8 @@ type ListedAP struct {
 // NewFS is the memory of file system id, empty.
 func NewFS(id string) *FS {
 	return &FS{id: id, answers: map[string]remembered{}, answerOf: map[string]string{},
-		finished: newFinishedDeletes(), invisible: map[string]time.Time{}, taken: map[int64]string{}, takenBy: map[string]int64{}}
+		finished: newFinishedDeletes(), invisible: map[string]time.Time{}, taken: map[int64]string{}, takenBy: map[string]int64{},
+		roots: newRootMemory()}
 }
 
 // Answered is the access point this process answered for the volume name,
@@ -165,6 +169,9 @@ type Memory interface {
 	Candidate(name, root string, lo, hi int64, from int) (int64, int, error)
 	SawToken(ap *efs.AccessPoint, cluster string)
 	AddOutside(ids ...int64)
+	Creating(token, name, root string)
+	CreateEnded(token string, ap *efs.AccessPoint, now time.Time)
+	Gone(apID string, now time.Time)
 }
 
 // FinishedDeletes is how many finished deletes FS remembers.

@@ -60,6 +60,19 @@ func (s *script) SawToken(*efs.AccessPoint, string) {}
 func (s *script) AddOutside(...int64)               {}
 func (s *script) Upstream(string) *efs.AccessPoint  { return s.take("upstream token").AP }
 
+// Creating, CreateEnded and Gone tell this process's root removal (and
+// Gone its allocator) of a create and a delete: a step each, Creating's
+// and CreateEnded's named as their effects were.
+func (s *script) Creating(_, _, root string) { s.take("creating " + root) }
+func (s *script) CreateEnded(_ string, ap *efs.AccessPoint, _ time.Time) {
+	if ap == nil {
+		s.take("create ended")
+		return
+	}
+	s.take("create ended " + ap.ID)
+}
+func (s *script) Gone(apID string, _ time.Time) { s.take("gone " + apID) }
+
 // drive runs the machine start makes through steps, checking each effect
 // it asks for (named by describe) and each memory call, then that it asks
 // for nothing past its end.
