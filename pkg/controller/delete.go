@@ -65,7 +65,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 	defer x.release()
 	// The memory of the ID's file system, if it parses (the delete reads
 	// none otherwise).
-	var mem *core.FS
+	var mem core.Memory
 	if id, err := volume.ParseID(volumeID); err == nil {
 		x.st = s.fs(id.FileSystemID)
 		mem = x.st.mem
@@ -144,17 +144,9 @@ func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) erro
 	if err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
 		return err
 	}
-	s.forgetGone(fsID, apID)
+	s.fs(fsID).gone(apID, s.now())
 	s.fs(fsID).dropAnswer(apID)
 	return nil
-}
-
-// forgetGone tells root removal's memory and the allocator that apID (an
-// access point, or a directory volume's stand-in) is deleted: its ids are
-// free once no other live access point carries them.
-func (s *Service) forgetGone(fsID, apID string) {
-	s.fs(fsID).gone(apID, s.now())
-	s.gids.Forget(fsID, apID)
 }
 
 // cleanupTimeout bounds the unmount after the call's own context is gone.

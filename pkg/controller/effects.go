@@ -30,10 +30,8 @@ type effects struct {
 	st   *fsState  // the file system whose memory the machine reads (nil: none); locked around its steps
 	p    *plan     // a create's plan (Candidate)
 	view *rootView // a delete's: the listing LookUp used, for RemoveRoot
-	// ended ends what Creating began (a create's, with root removal).
-	ended func(*efs.AccessPoint)
-	res   []*gid.Reservation
-	held  []func()
+	res  []*gid.Reservation
+	held []func()
 	// dirsRead: foundHeld has read the record's directory volumes of
 	// these file systems in this call.
 	dirsRead map[string]bool
@@ -217,9 +215,8 @@ func (x *effects) request(e core.Effect) (r core.Result, ok bool) {
 	return r, true
 }
 
-// local executes what this process holds: the call's locks and context,
-// the allocator's reservations and view, the file systems' memory of
-// creates and deletes.
+// local executes what this process holds for the call: its volume locks
+// and its context.
 func (x *effects) local(e core.Effect) (r core.Result, ok bool) {
 	s, ctx := x.s, x.ctx
 	switch e := e.(type) {
@@ -232,14 +229,6 @@ func (x *effects) local(e core.Effect) (r core.Result, ok bool) {
 		var cancel context.CancelFunc
 		x.ctx, cancel = cleanupContext(ctx)
 		x.held = append(x.held, cancel)
-
-	case core.DirGone:
-		standIn := core.DirStandIn(e.Record)
-		s.forgetGone(standIn.FileSystemID, standIn.ID)
-	case core.Creating:
-		x.ended = s.fs(e.FileSystem).creating(e.Token, e.Name, e.Root, s.now)
-	case core.CreateEnded:
-		x.ended(e.AP)
 	default:
 		return r, false
 	}

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
-	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
+	"github.com/efs-csi/efs-csi-driver/pkg/rootpath"
 )
 
 // fileSystems holds this process's state of each file system it has seen,
@@ -35,9 +35,7 @@ func (f *fileSystems) of(fsID string) *fsState {
 	defer f.mu.Unlock()
 	st := f.byID[fsID]
 	if st == nil {
-		st = &fsState{mem: core.NewFSWith(fsID, f.alloc), deleting: map[string]int{}, deleted: map[string]time.Time{},
-			creates: newPathIndex(), createOf: map[string]createEntry{},
-		}
+		st = &fsState{mem: core.NewFSWith(fsID, f.alloc), deleting: map[string]int{}}
 		f.byID[fsID] = st
 	}
 	return st
@@ -68,8 +66,9 @@ type fsState struct {
 	mu sync.Mutex
 
 	// mem: what the machines remember of the file system (core.FS: the
-	// answers, finished deletes, burned tokens, upstream's tokens listed),
-	// under mu (effects.run holds it around their steps).
+	// answers, finished deletes, burned tokens, upstream's tokens listed,
+	// root removal's creates and deletes), under mu (effects.run holds it
+	// around their steps).
 	mem *core.FS
 
 	// others: from the allocator's last complete listing (watchedSource,
@@ -79,25 +78,13 @@ type fsState struct {
 	// mem.
 	others otherIDs
 
-	// Root removal's memory (rootdir.go). deleting: the access points
-	// whose DeleteVolume is under way in this process: doomed, so they do
-	// not keep a shared directory (two deletes of a shared directory at
-	// once would otherwise keep it both). deleted: those this process
-	// deleted, for as long as a listing taken before may still show them
-	// (a delete that finished while the other's listing was in flight
-	// would otherwise look live to it). deletedPruneAt: len(deleted) at
-	// which old ones are dropped next.
-	deleting       map[string]int
-	deleted        map[string]time.Time
-	deletedPruneAt int
-
-	// creates: this process's creates, under way or ended within
-	// goneMemory, indexed by root directory (createOf by token): what
-	// reaches a directory since a listing began, at no cost
-	// (createSharer). Only kept with root removal on.
-	creates       *pathIndex
-	createOf      map[string]createEntry
-	createPruneAt int
+	// deleting: the access points whose DeleteVolume is under way in
+	// this process, for root removal (rootdir.go): doomed, so they do not
+	// keep a shared directory (two deletes of a shared directory at once
+	// would otherwise keep it both). Held by the RemoveRoot effect through
+	// the DeleteAccessPoint. Those it deleted, and its creates, are mem's
+	// (core.FS.Deleted, core.FS.Creates).
+	deleting map[string]int
 
 	// zone: the file system's availability zone ("" for a regional one)
 	// as described at zoneAt (zero: never), for placement and topology
@@ -161,23 +148,13 @@ func (st *fsState) addOutside(ids ...int64) {
 	st.mem.AddOutside(ids...)
 }
 
-// gone records that apID was deleted at now. Those older than goneMemory
-// are dropped whenever the map has doubled since the last sweep, so that a
-// storm of deletes costs amortized constant time each.
+// gone records that apID (an access point, or a directory volume's
+// stand-in) was deleted at now, for root removal and the allocator: its
+// ids are free once no other live access point carries them.
 func (st *fsState) gone(apID string, now time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.deleted[apID] = now
-	st.mem.GoneToken(apID)
-	if len(st.deleted) < st.deletedPruneAt {
-		return
-	}
-	for id, at := range st.deleted {
-		if now.Sub(at) > goneMemory {
-			delete(st.deleted, id)
-		}
-	}
-	st.deletedPruneAt = max(1024, 2*len(st.deleted))
+	st.mem.Gone(apID, now)
 }
 
 // deletingNow marks apID as being deleted until the returned func is called.
@@ -195,87 +172,26 @@ func (st *fsState) deletingNow(apID string) (done func()) {
 }
 
 // beingDeleted: apID's delete is under way in this process, or it deleted
-// it within goneMemory.
+// it within core.GoneMemory.
 func (st *fsState) beingDeleted(apID string) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	_, gone := st.deleted[apID]
-	return st.deleting[apID] > 0 || gone
+	return st.deleting[apID] > 0 || st.mem.Deleted(apID)
 }
 
-// createEntry is a create of this process in the index; ended is zero while
-// it is under way.
-type createEntry struct {
-	root  string
-	ended time.Time
-}
-
-// creating records that this process creates token's volume at root,
-// until done is called with what the create answered (nil: nothing
-// known); the entry then stays for goneMemory, longer than any listing
-// that started before the create ended is used.
-func (st *fsState) creating(token, name, root string, now func() time.Time) (done func(ap *efs.AccessPoint)) {
-	h := holder{token: token, name: name, path: root, kind: creatingHolder, live: true}
+// findCreate is a create of this process (core.FS.Creates) nested with
+// root for which counts is true. The index is read under the lock; counts
+// is asked once it is released (it may read this state again).
+func (st *fsState) findCreate(root string, counts func(rootpath.Holder) bool) (rootpath.Holder, bool) {
 	st.mu.Lock()
-	st.forgetCreateLocked(token)
-	st.putCreateLocked(token, h, time.Time{})
-	st.mu.Unlock()
-	return func(ap *efs.AccessPoint) {
-		if ap != nil {
-			h.apID = ap.ID
-			h.path = ap.Path // adopted access points may differ from the plan
-		}
-		at := now()
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		st.forgetCreateLocked(token)
-		st.putCreateLocked(token, h, at)
-		st.pruneCreatesLocked(at)
-	}
-}
-
-func (st *fsState) putCreateLocked(token string, h holder, ended time.Time) {
-	st.creates.add(token, h)
-	st.createOf[token] = createEntry{root: h.path, ended: ended}
-}
-
-func (st *fsState) forgetCreateLocked(token string) {
-	e, ok := st.createOf[token]
-	if !ok {
-		return
-	}
-	delete(st.createOf, token)
-	st.creates.remove(token, e.root)
-}
-
-// pruneCreatesLocked drops creates that ended over goneMemory ago whenever
-// their number has doubled since the last sweep (amortized constant time
-// per create, as gone).
-func (st *fsState) pruneCreatesLocked(now time.Time) {
-	if len(st.createOf) < st.createPruneAt {
-		return
-	}
-	for token, e := range st.createOf {
-		if !e.ended.IsZero() && now.Sub(e.ended) > goneMemory {
-			st.forgetCreateLocked(token)
-		}
-	}
-	st.createPruneAt = max(1024, 2*len(st.createOf))
-}
-
-// findCreate is pathIndex.find over this process's creates, with counts
-// asked once the lock is released (it may read this state again).
-func (st *fsState) findCreate(root string, counts func(holder) bool) (holder, bool) {
-	var nested []holder
-	st.mu.Lock()
-	st.creates.find(root, func(h holder) bool { nested = append(nested, h); return false })
+	nested := st.mem.Creates(root)
 	st.mu.Unlock()
 	for _, h := range nested {
 		if counts(h) {
 			return h, true
 		}
 	}
-	return holder{}, false
+	return rootpath.Holder{}, false
 }
 
 // dropAnswer stops answering repeats of apID's volume from memory (found

@@ -7,10 +7,10 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/rootpath"
 )
 
 // rootDirs is the state root-directory removal keeps between deletes.
@@ -41,10 +41,6 @@ func newRootDirs() *rootDirs {
 		emptyTrash: map[string]bool{},
 	}
 }
-
-// goneMemory is how long a deleted access point is remembered: longer than
-// a listing takes.
-const goneMemory = 2 * time.Minute
 
 // RootDirsKept counts the deletes that kept the root directory because
 // another live access point reaches it (for metrics: it only grows).
@@ -85,19 +81,19 @@ func (s *Service) PendingUnmounts() int {
 // process is deleting right now does not count: its volume is released
 // already.
 func (s *Service) sharer(ap *efs.AccessPoint, v *rootView) string {
-	if h, ok := v.index.find(ap.Path, func(h holder) bool { return s.reaches(h, ap) }); ok {
+	if h, ok := v.index.Find(ap.Path, func(h rootpath.Holder) bool { return s.reaches(h, ap) }); ok {
 		return h.String()
 	}
 	return s.createSharer(ap)
 }
 
 // createSharer names a create of this process, under way or finished
-// within goneMemory, whose root directory is nested with ap's; "" if none.
-// It costs no request, so it is asked again right before the removal: the
-// listing, shared by a batch of deletes, started before this delete waited
-// for its removal slot and mounted.
+// within core.GoneMemory, whose root directory is nested with ap's; ""
+// if none. It costs no request, so it is asked again right before the
+// removal: the listing, shared by a batch of deletes, started before this
+// delete waited for its removal slot and mounted.
 func (s *Service) createSharer(ap *efs.AccessPoint) string {
-	if h, ok := s.fs(ap.FileSystemID).findCreate(ap.Path, func(h holder) bool { return s.reaches(h, ap) }); ok {
+	if h, ok := s.fs(ap.FileSystemID).findCreate(ap.Path, func(h rootpath.Holder) bool { return s.reaches(h, ap) }); ok {
 		return h.String()
 	}
 	return ""
@@ -105,12 +101,12 @@ func (s *Service) createSharer(ap *efs.AccessPoint) string {
 
 // reaches reports whether h reaches its directory for the users of another
 // volume than ap's.
-func (s *Service) reaches(h holder, ap *efs.AccessPoint) bool {
+func (s *Service) reaches(h rootpath.Holder, ap *efs.AccessPoint) bool {
 	switch {
-	case !h.live, h.apID == ap.ID, h.token != "" && h.token == core.VolumeKeyOf(ap):
+	case !h.Live, h.APID == ap.ID, h.Token != "" && h.Token == core.VolumeKeyOf(ap):
 		return false // ap itself, its own record or create, or gone
 	}
-	return h.apID == "" || !s.fs(ap.FileSystemID).beingDeleted(h.apID)
+	return h.APID == "" || !s.fs(ap.FileSystemID).beingDeleted(h.APID)
 }
 
 // releaseMount unmounts and removes a temporary mount point, on a context

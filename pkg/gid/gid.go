@@ -612,6 +612,16 @@ func (a *Allocator) Forget(fsID, apID string) {
 	v.removeAP(apID)
 }
 
+// Forget is Allocator.Forget of v's file system for a caller that holds
+// v's lock (Options.Home's): one that holds it may not call the
+// Allocator, and the file system's memory hears of a delete under it.
+func (v *View) Forget(apID string) {
+	v.ready()
+	delete(v.local, apID)
+	v.deleted[apID] = true
+	v.removeAP(apID)
+}
+
 // Count is how many access points fsID has in the view (listed within
 // MaxAge, as ReserveFrom lists, plus this process's creates, minus its
 // deletes; only EFS access point IDs, "fsap-", count: not the stand-ins

@@ -306,20 +306,19 @@ func TestCreateEveryOutcome(t *testing.T) {
 				c = NewCreateVolume(cfg, p, mem, t0)
 			}
 			var (
-				creating, ended bool
-				sweepHeld       bool // the id of an access point nobody answered is held against creates
-				ownHold         bool // refused: the volume's own key holds that id
-				lastReadGone    bool // a read of the record found none
-				tokenOf         = map[string]string{}
-				trace           []string
-				rec             *journal.Record
-				held            bool // the record's current id is held
-				mustConfirm     bool // a Touch must come before the next send
-				recorded        = map[string]bool{}
-				droppable       = map[string]bool{}
-				answer          *Answer
-				madeN           int
-				lastOutcomes    string
+				sweepHeld    bool // the id of an access point nobody answered is held against creates
+				ownHold      bool // refused: the volume's own key holds that id
+				lastReadGone bool // a read of the record found none
+				tokenOf      = map[string]string{}
+				trace        []string
+				rec          *journal.Record
+				held         bool // the record's current id is held
+				mustConfirm  bool // a Touch must come before the next send
+				recorded     = map[string]bool{}
+				droppable    = map[string]bool{}
+				answer       *Answer
+				madeN        int
+				lastOutcomes string
 			)
 			fail := func(format string, args ...any) {
 				t.Helper()
@@ -341,16 +340,10 @@ func TestCreateEveryOutcome(t *testing.T) {
 					continue
 				case Lock:
 					opts = []func() Result{okr, one(Result{Err: keylock.ErrBusy})}
-				case Creating:
-					creating = true
-					opts = []func() Result{okr}
-				case CreateEnded:
-					ended = true
-					opts = []func() Result{okr}
 				case MakeDir:
 					fail("a volume of access points made a directory")
 				case Refresh:
-					if mode.delRoot && !creating {
+					if mode.delRoot && !mem.creating {
 						fail("reserved before this process's deletes see the create")
 					}
 					opts = []func() Result{func() Result { return Result{Err: refresh(mem.FS, e)} }, errr}
@@ -493,7 +486,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 			} else if answer.Err == nil {
 				fail("answered success without an access point")
 			}
-			if creating && !ended {
+			if mem.creating && !mem.ended {
 				fail("a create seen by this process's deletes never ended")
 			}
 			if n := mem.FS.alloc.Stats()[fsID].Reserved; n != 0 {
@@ -515,11 +508,24 @@ func TestCreateEveryOutcome(t *testing.T) {
 // branchingMemory is a file system's memory whose every read a run of
 // TestCreateEveryOutcome chooses: an answer remembered or not (fresh or
 // stale), a token burned or not, upstream's access point listed or not.
+// It notes whether this process's deletes were told of the create
+// (creating) and of its end (ended).
 type branchingMemory struct {
 	*FS
-	pick     func(kind string, n int) int
-	answer   *efs.AccessPoint
-	upstream *efs.AccessPoint
+	pick            func(kind string, n int) int
+	answer          *efs.AccessPoint
+	upstream        *efs.AccessPoint
+	creating, ended bool
+}
+
+func (m *branchingMemory) Creating(token, name, root string) {
+	m.creating = true
+	m.FS.Creating(token, name, root)
+}
+
+func (m *branchingMemory) CreateEnded(token string, ap *efs.AccessPoint, now time.Time) {
+	m.ended = true
+	m.FS.CreateEnded(token, ap, now)
 }
 
 func (m *branchingMemory) Answered(string) (*efs.AccessPoint, time.Time) {

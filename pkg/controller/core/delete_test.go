@@ -49,8 +49,6 @@ func describe(e Effect) string {
 		return "answer " + e.Err.Error()
 	case Lock:
 		return "lock " + strings.Join(e.Keys, ",")
-	case DirGone:
-		return "dir gone"
 	case LookUp:
 		return "look up"
 	case ReadRecord:

@@ -213,3 +213,12 @@ func (m recordingMemory) Seen(ap efs.AccessPoint, now time.Time) {
 	m.FS.Seen(ap, now)
 }
 func (m recordingMemory) RootNotOwned() { m.note("RootNotOwned"); m.FS.RootNotOwned() }
+func (m recordingMemory) Creating(token, name, root string) {
+	m.note("Creating")
+	m.FS.Creating(token, name, root)
+}
+func (m recordingMemory) CreateEnded(token string, ap *efs.AccessPoint, now time.Time) {
+	m.note("CreateEnded")
+	m.FS.CreateEnded(token, ap, now)
+}
+func (m recordingMemory) Gone(apID string, now time.Time) { m.note("Gone"); m.FS.Gone(apID, now) }

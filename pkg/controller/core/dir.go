@@ -32,15 +32,11 @@ type (
 	// confirms the record (journal.SetDirMade; Result.Err,
 	// journal.ErrDeleting once a delete marked it).
 	SetDirMade struct{ Record *journal.Record }
-	// DirGone: Record's directory volume is deleted; this process's
-	// allocator and root removal forget its stand-in. No result.
-	DirGone struct{ Record *journal.Record }
 )
 
 func (MakeDir) effect()    {}
 func (UnmakeDir) effect()  {}
 func (SetDirMade) effect() {}
-func (DirGone) effect()    {}
 
 // DirStandIn is the access point a directory volume stands for where
 // access points are counted: in the allocator (its ids), root removal's
@@ -64,11 +60,11 @@ func DirStandInID(token string) string { return "dir:" + token }
 // this call made (nobody answered it) is removed again and the call is
 // ABORTED. One that marks it after removes the directory after it was
 // made. With root removal on, this process's deletes see the create from
-// before its record is written (Creating) until its end.
+// before its record is written (FS.Creating) until its end.
 func (c *Create) createDir() Answer {
 	p := c.p
 	if c.cfg.DeleteRootDir {
-		c.do(Creating{FileSystem: p.Params.FileSystemID, Token: p.Input.ClientToken, Name: p.Name, Root: p.Input.Path})
+		c.mem.Creating(p.Input.ClientToken, p.Name, p.Input.Path)
 	}
 	a := c.dirProtocol()
 	c.release()
@@ -77,7 +73,7 @@ func (c *Create) createDir() Answer {
 		if a.Err == nil {
 			made = DirStandIn(a.Record)
 		}
-		c.do(CreateEnded{AP: made})
+		c.mem.CreateEnded(p.Input.ClientToken, made, c.now)
 	}
 	return a
 }
@@ -92,7 +88,7 @@ func (c *Create) dirProtocol() Answer {
 		return Answer{Err: fmt.Errorf("%w: volume %q: %s", ErrIncompatible, c.p.Name, why)}
 	}
 	// Before the reservation goes (the call's end): this process's
-	// allocator keeps every create off the id until the delete's DirGone.
+	// allocator keeps every create off the id until the delete's FS.Gone.
 	c.mem.Seen(*DirStandIn(rec), c.now)
 	c.mem.AddOutside(rec.UID, rec.GID) // access point creates skip them: carried outside the GID token protocol
 	return c.makeDir(rec)
@@ -147,7 +143,7 @@ func (p *Plan) dirMismatch(rec *journal.Record) string {
 // record's name locks: Mark, then with root removal the directory's
 // removal under root removal's rules (RemoveRoot: never one another
 // listed access point or recorded volume reaches, after the listing lag),
-// then DirGone and Finish (id, then record).
+// then FS.Gone and Finish (id, then record).
 //
 // A repeat is not answered from this process's finished deletes (FS.DeleteFinished),
 // as an access point volume's is: every life of a directory volume has the
@@ -187,7 +183,7 @@ func (d *Delete) deleteDir(id volume.ID) error {
 			return r.Err
 		}
 	}
-	d.do(DirGone{Record: rec})
+	d.mem.Gone(DirStandInID(rec.Token), d.now) // this process's allocator and root removal forget the stand-in
 	if r := d.do(Finish{Record: rec}); r.Err != nil {
 		return r.Err
 	}

@@ -37,13 +37,6 @@ func describeDir(e Effect) string {
 		return "unmake dir"
 	case SetDirMade:
 		return "set dir made"
-	case Creating:
-		return "creating " + e.Root
-	case CreateEnded:
-		if e.AP == nil {
-			return "create ended"
-		}
-		return "create ended " + e.AP.ID
 	case Answer:
 		if e.Err == nil && e.Record != nil {
 			return "answer record " + e.Record.Path
@@ -119,7 +112,7 @@ func TestDeleteDirSteps(t *testing.T) {
 		s[2].give = Result{Record: r}
 		return append(s, tail...)
 	}
-	finished := []step{{"dir gone", Result{}}, {"finish", Result{}}, {"log directory volume deleted", Result{}}, {"answer ok", Result{}}}
+	finished := []step{{"gone " + DirStandInID(token), Result{}}, {"finish", Result{}}, {"log directory volume deleted", Result{}}, {"answer ok", Result{}}}
 	for _, tc := range []struct {
 		name    string
 		delRoot bool

@@ -11,9 +11,10 @@ import (
 // the machines to read and change by method calls with the time passed
 // in: the volumes it answered, the deletes it finished, the GID tokens EFS
 // named for access points it did not describe, and the access points its
-// allocator's last listing showed under volume names' tokens (upstream's).
-// The process loses it on restart; the record (pkg/journal) is what
-// survives.
+// allocator's last listing showed under volume names' tokens (upstream's),
+// and for root removal its creates and deletes of the last minutes
+// (rootMemory). The process loses it on restart; the record (pkg/journal)
+// is what survives.
 //
 // FS has no lock and never blocks, as etcd-io/raft's RawNode: the shell
 // keeps one per file system and holds that file system's lock around every
@@ -56,6 +57,8 @@ type FS struct {
 	// rootsNotOwned: the deletes, with root removal on, that kept the
 	// root directory of an access point no CSI driver made (a metric).
 	rootsNotOwned int64
+	// roots: this process's creates and deletes, for root removal.
+	roots rootMemory
 }
 
 // remembered is what this process answered for a volume, and when.
@@ -79,7 +82,7 @@ func NewFS(id string) *FS { return NewFSWith(id, nil) }
 func NewFSWith(id string, alloc *gid.Allocator) *FS {
 	f := &FS{id: id, answers: map[string]remembered{}, answerOf: map[string]string{},
 		finished: newFinishedDeletes(), invisible: map[string]time.Time{}, taken: map[int64]string{}, takenBy: map[string]int64{},
-		alloc: alloc}
+		alloc: alloc, roots: newRootMemory()}
 	if f.alloc == nil { // the caller serializes, as for the rest of FS
 		f.alloc = gid.NewUnlocked(nil, gid.Options{}, func(string) *gid.View { return &f.gids })
 	}
@@ -221,6 +224,9 @@ type Memory interface {
 	Release(r *gid.Reservation)
 	Seen(ap efs.AccessPoint, now time.Time)
 	RootNotOwned()
+	Creating(token, name, root string)
+	CreateEnded(token string, ap *efs.AccessPoint, now time.Time)
+	Gone(apID string, now time.Time)
 }
 
 // FinishedDeletes is how many finished deletes FS remembers.

@@ -94,6 +94,24 @@ func (r *modelReplica) restart(w *modelWorld) {
 	r.mem.alloc.DistrustBefore(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
+// memory is r's memory as its machines are given it (modelMemory).
+func (r *modelReplica) memory(w *modelWorld) Memory { return modelMemory{r.mem, w} }
+
+// modelMemory is a replica's memory whose Gone of a directory volume's
+// stand-in (its delete's) also ends the directory's stand-in in the world:
+// the gid check counts it from its MakeDir until then or its UnmakeDir
+// (root removal is off here; a directory kept by its delete holds no
+// volume's id), as the controller's allocator forgets it then.
+type modelMemory struct {
+	*FS
+	w *modelWorld
+}
+
+func (m modelMemory) Gone(apID string, now time.Time) {
+	m.FS.Gone(apID, now)
+	delete(m.w.aps, apID)
+}
+
 // modelActor is a caller: a provisioner that creates a claim's volume
 // until answered, then deletes it until done; or a duplicate caller of the
 // same claim on the other replica, which deletes what it was answered
@@ -168,11 +186,11 @@ func (a *modelActor) start(w *modelWorld, cfg CreateConfig) {
 		a.call = &modelCall{m: &modelRound{a: a, w: w}, r: r}
 	case a.volID == "":
 		a.attempts++
-		a.call = &modelCall{m: NewCreateVolume(cfg, a.plan, r.mem, w.now), r: r}
+		a.call = &modelCall{m: NewCreateVolume(cfg, a.plan, r.memory(w), w.now), r: r}
 	default:
 		a.attempts++
 		w.deleting[a.apID] = true
-		a.call = &modelCall{m: NewDelete(DeleteConfig{Cluster: "c1"}, a.volID, r.mem, w.now), r: r, del: true}
+		a.call = &modelCall{m: NewDelete(DeleteConfig{Cluster: "c1"}, a.volID, r.memory(w), w.now), r: r, del: true}
 	}
 }
 
@@ -294,8 +312,7 @@ func (m *modelRound) Step(r Result) {
 // linearizes at the last read, as the goroutine simulator's answer does).
 func local(e Effect) bool {
 	switch e.(type) {
-	case Answer, Refresh,
-		Creating, CreateEnded, Detach, DirGone:
+	case Answer, Refresh, Detach:
 		return true
 	}
 	return false
@@ -343,7 +360,7 @@ func (a *modelActor) effect(w *modelWorld, lost bool) bool {
 		}
 		a.call = nil
 		w.trace = append(w.trace, fmt.Sprintf("%s@%s hands %s to DeleteVolume", a.name, c.r.name, h.AccessPoint))
-		a.queue = append([]stepper{NewDelete(DeleteConfig{Cluster: "c1"}, "efs:"+fsID+"::"+h.AccessPoint, c.r.mem, w.now)}, a.queue...)
+		a.queue = append([]stepper{NewDelete(DeleteConfig{Cluster: "c1"}, "efs:"+fsID+"::"+h.AccessPoint, c.r.memory(w), w.now)}, a.queue...)
 		return false
 	}
 	if ans, ok := e.(Answer); ok {
@@ -614,24 +631,16 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		out.Err = refresh(c.r.mem, e, aps...)
 	case MakeDir:
 		// The directory: a stand-in the gid check counts, from its making
-		// until DirGone or UnmakeDir (root removal is off here; a directory
-		// kept by its delete holds no volume's id).
+		// until its delete's FS.Gone (modelMemory) or UnmakeDir.
 		ap := DirStandIn(e.Record)
 		if w.aps[ap.ID] == nil {
 			w.aps[ap.ID], out.Yes = ap, true
 		}
-	case UnmakeDir, DirGone:
-		var rec *journal.Record
-		if u, ok := e.(UnmakeDir); ok {
-			rec = u.Record
-		} else {
-			rec = e.(DirGone).Record
-		}
-		delete(w.aps, DirStandIn(rec).ID)
+	case UnmakeDir:
+		delete(w.aps, DirStandIn(e.Record).ID)
 	case SetDirMade:
 		out.Err = j.SetDirMade(ctx, e.Record)
-	case Reachable, RemoveRoot, Detach,
-		Creating, CreateEnded:
+	case Reachable, RemoveRoot, Detach:
 		// Nothing this model keeps: no root directories, no allocator
 		// view, no other writers, no listing lag.
 	default:

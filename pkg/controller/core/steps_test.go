@@ -107,6 +107,19 @@ func (s *script) Seen(ap efs.AccessPoint, _ time.Time) {
 	s.take("seen " + ap.ID)
 }
 
+// Creating, CreateEnded and Gone tell this process's root removal (and
+// Gone its allocator) of a create and a delete: a step each, Creating's
+// and CreateEnded's named as their effects were.
+func (s *script) Creating(_, _, root string) { s.take("creating " + root) }
+func (s *script) CreateEnded(_ string, ap *efs.AccessPoint, _ time.Time) {
+	if ap == nil {
+		s.take("create ended")
+		return
+	}
+	s.take("create ended " + ap.ID)
+}
+func (s *script) Gone(apID string, _ time.Time) { s.take("gone " + apID) }
+
 // drive runs the machine start makes through steps, checking each effect
 // it asks for (named by describe), each memory call and each line it logs
 // (start gives it the script's memory and logger), then that it asks for

@@ -8,19 +8,6 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 )
 
-// The effects of a CreateVolume around the record's protocol (Create).
-type (
-	// Creating makes this create seen by this process's deletes (root
-	// removal keeps a directory it may reach) until CreateEnded, and for
-	// a while after. No result.
-	Creating struct{ FileSystem, Token, Name, Root string }
-	// CreateEnded: the create answered AP (nil: none). No result.
-	CreateEnded struct{ AP *efs.AccessPoint }
-)
-
-func (Creating) effect()    {}
-func (CreateEnded) effect() {}
-
 // RepeatFresh is how long this process answers a repeated CreateVolume
 // from memory alone. A delete through this process drops the memory under
 // the volume's locks, so within the process the memory is exact; the
@@ -118,12 +105,12 @@ func (c *Create) confirmAnswer(ap *efs.AccessPoint) Answer {
 func (c *Create) fresh() Answer {
 	p := c.p
 	if c.cfg.DeleteRootDir {
-		c.do(Creating{FileSystem: p.Params.FileSystemID, Token: p.Input.ClientToken, Name: p.Name, Root: p.Input.Path})
+		c.mem.Creating(p.Input.ClientToken, p.Name, p.Input.Path)
 	}
 	a := c.protocol()
 	c.release()
 	if c.cfg.DeleteRootDir {
-		c.do(CreateEnded{AP: a.AP})
+		c.mem.CreateEnded(p.Input.ClientToken, a.AP, c.now)
 	}
 	if a.Err == nil {
 		c.mem.RememberAnswer(p.Name, a.AP, true, c.now)

@@ -1,4 +1,4 @@
-package controller
+package rootpath
 
 import "testing"
 
@@ -21,20 +21,20 @@ func TestNestedComparesWholeComponents(t *testing.T) {
 		{"/a/b", "/a/c", false},
 	} {
 		for _, pair := range [][2]string{{tc.a, tc.b}, {tc.b, tc.a}} {
-			x := newPathIndex()
-			x.add("k", holder{path: pair[0]})
-			if _, got := x.find(pair[1], func(holder) bool { return true }); got != tc.want {
-				t.Errorf("pathIndex holding %q, find(%q) = %v, want %v", pair[0], pair[1], got, tc.want)
+			x := NewIndex()
+			x.Add("k", Holder{Path: pair[0]})
+			if got := len(x.Nested(pair[1])) == 1; got != tc.want {
+				t.Errorf("Index holding %q, Nested(%q) = %v, want %v", pair[0], pair[1], x.Nested(pair[1]), tc.want)
 			}
-			x.remove("k", pair[0])
+			x.Remove("k", pair[0])
 			if len(x.at) != 0 || len(x.below) != 0 {
-				t.Errorf("pathIndex holding %q: removed, but the index keeps %v, %v", pair[0], x.at, x.below)
+				t.Errorf("Index holding %q: removed, but the index keeps %v, %v", pair[0], x.at, x.below)
 			}
 			// Among others that reach neither, in sorted order around it.
-			sorted := newSortedRoots([]holder{{path: "/a!"}, {path: pair[0], name: "k"}, {path: "/a-"}, {path: "/0"}, {path: "/z/y"}})
-			_, got := sorted.find(pair[1], func(h holder) bool { return h.name == "k" })
+			sorted := NewSorted([]Holder{{Path: "/a!"}, {Path: pair[0], Name: "k"}, {Path: "/a-"}, {Path: "/0"}, {Path: "/z/y"}})
+			_, got := sorted.Find(pair[1], func(h Holder) bool { return h.Name == "k" })
 			if got != tc.want {
-				t.Errorf("sortedRoots holding %q, find(%q) = %v, want %v", pair[0], pair[1], got, tc.want)
+				t.Errorf("Sorted holding %q, Find(%q) = %v, want %v", pair[0], pair[1], got, tc.want)
 			}
 		}
 	}
