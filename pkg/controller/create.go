@@ -70,7 +70,7 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	st := s.fs(p.Params.FileSystemID)
 	x := &effects{s: s, ctx: ctx, p: p, st: st}
 	defer x.release() // the name locks, after the answer's context is read
-	end := x.run(core.NewCreateVolume(s.createConfig(), &p.Plan, st.mem, s.now()))
+	end := x.run(core.NewCreateVolume(s.createConfig(x.logger()), &p.Plan, st.mem, s.now()))
 	if p.Params.NeedsGIDAllocation() {
 		// From the listing the create's allocator view came from.
 		s.warnOtherClusters(p.Params.FileSystemID, p.Params.GIDRangeStart, p.Params.GIDRangeEnd)
@@ -214,9 +214,10 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 	return tags, nil
 }
 
-// createConfig is what core.Create needs of this controller.
-func (s *Service) createConfig() core.CreateConfig {
-	return core.CreateConfig{API: string(s.api), Cluster: s.cluster, DeleteRootDir: s.delRoot, Logger: s.log}
+// createConfig is what core.Create needs of this controller, logging to
+// log.
+func (s *Service) createConfig(log *slog.Logger) core.CreateConfig {
+	return core.CreateConfig{API: string(s.api), Cluster: s.cluster, DeleteRootDir: s.delRoot, Logger: log}
 }
 
 // cleanupContext is ctx without its end, within cleanupTimeout: for what

@@ -70,7 +70,7 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 		x.st = s.fs(id.FileSystemID)
 		mem = x.st.mem
 	}
-	end := x.run(core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot, Logger: s.log}, volumeID, mem, s.now()))
+	end := x.run(core.NewDelete(core.DeleteConfig{Cluster: s.cluster, DeleteRootDir: s.delRoot, Logger: x.logger()}, volumeID, mem, s.now()))
 	switch e, ok := end.(core.Answer); {
 	case !ok:
 		return nil, fmt.Errorf("%w: a delete ended with %T", core.ErrStuck, end)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -32,6 +33,8 @@ type effects struct {
 	view *rootView // a delete's: the listing LookUp used, for RemoveRoot
 	res  []*gid.Reservation
 	held []func()
+	// lines: what the machine logged in its step under way (logger).
+	lines []heldLine
 	// dirsRead: foundHeld has read the record's directory volumes of
 	// these file systems in this call.
 	dirsRead map[string]bool
@@ -45,11 +48,13 @@ func (x *effects) run(m stepper) core.Effect {
 		x.lock() // stopped mid-way, the machine's function unwinds: its steps run under the lock
 		m.Stop()
 		x.unlock()
+		x.flushLog()
 	}()
 	for {
 		x.lock()
 		e := m.Next()
 		x.unlock()
+		x.flushLog()
 		switch e.(type) {
 		case core.Answer, core.Handoff:
 			return e
@@ -62,13 +67,58 @@ func (x *effects) run(m stepper) core.Effect {
 		x.lock()
 		m.Step(r)
 		x.unlock()
+		x.flushLog()
 	}
+}
+
+// logger is the machine's logger (its config's Logger): the Service's,
+// with each line held until its step ends and the file system's lock is
+// let go (flushLog), so that a slow log sink never holds the lock, and
+// written with the call's context.
+func (x *effects) logger() *slog.Logger {
+	return slog.New(heldLines{next: x.s.log.Handler(), x: x})
+}
+
+// flushLog writes the lines the machine logged during its last step.
+func (x *effects) flushLog() {
+	for _, l := range x.lines {
+		_ = l.h.Handle(x.ctx, l.r) // a line that cannot be written is not the call's failure
+	}
+	clear(x.lines)
+	x.lines = x.lines[:0]
+}
+
+// heldLines is a slog.Handler that keeps each record for flushLog.
+type heldLines struct {
+	next slog.Handler
+	x    *effects
+}
+
+// heldLine is a record and the handler that writes it.
+type heldLine struct {
+	h slog.Handler
+	r slog.Record
+}
+
+func (h heldLines) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h heldLines) Handle(_ context.Context, r slog.Record) error {
+	h.x.lines = append(h.x.lines, heldLine{h.next, r.Clone()})
+	return nil
+}
+
+func (h heldLines) WithAttrs(as []slog.Attr) slog.Handler {
+	return heldLines{next: h.next.WithAttrs(as), x: h.x}
+}
+
+func (h heldLines) WithGroup(name string) slog.Handler {
+	return heldLines{next: h.next.WithGroup(name), x: h.x}
 }
 
 // lock and unlock hold the machine's file system's lock around its steps,
 // where it reads and changes that file system's core.FS (which never
-// blocks): the protocol's own code, never an effect, runs under it, and
-// so do the lines it logs (the Service's logger, given in its config).
+// blocks): the protocol's own code, never an effect or a log write, runs
+// under it.
 func (x *effects) lock() {
 	if x.st != nil {
 		x.st.mu.Lock()

@@ -60,7 +60,8 @@ func (f *fileSystems) gidView(fsID string) (*gid.View, sync.Locker) {
 func (s *Service) fs(fsID string) *fsState { return s.fss.of(fsID) }
 
 // fsState is what this process knows of one file system, under one lock.
-// Nothing blocks while it is held: no request, no callback of a caller.
+// Nothing blocks while it is held: no request, no log write, no callback
+// of a caller.
 // No method of it calls the allocator (pkg/gid), which takes the lock.
 type fsState struct {
 	mu sync.Mutex
