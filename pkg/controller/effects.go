@@ -161,17 +161,16 @@ func (x *effects) record(e core.Effect) (r core.Result, ok bool) {
 	s, ctx := x.s, x.ctx
 	switch e := e.(type) {
 	case core.ReadRecord:
-		read := s.journal.Volume
-		if e.Hint {
+		read, key := s.journal.Volume, e.Key
+		switch {
+		case e.AccessPoint != "" && e.Hint:
+			read, key = s.journal.ByAccessPointHint, e.AccessPoint
+		case e.AccessPoint != "":
+			read, key = s.journal.ByAccessPoint, e.AccessPoint
+		case e.Hint:
 			read = s.journal.VolumeHint
 		}
-		r.Record, r.Err = read(ctx, e.FileSystem, e.Key)
-	case core.ReadRecordOf:
-		read := s.journal.ByAccessPoint
-		if e.Hint {
-			read = s.journal.ByAccessPointHint
-		}
-		r.Record, r.Err = read(ctx, e.FileSystem, e.AccessPoint)
+		r.Record, r.Err = read(ctx, e.FileSystem, key)
 	case core.Begin:
 		r.Record, r.Yes, r.Err = s.journal.Begin(ctx, e.Volume)
 	case core.Hold:

@@ -23,22 +23,18 @@ type (
 	// removal the caller may take it from the listing it needs anyway,
 	// which it keeps for RemoveRoot.
 	LookUp struct{ ID volume.ID }
-	// ReadRecord reads the volume entry of Key (Result.Record, or
-	// Result.Err: journal.ErrNotFound). Hint: what this process last
-	// knew of it may answer (journal.VolumeHint).
+	// ReadRecord reads a volume's record (Result.Record, or Result.Err:
+	// journal.ErrNotFound): by its volume entry's Key, or, with
+	// AccessPoint set, the record naming that access point, by the
+	// record's index.
+	//
+	// Hint: what this process last read or wrote of it may answer
+	// (journal.VolumeHint, journal.ByAccessPointHint: only while it still
+	// names the access point); the caller proves it before acting.
 	ReadRecord struct {
 		FileSystem, Key string
+		AccessPoint     string
 		Hint            bool
-	}
-	// ReadRecordOf reads the record naming the access point, by the
-	// record's index (Result.Record, or journal.ErrNotFound).
-	//
-	// Hint: from what this process last read or wrote of that record
-	// (journal.ByAccessPointHint), when it still names the access point;
-	// the caller proves it before acting, as ReadRecord's.
-	ReadRecordOf struct {
-		FileSystem, AccessPoint string
-		Hint                    bool
 	}
 	// Reachable checks that the file system is visible with the call's
 	// credentials (Result.Err otherwise): not found proves nothing else.
@@ -73,7 +69,6 @@ type (
 
 func (LookUp) effect()            {}
 func (ReadRecord) effect()        {}
-func (ReadRecordOf) effect()      {}
 func (Reachable) effect()         {}
 func (Mark) effect()              {}
 func (RemoveRoot) effect()        {}
@@ -278,7 +273,7 @@ func (d *Delete) finish(rec *journal.Record, locks []string) error {
 // deleted without its class's secret): the record then stays.
 func (d *Delete) unseen() error {
 	fsID, apID := d.id.FileSystemID, d.id.AccessPointID
-	r := d.do(ReadRecordOf{FileSystem: fsID, AccessPoint: apID})
+	r := d.do(ReadRecord{FileSystem: fsID, AccessPoint: apID})
 	switch {
 	case errors.Is(r.Err, journal.ErrNotFound):
 		return d.do(Reachable{FileSystem: fsID}).Err
@@ -332,7 +327,7 @@ func (d *Delete) recordOf(hints bool) (*journal.Record, error) {
 	if !volume.IsGIDToken(ap.ClientToken) && !volume.IsClaimNameHash(ap.ClientToken) {
 		return nil, nil
 	}
-	rec, _, err := d.agreeing(d.do(ReadRecordOf{FileSystem: ap.FileSystemID, AccessPoint: ap.ID, Hint: hints}))
+	rec, _, err := d.agreeing(d.do(ReadRecord{FileSystem: ap.FileSystemID, AccessPoint: ap.ID, Hint: hints}))
 	return rec, err
 }
 

@@ -52,9 +52,10 @@ func describe(e Effect) string {
 	case LookUp:
 		return "look up"
 	case ReadRecord:
+		if e.AccessPoint != "" {
+			return "read record of access point"
+		}
 		return "read record hint=" + strconv.FormatBool(e.Hint)
-	case ReadRecordOf:
-		return "read record of access point"
 	case Reachable:
 		return "reachable"
 	case Mark:
@@ -186,9 +187,10 @@ func TestDeleteEveryOutcome(t *testing.T) {
 		case LookUp:
 			return []Result{{AP: ap}, {AP: handMade}, {AP: &other}, {AP: &foreign}, {Err: efs.ErrAccessPointNotFound}, {Err: errAPI}}
 		case ReadRecord:
+			if e.AccessPoint != "" {
+				return []Result{{Record: rec}, {Err: journal.ErrNotFound}, {Err: errAPI}}
+			}
 			return []Result{{Record: rec}, {Record: &stale}, {Err: journal.ErrNotFound}, {Err: errAPI}}
-		case ReadRecordOf:
-			return []Result{{Record: rec}, {Err: journal.ErrNotFound}, {Err: errAPI}}
 		case Mark:
 			if e.IfAgrees == nil {
 				return []Result{{}, {Err: errAPI}}

@@ -329,7 +329,7 @@ func (a *modelActor) step(w *modelWorld) {
 // answer can be lost once applied.
 func lossy(e Effect) bool {
 	switch e.(type) {
-	case ReadRecord, ReadRecordOf, Begin, Hold, HoldID, Touch, SetIDs, ReleaseUnsentID, ReleaseMovedID, SetAccessPoint, HoldForSweep,
+	case ReadRecord, Begin, Hold, HoldID, Touch, SetIDs, ReleaseUnsentID, ReleaseMovedID, SetAccessPoint, HoldForSweep,
 		ReleaseSweep, SetClaim, Mark, Finish, CreateAccessPoint, Describe, LookUp, List, DeleteAccessPoint, toSweep,
 		ReleaseOrphanID, listRecords, markBound, SetDirMade:
 		return true
@@ -544,9 +544,11 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 			c.locks = append(c.locks, k)
 		}
 	case ReadRecord:
-		out.Record, out.Err = j.Volume(ctx, e.FileSystem, e.Key)
-	case ReadRecordOf:
-		out.Record, out.Err = j.ByAccessPoint(ctx, e.FileSystem, e.AccessPoint)
+		if e.AccessPoint != "" {
+			out.Record, out.Err = j.ByAccessPoint(ctx, e.FileSystem, e.AccessPoint)
+		} else {
+			out.Record, out.Err = j.Volume(ctx, e.FileSystem, e.Key)
+		}
 	case Begin:
 		out.Record, out.Yes, out.Err = j.Begin(ctx, e.Volume)
 	case Hold:
