@@ -32,78 +32,27 @@ func NewCreateVolume(cfg CreateConfig, p *Plan, mem Memory, now time.Time) *Crea
 	return c
 }
 
+// createVolume is CreateVolume's plan, steps 2-8 (docs/design.md,
+// "Create"), top to bottom.
 func (c *Create) createVolume() Effect {
 	p := c.p
+	// 2. The volume's locks: its name's and its token's.
 	if r := c.do(Lock{Keys: p.Locks()}); r.Err != nil {
 		return Answer{Err: r.Err}
 	}
-	// Whatever this create answers, a delete of it must go the whole way.
+	// 3. Whatever this create answers, a delete of it must go the whole
+	// way. A repeat of what this process answered is answered again.
 	c.mem.ForgetFinished(p.Locks())
 	if p.Dir {
 		return c.createDir()
 	}
-	return c.repeat()
-}
-
-// repeat answers a repeated CreateVolume of a volume this process
-// answered before, without a mutation and without verification (it was
-// verified when first answered): from memory if the answer is fresh, else
-// from one Describe; and in both cases only once a read of the record, the
-// last step before the answer, shows the volume still recorded and not
-// being deleted. A delete through this process drops the memory, but one
-// through another replica marks only the record (before it deletes
-// anything), so no memory alone can say the access point is not being
-// deleted now. Anything else (unknown, gone, changed, being deleted, a
-// read failed) goes the whole way.
-func (c *Create) repeat() Answer {
-	p := c.p
-	known, at := c.mem.Answered(p.Name)
-	switch {
-	case known == nil:
-		return c.fresh()
-	case c.now.Sub(at) < RepeatFresh && p.Check(known) == nil:
-		return c.confirmAnswer(known)
+	if ap := c.repeat(); ap != nil {
+		return Answer{AP: ap}
 	}
-	r := c.do(Describe{AccessPoint: known.ID})
-	switch {
-	case errors.Is(r.Err, efs.ErrAccessPointNotFound):
-		c.mem.DropAnswer(known.ID)
-		return c.fresh()
-	case r.Err != nil || p.Check(r.AP) != nil:
-		return c.fresh()
-	}
-	ap := r.AP
-	c.seen(ap)
-	c.mem.RememberAnswer(p.Name, ap, false, c.now)
-	return c.confirmAnswer(ap)
-}
-
-// confirmAnswer answers ap, which this process answered for the volume,
-// if the record still names it and is not being deleted. Names it, not
-// merely agrees with it (ownership.Agrees also takes a record that names
-// no access point yet and has ap's path): every answer was recorded
-// first, so the record of an answered access point names it, and one that
-// names none is the volume's next life, begun after another replica's
-// delete removed ap. Before, a repeat from memory answered that deleted
-// access point (TestCreateEveryOutcome: a record of the same token and
-// path, naming no access point). A record the request does not match
-// (another capacity) goes the whole way too, which answers why.
-func (c *Create) confirmAnswer(ap *efs.AccessPoint) Answer {
-	r := c.do(ReadRecord{FileSystem: ap.FileSystemID, Key: c.p.Input.ClientToken})
-	if r.Err != nil || r.Record.Deleting || !ownership.Agrees(r.Record, ap) || r.Record.AccessPoint != ap.ID ||
-		c.p.recordMismatch(r.Record) != "" {
-		return c.fresh()
-	}
-	return Answer{AP: ap}
-}
-
-// fresh runs the record's protocol (Create), seen by this process's
-// deletes with root removal on from before its record is written, and
-// remembers what it answers. The protocol's end releases its reservation
-// first: the allocator has the access point by then (Seen), or the create
-// failed.
-func (c *Create) fresh() Answer {
-	p := c.p
+	// 4-7. The record's protocol (Create), seen by this process's deletes
+	// with root removal on from before its record is written. Its
+	// reservation ends first: the allocator has the access point by then
+	// (FS.Seen), or the create failed.
 	if c.cfg.DeleteRootDir {
 		c.mem.Creating(p.Input.ClientToken, p.Name, p.Input.Path)
 	}
@@ -112,8 +61,61 @@ func (c *Create) fresh() Answer {
 	if c.cfg.DeleteRootDir {
 		c.mem.CreateEnded(p.Input.ClientToken, a.AP, c.now)
 	}
+	// 8. Remembered, for repeats; the locks go with the call.
 	if a.Err == nil {
 		c.mem.RememberAnswer(p.Name, a.AP, true, c.now)
 	}
 	return a
+}
+
+// repeat is the access point this process answered before for a repeated
+// CreateVolume, answered again without a mutation and without
+// verification (it was verified when first answered): from memory if the
+// answer is fresh, else from one Describe; and in both cases only once a
+// read of the record, the last step before the answer, shows the volume
+// still recorded and not being deleted. A delete through this process
+// drops the memory, but one through another replica marks only the
+// record (before it deletes anything), so no memory alone can say the
+// access point is not being deleted now. nil: anything else (unknown,
+// gone, changed, being deleted, a read failed), which goes the whole way.
+func (c *Create) repeat() *efs.AccessPoint {
+	p := c.p
+	known, at := c.mem.Answered(p.Name)
+	switch {
+	case known == nil:
+		return nil
+	case c.now.Sub(at) < RepeatFresh && p.Check(known) == nil:
+		return c.confirmAnswer(known)
+	}
+	r := c.do(Describe{AccessPoint: known.ID})
+	switch {
+	case errors.Is(r.Err, efs.ErrAccessPointNotFound):
+		c.mem.DropAnswer(known.ID)
+		return nil
+	case r.Err != nil || p.Check(r.AP) != nil:
+		return nil
+	}
+	ap := r.AP
+	c.seen(ap)
+	c.mem.RememberAnswer(p.Name, ap, false, c.now)
+	return c.confirmAnswer(ap)
+}
+
+// confirmAnswer is ap, which this process answered for the volume, if the
+// record still names it and is not being deleted; else nil. Names it, not
+// merely agrees with it (ownership.Agrees also takes a record that names
+// no access point yet and has ap's path): every answer was recorded
+// first, so the record of an answered access point names it, and one that
+// names none is the volume's next life, begun after another replica's
+// delete removed ap. Before, a repeat from memory answered that deleted
+// access point (TestCreateEveryOutcome: a record of the same token and
+// path, naming no access point). A record the request does not match
+// (another capacity) goes the whole way too, which answers why.
+func (c *Create) confirmAnswer(ap *efs.AccessPoint) *efs.AccessPoint {
+	r := c.do(ReadRecord{FileSystem: ap.FileSystemID, Key: c.p.Input.ClientToken})
+	if r.Err != nil || r.Record.Deleting || !ownership.Agrees(r.Record, ap) || r.Record.AccessPoint != ap.ID ||
+		c.p.recordMismatch(r.Record) != "" {
+		return nil
+	}
+	return ap
 }
