@@ -239,8 +239,8 @@ func (a *actor) tag() *callTag {
 func (s *Sim) answer(a *actor, inst *instance, volID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	apID, dir := parseVolID(volID)
-	an := &answered{volID: volID, name: a.pv, apID: apID, by: a.name, inst: inst, gid: -2} // -2: no such access point
+	fsID, apID, dir := parseVolID(volID)
+	an := &answered{volID: volID, name: a.pv, apID: apID, fsID: fsID, by: a.name, inst: inst, gid: -2} // -2: no such access point
 	if dir != "" {
 		s.answerDir(an, dir)
 		s.atracef(a, "%s answered %s via %s: directory %s gid=%d", a.name, a.pv, inst.name, dir, an.gid)
@@ -263,13 +263,21 @@ func (s *Sim) answerDir(an *answered, dir string) {
 	token := volume.DirToken(dir)
 	an.apID, an.dir, an.token = core.DirStandInID(token), dir, token
 	s.scanMounts()
-	if _, ok := s.efs.fss[FS].dirs[dir]; ok {
+	if _, ok := s.dirsOf(an.fsID)[dir]; ok {
 		an.gid = -1
-		if v := recordOf(an.inst.st, FS, "", token, ""); v != nil {
+		if v := recordOf(an.inst.st, an.fsID, "", token, ""); v != nil {
 			an.gid = v.GID
 		}
 	}
 	s.answers = append(s.answers, an)
+}
+
+// dirsOf are the directories of file system fsID (nil if none).
+func (s *Sim) dirsOf(fsID string) map[string]string {
+	if f := s.efs.fss[fsID]; f != nil {
+		return f.dirs
+	}
+	return nil
 }
 
 // runProv is the provisioner of one claim: create until answered, then,
@@ -337,7 +345,7 @@ func (s *Sim) runWriter(a *actor) {
 		path = fmt.Sprintf("/pvc-%d", a.idx%s.cfg.Volumes) // a volume's directory, shared by hand
 	}
 	in := efs.CreateAccessPointInput{
-		FileSystemID: FS, Path: path,
+		FileSystemID: s.writerFS(a), Path: path,
 		PosixUser: &efs.PosixUser{UID: a.gid, GID: a.gid},
 	}
 	if a.kind == "upstream" || a.kind == "upgrade" {
@@ -371,6 +379,16 @@ func (s *Sim) runWriter(a *actor) {
 	})
 }
 
+// writerFS is the file system a writer makes its access point on: of the
+// class's, one after the other (an upgrade's on FS, as upstream's bound
+// volume).
+func (s *Sim) writerFS(a *actor) string {
+	if a.kind == "upgrade" {
+		return FS
+	}
+	return fsID(a.idx % s.cfg.fileSystems())
+}
+
 // forge writes a record entry (and its id entry) naming ap into the record
 // of cluster 0's first controller, as if this driver had made it.
 func (s *Sim) forge(a *actor, ap *efs.AccessPoint) {
@@ -378,7 +396,7 @@ func (s *Sim) forge(a *actor, ap *efs.AccessPoint) {
 	if token == "" {
 		token = "forged-" + a.pv
 	}
-	v := journal.Volume{FileSystem: FS, Token: token, Name: a.pv, Path: ap.Path, UID: a.gid, GID: a.gid, Allocated: a.gid,
+	v := journal.Volume{FileSystem: ap.FileSystemID, Token: token, Name: a.pv, Path: ap.Path, UID: a.gid, GID: a.gid, Allocated: a.gid,
 		AccessPoint: ap.ID, Recorded: time.Now().UTC(), ClaimNamespace: "default", ClaimName: "ghost-" + a.pv, Created: time.Now().UTC()}
 	b, err := json.Marshal(&v)
 	if err != nil {
@@ -386,8 +404,8 @@ func (s *Sim) forge(a *actor, ap *efs.AccessPoint) {
 	}
 	st := s.clusters[0].slots[0].st
 	s.park(withTag(context.Background(), a.tag()), nil, kindActor, "forge record of "+ap.ID+" in "+st.name, func() (any, error) {
-		vk := journal.Key{Kind: journal.KindVolume, FileSystem: FS, Name: token}
-		ik := journal.Key{Kind: journal.KindID, FileSystem: FS, Name: strconv.FormatInt(a.gid, 10)}
+		vk := journal.Key{Kind: journal.KindVolume, FileSystem: ap.FileSystemID, Name: token}
+		ik := journal.Key{Kind: journal.KindID, FileSystem: ap.FileSystemID, Name: strconv.FormatInt(a.gid, 10)}
 		st.create(journal.Entry{Key: vk, Value: b, Index: ap.ID})
 		st.create(journal.Entry{Key: ik, Value: []byte(token)})
 		s.forged[vk], s.forged[ik] = true, true

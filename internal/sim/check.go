@@ -2,12 +2,15 @@ package sim
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"path"
 	"slices"
+	"strings"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // The invariants (docs/design.md, "Invariants"), each violation named by
@@ -23,7 +26,11 @@ import (
 //	leak      every access point this driver made is named by a record in a
 //	          live store or by an answer; at the end, after every claim is
 //	          deleted, none is left
-//	record    at the end: no record entry left in a live store
+//	record    at the end: no record entry left in a live store (but the
+//	          place entry of a claim abandoned before its create
+//	          succeeded, docs/placement.md)
+//	placement a class over several file systems: each volume on one, the
+//	          one its place entry names (checkPlacement)
 //	locks     at rest: no volume lock held
 //	liveness  every call finishes once faults stop
 func (s *Sim) check() {
@@ -33,17 +40,25 @@ func (s *Sim) check() {
 		}
 	}
 	s.scanMounts()
-	fs := s.efs.fss[FS]
-	s.checkNamed(fs)
-	byGID := map[int64][]*answered{}
+	for _, id := range s.fsIDs() {
+		s.checkNamed(s.efs.fss[id])
+	}
+	// GIDs are unique within a file system (and a directory volume's
+	// within its record, whose ids are per file system too).
+	type fsGID struct {
+		fs  string
+		gid int64
+	}
+	byGID := map[fsGID][]*answered{}
 	byName := map[string]*answered{}
 	for _, an := range s.answers {
 		if s.deletedIDs[an.volID] {
 			continue
 		}
-		exists := fs.aps[an.apID] != nil
+		fs := s.efs.fss[an.fsID]
+		exists := fs != nil && fs.aps[an.apID] != nil
 		if an.dir != "" {
-			_, exists = fs.dirs[an.dir]
+			_, exists = s.dirsOf(an.fsID)[an.dir]
 			if exists && s.deleteIssued[an.volID] {
 				// Its delete releases the id once the record is marked
 				// (and, with root removal, the directory removed): a
@@ -60,8 +75,8 @@ func (s *Sim) check() {
 			}
 			continue
 		}
-		if an.gid >= 0 {
-			for _, o := range byGID[an.gid] {
+		if g := (fsGID{an.fsID, an.gid}); an.gid >= 0 {
+			for _, o := range byGID[g] {
 				switch {
 				case o.apID == an.apID:
 				case o.dir == "" && an.dir == "":
@@ -76,7 +91,7 @@ func (s *Sim) check() {
 						an.gid, an.inst.st.name, o.apID, o.name, o.by, o.inst.name, an.apID, an.name, an.by, an.inst.name)
 				}
 			}
-			byGID[an.gid] = append(byGID[an.gid], an)
+			byGID[g] = append(byGID[g], an)
 		}
 		for _, id := range s.upstreamLive {
 			if u := fs.aps[id]; u != nil && u.ap.PosixUser != nil && u.ap.PosixUser.GID == an.gid && an.gid >= 0 && id != an.apID {
@@ -90,10 +105,111 @@ func (s *Sim) check() {
 			s.violate("name: %s answered with two live access points: %s (to %s) and %s (to %s)", an.name, o.apID, o.by, an.apID, an.by)
 		}
 		byName[an.name] = an
-		if v := recordOf(an.inst.st, FS, an.apID, an.token, an.name); v != nil && v.Deleting {
+		if v := recordOf(an.inst.st, an.fsID, an.apID, an.token, an.name); v != nil && v.Deleting {
 			s.violate("phantom: %s answered to %s (%s) but its record in %s is marked deleting", an.apID, an.by, an.name, an.inst.st.name)
 		}
 	}
+	s.checkPlacement()
+}
+
+// checkPlacement: a class over several file systems places each volume
+// on one, the one its place entry names (docs/placement.md):
+//
+//   - a record of a live store marked placed, and not being deleted, is
+//     on the file system its place entry names, if it has one;
+//   - an answered volume whose delete was not issued is on the file
+//     system its record's place entry names;
+//   - a name's live volumes (answered and not being deleted; records not
+//     being deleted, which name the access points and directories made
+//     for it) are all on one file system;
+//   - none is on a file system whose listings failed from the start for
+//     the whole run (Config.Down).
+func (s *Sim) checkPlacement() {
+	if s.cfg.fileSystems() < 2 {
+		return
+	}
+	on := map[string]map[string]string{} // name -> file system -> what holds it there
+	note := func(name, fs, what string) {
+		if on[name] == nil {
+			on[name] = map[string]string{}
+		}
+		if _, ok := on[name][fs]; !ok {
+			on[name][fs] = what
+		}
+	}
+	for _, st := range s.liveStores() {
+		var keys []journal.Key
+		for k := range st.m {
+			if k.Kind == journal.KindVolume && !s.forged[k] || k.Kind == journal.KindPlace {
+				keys = append(keys, k)
+			}
+		}
+		slices.SortFunc(keys, keyLess)
+		for _, k := range keys {
+			if k.Kind == journal.KindPlace {
+				if fs := string(st.m[k].Value); s.alwaysDown(fs) {
+					s.violate("placement: place entry %s in %s names %s, whose listings always failed", k, st.name, fs)
+				}
+				continue
+			}
+			var v journal.Volume
+			if json.Unmarshal(st.m[k].Value, &v) != nil || v.Deleting {
+				continue
+			}
+			note(v.Name, k.FileSystem, fmt.Sprintf("record %s in %s", k, st.name))
+			if v.Placed == "" {
+				continue
+			}
+			// One without its entry is not flagged by itself: a stale
+			// duplicate create begins the next life so (on main; what
+			// it leads to is, placement-dup-next-life-second-fs).
+			if got := placement(st, v.Placed); got != k.FileSystem && got != "" {
+				s.violate("placement: record %s in %s (%s) is on %s but its place entry names %q", k, st.name, v.Name, k.FileSystem, got)
+			}
+		}
+	}
+	for _, an := range s.answers {
+		if s.deletedIDs[an.volID] || s.deleteIssued[an.volID] {
+			continue
+		}
+		note(an.name, an.fsID, fmt.Sprintf("%s answered to %s", an.apID, an.by))
+		if got := placement(an.inst.st, volume.NameToken(an.name)); got != an.fsID {
+			s.violate("placement: %s (%s) answered to %s on %s but its place entry in %s names %q", an.apID, an.name, an.by, an.fsID, an.inst.st.name, got)
+		}
+	}
+	if s.alwaysDown(s.downFS()) {
+		// Its listings never answered: placement never chose it.
+		for _, name := range slices.Sorted(maps.Keys(on)) {
+			if what, ok := on[name][s.downFS()]; ok {
+				s.violate("placement: %s placed on %s, whose listings always failed (%s)", name, s.downFS(), what)
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(on)) {
+		if len(on[name]) > 1 {
+			var where []string
+			for _, fs := range slices.Sorted(maps.Keys(on[name])) {
+				where = append(where, fs+": "+on[name][fs])
+			}
+			s.violate("placement: %s lives on %d file systems: %s", name, len(on[name]), strings.Join(where, "; "))
+		}
+	}
+}
+
+// alwaysDown: fs is the class's file system whose listings fail from the
+// start for the whole run.
+func (s *Sim) alwaysDown(fs string) bool {
+	return fs != "" && fs == s.downFS() && s.cfg.Down < 0 && s.cfg.DownAt == 0
+}
+
+// placement is the file system st's place entry of the volume whose name
+// token is token names ("" if none).
+func placement(st *store, token string) string {
+	e, ok := st.m[journal.Key{Kind: journal.KindPlace, FileSystem: "any", Name: token}]
+	if !ok {
+		return ""
+	}
+	return string(e.Value)
 }
 
 // recordOf decodes the volume record in st of the access point apID, of
@@ -144,15 +260,17 @@ func (s *Sim) final() {
 			live[inst.st] = true
 		}
 	}
-	fs := s.efs.fss[FS]
-	for _, id := range slices.Sorted(maps.Keys(fs.aps)) {
-		a := fs.aps[id]
-		if a.driver {
-			gid := int64(-1)
-			if a.ap.PosixUser != nil {
-				gid = a.ap.PosixUser.GID
+	for _, fsID := range s.fsIDs() {
+		fs := s.efs.fss[fsID]
+		for _, id := range slices.Sorted(maps.Keys(fs.aps)) {
+			a := fs.aps[id]
+			if a.driver {
+				gid := int64(-1)
+				if a.ap.PosixUser != nil {
+					gid = a.ap.PosixUser.GID
+				}
+				s.violate("leak: %s (token %s, gid %d) made by %s is left after every claim was deleted", id, a.ap.ClientToken, gid, a.maker)
 			}
-			s.violate("leak: %s (token %s, gid %d) made by %s is left after every claim was deleted", id, a.ap.ClientToken, gid, a.maker)
 		}
 	}
 	for _, st := range s.stores {
@@ -163,9 +281,28 @@ func (s *Sim) final() {
 			if s.forged[e.Key] || e.Key.Kind == journal.KindHandover {
 				continue // the handover fence's note stays for good
 			}
+			if e.Key.Kind == journal.KindPlace && s.abandonedName(e.Key.Name) {
+				// docs/placement.md, "A refusal after the place entry":
+				// the entry of a claim deleted before any create of it
+				// succeeded stays (the next create of the name goes to
+				// the same file system); nothing else does.
+				continue
+			}
 			s.violate("record: %s left in %s after every claim was deleted (%s)", e.Key, st.name, e.Value)
 		}
 	}
+}
+
+// abandonedName: the volume whose name token is token had its claim
+// given up by its provisioner (Config.Abandon) before any create of it
+// was answered.
+func (s *Sim) abandonedName(token string) bool {
+	for _, a := range s.actors {
+		if a.kind == "prov" && volume.NameToken(a.pv) == token {
+			return a.claimGone && a.volID == "" && !slices.ContainsFunc(s.answers, func(an *answered) bool { return an.name == a.pv })
+		}
+	}
+	return false
 }
 
 // checkNamed: every access point this driver made is named by a record of
@@ -200,7 +337,7 @@ func (s *Sim) checkNamed(fs *fileSystem) {
 	for _, a := range unnamed {
 		named := false
 		for _, st := range live {
-			if _, ok := recordEntry(st, FS, a.ap.ID, a.ap.ClientToken, volumeOf(a)); ok {
+			if _, ok := recordEntry(st, fs.id, a.ap.ID, a.ap.ClientToken, volumeOf(a)); ok {
 				named = true
 				break
 			}

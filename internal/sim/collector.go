@@ -63,7 +63,9 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 		s.mu.Lock()
 		during := s.cfg.During && s.provisioning()
 		switch {
-		case s.quiet && !during && lastN == 0:
+		case s.quiet && !during && lastN == 0 && !s.outage():
+			// Once the listing outage is over too (Config.Down): it is
+			// a fault the collector waits out, as a real one does.
 			quietRounds++
 		case lastN > 0:
 			// A round that collected may have left what the next two
@@ -91,7 +93,8 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 			// does not name is swept.
 			oc.Sweep = inst.svc.SweepUnrecorded
 			oc.Purge = inst.svc.PurgeTrash
-			oc.FileSystems = func(context.Context) ([]string, error) { return []string{FS}, nil }
+			// The StorageClasses' file systems: the class's, each.
+			oc.FileSystems = func(context.Context) ([]string, error) { return s.fsIDs(), nil }
 			col, err = orphans.New(oc)
 			if err != nil {
 				panic(err)
@@ -114,6 +117,12 @@ func (s *Sim) collectRounds(a *actor, c *cluster, slot int, st *store) {
 		}
 		if during {
 			time.Sleep(time.Second) // the collector's --interval, beside the provisioners
+		}
+		s.mu.Lock()
+		out := s.outage()
+		s.mu.Unlock()
+		if out {
+			time.Sleep(5 * time.Second) // its interval, while a listing outage lasts
 		}
 	}
 }

@@ -16,7 +16,15 @@ import (
 // the test logs the violation loudly instead of failing. Once a fix lands
 // the scenario passes and the test fails until its name is removed here:
 // flip it then.
-var knownFailures = map[string]string{}
+var knownFailures = map[string]string{
+	// A stale duplicate create begins a volume's next life without its
+	// place entry, and its retry places it afresh (issue 46; the
+	// scenarios' comments).
+	"placement-dup-next-life-second-fs": "placement: the next life's record is on one file system, its place entry (made by the retry) names another",
+	// leak: a stale duplicate's access point on the file system the
+	// next life left.
+	"leak-dup-next-life-placed-elsewhere": "leak: the next life is placed on another file system; the stale duplicate's access point under the old one's token is never adopted nor swept",
+}
 
 // knownBulk are the invariant kinds (invariant/topology, Config.Topology)
 // that TestSchedules' seeds still break on main, each with why. Only exact

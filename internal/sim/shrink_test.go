@@ -67,6 +67,16 @@ func shrinkRun(t *testing.T, cfg Config, decisions []string, kind string) (Confi
 			c.Lag = 0
 			cands = append(cands, c)
 		}
+		if cfg.FileSystems > 2 {
+			c := cfg
+			c.FileSystems--
+			cands = append(cands, c)
+		}
+		if cfg.Down != 0 {
+			c := cfg
+			c.Down, c.DownAt = 0, 0
+			cands = append(cands, c)
+		}
 		if cfg.Limit < 1000 {
 			c := cfg
 			c.Limit = 1000

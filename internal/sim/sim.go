@@ -41,8 +41,52 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
-// FS is the simulated file system every volume is made on.
+// FS is the simulated file system every volume is made on: the class's
+// first (Config.FileSystems names more).
 const FS = "fs-0123456789abcdef0"
+
+// fsID is the class's i-th file system (FS, then fs-…1, fs-…2).
+func fsID(i int) string {
+	if i == 0 {
+		return FS
+	}
+	return fmt.Sprintf("fs-0123456789abcdef%x", i)
+}
+
+// fsIDs are the class's file systems, in its fileSystemId's order.
+func (s *Sim) fsIDs() []string {
+	out := make([]string, s.cfg.fileSystems())
+	for i := range out {
+		out[i] = fsID(i)
+	}
+	return out
+}
+
+// downFS is the file system of the class whose listings fail
+// (Config.Down): its last; "" if none.
+func (s *Sim) downFS() string {
+	if s.cfg.fileSystems() < 2 || s.cfg.Down == 0 {
+		return ""
+	}
+	return fsID(s.cfg.fileSystems() - 1)
+}
+
+// isDown: fsID's ListAccessPoints and DescribeAccessPoint fail now
+// (Config.DownAt, Config.Down).
+func (s *Sim) isDown(fsID string) bool {
+	if fsID == "" || fsID != s.downFS() {
+		return false
+	}
+	d := s.now().Sub(s.start)
+	return d >= s.cfg.DownAt && (s.cfg.Down < 0 || d < s.cfg.DownAt+s.cfg.Down)
+}
+
+// outage: a listing outage (Config.Down) for a while is not over yet.
+func (s *Sim) outage() bool {
+	return s.downFS() != "" && s.cfg.Down > 0 && s.now().Sub(s.start) < s.cfg.DownAt+s.cfg.Down
+}
+
+var errDown = errors.New("sim: file system not reachable (down)")
 
 // GIDStart is the first GID of the class's range.
 const GIDStart = 60000
@@ -156,6 +200,7 @@ type Sim struct {
 // answered is a volume a provisioner was answered.
 type answered struct {
 	volID, name, apID, token string
+	fsID                     string // the file system its ID names
 	gid                      int64
 	by                       string
 	inst                     *instance
@@ -265,6 +310,11 @@ func (s *Sim) newInstance(c *cluster, slot int) *instance {
 	if s.cfg.RootDir {
 		cc.DeleteRootDir, cc.ListingLag = true, s.cfg.ListingLag
 	}
+	if s.cfg.fileSystems() > 1 {
+		// Placement knows EFS's quota (--access-point-limit): the
+		// world's.
+		cc.AccessPointLimit = s.cfg.Limit
+	}
 	svc, err := controller.New(cc)
 	if err != nil {
 		panic(err)
@@ -309,7 +359,7 @@ func (s *Sim) params(v int) map[string]string {
 		mode = "efs-dir"
 	}
 	return map[string]string{
-		"provisioningMode": mode, "fileSystemId": FS, "directoryPerms": "700",
+		"provisioningMode": mode, "fileSystemId": strings.Join(s.fsIDs(), ","), "directoryPerms": "700",
 		"gidRangeStart": fmt.Sprint(GIDStart), "gidRangeEnd": fmt.Sprint(GIDStart + s.cfg.GIDs + s.extraIDs),
 	}
 }
@@ -374,15 +424,15 @@ func (s *Sim) violate(format string, args ...any) {
 	}
 }
 
-// parseVolID is the access point of a volume ID, or the directory of a
-// directory volume's.
-func parseVolID(id string) (apID, dir string) {
+// parseVolID is the file system of a volume ID and its access point, or
+// the directory of a directory volume's.
+func parseVolID(id string) (fsID, apID, dir string) {
 	v, err := volume.ParseID(id)
 	switch {
 	case err != nil:
-		return "", ""
+		return "", "", ""
 	case v.Dir:
-		return "", v.Path
+		return v.FileSystemID, "", v.Path
 	}
-	return v.AccessPointID, ""
+	return v.FileSystemID, v.AccessPointID, ""
 }

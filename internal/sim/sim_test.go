@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ var (
 	shrinkKnown = flag.Bool("sim.shrinkknown", false, "with -sim.shrink, shrink seeds of known kinds too")
 	listSeeds   = flag.Bool("sim.list", false, "log every failing seed: its kind and config")
 	wide        = flag.Bool("sim.wide", false, "TestSchedules draws WideConfig's larger, harsher worlds")
+	fsFlag      = flag.Int("sim.fs", 0, "every generated world's class spans this many file systems (2, 3; upgrades aside)")
 )
 
 // configOf is the world TestSchedules runs for seed.
@@ -45,6 +47,7 @@ func runOne(t *testing.T, cfg Config, script []string, trace bool) *Result {
 // invariant fails the test with the seed, its shrunk script written to
 // testdata/found/.
 func TestSchedules(t *testing.T) {
+	forceFS = *fsFlag
 	n := *seeds
 	if n == 0 {
 		n = 300
@@ -154,12 +157,15 @@ func TestDeterminism(t *testing.T) {
 	}
 }
 
-// detConfig is RandomConfig without root removal: its real file system
+// detConfig is RandomConfig without root removal (its real file system
 // calls hand the P to other goroutines, and about 6 in 1,000 of its seeds
-// differ between runs (2 in 10,000 of the others do).
+// differ between runs; 2 in 10,000 of the others do), a third of its
+// worlds over several file systems.
 func detConfig(seed uint64) Config {
 	c := RandomConfig(seed)
 	c.RootDir, c.Share = false, false
+	// A third over several file systems (placement, listing outages).
+	c.drawFileSystems(rand.New(rand.NewPCG(seed, 0xf5)), 3)
 	return c
 }
 

@@ -350,6 +350,9 @@ func (p *efsPort) DeleteAccessPoint(ctx context.Context, id string) error {
 
 func (p *efsPort) DescribeAccessPoint(ctx context.Context, id string) (*efs.AccessPoint, error) {
 	v, err := p.s.park(ctx, p.inst, kindEFSRead, "DescribeAccessPoint "+id, func() (any, error) {
+		if f, _ := p.s.efs.find(id); f != nil && p.s.isDown(f.id) {
+			return nil, failure(kindEFSRead, errDown)
+		}
 		return p.s.efs.describe(id)
 	})
 	if err != nil {
@@ -360,6 +363,9 @@ func (p *efsPort) DescribeAccessPoint(ctx context.Context, id string) (*efs.Acce
 
 func (p *efsPort) ListAccessPoints(ctx context.Context, fsID string, fn func([]efs.AccessPoint) error) error {
 	v, err := p.s.park(ctx, p.inst, kindEFSRead, "ListAccessPoints "+fsID, func() (any, error) {
+		if p.s.isDown(fsID) {
+			return nil, failure(kindEFSRead, errDown)
+		}
 		return p.s.efs.list(fsID)
 	})
 	if err != nil {
