@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -156,13 +157,18 @@ func (s *Sim) checkPlacement() {
 			if json.Unmarshal(st.m[k].Value, &v) != nil || v.Deleting {
 				continue
 			}
+			// A placed record that names no access point and holds no id
+			// never passed its Begin's placement (journal.Begin: a create
+			// whose Begin was cut short, or lost to another's place): it
+			// holds and sends nothing, and the collector takes it once
+			// its claim is gone. Any other is the volume's.
+			if v.Placed != "" && v.AccessPoint == "" && !idHeldFor(st, k.FileSystem, v.Allocated, v.Token) {
+				continue
+			}
 			note(v.Name, k.FileSystem, fmt.Sprintf("record %s in %s", k, st.name))
 			if v.Placed == "" {
 				continue
 			}
-			// One without its entry is not flagged by itself: a stale
-			// duplicate create begins the next life so (on main; what
-			// it leads to is, placement-dup-next-life-second-fs).
 			if got := placement(st, v.Placed); got != k.FileSystem && got != "" {
 				s.violate("placement: record %s in %s (%s) is on %s but its place entry names %q", k, st.name, v.Name, k.FileSystem, got)
 			}
@@ -370,4 +376,10 @@ func volumeOf(a *simAP) string {
 		return name
 	}
 	return path.Base(a.ap.Path)
+}
+
+// idHeldFor reports whether st's id table holds id on fs for token.
+func idHeldFor(st *store, fs string, id int64, token string) bool {
+	e, ok := st.m[journal.Key{Kind: journal.KindID, FileSystem: fs, Name: strconv.FormatInt(id, 10)}]
+	return ok && string(e.Value) == token
 }

@@ -54,6 +54,7 @@ var codeTable = []struct {
 	{controller.ErrForeign, codes.FailedPrecondition},
 	{journal.ErrUnavailable, codes.Unavailable},
 	{journal.ErrDeleting, codes.Aborted},
+	{journal.ErrPlacedElsewhere, codes.Aborted},
 	{controller.ErrUnresolvedRef, codes.FailedPrecondition},
 	{controller.ErrNotSupported, codes.FailedPrecondition},
 	{controller.ErrNotReachable, codes.FailedPrecondition},

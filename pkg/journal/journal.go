@@ -36,6 +36,11 @@ var ErrStaleToken = errors.New("journal: access point made under a token the rec
 // create may answer it or change its record any more.
 var ErrDeleting = errors.New("journal: volume is being deleted")
 
+// ErrPlacedElsewhere: the volume's place entry names another file system
+// than the record's: another create placed the volume there after this
+// one read where it was (Begin).
+var ErrPlacedElsewhere = errors.New("journal: volume placed on another file system")
+
 // NoID is Volume.Allocated of a volume whose class fixes both ids.
 const NoID = -1
 
@@ -253,6 +258,18 @@ func (j *Journal) hint(k Key) (Entry, bool) {
 // Begin records v unless a record of its token exists: it returns the
 // record stored, and whether this call made it. The caller compares an
 // existing record with what it wants.
+//
+// A placed volume (v.Placed: its class names several file systems) is the
+// record's only while its place entry names the record's file system, and
+// Begin makes sure of it, after the volume entry: a delete of the
+// volume's previous life removes its place entry before its volume entry
+// (Finish), so a create that read the place entry before that delete and
+// made its record after it finds the entry gone here, and places it
+// again. If another create placed the volume elsewhere meanwhile (it read
+// the entry gone and chose anew), that one wins: a record this call made
+// is withdrawn (nothing was sent under it), and the answer is
+// ErrPlacedElsewhere, which the caller's retry plans on the file system
+// placed.
 func (j *Journal) Begin(ctx context.Context, v Volume) (*Record, bool, error) {
 	if v.Created.IsZero() {
 		v.Created = j.now().UTC()
@@ -261,18 +278,34 @@ func (j *Journal) Begin(ctx context.Context, v Volume) (*Record, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	var r *Record
 	got, err := j.s.Create(ctx, e)
+	made := err == nil
 	switch {
-	case err == nil:
-		return &Record{Volume: v, entry: got}, true, nil
+	case made:
+		r = &Record{Volume: v, entry: got}
 	case errors.Is(err, ErrExists):
-		r, derr := decode(got)
-		if derr != nil {
-			return nil, false, derr
+		if r, err = decode(got); err != nil {
+			return nil, false, err
 		}
-		return r, false, nil
+	default:
+		return nil, false, err
 	}
-	return nil, false, err
+	if r.Placed == "" || r.Deleting {
+		return r, made, nil // a record being deleted: its delete unplaces it
+	}
+	won, err := j.Place(ctx, r.Placed, r.FileSystem)
+	switch {
+	case err != nil:
+		return nil, false, err // a retry's Begin finds the record and places it
+	case won == r.FileSystem:
+		return r, made, nil
+	case made:
+		// A record of nothing: no id held, nothing sent. Withdrawn at the
+		// version made; one that fails stays for the collector.
+		_ = j.s.Delete(ctx, r.entry)
+	}
+	return nil, false, fmt.Errorf("%w: volume %q is on %s, not %s", ErrPlacedElsewhere, r.Placed, won, r.FileSystem)
 }
 
 // HoldID makes r's allocated id r's in the id table. Held by r already:

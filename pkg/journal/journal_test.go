@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"testing"
@@ -122,6 +123,61 @@ func TestMarkDeletingKeepsTheFirstMarksTime(t *testing.T) {
 // Place: the first file system recorded for a volume wins every later
 // Place; Finish of the placed record removes the place entry, so that
 // nothing of a deleted volume is left.
+// TestBeginHoldsAPlacedRecordToItsPlaceEntry: a placed volume's record is
+// the volume's only where its place entry points. A create that read the
+// place entry before the previous life's delete removed it, and begins
+// the next life after, places it again; one that finds the volume placed
+// elsewhere withdraws the record it made (nothing is held or sent under
+// it) and answers ErrPlacedElsewhere; a record it found stays.
+func TestBeginHoldsAPlacedRecordToItsPlaceEntry(t *testing.T) {
+	ctx := context.Background()
+	vol := func(fs string) journal.Volume {
+		return journal.Volume{FileSystem: fs, Token: "pvc-1", Name: "pvc-1", Path: "/p", Allocated: journal.NoID, Placed: "pvc-1"}
+	}
+	for _, tc := range []struct {
+		name      string
+		placed    string // the place entry before Begin ("" none)
+		existing  bool   // a record of the volume on fs-a before Begin
+		wantErr   error
+		wantPlace string
+		wantLen   int // entries after
+	}{
+		{"the place entry gone (the previous life's delete): placed again", "", false, nil, "fs-a", 2},
+		{"placed here: begun", "fs-a", false, nil, "fs-a", 2},
+		{"placed elsewhere: the record made is withdrawn", "fs-b", false, journal.ErrPlacedElsewhere, "fs-b", 1},
+		{"placed elsewhere, a record found: it stays", "fs-b", true, journal.ErrPlacedElsewhere, "fs-b", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := journal.NewMemory()
+			j := journal.New(store)
+			if tc.existing {
+				// Made before the place entry named fs-b (a Begin cut short).
+				if _, _, err := j.Begin(ctx, vol("fs-a")); err != nil {
+					t.Fatal(err)
+				}
+				if err := j.Unplace(ctx, "pvc-1", "fs-a"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.placed != "" {
+				if _, err := j.Place(ctx, "pvc-1", tc.placed); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, _, err := j.Begin(ctx, vol("fs-a"))
+			if !errors.Is(err, tc.wantErr) || (err != nil) != (tc.wantErr != nil) {
+				t.Fatalf("Begin: %v, want %v", err, tc.wantErr)
+			}
+			if got, err := j.Placement(ctx, "pvc-1"); err != nil || got != tc.wantPlace {
+				t.Errorf("place entry %q (%v), want %q", got, err, tc.wantPlace)
+			}
+			if store.Len() != tc.wantLen {
+				t.Errorf("%d entries, want %d", store.Len(), tc.wantLen)
+			}
+		})
+	}
+}
+
 func TestPlaceFirstWinsAndFinishRemovesIt(t *testing.T) {
 	ctx := context.Background()
 	store := journal.NewMemory()
