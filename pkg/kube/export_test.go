@@ -2,6 +2,9 @@ package kube
 
 import (
 	"context"
+	"fmt"
+
+	coordinationv1api "k8s.io/api/coordination/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -43,3 +46,15 @@ func (c *Client) DeleteLease(ctx context.Context, ns, name string) error {
 
 // ResourceVersionOf is resourceVersionOf.
 var ResourceVersionOf = resourceVersionOf
+
+// ObserveLeaseRead makes s, a LeaseJournalStore, observe l as a read of
+// its shard answered now.
+func ObserveLeaseRead(s journal.Store, l *coordinationv1api.Lease) {
+	st := s.(*leaseStore)
+	var id shardID
+	if _, err := fmt.Sscanf(l.Annotations[annotationLeaseShard], "%d/%x", &id.depth, &id.prefix); err != nil {
+		panic(err)
+	}
+	entries, _ := entriesOf(l)
+	st.observe(st.shard(id), l.DeepCopy(), entries)
+}

@@ -203,6 +203,16 @@ func names(entries []string) string {
 // whether anything is queued to be restored.
 func (s *leaseStore) observe(sh *leaseShard, l *coordinationv1api.Lease, entries map[string]string) bool {
 	sh.mu.Lock()
+	if l != nil && sh.seen != nil && !newer(l.ResourceVersion, sh.seen.ResourceVersion) {
+		// Older than the Lease seen: a read that was answered before
+		// another this store observed first (reads of a shard run side by
+		// side: a commit's Get, a List). A rewrite or a re-creation has a
+		// later resourceVersion; this is neither, and judging it would
+		// take what it lacks of the later state as lost.
+		pending := sh.restore != nil
+		sh.mu.Unlock()
+		return pending
+	}
 	d, bad := judge(sh.seen, sh.seenParsed(), l, entries)
 	if sh.restore != nil && l != nil && restoredSince(l, &coordinationv1api.Lease{ObjectMeta: sh.restoreFrom}) {
 		sh.restore = nil // restored by another replica from a state no earlier

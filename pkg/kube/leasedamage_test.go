@@ -212,6 +212,33 @@ func TestLeaseJournalRewrittenLeaseIsLoudAndRestored(t *testing.T) {
 	mustNameLoss(t, logs, lease, id)
 }
 
+// A read of a shard answered before another that the store observed
+// first (a commit's Get beside a List: reads of a shard run side by side)
+// is older, not damage: nothing is logged, nothing restored.
+func TestLeaseJournalAnOlderReadIsNoDamage(t *testing.T) {
+	k := kubetest.Start(t)
+	a, logs := loggedStore(t, k, driver)
+	ctx := t.Context()
+	vol, id, lease := dirVolumeInOneShard(t)
+	if _, err := a.Create(ctx, vol); err != nil {
+		t.Fatal(err)
+	}
+	older, ok := k.Lease(journalNS, lease)
+	if !ok {
+		t.Fatal("no Lease")
+	}
+	if _, err := a.Create(ctx, id); err != nil { // observed at a later seq, with the id entry
+		t.Fatal(err)
+	}
+	kube.ObserveLeaseRead(a, &older) // lacks the id entry, its seq one back
+	if got := listAll(t, a, journal.KindID); got[id.Key].Key != id.Key {
+		t.Fatalf("the id entry is not listed: %v", got)
+	}
+	if len(logs.lines) != 0 {
+		t.Errorf("logged for an older read: %q", logs.lines)
+	}
+}
+
 // Replicas writing, deleting and splitting one record's shards are no
 // damage: nothing is logged.
 func TestLeaseJournalReplicasWritesAreNoDamage(t *testing.T) {
