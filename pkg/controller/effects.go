@@ -175,8 +175,7 @@ func (x *effects) record(e core.Effect) (r core.Result, ok bool) {
 		r.Record, r.Yes, r.Err = s.journal.Begin(ctx, e.Volume)
 	case core.Hold:
 		r.Yes, r.Err = s.journal.Hold(ctx, e.Record)
-		var taken *journal.IDTakenError
-		if errors.As(r.Err, &taken) {
+		if taken := (*journal.IDTakenError)(nil); errors.As(r.Err, &taken) {
 			x.foundHeld(taken)
 		}
 	case core.HoldID:
