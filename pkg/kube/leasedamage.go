@@ -231,6 +231,7 @@ func (s *leaseStore) observe(sh *leaseShard, l *coordinationv1api.Lease, entries
 		from = sh.seen.ResourceVersion + " (" + stateOf(sh.seen) + ")"
 	}
 	sh.seen, sh.seenEntries = l, entries
+	sh.seenN++
 	if !sh.known || sh.cur == nil || l == nil || newer(l.ResourceVersion, sh.cur.ResourceVersion) {
 		sh.known, sh.cur, sh.entries = true, l, entries
 	}
@@ -246,6 +247,16 @@ func (s *leaseStore) observe(sh *leaseShard, l *coordinationv1api.Lease, entries
 			slog.Int("lost", len(lost)), slog.String("entries", names(lost)), slog.String("forged", names(d.forged)))
 	}
 	return pending
+}
+
+// seenSince reports whether sh's seen changed since it was counted sent:
+// a "not found" answered to a GET sent before is older than what is seen
+// (another replica made the Lease meanwhile, and this store saw it in a
+// List), not a deletion.
+func (s *leaseStore) seenSince(sh *leaseShard, sent uint64) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.seenN != sent
 }
 
 // seenParsed is seen's entries, parsed once (nil seen: none). Under sh.mu.

@@ -221,6 +221,10 @@ type leaseShard struct {
 	// what a read is judged against for damage (leasedamage.go).
 	seen        *coordinationv1api.Lease
 	seenEntries map[string]string
+	// seenN counts the changes of seen: a GET answered "not found" is
+	// judged only if seen did not change since it was sent (a 404 carries
+	// no resourceVersion to order it by).
+	seenN uint64
 	// restore: the entries damage lost (by hash key, as stored), which
 	// the next write creates again, and the state they are restored from.
 	restore     map[string]string
@@ -535,13 +539,18 @@ func (s *leaseStore) commit(sh *leaseShard, batch []*leaseOp, known bool, cur *c
 	for {
 		if !known {
 			wait()
+			sh.mu.Lock()
+			sent := sh.seenN
+			sh.mu.Unlock()
 			l, err := s.getShard(sh)
 			if err != nil {
 				s.answerAll(batch, err)
 				return
 			}
 			entries, _ := entriesOf(l) // unparsed: apply answers why
-			s.observe(sh, l, entries)
+			if l != nil || !s.seenSince(sh, sent) {
+				s.observe(sh, l, entries)
+			}
 			known, cur, fresh = true, l, true
 		}
 		switch splitState(cur) {
@@ -626,6 +635,7 @@ func (s *leaseStore) rememberParsed(sh *leaseShard, known bool, l *coordinationv
 		sh.known, sh.cur, sh.entries = known, l, entries
 		if l != nil {
 			sh.seen, sh.seenEntries = l, entries
+			sh.seenN++
 		}
 	}
 }
