@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
@@ -256,23 +257,13 @@ func (s *store) delete(e journal.Entry) error {
 }
 
 func keyLess(a, b journal.Key) int {
-	if c := cmpStr(string(a.Kind), string(b.Kind)); c != 0 {
+	if c := strings.Compare(string(a.Kind), string(b.Kind)); c != 0 {
 		return c
 	}
-	if c := cmpStr(a.FileSystem, b.FileSystem); c != 0 {
+	if c := strings.Compare(a.FileSystem, b.FileSystem); c != 0 {
 		return c
 	}
-	return cmpStr(a.Name, b.Name)
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return strings.Compare(a.Name, b.Name)
 }
 
 func (s *store) list(kind journal.Kind, fs, index string) []journal.Entry {

@@ -145,8 +145,9 @@ func (x *effects) release() {
 
 // do executes one effect: a write or read of the record, a request to
 // EFS or an operation on the file system's directories, or what this
-// process holds (locks, reservations, its memory). An effect of no
-// known kind is a defect of the core, answered rather than panicked.
+// process holds for the call (its volume locks, its context). An effect
+// of no known kind is a defect of the core, answered rather than
+// panicked.
 func (x *effects) do(e core.Effect) (core.Result, error) {
 	for _, do := range []func(core.Effect) (core.Result, bool){x.record, x.request, x.local} {
 		if r, ok := do(e); ok {

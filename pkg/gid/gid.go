@@ -295,7 +295,9 @@ func (a *Allocator) TryReserve(fsID string, lo, hi int64, hint string, since uin
 	if lo < 0 || hi < lo || hi > maxGID {
 		return nil, fmt.Errorf("gid: invalid range [%d, %d]", lo, hi)
 	}
-	v, mu := a.viewHeld(fsID), a.lockOf(fsID)
+	h := a.homeOf(fsID)
+	h.v.ready()
+	v, mu := h.v, h.mu
 	if !v.listed || (v.gen == since && (now.Sub(v.listedAt) > a.maxAge || v.listedAt.UnixNano() < a.floor.Load())) {
 		return nil, ErrStale
 	}
