@@ -373,6 +373,20 @@ func (s *Sim) runWriter(a *actor) {
 		s.forge(a, made)
 		return
 	}
+	if a.kind == "hand" && s.cfg.RootDir && a.idx%4 == 1 && !s.alwaysDown(made.FileSystemID) {
+		// A PersistentVolume made by hand for this access point, with
+		// reclaim policy Delete: DeleteVolume deletes it, and with root
+		// removal on keeps its directory (no CSI driver made it), which
+		// the deleting controller counts (checkKeptRoots).
+		a.c, a.forget = s.clusters[0], make(chan struct{}, 1)
+		volID := volume.ProvisionedID(made.FileSystemID, id)
+		s.mu.Lock()
+		s.deleteIssued[volID] = true
+		s.handVolumes = append(s.handVolumes, handVolume{volID: volID, apID: id, path: made.Path, fsID: made.FileSystemID})
+		s.mu.Unlock()
+		s.del(a, volID)
+		return
+	}
 	t = a.tag()
 	s.park(withTag(context.Background(), t), nil, kindActor, a.kind+" deletes "+id, func() (any, error) {
 		return nil, s.efs.delete(id)

@@ -266,6 +266,7 @@ func (s *Sim) final() {
 			live[inst.st] = true
 		}
 	}
+	s.checkKeptRoots()
 	for _, fsID := range s.fsIDs() {
 		fs := s.efs.fss[fsID]
 		for _, id := range slices.Sorted(maps.Keys(fs.aps)) {
@@ -295,6 +296,27 @@ func (s *Sim) final() {
 				continue
 			}
 			s.violate("record: %s left in %s after every claim was deleted (%s)", e.Key, st.name, e.Value)
+		}
+	}
+}
+
+// checkKeptRoots: with root removal on, the DeleteVolume of an access
+// point made by hand kept its directory (no CSI driver made it: whose
+// data it holds is unknown), and each controller still running counts at
+// least as many kept directories as it deleted such access points (its
+// metric, core.FS.RootNotOwned: the delete counts before its
+// DeleteAccessPoint).
+func (s *Sim) checkKeptRoots() {
+	for _, h := range s.handVolumes {
+		if _, ok := s.efs.fss[h.fsID].dirs[h.path]; !ok && !s.cfg.Share && s.deletedIDs[h.volID] {
+			s.violate("data: the directory %s of %s, made by hand, was removed by its DeleteVolume", h.path, h.volID)
+		}
+	}
+	for _, c := range s.clusters {
+		for _, inst := range c.slots {
+			if n := inst.svc.RootDirsNotOwned(); n < s.keptRoots[inst] {
+				s.violate("metric: %s deleted %d access points made by hand with root removal on, and counts %d directories kept", inst.name, s.keptRoots[inst], n)
+			}
 		}
 	}
 }

@@ -355,7 +355,7 @@ func ParseConfig(fields []string) (Config, error) {
 func Run(cfg Config, script []string, trace bool) *Result {
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a1)), wrng: rand.New(rand.NewPCG(cfg.Seed, 0x3071d)), traceOn: trace,
 		faultsLeft: cfg.Faults, killsLeft: cfg.Kills, forgetLeft: cfg.Forgets, start: time.Now(),
-		bgTag: &callTag{actor: "bg"}, handling: map[*callTag]bool{}, cutShort: map[*callTag]bool{}, deleteIssued: map[string]bool{}, deletedIDs: map[string]bool{},
+		bgTag: &callTag{actor: "bg"}, handling: map[*callTag]bool{}, cutShort: map[*callTag]bool{}, deleteIssued: map[string]bool{}, deletedIDs: map[string]bool{}, keptRoots: map[*instance]int64{},
 		forged: map[journal.Key]bool{}}
 	if script != nil {
 		s.script = slices.Clone(script)

@@ -193,9 +193,15 @@ type Sim struct {
 	mountSeq     int
 	forged       map[journal.Key]bool // entries forged into a record (not the driver's)
 	answers      []*answered
-	deleteIssued map[string]bool // volume IDs whose DeleteVolume was called
-	deletedIDs   map[string]bool // volume IDs whose DeleteVolume succeeded
+	deleteIssued map[string]bool     // volume IDs whose DeleteVolume was called
+	deletedIDs   map[string]bool     // volume IDs whose DeleteVolume succeeded
+	keptRoots    map[*instance]int64 // deletes of access points made by hand, by the controller that sent them
+	handVolumes  []handVolume        // access points made by hand that DeleteVolume deletes
 }
+
+// handVolume is an access point made by hand whose DeleteVolume a
+// PersistentVolume made by hand for it calls (runWriter).
+type handVolume struct{ volID, apID, path, fsID string }
 
 // answered is a volume a provisioner was answered.
 type answered struct {

@@ -331,8 +331,11 @@ func (p *efsPort) DeleteAccessPoint(ctx context.Context, id string) error {
 	p.s.mu.Unlock()
 	_, err := p.s.park(ctx, p.inst, kindEFS, "DeleteAccessPoint "+id, func() (any, error) {
 		_, a := p.s.efs.find(id)
-		if a != nil && !a.driver && !p.s.answeredAP(id) {
+		if a != nil && !a.driver && !p.s.answeredAP(id) && !p.s.handVolume(id) {
 			p.s.violate("foreign: %s deleted %s, made by %s (%s), which no DeleteVolume named", p.inst.name, id, a.maker, a.ap.ClientToken)
+		}
+		if a != nil && p.s.handVolume(id) {
+			p.s.keptRoots[p.inst]++ // its DeleteVolume kept the directory first (checkKeptRoots)
 		}
 		return nil, p.s.efs.delete(id)
 	})
@@ -437,6 +440,17 @@ func (p *storePort) List(ctx context.Context, kind journal.Kind, fs, index strin
 func (s *Sim) answeredAP(id string) bool {
 	for _, an := range s.answers {
 		if an.apID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// handVolume: a PersistentVolume made by hand names the access point, and
+// its DeleteVolume was called (runWriter).
+func (s *Sim) handVolume(apID string) bool {
+	for _, h := range s.handVolumes {
+		if h.apID == apID {
 			return true
 		}
 	}
