@@ -228,16 +228,6 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
-// releaseMovedID releases id, held for the volume of token holder, unless
-// its record holds it (journal.ReleaseMovedID): after the call's own
-// context, which may have ended with the call (the id would stay held for
-// nobody), within cleanupTimeout.
-func (s *Service) releaseMovedID(ctx context.Context, fs string, id int64, holder string) error {
-	ctx, cancel := cleanupContext(ctx)
-	defer cancel()
-	return s.journal.ReleaseMovedID(ctx, fs, id, holder)
-}
-
 // defaultCapacity is reported when the CO asks for no size: EFS is elastic.
 const defaultCapacity = 5 << 30
 

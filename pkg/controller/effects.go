@@ -10,7 +10,6 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
-	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 )
 
 // stepper is a protocol of pkg/controller/core: it decides, effects does.
@@ -157,66 +156,25 @@ func (x *effects) do(e core.Effect) (core.Result, error) {
 	return core.Result{}, fmt.Errorf("%w: %T", core.ErrStuck, e)
 }
 
-// record executes an effect on the record (pkg/journal).
-func (x *effects) record(e core.Effect) (r core.Result, ok bool) {
-	s, ctx := x.s, x.ctx
-	switch e := e.(type) {
-	case core.ReadRecord:
-		read, key := s.journal.Volume, e.Key
-		switch {
-		case e.AccessPoint != "" && e.Hint:
-			read, key = s.journal.ByAccessPointHint, e.AccessPoint
-		case e.AccessPoint != "":
-			read, key = s.journal.ByAccessPoint, e.AccessPoint
-		case e.Hint:
-			read = s.journal.VolumeHint
-		}
-		r.Record, r.Err = read(ctx, e.FileSystem, key)
-	case core.Begin:
-		r.Record, r.Yes, r.Err = s.journal.Begin(ctx, e.Volume)
-	case core.Hold:
-		r.Yes, r.Err = s.journal.Hold(ctx, e.Record)
+// record executes an effect on the record (pkg/journal) with the core's
+// executor (core.DoRecord): a moved id's release with a context of its
+// own, within cleanupTimeout (the call's may have ended with the call, and
+// the id would stay held for nobody), and a
+// Hold that found the id taken tells this process's memory at once.
+func (x *effects) record(e core.Effect) (core.Result, bool) {
+	ctx := x.ctx
+	if _, ok := e.(core.ReleaseMovedID); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = cleanupContext(ctx)
+		defer cancel()
+	}
+	r, ok := core.DoRecord(ctx, x.s.journal, e)
+	if _, hold := e.(core.Hold); hold {
 		if taken := (*journal.IDTakenError)(nil); errors.As(r.Err, &taken) {
 			x.foundHeld(taken)
 		}
-	case core.HoldID:
-		r.Err = s.journal.HoldID(ctx, e.Record)
-	case core.Touch:
-		r.Err = s.journal.Touch(ctx, e.Record)
-	case core.SetIDs:
-		r.Err = s.journal.SetIDs(ctx, e.Record, e.From, e.UID, e.GID, e.ID, e.ClientToken, e.Probe)
-	case core.ReleaseUnsentID:
-		r.Err = s.journal.ReleaseUnsentID(ctx, e.Record, e.ID, e.OnlyMade)
-	case core.ReleaseMovedID:
-		r.Err = s.releaseMovedID(ctx, e.FileSystem, e.ID, e.Holder)
-	case core.HoldForSweep:
-		r.Token, r.Err = s.journal.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
-	case core.ReleaseOrphanID:
-		r.Yes, r.Err = s.journal.ReleaseOrphanID(ctx, e.FileSystem, e.ID, e.Holder)
-	case core.ReleaseSweep:
-		r.Err = s.journal.ReleaseSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
-	case core.SetAccessPoint:
-		r.Err = s.journal.SetAccessPoint(ctx, e.Record, e.Made, e.Replace)
-	case core.SetClaim:
-		r.Err = s.journal.SetClaim(ctx, e.Record, e.Name, e.Namespace)
-	case core.Mark:
-		switch {
-		case e.IfOrphan != nil:
-			r.Record, r.Err = s.journal.MarkDeletingIf(ctx, e.Record, func(r *journal.Record) bool { return core.OrphanChange(e.IfOrphan, r) == "" })
-		case e.IfAgrees != nil:
-			r.Record, r.Err = s.journal.MarkDeletingIf(ctx, e.Record, func(r *journal.Record) bool { return ownership.Agrees(r, e.IfAgrees) })
-		default:
-			r.Err = s.journal.MarkDeleting(ctx, e.Record)
-		}
-	case core.Finish:
-		r.Err = s.journal.Finish(ctx, e.Record)
-
-	case core.SetDirMade:
-		r.Err = s.journal.SetDirMade(ctx, e.Record)
-	default:
-		return r, false
 	}
-	return r, true
+	return r, ok
 }
 
 // request executes a request to EFS, or an operation on the file system's

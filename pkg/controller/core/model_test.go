@@ -15,7 +15,6 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal/journaltest"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
-	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -525,11 +524,15 @@ func (w *modelWorld) gidCheck() {
 	}
 }
 
-// do executes one effect as the production executor does, against the
-// model's EFS, record and process memory.
+// do executes one effect against the model's EFS, record and process
+// memory: the record's verbs by the production executor (DoRecord), the
+// rest as the service does.
 func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 	ctx := context.Background()
 	r, j := c.r, c.r.j
+	if out, ok := DoRecord(ctx, j, e); ok {
+		return out
+	}
 	var out Result
 	switch e := e.(type) {
 	case Lock:
@@ -543,30 +546,6 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 			r.locks[k] = true
 			c.locks = append(c.locks, k)
 		}
-	case ReadRecord:
-		if e.AccessPoint != "" {
-			out.Record, out.Err = j.ByAccessPoint(ctx, e.FileSystem, e.AccessPoint)
-		} else {
-			out.Record, out.Err = j.Volume(ctx, e.FileSystem, e.Key)
-		}
-	case Begin:
-		out.Record, out.Yes, out.Err = j.Begin(ctx, e.Volume)
-	case Hold:
-		out.Yes, out.Err = j.Hold(ctx, e.Record)
-	case HoldID:
-		out.Err = j.HoldID(ctx, e.Record)
-	case Touch:
-		out.Err = j.Touch(ctx, e.Record)
-	case SetIDs:
-		out.Err = j.SetIDs(ctx, e.Record, e.From, e.UID, e.GID, e.ID, e.ClientToken, e.Probe)
-	case ReleaseUnsentID:
-		out.Err = j.ReleaseUnsentID(ctx, e.Record, e.ID, e.OnlyMade)
-	case ReleaseMovedID:
-		out.Err = j.ReleaseMovedID(ctx, e.FileSystem, e.ID, e.Holder)
-	case SetAccessPoint:
-		out.Err = j.SetAccessPoint(ctx, e.Record, e.Made, e.Replace)
-	case HoldForSweep:
-		out.Token, out.Err = j.HoldForSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
 	case toSweep:
 		*e.Holds, *e.Orphans, out.Err = j.ToSweep(ctx, fsID)
 	case listRecords:
@@ -574,23 +553,6 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		out.Err = j.Volumes(ctx, fsID, func(rs []*journal.Record) error { *e.Out = append(*e.Out, rs...); return nil })
 	case markBound:
 		out.Err = j.MarkBound(ctx, e.Record)
-	case ReleaseOrphanID:
-		out.Yes, out.Err = j.ReleaseOrphanID(ctx, e.FileSystem, e.ID, e.Holder)
-	case ReleaseSweep:
-		out.Err = j.ReleaseSweep(ctx, e.FileSystem, e.ID, e.AccessPoint)
-	case SetClaim:
-		out.Err = j.SetClaim(ctx, e.Record, e.Name, e.Namespace)
-	case Mark:
-		switch {
-		case e.IfOrphan != nil:
-			out.Record, out.Err = j.MarkDeletingIf(ctx, e.Record, func(rec *journal.Record) bool { return OrphanChange(e.IfOrphan, rec) == "" })
-		case e.IfAgrees != nil:
-			out.Record, out.Err = j.MarkDeletingIf(ctx, e.Record, func(rec *journal.Record) bool { return ownership.Agrees(rec, e.IfAgrees) })
-		default:
-			out.Err = j.MarkDeleting(ctx, e.Record)
-		}
-	case Finish:
-		out.Err = j.Finish(ctx, e.Record)
 	case CreateAccessPoint:
 		if id, ok := w.byToken[e.Input.ClientToken]; ok {
 			out.Err = &efs.AlreadyExistsError{AccessPointID: id}
@@ -640,8 +602,6 @@ func (w *modelWorld) do(a *modelActor, c *modelCall, e Effect) Result {
 		}
 	case UnmakeDir:
 		delete(w.aps, DirStandIn(e.Record).ID)
-	case SetDirMade:
-		out.Err = j.SetDirMade(ctx, e.Record)
 	case Reachable, RemoveRoot, Detach:
 		// Nothing this model keeps: no root directories, no allocator
 		// view, no other writers, no listing lag.
