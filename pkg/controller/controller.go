@@ -22,6 +22,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/snapshot"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
@@ -165,6 +166,13 @@ type Config struct {
 	Journal journal.Store
 	Now     func() time.Time // nil: time.Now
 	Logger  *slog.Logger
+
+	// Copier copies a directory tree for snapshots, restores and clones
+	// (pkg/treecopy); nil: this controller offers none.
+	Copier snapshot.Copier
+	// SnapshotWait bounds how long a snapshot, restore or clone call
+	// waits for its copy before it answers ABORTED (0: 10 s).
+	SnapshotWait time.Duration
 }
 
 // Service is the CSI Controller service. A backend's Service (backend.go)
@@ -219,6 +227,10 @@ type shared struct {
 	// dirs: the file systems mounted for making directory volumes
 	// (createdir.go).
 	dirs *dirMounts
+
+	// snaps: snapshots, restores and clones (snapshots.go), made once.
+	snapOnce sync.Once
+	snaps    *snapshot.Manager
 }
 
 // listKey is a listing of a file system through one client.
@@ -349,6 +361,10 @@ func (s *Service) ControllerGetCapabilities(_ context.Context, _ *csi.Controller
 	rpcs := []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}
 	if s.canList() {
 		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_LIST_VOLUMES)
+	}
+	if _, err := s.snapshots(); err == nil {
+		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+			csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, csi.ControllerServiceCapability_RPC_CLONE_VOLUME)
 	}
 	for _, c := range rpcs {
 		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{

@@ -11,6 +11,7 @@ import (
 
 	"github.com/efs-csi/efs-csi-driver/pkg/controller/core"
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/snapshot"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -48,11 +49,31 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	if err != nil {
 		return nil, err
 	}
+	var src snapshot.Source
+	cs := req.GetVolumeContentSource()
+	if cs != nil {
+		// Before anything is made: a source that does not exist is
+		// NOT_FOUND, and a snapshot not yet whole is waited for.
+		if b.API != APIEFS {
+			return nil, fmt.Errorf("%w: volumes of S3 Files from a snapshot or a volume", ErrNotSupported)
+		}
+		if src, err = svc.restoreSource(ctx, cs); err != nil {
+			return nil, err
+		}
+	}
 	resp, err := svc.createVolume(ctx, req, b)
 	if errors.Is(err, efs.ErrAccessDenied) && b != (Backend{}) {
 		s.dropBackend(b) // a role that refuses this controller keeps nothing
 	}
-	return resp, err
+	if err != nil || cs == nil {
+		return resp, err
+	}
+	// Answered only once whole (ABORTED while the copy goes on).
+	if err := svc.restore(ctx, req.GetName(), resp, src, req.GetParameters()[volume.ParamDirectoryPerms]); err != nil {
+		return nil, err
+	}
+	resp.Volume.ContentSource = cs
+	return resp, nil
 }
 
 // createVolume validates the request into a plan (step 1), then executes
@@ -115,9 +136,6 @@ func (s *Service) plan(ctx context.Context, req *csi.CreateVolumeRequest) (*plan
 	crossAccount, err := crossAccountMode(req.GetSecrets())
 	if err != nil {
 		return nil, err
-	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, fmt.Errorf("%w: volume content sources are not supported", ErrInvalidRequest)
 	}
 	classParams, err := s.resolveFileSystem(ctx, req.GetParameters())
 	if err != nil {

@@ -56,6 +56,11 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	if errors.Is(err, efs.ErrAccessDenied) && b != (Backend{}) {
 		s.dropBackend(b)
 	}
+	if err == nil {
+		// The record of a restore into it goes with the volume (the
+		// collector's CollectRestores, if not here).
+		err = s.forgetRestore(ctx, req.GetVolumeId())
+	}
 	return resp, err
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/mount"
 	"github.com/efs-csi/efs-csi-driver/pkg/node"
+	"github.com/efs-csi/efs-csi-driver/pkg/snapshot"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -41,6 +42,15 @@ var codeTable = []struct {
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{keylock.ErrBusy, codes.Aborted},
+	// Snapshots, restores and clones (pkg/snapshot): a copy that goes on
+	// past the call's wait, or a snapshot not whole yet, is retried.
+	{snapshot.ErrPending, codes.Aborted},
+	{snapshot.ErrNotReady, codes.Aborted},
+	{snapshot.ErrNotFound, codes.NotFound},
+	{snapshot.ErrNameTaken, codes.AlreadyExists},
+	{snapshot.ErrInUse, codes.FailedPrecondition},
+	{snapshot.ErrNotEmpty, codes.FailedPrecondition},
+	{snapshot.ErrOtherFileSystem, codes.InvalidArgument},
 	{node.ErrTooManyMounts, codes.Aborted},
 	{controller.ErrInvalidRequest, codes.InvalidArgument},
 	{volume.ErrInvalidID, codes.InvalidArgument},

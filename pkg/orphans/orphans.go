@@ -100,6 +100,10 @@ type Config struct {
 	// (controller.Service.PurgeTrash), run each round on every file
 	// system of the record and of FileSystems.
 	Purge func(ctx context.Context, fs string) error
+	// Restores, when set, removes the record's entries of restores into
+	// volumes whose record is gone (controller.Service.CollectRestores),
+	// each round.
+	Restores func(ctx context.Context) (int, error)
 }
 
 // Stats is what the last round saw and totals since start.
@@ -350,6 +354,10 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 	swept, err := c.sweep(ctx, recs)
 	out.deleted += swept
 	errs = append(errs, err, c.purge(ctx, recs))
+	if c.cfg.Restores != nil {
+		_, err := c.cfg.Restores(ctx)
+		errs = append(errs, err)
+	}
 	c.mu.Lock()
 	st.Rounds, st.FailedRounds, st.Deleted = c.stats.Rounds, c.stats.FailedRounds, c.stats.Deleted
 	c.stats = st

@@ -149,6 +149,9 @@ func ParseID(s string) (ID, error) {
 		if InTrash(id.Path) {
 			return bad("a directory volume cannot be in %s, where root removal keeps deleted directories", "/"+TrashDir)
 		}
+		if InSnapshots(id.Path) {
+			return bad("a directory volume cannot be in %s, where the controller keeps snapshots", "/"+SnapshotDir)
+		}
 		id.Dir = true
 	}
 	return id, nil

@@ -32,6 +32,18 @@ func InTrash(p string) bool {
 	return rel == TrashDir || strings.HasPrefix(rel, TrashDir+"/")
 }
 
+// SnapshotDir is the directory at a file system's root where the
+// controller keeps VolumeSnapshots (pkg/snapshot): hidden from every
+// access point's root as TrashDir is, and never a directory volume's.
+const SnapshotDir = ".efs-csi-snapshots"
+
+// InSnapshots reports whether the absolute path p is SnapshotDir or
+// inside it.
+func InSnapshots(p string) bool {
+	rel := strings.TrimPrefix(p, "/")
+	return rel == SnapshotDir || strings.HasPrefix(rel, SnapshotDir+"/")
+}
+
 // forbiddenInSegment are the characters EFS refuses in a root directory.
 const forbiddenInSegment = "$#<>;`|&?{}^*/"
 

@@ -1,0 +1,510 @@
+// Package snapshot keeps VolumeSnapshots, restores and clones as copies on
+// the file system itself (EFS has no snapshot API): a snapshot is a copy
+// of its source volume's directory into the file system's hidden Area,
+// made through the controller's mount.
+//
+// The record owns every snapshot, as it owns volumes (docs/snapshots.md):
+//   - A snapshot's entry (KindSnapshot, keyed by KeyOf its name) is
+//     written before its copy starts, and removed only after its
+//     directories are removed.
+//   - A copy is made in a directory of its own attempt
+//     (Area/.tmp-<key>-<random>) and renamed to Area/<key> last, with its
+//     manifest inside: a restart, or a second controller copying at the
+//     same time, never leaves a directory at Area/<key> that is not a
+//     whole copy; the first rename wins, the other attempt's directory is
+//     removed.
+//   - The entry says ready only once Area/<key> is in place; an attempt
+//     that finds it in place (a rename whose entry write was lost) adopts
+//     it without copying again.
+//   - A restore (CreateVolume from a snapshot, or a clone of a volume)
+//     has an entry of its own (KindRestore, keyed by the volume's name),
+//     written before its copy starts; the copy is made in the Area and
+//     renamed onto the new volume's root directory (absent or empty: no
+//     node has mounted a volume not yet answered), so that the volume is
+//     answered only whole. DeleteSnapshot refuses (ErrInUse) while a
+//     restore from the snapshot is unfinished and its volume's record
+//     lives.
+//
+// Nothing here is atomic across a directory tree: a snapshot of a volume
+// being written is a copy of what each file held when it was read
+// (README, "Snapshots").
+package snapshot
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
+	"github.com/efs-csi/efs-csi-driver/pkg/rmtree"
+)
+
+// Entry kinds of the record.
+const (
+	KindSnapshot journal.Kind = "snapshot"
+	KindRestore  journal.Kind = "restore"
+)
+
+// Sentinel errors (pkg/driver gives each its gRPC code).
+var (
+	// ErrNotFound: no snapshot (or source) of that ID.
+	ErrNotFound = errors.New("snapshot: not found")
+	// ErrNameTaken: the name is another source's snapshot, or the volume
+	// name another source's restore.
+	ErrNameTaken = errors.New("snapshot: the name is taken by another source")
+	// ErrInUse: a restore from the snapshot is unfinished.
+	ErrInUse = errors.New("snapshot: restores from it are unfinished")
+	// ErrPending: the copy goes on; call again.
+	ErrPending = errors.New("snapshot: copy in progress")
+	// ErrNotReady: the snapshot's copy is not finished; a restore from it
+	// waits.
+	ErrNotReady = errors.New("snapshot: not ready to use yet")
+	// ErrOtherFileSystem: a restore or clone onto a file system other than
+	// its source's.
+	ErrOtherFileSystem = errors.New("snapshot: a copy is made on its source's file system only")
+)
+
+// Mounter gives the root of a file system mounted for the controller.
+// Contract: release unmounts (once every user released); the mount shows
+// the whole file system, as root.
+type Mounter interface {
+	Mount(ctx context.Context, fsID string) (root string, release func(), err error)
+}
+
+// Copier copies the directory tree at src into the empty directory dst,
+// keeping owners (through mapIDs, when not nil), modes, times, links and
+// holes, never following a symlink nor writing outside dst
+// (pkg/treecopy). It returns the bytes of file data copied.
+type Copier func(ctx context.Context, src, dst string, mapIDs func(uid, gid int) (int, int)) (int64, error)
+
+// Config is what a Manager works with.
+type Config struct {
+	Store  journal.Store
+	Mount  Mounter
+	Copy   Copier
+	Now    func() time.Time
+	Logger *slog.Logger
+	// Wait bounds how long a call waits for its copy before it answers
+	// "not yet" (0: 10 s): small volumes finish in one call.
+	Wait time.Duration
+	// MaxCopies bounds the copies running at once (0: 4).
+	MaxCopies int
+	// VolumeLive reports whether the record holds the volume named name
+	// on fsID, not being deleted: an unfinished restore of a volume that
+	// does not live is given up.
+	VolumeLive func(ctx context.Context, fsID, name, path string) (bool, error)
+}
+
+// Manager serves snapshots and restores for one controller.
+type Manager struct {
+	cfg   Config
+	locks *keylock.Set
+	slots chan struct{}
+	mu    sync.Mutex
+	jobs  map[string]*job // by entry key: the copies running in this process
+	// restores: the volumes whose restore this process recorded, for
+	// Forget (the collector's CollectRestores finds the rest).
+	restores map[string]bool
+}
+
+// New returns a Manager.
+func New(cfg Config) *Manager {
+	if cfg.Wait == 0 {
+		cfg.Wait = 10 * time.Second
+	}
+	if cfg.MaxCopies == 0 {
+		cfg.MaxCopies = 4
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{cfg: cfg, locks: keylock.New(), slots: make(chan struct{}, cfg.MaxCopies), jobs: map[string]*job{}, restores: map[string]bool{}}
+}
+
+// Source is what a snapshot or restore copies: a volume's directory.
+type Source struct {
+	VolumeID   string // the CO's ID of the volume (a snapshot's source)
+	SnapshotID string // or a snapshot's (a restore's source)
+	FileSystem string
+	Path       string // absolute, on FileSystem
+	UID, GID   int64  // the ids its files are made with (-1: none)
+}
+
+// Snapshot is a snapshot as the record holds it (KindSnapshot's value).
+type Snapshot struct {
+	ID         string    `json:"-"`
+	Name       string    `json:"name"`
+	Source     string    `json:"source"`
+	FileSystem string    `json:"fileSystem"`
+	SourcePath string    `json:"sourcePath"`
+	UID        int64     `json:"uid"`
+	GID        int64     `json:"gid"`
+	Created    time.Time `json:"created"`
+	Ready      bool      `json:"ready,omitempty"`
+	Size       int64     `json:"size,omitempty"`
+	Deleting   bool      `json:"deleting,omitempty"`
+	entry      journal.Entry
+}
+
+// restore is a restore as the record holds it (KindRestore's value).
+type restore struct {
+	Name     string `json:"name"`
+	Source   string `json:"source"` // a snapshot's ID or a volume's
+	Path     string `json:"path"`   // the new volume's root on the file system
+	Volume   string `json:"volume,omitempty"`
+	Done     bool   `json:"done,omitempty"`
+	Snapshot bool   `json:"snapshot,omitempty"` // Source is a snapshot's
+	// Moving is the Area's directory an attempt is renaming onto the
+	// volume's root: written before the rename, so that an attempt that
+	// finds the root taken can tell that rename's result (the directory
+	// gone from the Area) from data that was there before.
+	Moving string `json:"moving,omitempty"`
+	entry  journal.Entry
+}
+
+// manifest is Area/<key>/manifest.json: what the copy is of.
+type manifest struct {
+	Name       string    `json:"name"`
+	Source     string    `json:"source"`
+	SourcePath string    `json:"sourcePath"`
+	UID        int64     `json:"uid"`
+	GID        int64     `json:"gid"`
+	Created    time.Time `json:"created"`
+	Size       int64     `json:"size"`
+}
+
+func snapshotKey(fsID, key string) journal.Key {
+	return journal.Key{Kind: KindSnapshot, FileSystem: fsID, Name: key}
+}
+
+// restoreKey is the restore entry of the volume volumeID (a restore is
+// recorded once its volume is made, before its copy starts).
+func restoreKey(fsID, volumeID string) journal.Key {
+	return journal.Key{Kind: KindRestore, FileSystem: fsID, Name: KeyOf(volumeID)}
+}
+
+// Create takes the snapshot named name of src: the one recorded under the
+// name if any (ErrNameTaken if of another source), else a new one,
+// recorded before its copy starts. It waits for the copy up to
+// Config.Wait: the snapshot returned is Ready or not yet.
+func (m *Manager) Create(ctx context.Context, name string, src Source) (*Snapshot, error) {
+	key := KeyOf(name)
+	unlock, err := m.locks.TryLock("snapshot/" + key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	snap, err := m.read(ctx, src.FileSystem, key)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		snap = &Snapshot{Name: name, Source: src.VolumeID, FileSystem: src.FileSystem, SourcePath: src.Path,
+			UID: src.UID, GID: src.GID, Created: m.cfg.Now().UTC().Truncate(time.Millisecond)}
+		raw, _ := json.Marshal(snap)
+		e, err := m.cfg.Store.Create(ctx, journal.Entry{Key: snapshotKey(src.FileSystem, key), Value: raw, Index: indexOf(src.VolumeID)})
+		if err != nil {
+			if errors.Is(err, journal.ErrExists) {
+				return nil, fmt.Errorf("%w: snapshot %q: %w", keylock.ErrBusy, name, err) // another replica's: retry
+			}
+			return nil, err
+		}
+		snap.entry, snap.ID = e, ID(src.FileSystem, key)
+		m.cfg.Logger.Info("snapshot recorded", slog.String("snapshot", snap.ID), slog.String("name", name), slog.String("source", src.VolumeID))
+	case err != nil:
+		return nil, err
+	case snap.Source != src.VolumeID:
+		return nil, fmt.Errorf("%w: snapshot %q is of %s, not %s", ErrNameTaken, name, snap.Source, src.VolumeID)
+	case snap.Deleting:
+		return nil, fmt.Errorf("%w: snapshot %q is being deleted", keylock.ErrBusy, name)
+	}
+	if snap.Ready {
+		return snap, nil
+	}
+	j := m.start(snap.entry.Key, func(ctx context.Context) error { return m.copySnapshot(ctx, snap) })
+	if err := m.await(ctx, j); err != nil && !errors.Is(err, ErrPending) {
+		return nil, err
+	}
+	return m.read(ctx, src.FileSystem, key)
+}
+
+// Get returns the snapshot of id: ErrNotFound if there is none (or it is
+// being deleted).
+func (m *Manager) Get(ctx context.Context, id string) (*Snapshot, error) {
+	fsID, key, ok := ParseID(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is not a snapshot ID of this driver", ErrNotFound, id)
+	}
+	snap, err := m.read(ctx, fsID, key)
+	if err == nil && snap.Deleting {
+		return nil, fmt.Errorf("%w: snapshot %s is being deleted", ErrNotFound, id)
+	}
+	return snap, err
+}
+
+// read reads the snapshot entry of key.
+func (m *Manager) read(ctx context.Context, fsID, key string) (*Snapshot, error) {
+	e, err := m.cfg.Store.Get(ctx, snapshotKey(fsID, key))
+	if errors.Is(err, journal.ErrNotFound) {
+		return nil, fmt.Errorf("%w: snapshot %s", ErrNotFound, ID(fsID, key))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeSnapshot(e)
+}
+
+func decodeSnapshot(e journal.Entry) (*Snapshot, error) {
+	snap := &Snapshot{}
+	if err := json.Unmarshal(e.Value, snap); err != nil {
+		return nil, fmt.Errorf("snapshot: the record's entry %s is damaged: %w", e.Key.Name, err)
+	}
+	snap.entry, snap.ID = e, ID(e.Key.FileSystem, e.Key.Name)
+	return snap, nil
+}
+
+// indexOf is the record's index of a source volume's snapshots.
+func indexOf(volumeID string) string { return KeyOf(volumeID) }
+
+// Delete deletes the snapshot of id: nothing if there is none (an ID of
+// no snapshot is one that is gone). ErrInUse while a restore from it is
+// unfinished. Its entry is marked deleting, its copy stopped, its
+// directories removed, and its entry removed last.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	fsID, key, ok := ParseID(id)
+	if !ok {
+		return nil
+	}
+	unlock, err := m.locks.TryLock("snapshot/" + key)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	snap, err := m.read(ctx, fsID, key)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !snap.Deleting {
+		if err := m.refuseInUse(ctx, snap); err != nil {
+			return err
+		}
+		snap.Deleting = true
+		raw, _ := json.Marshal(snap)
+		snap.entry.Value = raw
+		e, err := m.cfg.Store.Update(ctx, snap.entry)
+		if err != nil {
+			return err
+		}
+		snap.entry = e
+	}
+	m.stop(snap.entry.Key)
+	root, release, err := m.cfg.Mount.Mount(ctx, fsID)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := m.removeCopies(ctx, root, key, true); err != nil {
+		return err
+	}
+	if err := m.cfg.Store.Delete(ctx, snap.entry); err != nil && !errors.Is(err, journal.ErrNotFound) {
+		return err
+	}
+	m.cfg.Logger.Info("snapshot deleted", slog.String("snapshot", id), slog.String("name", snap.Name),
+		slog.String("reason", "DeleteSnapshot"))
+	return nil
+}
+
+// refuseInUse is ErrInUse if a restore from snap is unfinished and its
+// volume lives; an unfinished restore of a volume gone is given up.
+func (m *Manager) refuseInUse(ctx context.Context, snap *Snapshot) error {
+	var open []restore
+	err := m.cfg.Store.List(ctx, KindRestore, snap.FileSystem, indexOf(snap.ID), func(es []journal.Entry) error {
+		for _, e := range es {
+			var r restore
+			if json.Unmarshal(e.Value, &r) == nil && r.Snapshot && r.Source == snap.ID && !r.Done {
+				r.entry = e
+				open = append(open, r)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range open {
+		if m.running(r.entry.Key) {
+			return fmt.Errorf("%w: the restore of %q from %s is copying", ErrInUse, r.Name, snap.ID)
+		}
+		live, err := m.cfg.VolumeLive(ctx, snap.FileSystem, r.Name, r.Path)
+		if err != nil {
+			return err
+		}
+		if live {
+			return fmt.Errorf("%w: the restore of %q from %s is unfinished", ErrInUse, r.Name, snap.ID)
+		}
+		if err := m.cfg.Store.Delete(ctx, r.entry); err != nil && !errors.Is(err, journal.ErrNotFound) {
+			return err
+		}
+		m.cfg.Logger.Warn("unfinished restore given up: its volume's record is gone", slog.String("volume", r.Name),
+			slog.String("snapshot", snap.ID), slog.String("reason", "volume gone"))
+	}
+	return nil
+}
+
+// removeCopies removes the snapshot's attempts (Area/.tmp-<key>-*) and,
+// with final, its copy (Area/<key>).
+func (m *Manager) removeCopies(ctx context.Context, root, key string, final bool) error {
+	entries, err := os.ReadDir(filepath.Join(root, Area))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".tmp-"+key+"-") || final && n == key {
+			if err := rmtree.RemoveAll(ctx, root, Area+"/"+n); err != nil {
+				return fmt.Errorf("snapshot: remove %s: %w", n, err)
+			}
+		}
+	}
+	return nil
+}
+
+// List returns the snapshots of the record (of sourceVolumeID if not ""),
+// not being deleted, by ID.
+func (m *Manager) List(ctx context.Context, sourceVolumeID string) ([]*Snapshot, error) {
+	var out []*Snapshot
+	index := ""
+	if sourceVolumeID != "" {
+		index = indexOf(sourceVolumeID)
+	}
+	err := m.cfg.Store.List(ctx, KindSnapshot, "", index, func(es []journal.Entry) error {
+		for _, e := range es {
+			snap, err := decodeSnapshot(e)
+			if err != nil {
+				m.cfg.Logger.Error("snapshot entry damaged: not listed", slog.String("entry", e.Key.Name), slog.Any("error", err))
+				continue
+			}
+			if !snap.Deleting && (sourceVolumeID == "" || snap.Source == sourceVolumeID) {
+				out = append(out, snap)
+			}
+		}
+		return nil
+	})
+	slices.SortFunc(out, func(a, b *Snapshot) int { return strings.Compare(a.ID, b.ID) })
+	return out, err
+}
+
+// copySnapshot makes snap's copy, once: in an attempt's directory, renamed
+// into place, then the entry marked ready. An attempt that finds the copy
+// in place adopts it.
+func (m *Manager) copySnapshot(ctx context.Context, snap *Snapshot) error {
+	root, release, err := m.cfg.Mount.Mount(ctx, snap.FileSystem)
+	if err != nil {
+		return err
+	}
+	defer release()
+	key := snap.entry.Key.Name
+	final := filepath.Join(root, dir(key))
+	var man manifest
+	if raw, err := os.ReadFile(filepath.Join(final, "manifest.json")); err == nil && json.Unmarshal(raw, &man) == nil {
+		// In place already: an earlier attempt's rename, whose entry
+		// write did not happen.
+		return m.markReady(ctx, snap, man.Size)
+	}
+	if err := os.MkdirAll(filepath.Join(root, Area), 0o700); err != nil {
+		return err
+	}
+	if err := m.removeCopies(ctx, root, key, false); err != nil { // earlier attempts'
+		return err
+	}
+	tmp := ".tmp-" + key + "-" + randomHex()
+	work := filepath.Join(root, Area, tmp)
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return err
+	}
+	defer func() { _ = rmtree.RemoveAll(context.WithoutCancel(ctx), root, Area+"/"+tmp) }() // gone once renamed
+	if err := os.Mkdir(filepath.Join(work, "data"), 0o700); err != nil {
+		return err
+	}
+	began := m.cfg.Now()
+	size, err := m.cfg.Copy(ctx, filepath.Join(root, snap.SourcePath), filepath.Join(work, "data"), nil)
+	if err != nil {
+		return fmt.Errorf("snapshot: copy %s of %s: %w", snap.SourcePath, snap.FileSystem, err)
+	}
+	man = manifest{Name: snap.Name, Source: snap.Source, SourcePath: snap.SourcePath, UID: snap.UID, GID: snap.GID,
+		Created: snap.Created, Size: size}
+	raw, _ := json.MarshalIndent(man, "", "  ")
+	if err := os.WriteFile(filepath.Join(work, "manifest.json"), append(raw, '\n'), 0o600); err != nil {
+		return err
+	}
+	switch err := rmtree.Move(root, Area+"/"+tmp, dir(key)); {
+	case errors.Is(err, rmtree.ErrExist):
+		// Another attempt's rename came first: its copy is the snapshot.
+	case err != nil:
+		return err
+	}
+	m.cfg.Logger.Info("snapshot copied", slog.String("snapshot", snap.ID), slog.Int64("bytes", size),
+		slog.Duration("took", m.cfg.Now().Sub(began)))
+	return m.markReady(ctx, snap, size)
+}
+
+// markReady writes snap's entry ready, unless it is gone or being
+// deleted: then the copy just put in place is removed again (the delete
+// may have removed the directories before the rename).
+func (m *Manager) markReady(ctx context.Context, snap *Snapshot, size int64) error {
+	for {
+		cur, err := m.read(ctx, snap.FileSystem, snap.entry.Key.Name)
+		if errors.Is(err, ErrNotFound) || err == nil && cur.Deleting {
+			return m.discard(ctx, snap)
+		}
+		if err != nil {
+			return err
+		}
+		if cur.Ready {
+			return nil
+		}
+		cur.Ready, cur.Size = true, size
+		raw, _ := json.Marshal(cur)
+		cur.entry.Value = raw
+		_, err = m.cfg.Store.Update(ctx, cur.entry)
+		if !errors.Is(err, journal.ErrConflict) {
+			return err
+		}
+	}
+}
+
+// discard removes the copy of a snapshot deleted while it was made.
+func (m *Manager) discard(ctx context.Context, snap *Snapshot) error {
+	root, release, err := m.cfg.Mount.Mount(ctx, snap.FileSystem)
+	if err != nil {
+		return err
+	}
+	defer release()
+	m.cfg.Logger.Warn("snapshot copy removed: the snapshot was deleted while it was copied", slog.String("snapshot", snap.ID),
+		slog.String("reason", "snapshot deleted"))
+	return m.removeCopies(context.WithoutCancel(ctx), root, snap.entry.Key.Name, true)
+}
+
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

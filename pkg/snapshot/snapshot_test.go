@@ -1,0 +1,357 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+)
+
+const fs1 = "fs-0123456789abcdef0"
+
+// dirMount is a file system as a directory: its root, never unmounted.
+type dirMount string
+
+func (d dirMount) Mount(context.Context, string) (string, func(), error) {
+	return string(d), func() {}, nil
+}
+
+// cpCopier copies with cp -a (the real copier is pkg/treecopy's, tested
+// there), counting its copies, and blocking on gate when set.
+type cpCopier struct {
+	n    atomic.Int32
+	gate chan struct{}
+	fail error
+}
+
+func (c *cpCopier) copy(ctx context.Context, src, dst string, mapIDs func(uid, gid int) (int, int)) (int64, error) {
+	c.n.Add(1)
+	if c.gate != nil {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if c.fail != nil {
+		return 0, c.fail
+	}
+	if out, err := exec.Command("cp", "-a", src+"/.", dst).CombinedOutput(); err != nil {
+		return 0, errors.New(string(out))
+	}
+	if mapIDs != nil {
+		err := filepath.Walk(dst, func(p string, fi os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			uid, gid := mapIDs(0, 0)
+			return os.Lchown(p, uid, gid)
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return 5, nil
+}
+
+type world struct {
+	root  string
+	store *journal.Memory
+	cp    *cpCopier
+	live  map[string]bool // volume names whose record lives
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{root: t.TempDir(), store: journal.NewMemory(), cp: &cpCopier{}, live: map[string]bool{}}
+	if err := os.MkdirAll(filepath.Join(w.root, "vol", "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(w.root, "vol", "a", "f"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (w *world) manager(wait time.Duration) *Manager {
+	return New(Config{Store: w.store, Mount: dirMount(w.root), Copy: w.cp.copy, Wait: wait,
+		VolumeLive: func(_ context.Context, _, name, _ string) (bool, error) { return w.live[name], nil }})
+}
+
+var src = Source{VolumeID: "efs:" + fs1 + "::fsap-0123456789abcdef0", FileSystem: fs1, Path: "/vol", UID: 0, GID: 0}
+
+func TestCreateIsIdempotentByNameAndCopiesOnce(t *testing.T) {
+	w := newWorld(t)
+	m := w.manager(time.Minute)
+	ctx := context.Background()
+	a, err := m.Create(ctx, "snap-1", src)
+	if err != nil || !a.Ready {
+		t.Fatalf("Create: %+v, %v", a, err)
+	}
+	if b, err := m.Create(ctx, "snap-1", src); err != nil || b.ID != a.ID || !b.Created.Equal(a.Created) {
+		t.Fatalf("repeat: %+v, %v; want %s at %v", b, err, a.ID, a.Created)
+	}
+	if n := w.cp.n.Load(); n != 1 {
+		t.Errorf("%d copies, want 1", n)
+	}
+	if got, _ := os.ReadFile(filepath.Join(w.root, DataDir(KeyOf("snap-1")), "a", "f")); string(got) != "hello" {
+		t.Errorf("copy holds %q", got)
+	}
+	other := src
+	other.VolumeID = "efs:" + fs1 + "::fsap-0123456789abcdef1"
+	if _, err := m.Create(ctx, "snap-1", other); !errors.Is(err, ErrNameTaken) {
+		t.Errorf("same name, other source: %v, want ErrNameTaken", err)
+	}
+}
+
+func TestACopyPastTheWaitIsPendingThenReady(t *testing.T) {
+	w := newWorld(t)
+	w.cp.gate = make(chan struct{})
+	m := w.manager(time.Millisecond)
+	ctx := context.Background()
+	snap, err := m.Create(ctx, "snap-1", src)
+	if err != nil || snap.Ready {
+		t.Fatalf("Create while copying: %+v, %v; want not ready", snap, err)
+	}
+	if _, err := os.Stat(filepath.Join(w.root, Area, KeyOf("snap-1"))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a copy in progress is at its final name: %v", err)
+	}
+	close(w.cp.gate)
+	m.stopWait(t, "snap-1")
+	if snap, err = m.Create(ctx, "snap-1", src); err != nil || !snap.Ready {
+		t.Fatalf("Create after the copy: %+v, %v", snap, err)
+	}
+}
+
+// stopWait waits for the copy of the snapshot named name to end.
+func (m *Manager) stopWait(t *testing.T, name string) {
+	t.Helper()
+	m.mu.Lock()
+	var j *job
+	for _, jj := range m.jobs {
+		j = jj
+	}
+	m.mu.Unlock()
+	if j != nil {
+		<-j.done
+	}
+}
+
+func TestACopyCutShortLeavesNothingThatLooksWhole(t *testing.T) {
+	w := newWorld(t)
+	w.cp.fail = errors.New("killed mid-copy")
+	m := w.manager(time.Minute)
+	ctx := context.Background()
+	if snap, err := m.Create(ctx, "snap-1", src); err == nil {
+		t.Fatalf("Create with a failing copy: %+v", snap)
+	}
+	entries, _ := os.ReadDir(filepath.Join(w.root, Area))
+	if len(entries) != 0 {
+		t.Errorf("left in the area: %v", entries)
+	}
+	w.cp.fail = nil
+	if snap, err := m.Create(ctx, "snap-1", src); err != nil || !snap.Ready {
+		t.Fatalf("Create again: %+v, %v", snap, err)
+	}
+}
+
+func TestACopyInPlaceWithItsEntryNotReadyIsAdopted(t *testing.T) {
+	w := newWorld(t)
+	m := w.manager(time.Minute)
+	ctx := context.Background()
+	if _, err := m.Create(ctx, "snap-1", src); err != nil {
+		t.Fatal(err)
+	}
+	// The entry write after the rename was lost.
+	e, _ := w.store.Get(ctx, snapshotKey(fs1, KeyOf("snap-1")))
+	snap, _ := decodeSnapshot(e)
+	snap.Ready = false
+	e.Value = mustJSON(t, snap)
+	if _, err := w.store.Update(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	again := w.manager(time.Minute) // a restarted controller
+	if snap, err := again.Create(ctx, "snap-1", src); err != nil || !snap.Ready {
+		t.Fatalf("Create: %+v, %v", snap, err)
+	}
+	if n := w.cp.n.Load(); n != 1 {
+		t.Errorf("%d copies, want 1 (adopted)", n)
+	}
+}
+
+func TestDeleteRemovesTheCopyThenTheEntry(t *testing.T) {
+	w := newWorld(t)
+	m := w.manager(time.Minute)
+	ctx := context.Background()
+	snap, err := m.Create(ctx, "snap-1", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{snap.ID, snap.ID, "efssnap:" + fs1 + ":00000000000000000000000000000000", "not-an-id", ""} {
+		if err := m.Delete(ctx, id); err != nil {
+			t.Errorf("Delete(%q): %v", id, err)
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Join(w.root, Area)); len(entries) != 0 {
+		t.Errorf("left in the area: %v", entries)
+	}
+	if _, err := m.Get(ctx, snap.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after Delete: %v", err)
+	}
+}
+
+func TestDeleteDuringTheCopyStopsIt(t *testing.T) {
+	w := newWorld(t)
+	w.cp.gate = make(chan struct{})
+	m := w.manager(time.Millisecond)
+	ctx := context.Background()
+	snap, err := m.Create(ctx, "snap-1", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(w.root, Area)); len(entries) != 0 {
+		t.Errorf("left in the area: %v", entries)
+	}
+	if list, _ := m.List(ctx, ""); len(list) != 0 {
+		t.Errorf("listed after Delete: %v", list)
+	}
+}
+
+func TestRestoreRenamesAWholeCopyOntoTheNewRoot(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		prepare func(root string) error
+		want    error
+	}{
+		{"absent root", func(string) error { return nil }, nil},
+		{"empty root", func(root string) error { return os.MkdirAll(filepath.Join(root, "base", "new"), 0o755) }, nil},
+		{"root with data", func(root string) error {
+			if err := os.MkdirAll(filepath.Join(root, "base", "new"), 0o755); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(root, "base", "new", "old"), nil, 0o644)
+		}, ErrNotEmpty},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			m := w.manager(time.Minute)
+			ctx := context.Background()
+			snap, err := m.Create(ctx, "snap-1", src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.prepare(w.root); err != nil {
+				t.Fatal(err)
+			}
+			from := Source{SnapshotID: snap.ID, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: 0, GID: 0}
+			to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new",
+				UID: 1001, GID: 1002, Mode: 0o2750}
+			if err := m.BeginRestore(ctx, to, from); err != nil {
+				t.Fatal(err)
+			}
+			err = m.Restore(ctx, to, from)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Restore: %v, want %v", err, tc.want)
+			}
+			if tc.want != nil {
+				return
+			}
+			fi, err := os.Stat(filepath.Join(w.root, "base", "new", "a", "f"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := fileOwner(fi); st != [2]int{1001, 1002} {
+				t.Errorf("restored file owned by %v, want the new volume's ids", st)
+			}
+			root, _ := os.Stat(filepath.Join(w.root, "base", "new"))
+			if root.Mode()&os.ModePerm != 0o750 || root.Mode()&os.ModeSetgid == 0 {
+				t.Errorf("root mode %v", root.Mode())
+			}
+			// A repeat (the answer was lost) copies nothing again.
+			n := w.cp.n.Load()
+			if err := m.Restore(ctx, to, from); err != nil || w.cp.n.Load() != n {
+				t.Errorf("repeat: %v, %d copies more", err, w.cp.n.Load()-n)
+			}
+			// DeleteSnapshot is refused while a restore from it is
+			// unfinished, not after.
+			if err := m.Delete(ctx, snap.ID); err != nil {
+				t.Errorf("Delete after the restore: %v", err)
+			}
+		})
+	}
+}
+
+func TestDeleteSnapshotWaitsForUnfinishedRestoresOfLiveVolumes(t *testing.T) {
+	w := newWorld(t)
+	m := w.manager(time.Minute)
+	ctx := context.Background()
+	snap, err := m.Create(ctx, "snap-1", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := Source{SnapshotID: snap.ID, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: -1, GID: -1}
+	to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new", UID: -1, GID: -1}
+	if err := m.BeginRestore(ctx, to, from); err != nil {
+		t.Fatal(err)
+	}
+	w.live["pvc-new"] = true
+	if err := m.Delete(ctx, snap.ID); !errors.Is(err, ErrInUse) {
+		t.Fatalf("Delete with a restore unfinished: %v, want ErrInUse", err)
+	}
+	w.live["pvc-new"] = false // its claim went, the collector removed its record
+	if err := m.Delete(ctx, snap.ID); err != nil {
+		t.Fatalf("Delete once the volume is gone: %v", err)
+	}
+}
+
+func TestARenameWhoseDoneWasLostIsFinishedNotCopiedOver(t *testing.T) {
+	w := newWorld(t)
+	m := w.manager(time.Minute)
+	ctx := context.Background()
+	from := src
+	to := Target{Name: "pvc-clone", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/clone", UID: -1, GID: -1}
+	if err := m.BeginRestore(ctx, to, from); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restore(ctx, to, from); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := w.store.Get(ctx, restoreKey(fs1, to.VolumeID))
+	var r restore
+	mustUnJSON(t, e.Value, &r)
+	r.Done = false // lost with a restart, after the rename
+	e.Value = mustJSON(t, r)
+	if _, err := w.store.Update(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.manager(time.Minute).Restore(ctx, to, from); err != nil {
+		t.Fatalf("Restore after a restart: %v", err)
+	}
+}
+
+func TestCollectRestoresRemovesThoseOfVolumesGone(t *testing.T) {
+	w := newWorld(t)
+	m := w.manager(time.Minute)
+	ctx := context.Background()
+	for _, name := range []string{"kept", "gone"} {
+		to := Target{Name: name, VolumeID: "efsdir:" + fs1 + ":/base/" + name, FileSystem: fs1, Path: "/base/" + name, UID: -1, GID: -1}
+		if err := m.BeginRestore(ctx, to, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.live["kept"] = true
+	if n, err := m.CollectRestores(ctx); err != nil || n != 1 {
+		t.Fatalf("CollectRestores: %d, %v; want 1", n, err)
+	}
+	if _, err := m.readRestore(ctx, fs1, "efsdir:"+fs1+":/base/kept"); err != nil {
+		t.Errorf("the live volume's restore: %v", err)
+	}
+}
