@@ -26,6 +26,12 @@ func (s *Service) snapshots() (*snapshot.Manager, error) {
 	if s.mounter == nil || s.cfg.Copier == nil {
 		return nil, fmt.Errorf("%w: snapshots and clones need a controller that mounts file systems (the chart's controller.directoryVolumes)", ErrNotSupported)
 	}
+	if check := s.cfg.DirPreflight; check != nil {
+		if err := check(); err != nil {
+			return nil, fmt.Errorf("%w: snapshots and clones: this controller cannot mount file systems: %v; "+
+				"install the chart with controller.directoryVolumes=true, which runs the controller container privileged", ErrNotSupported, err)
+		}
+	}
 	s.snapOnce.Do(func() {
 		s.snaps = snapshot.New(snapshot.Config{
 			Store: s.cfg.Journal, Mount: snapMounter{s}, Copy: s.cfg.Copier, Now: s.now, Logger: s.log,

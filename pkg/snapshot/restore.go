@@ -167,7 +167,7 @@ func (m *Manager) copyRestore(ctx context.Context, t Target, src Source) error {
 			return uid, gid
 		}
 	}
-	size, err := m.cfg.Copy(ctx, filepath.Join(root, src.Path), work, mapIDs)
+	size, err := m.copyTree(ctx, filepath.Join(root, src.Path), work, mapIDs)
 	if err != nil {
 		return fmt.Errorf("snapshot: restore %s from %s: %w", t.Name, sourceID(src), err)
 	}

@@ -445,7 +445,7 @@ func (m *Manager) copySnapshot(ctx context.Context, snap *Snapshot) error {
 		return err
 	}
 	began := m.cfg.Now()
-	size, err := m.cfg.Copy(ctx, filepath.Join(root, snap.SourcePath), filepath.Join(work, "data"), nil)
+	size, err := m.copyTree(ctx, filepath.Join(root, snap.SourcePath), filepath.Join(work, "data"), nil)
 	if err != nil {
 		return fmt.Errorf("snapshot: copy %s of %s: %w", snap.SourcePath, snap.FileSystem, err)
 	}
@@ -501,6 +501,16 @@ func (m *Manager) discard(ctx context.Context, snap *Snapshot) error {
 	m.cfg.Logger.Warn("snapshot copy removed: the snapshot was deleted while it was copied", slog.String("snapshot", snap.ID),
 		slog.String("reason", "snapshot deleted"))
 	return m.removeCopies(context.WithoutCancel(ctx), root, snap.entry.Key.Name, true)
+}
+
+// copyTree is Config.Copy, with a source that does not exist yet copied
+// as an empty directory: an access point's root is made by EFS at its
+// first mount, and a volume no node has mounted holds nothing.
+func (m *Manager) copyTree(ctx context.Context, src, dst string, mapIDs func(uid, gid int) (int, int)) (int64, error) {
+	if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	return m.cfg.Copy(ctx, src, dst, mapIDs)
 }
 
 func randomHex() string {
