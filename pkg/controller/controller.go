@@ -22,9 +22,9 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/gid"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
-	"github.com/efs-csi/efs-csi-driver/pkg/snapshot"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/ownership"
+	"github.com/efs-csi/efs-csi-driver/pkg/snapshot"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 

@@ -55,7 +55,7 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 		// Before anything is made: a source that does not exist is
 		// NOT_FOUND, and a snapshot not yet whole is waited for.
 		if b.API != APIEFS {
-			return nil, fmt.Errorf("%w: volumes of S3 Files from a snapshot or a volume", ErrNotSupported)
+			return nil, fmt.Errorf("%w: S3 Files volumes from a snapshot or a volume", ErrUnimplemented)
 		}
 		if src, err = svc.restoreSource(ctx, cs); err != nil {
 			return nil, err

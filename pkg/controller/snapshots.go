@@ -108,7 +108,7 @@ func (s *Service) snapshotSource(ctx context.Context, volumeID string) (snapshot
 		return snapshot.Source{}, fmt.Errorf("%w: source volume %q: %w", snapshot.ErrNotFound, volumeID, err)
 	}
 	if id.API != volume.APIEFS {
-		return snapshot.Source{}, fmt.Errorf("%w: snapshots of S3 Files volumes", ErrNotSupported)
+		return snapshot.Source{}, fmt.Errorf("%w: snapshots and clones of S3 Files volumes", ErrUnimplemented)
 	}
 	src := snapshot.Source{VolumeID: volumeID, FileSystem: id.FileSystemID, Path: id.Path, UID: -1, GID: -1}
 	if id.AccessPointID != "" {

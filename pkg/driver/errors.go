@@ -67,6 +67,7 @@ var codeTable = []struct {
 	{journal.ErrPlacedElsewhere, codes.Aborted},
 	{controller.ErrUnresolvedRef, codes.FailedPrecondition},
 	{controller.ErrNotSupported, codes.FailedPrecondition},
+	{controller.ErrUnimplemented, codes.Unimplemented},
 	{controller.ErrNotReachable, codes.FailedPrecondition},
 	{controller.ErrRefUnavailable, codes.Unavailable},
 	{controller.ErrUnsafeRootDir, codes.FailedPrecondition},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 )
@@ -32,7 +33,7 @@ func (m *Manager) start(key journal.Key, run func(ctx context.Context) error) *j
 		defer cancel()
 		select {
 		case m.slots <- struct{}{}:
-			j.err = run(ctx)
+			j.err = m.runSafely(ctx, k, run)
 			<-m.slots
 		case <-ctx.Done():
 			j.err = ctx.Err()
@@ -48,6 +49,19 @@ func (m *Manager) start(key journal.Key, run func(ctx context.Context) error) *j
 		close(j.done)
 	}()
 	return j
+}
+
+// runSafely runs a copy; a panic of the copier (a defect) is its error,
+// logged loudly with its stack, not the controller's end.
+func (m *Manager) runSafely(ctx context.Context, k string, run func(ctx context.Context) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			m.cfg.Logger.Error("copy panicked: a defect; the next call starts it again", slog.String("entry", k),
+				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			err = fmt.Errorf("snapshot: copy of %s panicked: %v", k, p)
+		}
+	}()
+	return run(ctx)
 }
 
 func jobKey(k journal.Key) string { return string(k.Kind) + "/" + k.FileSystem + "/" + k.Name }
