@@ -318,11 +318,14 @@ func (c *copier) firstError(walkErr error) error {
 	return walkErr
 }
 
+// closeAll closes the frames an error left on the stack, but the root's.
 func (c *copier) closeAll() {
-	for _, f := range c.stack[1:] {
-		f.closeFDs()
+	for _, f := range c.stack {
+		if f.parent != nil {
+			f.closeFDs()
+		}
 	}
-	c.stack = c.stack[:1]
+	c.stack = nil
 }
 
 // testHookEntry, when set by this package's tests, runs before each entry
