@@ -516,7 +516,7 @@ func TestCopyDeepAndWideTreesWithBoundedDescriptors(t *testing.T) {
 		build    func(t *testing.T, src string) int // entries made
 		checkRel string                             // an entry to find in the copy
 	}{
-		{"2000 levels deep, 16 descriptors", 16, buildDeep(2000), strings.Repeat("d/", 1999) + "d/f"},
+		{"2000 levels deep, 32 descriptors", 32, buildDeep(2000), strings.Repeat("d/", 1999) + "d/f"},
 		{"2000 levels deep, default descriptors", 0, buildDeep(2000), strings.Repeat("d/", 1999) + "d/f"},
 		{"20,000 entries in one directory", 16, buildWide(20000), "w/19999"},
 	} {
@@ -539,7 +539,9 @@ func TestCopyDeepAndWideTreesWithBoundedDescriptors(t *testing.T) {
 				}
 			}
 			defer func() { testHookEntry = nil }()
+			start := time.Now()
 			st, err := Copy(context.Background(), src, dst, Options{MaxOpenFiles: tc.maxOpen})
+			t.Logf("copied in %v", time.Since(start))
 			if err != nil {
 				t.Fatal(err)
 			}
