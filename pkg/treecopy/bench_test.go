@@ -82,7 +82,7 @@ var built sync.Map
 
 // benchOnce builds the tree at dir unless a finished one is there.
 func benchOnce(b *testing.B, dir string, build func(*testing.B, string)) {
-	done := filepath.Join(dir + ".done")
+	done := dir + ".done"
 	if _, ok := built.Load(dir); ok {
 		return
 	}

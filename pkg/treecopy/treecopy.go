@@ -100,6 +100,7 @@ type Options struct {
 	MaxOpenFiles int
 	// MapIDs, when set, gives the owner and group of each copy from those
 	// of its original (a clone into another access point takes its ids).
+	// It is called from several goroutines at once.
 	MapIDs func(uid, gid int) (int, int)
 }
 
