@@ -302,6 +302,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		d.controller, err = controller.New(controller.Config{
 			Journal: store, EFS: client, Zones: client, Mounter: mounter, Refs: refs, Backends: backends{own: client, s3cfg: s3FilesConfig(cfg), mounter: mounter}, Tags: cfg.Tags, DescriptiveTags: cfg.DescriptiveTags, ClusterID: cfg.ClusterID, DeleteRootDir: cfg.DeleteRootDir, DirPreflight: controller.MountPrivileges, AccessPointLimit: cfg.AccessPointLimit,
 			ListingLag: cfg.ListingLag, HandoverFence: fence, TempDir: cfg.TempDir, GIDVerify: cfg.GIDVerify, Logger: cfg.Logger,
+			Copier: copyTree,
 		})
 		if err != nil {
 			return nil, err

@@ -1,0 +1,153 @@
+package driver
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
+)
+
+// A snapshot of an access point volume, a volume restored from it and a
+// clone of the volume, through the driver's gRPC socket, its controller's
+// own (bind) mount of the emulator's file system and pkg/treecopy: the
+// copies hold the source's files, owned by the new volumes' ids; the
+// snapshot's copy stays untouched by the restore; DeleteSnapshot removes
+// its copy; deleting the restored volume leaves the snapshot.
+func TestSnapshotRestoreAndCloneCopyTheVolumeOnTheFileSystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the controller's mount is a bind mount: root")
+	}
+	var emuURL string
+	socket, emu := startDriver(t, func(c *Config) { c.Mode = ModeController; emuURL = c.EFS.Endpoint })
+	ctl := csi.NewControllerClient(dial(t, socket))
+	ctx := t.Context()
+	client, err := efs.New(ctx, efs.Config{Region: "us-east-1", Endpoint: emuURL, RateLimits: unlimited})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsRoot := emu.FileSystemDir(sanityFS)
+	params := map[string]string{"provisioningMode": "efs-ap", "fileSystemId": sanityFS, "directoryPerms": "2750",
+		"gidRangeStart": "7000", "gidRangeEnd": "7100", "basePath": "/dyn"}
+	capability := []*csi.VolumeCapability{{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
+	}}
+	create := func(name string, cs *csi.VolumeContentSource) (*csi.Volume, *efs.AccessPoint) {
+		t.Helper()
+		resp, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params, VolumeCapabilities: capability, VolumeContentSource: cs})
+		if err != nil {
+			t.Fatalf("CreateVolume %s: %v", name, err)
+		}
+		id, err := volume.ParseID(resp.Volume.VolumeId)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ap, err := client.DescribeAccessPoint(ctx, id.AccessPointID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Volume, ap
+	}
+	src, srcAP := create("pvc-src", nil)
+	srcPath, srcGID := srcAP.Path, int(srcAP.PosixUser.GID)
+	// What a pod wrote: the root as EFS makes it at the first mount, a
+	// file and a symlink.
+	root := filepath.Join(fsRoot, srcPath)
+	if err := os.MkdirAll(filepath.Join(root, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "sub", "data"), []byte("payload"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("sub/data", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{root, filepath.Join(root, "sub"), filepath.Join(root, "sub", "data")} {
+		if err := os.Lchown(p, srcGID, srcGID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	snap, err := ctl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-1", SourceVolumeId: src.VolumeId})
+	if err != nil || !snap.Snapshot.ReadyToUse {
+		t.Fatalf("CreateSnapshot: %v, %v", snap, err)
+	}
+	again, err := ctl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-1", SourceVolumeId: src.VolumeId})
+	if err != nil || again.Snapshot.SnapshotId != snap.Snapshot.SnapshotId || !again.Snapshot.CreationTime.AsTime().Equal(snap.Snapshot.CreationTime.AsTime()) {
+		t.Fatalf("repeated CreateSnapshot: %v, %v; want %v", again, err, snap)
+	}
+
+	restored, restoredAP := create("pvc-restored", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}})
+	clone, cloneAP := create("pvc-clone", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src.VolumeId}}})
+	for _, v := range []struct {
+		vol  *csi.Volume
+		path string
+		gid  int
+	}{{restored, restoredAP.Path, int(restoredAP.PosixUser.GID)}, {clone, cloneAP.Path, int(cloneAP.PosixUser.GID)}} {
+		if v.vol.ContentSource == nil {
+			t.Errorf("%s: no content source in the answer", v.vol.VolumeId)
+		}
+		got, err := os.ReadFile(filepath.Join(fsRoot, v.path, "sub", "data"))
+		if err != nil || string(got) != "payload" {
+			t.Errorf("%s: sub/data = %q, %v", v.path, got, err)
+		}
+		if target, err := os.Readlink(filepath.Join(fsRoot, v.path, "link")); err != nil || target != "sub/data" {
+			t.Errorf("%s: link -> %q, %v", v.path, target, err)
+		}
+		if gid := ownerOf(t, filepath.Join(fsRoot, v.path, "sub", "data")); gid != v.gid || gid == srcGID {
+			t.Errorf("%s: sub/data's gid %d, want the new volume's %d (the source's %d)", v.path, gid, v.gid, srcGID)
+		}
+		fi, err := os.Stat(filepath.Join(fsRoot, v.path))
+		if err != nil || fi.Mode()&os.ModeSetgid == 0 || fi.Mode().Perm() != 0o750 {
+			t.Errorf("%s: root mode %v, %v; want directoryPerms 2750", v.path, fi.Mode(), err)
+		}
+	}
+
+	// Deleting the restored volume leaves the snapshot; a snapshot with
+	// no unfinished restore is deleted with its copy.
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: restored.VolumeId}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := ctl.ListSnapshots(ctx, &csi.ListSnapshotsRequest{SourceVolumeId: src.VolumeId})
+	if err != nil || len(list.Entries) != 1 {
+		t.Fatalf("ListSnapshots: %v, %v", list, err)
+	}
+	if _, err := ctl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.Snapshot.SnapshotId}); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(fsRoot, volume.SnapshotDir)); len(entries) != 0 {
+		t.Errorf("left in the snapshot area: %v", entries)
+	}
+	_, err = ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-late", Parameters: params, VolumeCapabilities: capability,
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("CreateVolume from a deleted snapshot: %v, want NotFound", err)
+	}
+	if _, err := ctl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-s3", SourceVolumeId: "s3files:" + sanityS3FS + "::fsap-0123456789abcdef0"}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("CreateSnapshot of an S3 Files volume: %v, want Unimplemented", err)
+	}
+	for _, v := range []*csi.Volume{src, clone} {
+		if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.VolumeId}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func ownerOf(t *testing.T, p string) int {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(fi.Sys().(*syscall.Stat_t).Gid)
+}
