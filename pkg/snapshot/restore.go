@@ -298,11 +298,31 @@ func (m *Manager) CollectRestores(ctx context.Context) (int, error) {
 		if err := m.forget(ctx, r.entry.Key); err != nil {
 			return n, err
 		}
+		if !r.Done {
+			if err := m.removeStages(ctx, r.entry.Key.FileSystem, r.Volume); err != nil {
+				return n, err
+			}
+		}
 		n++
 		m.cfg.Logger.Info("restore entry removed: its volume's record is gone", slog.String("volume", r.Volume),
 			slog.String("source", r.Source), slog.Bool("done", r.Done), slog.String("reason", "volume gone"))
 	}
 	return n, nil
+}
+
+// removeStages removes the Area's directories of every attempt at the
+// restore of volumeID, given up.
+func (m *Manager) removeStages(ctx context.Context, fsID, volumeID string) error {
+	root, release, err := m.cfg.Mount.Mount(ctx, fsID)
+	if err != nil {
+		return err
+	}
+	defer release()
+	err = m.removeStale(ctx, root, ".restore-"+KeyOf(volumeID)+"-", "")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // removeStale removes the Area's directories of earlier attempts at a

@@ -348,10 +348,18 @@ func TestCollectRestoresRemovesThoseOfVolumesGone(t *testing.T) {
 		}
 	}
 	w.live["kept"] = true
+	// An attempt at the restore of the volume gone, cut short.
+	stage := filepath.Join(w.root, Area, ".restore-"+KeyOf("efsdir:"+fs1+":/base/gone")+"-0123")
+	if err := os.MkdirAll(filepath.Join(stage, "half"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := m.CollectRestores(ctx); err != nil || n != 1 {
 		t.Fatalf("CollectRestores: %d, %v; want 1", n, err)
 	}
 	if _, err := m.readRestore(ctx, fs1, "efsdir:"+fs1+":/base/kept"); err != nil {
 		t.Errorf("the live volume's restore: %v", err)
+	}
+	if _, err := os.Stat(stage); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the given-up restore's directory: %v", err)
 	}
 }
