@@ -74,6 +74,9 @@ type Audit struct {
 	fss map[string]*fsTarget
 	// leaks are the candidates of the plan.
 	leaks []planned
+	// snaps is the record's snapshot area, by file system (nil: not read,
+	// and the areas are not judged).
+	snaps map[string]*snapshotRecord
 }
 
 // fsTarget is a file system and the credentials it is read with.
@@ -262,6 +265,8 @@ func (a *Audit) run(ctx context.Context) error {
 			c.JournalError = err.Error()
 			records = map[string]map[string]*journal.Record{}
 			c.Records = 0
+		} else if a.snaps, err = readSnapshotRecord(ctx, a.src.Journal); err != nil {
+			a.errorf("the record's snapshots: %s: the snapshot areas are not judged", err)
 		}
 	}
 	if c.JournalError != "" {
@@ -452,6 +457,14 @@ func (a *Audit) fileSystem(ctx context.Context, t *fsTarget, in *fsInput) *FileS
 	if root := a.root(t.id); root != "" {
 		fs.Directories = scanDirs(root, basePaths(t.classes), reached(in))
 		fs.Findings += len(fs.Directories.Orphans) + fs.Directories.More
+		if a.snaps != nil {
+			d := fs.Directories
+			var err error
+			if d.Snapshots, d.SnapshotsLeft, err = scanSnapshots(root, a.snaps[t.id]); err != nil {
+				d.Error = strings.Join(append(slices.DeleteFunc([]string{d.Error}, func(s string) bool { return s == "" }), err.Error()), "; ")
+			}
+			fs.Findings += len(d.SnapshotsLeft)
+		}
 	}
 	return fs
 }

@@ -245,6 +245,15 @@ func (fs *FileSystem) sections() []section {
 		}
 		out = append(out, s)
 	}
+	if d := fs.Directories; d != nil && len(d.SnapshotsLeft) > 0 {
+		n := len(d.SnapshotsLeft)
+		s := section{Title: fmt.Sprintf("directories in the snapshot area that no snapshot or unfinished restore of the record accounts for: %d (%d snapshots recorded)", n, d.Snapshots),
+			Head: []string{"directory"}, Class: []string{""}, More: moreLine(n, "snapshot area directories")}
+		for _, o := range d.SnapshotsLeft[:min(n, listCap)] {
+			s.Rows = append(s.Rows, row{Cells: []string{o}})
+		}
+		out = append(out, s)
+	}
 	if d := fs.Directories; d != nil && len(d.Trash) > 0 {
 		n := len(d.Trash)
 		s := section{Title: fmt.Sprintf("directories of deleted volumes waiting in root removal's trash: %d (not findings: each is purged, or moved back if an access point reaches its path, once its window has passed)", n),

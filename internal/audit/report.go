@@ -242,7 +242,12 @@ type DirScan struct {
 	// their purge (or their restore), oldest first: not orphans, not
 	// findings (pkg/controller/trash.go).
 	Trash []TrashWait `json:"trash"`
-	Error string      `json:"error,omitempty"`
+	// Snapshots are the copies in the snapshot area (pkg/snapshot) that
+	// the record names; SnapshotsLeft, findings, the directories there
+	// that no snapshot or unfinished restore of the record accounts for.
+	Snapshots     int      `json:"snapshots,omitempty"`
+	SnapshotsLeft []string `json:"snapshotsLeft,omitempty"`
+	Error         string   `json:"error,omitempty"`
 }
 
 // TrashWait is one directory in root removal's trash.
