@@ -11,24 +11,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// job is a regular file to fill: both ends open, the copy empty.
+// job is a regular file to copy: the source open, and either its copy
+// made (dst) or the copy's directory open (dstDir) for the worker to make
+// it in, which spreads the file system's creations over the workers.
 type job struct {
 	src, dst int
+	dstDir   int         // a duplicate, -1 when dst is made
 	st       unix.Stat_t // of src, taken on the open descriptor
-	dir      *frame      // for the path in errors
+	dir      *frame
 	name     string
 }
 
 // startFile opens a regular file of src and creates its copy, and hands
 // both to a worker. It waits for a free slot first: files in flight are
 // bounded (their descriptors, and the queue).
-func (c *copier) startFile(dir *frame, name string) error {
+func (c *copier) startFile(dir *frame, name string, seen *unix.Stat_t) error {
 	select {
 	case c.slots <- struct{}{}:
 	case <-c.ctx.Done():
 		return c.ctx.Err()
 	}
-	j, err := c.openFile(dir, name)
+	j, err := c.openFile(dir, name, seen.Nlink)
 	if err != nil {
 		<-c.slots
 		return err
@@ -39,11 +42,13 @@ func (c *copier) startFile(dir *frame, name string) error {
 	return nil
 }
 
-func (c *copier) openFile(dir *frame, name string) (job, error) {
+// openFile opens a regular file of src; nlink is the links the walk saw
+// it with, which decided whether another name will be linked to its copy.
+func (c *copier) openFile(dir *frame, name string, nlink uint64) (job, error) {
 	// O_NONBLOCK: a FIFO swapped in for the file does not block the open;
 	// O_NOATIME: reading leaves the tenant's access time alone.
 	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
-	j := job{src: -1, dst: -1, dir: dir, name: name}
+	j := job{src: -1, dst: -1, dstDir: -1, dir: dir, name: name}
 	src, err := openat(dir.src, name, flags|unix.O_NOATIME)
 	if errors.Is(err, unix.EPERM) {
 		src, err = openat(dir.src, name, flags) // not the owner, and no CAP_FOWNER
@@ -62,13 +67,26 @@ func (c *copier) openFile(dir *frame, name string) (job, error) {
 		unix.Close(src)
 		return j, errAgain
 	}
-	dst, err := openat(dir.dst, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC)
-	if err != nil {
+	j.src = src
+	if nlink == 1 && j.st.Nlink == 1 && dir.parent != nil {
+		// A worker makes the copy: no other name waits to be linked to
+		// it. (In the root, which Copy finishes itself, the walker does.)
+		if j.dstDir, err = unix.Dup(dir.dst); err != nil {
+			unix.Close(src)
+			return j, err
+		}
+		dir.unfinished.Add(1)
+		return j, nil
+	}
+	if j.dst, err = createIn(dir.dst, name); err != nil {
 		unix.Close(src)
 		return j, mark(err)
 	}
-	j.src, j.dst = src, dst
 	return j, nil
+}
+
+func createIn(dir int, name string) (int, error) {
+	return openat(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 }
 
 func openat(dir int, name string, flags int) (int, error) {
@@ -80,19 +98,42 @@ func openat(dir int, name string, flags int) (int, error) {
 	}
 }
 
-// worker fills the files the walker made, until the walk ends; after a
+// worker copies the files the walker opened, until the walk ends; after a
 // failure or a cancellation it only closes them.
 func (c *copier) worker() {
 	for j := range c.jobs {
 		if c.ctx.Err() == nil {
-			if err := c.fill(j); err != nil {
+			if err := c.copyFile(&j); err != nil {
 				c.fail(fmt.Errorf("treecopy: %s: %w", j.dir.relOf(j.name), err))
 			}
 		}
 		unix.Close(j.src)
-		unix.Close(j.dst)
+		if j.dst >= 0 {
+			unix.Close(j.dst)
+		}
+		if j.dstDir >= 0 {
+			if c.ctx.Err() == nil {
+				if err := c.release(j.dir, j.dstDir); err != nil {
+					c.fail(err)
+				}
+			}
+			unix.Close(j.dstDir)
+		}
 		<-c.slots
 	}
+}
+
+// copyFile makes the copy if the walker left that to the worker, and
+// fills it.
+func (c *copier) copyFile(j *job) error {
+	if j.dstDir >= 0 {
+		dst, err := createIn(j.dstDir, j.name)
+		if err != nil {
+			return mark(err)
+		}
+		j.dst = dst
+	}
+	return c.fill(*j)
 }
 
 // fill copies a file's data, then its size, owner, mode and times.

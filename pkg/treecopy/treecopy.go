@@ -35,14 +35,14 @@
 //     the copy leaves it out.
 //   - Bounded resources whatever the tree's width and depth: at most
 //     Options.MaxOpenFiles descriptors, directory entries read a few
-//     kilobytes at a time, at most MaxOpenFiles/4 files queued or being
+//     kilobytes at a time, at most MaxOpenFiles/6 files queued or being
 //     copied at once, and only the inodes with more than one link that were
 //     seen and still have unseen links remembered. A tree deeper than the
 //     descriptor bound has its ancestors' descriptors closed and opened
 //     again one component at a time (checking that they are the same
 //     directories) when the walk returns to them: a cost in depth squared
-//     over MaxOpenFiles (depth 2000: 7 s with the smallest bound, 16, and
-//     about a second with the default).
+//     over MaxOpenFiles (depth 2000: about a second with the default bound,
+//     a few with 32).
 //   - ctx is checked before every entry and every file: once cancelled,
 //     Copy returns ctx.Err() promptly and leaves a partial copy in dst.
 //     Callers copy into a temporary directory and rename it into place only
@@ -86,7 +86,8 @@ var (
 const (
 	DefaultWorkers      = 8
 	DefaultMaxOpenFiles = 128
-	minOpenFiles        = 16 // 4 spare, 2 directory pairs, 4 files in flight
+	minOpenFiles        = 16 // 4 spare, 3 directory pairs, 2 files in flight
+	fdsPerFile          = 3  // the file, its copy, and the copy's directory
 	spareFDs            = 4  // a reopening or hard link walk holds 2 more at once
 	maxAttempts         = 3  // looks at an entry that keeps changing kind
 	direntBufSize       = 8 << 10
@@ -97,8 +98,8 @@ type Options struct {
 	// Workers is how many files are copied at once (DefaultWorkers).
 	Workers int
 	// MaxOpenFiles bounds the descriptors Copy holds at once
-	// (DefaultMaxOpenFiles, at least 16): a quarter of them for files in
-	// flight (two each), the rest for the directories of the walk.
+	// (DefaultMaxOpenFiles, at least 16): half of them for files in flight
+	// (three each), the rest for the directories of the walk.
 	MaxOpenFiles int
 	// MapIDs, when set, gives the owner and group of each copy from those
 	// of its original (a clone into another access point takes its ids).
@@ -180,6 +181,10 @@ type frame struct {
 	pos    int64       // directory offset after the last handled entry
 	eof    bool
 	reseek bool // opened again: seek to pos before reading
+	// unfinished counts the walk's hold on the directory (until it is
+	// popped) and the files that workers are still to create in it: its
+	// times are set by whoever takes it to zero, after the last entry.
+	unfinished atomic.Int64
 }
 
 // rel is f's path relative to src ("." for the root), built only for
@@ -290,10 +295,10 @@ type link struct {
 
 func newCopier(ctx context.Context, opts Options) *copier {
 	ctx, cancel := context.WithCancel(ctx)
-	fileSlots := opts.MaxOpenFiles / 4
+	fileSlots := opts.MaxOpenFiles / (2 * fdsPerFile)
 	return &copier{
 		opts: opts, ctx: ctx, cancel: cancel,
-		maxFrames: (opts.MaxOpenFiles - spareFDs - 2*fileSlots) / 2,
+		maxFrames: (opts.MaxOpenFiles - spareFDs - fdsPerFile*fileSlots) / 2,
 		dirents:   make([]byte, direntBufSize),
 		links:     map[devIno]*link{},
 		slots:     make(chan struct{}, fileSlots),
@@ -386,9 +391,9 @@ func (c *copier) read(top *frame) error {
 	return err
 }
 
-// pop finishes the directory on top: its entries are all made, so its
-// owner, mode and times can be set (the root's are set after the workers
-// are done, by Copy).
+// pop leaves the directory on top: all its entries are read, and made
+// but for files a worker is still to create. The last of them sets its
+// owner, mode and times (the root's are set by Copy, after the workers).
 func (c *copier) pop() error {
 	top := c.stack[len(c.stack)-1]
 	c.stack = c.stack[:len(c.stack)-1]
@@ -396,8 +401,17 @@ func (c *copier) pop() error {
 		return nil
 	}
 	defer func() { top.closeFDs(); c.open-- }()
-	if err := c.setAttrs(top.dst, &top.st); err != nil {
-		return fmt.Errorf("treecopy: %s: %w", top.rel(), err)
+	return c.release(top, top.dst)
+}
+
+// release drops one hold on f, whose copy is open at fd, and sets the
+// copy's attributes if it was the last.
+func (c *copier) release(f *frame, fd int) error {
+	if f.unfinished.Add(-1) > 0 {
+		return nil
+	}
+	if err := c.setAttrs(fd, &f.st); err != nil {
+		return fmt.Errorf("treecopy: %s: %w", f.rel(), err)
 	}
 	return nil
 }
@@ -522,7 +536,7 @@ func (c *copier) copyEntry(dir *frame, name string, st *unix.Stat_t) error {
 	var err error
 	switch kind {
 	case unix.S_IFREG:
-		err = c.startFile(dir, name)
+		err = c.startFile(dir, name, st)
 	case unix.S_IFLNK:
 		err = c.symlink(dir, name, st)
 	case unix.S_IFIFO, unix.S_IFCHR, unix.S_IFBLK:
@@ -572,6 +586,7 @@ func (c *copier) enterDir(dir *frame, name string) error {
 		return err
 	}
 	f.dstID = idOf(&dst)
+	f.unfinished.Store(1)
 	c.dirs++
 	c.push(f)
 	return nil
