@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"encoding/json"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"os"
 	"syscall"
 	"testing"
@@ -27,3 +28,5 @@ func fileOwner(fi os.FileInfo) [2]int {
 	st := fi.Sys().(*syscall.Stat_t)
 	return [2]int{int(st.Uid), int(st.Gid)}
 }
+
+var keylockBusy = keylock.ErrBusy

@@ -134,12 +134,12 @@ func (m *Manager) copyRestore(ctx context.Context, t Target, src Source) error {
 			if _, err := os.Lstat(filepath.Join(root, t.Path)); err == nil {
 				// An earlier attempt renamed its whole copy onto the
 				// root, and its restart lost the entry's write.
-				return m.markRestored(ctx, t, r)
+				if err := m.markRestored(ctx, t, r); err != nil {
+					return err
+				}
+				return m.removeStale(ctx, root, ".restore-"+KeyOf(t.VolumeID)+"-", "")
 			}
 		}
-	}
-	if err := m.removeStale(ctx, root, ".restore-"+KeyOf(t.VolumeID)+"-", r.Moving); err != nil {
-		return err
 	}
 	stage := ".restore-" + KeyOf(t.VolumeID) + "-" + randomHex()
 	work := filepath.Join(root, Area, stage)
@@ -211,7 +211,13 @@ func (m *Manager) copyRestore(ctx context.Context, t Target, src Source) error {
 	}
 	m.cfg.Logger.Info("volume restored", slog.String("volume", t.Name), slog.String("source", sourceID(src)),
 		slog.String("path", t.Path), slog.Int64("bytes", size))
-	return m.markRestored(ctx, t, r)
+	if err := m.markRestored(ctx, t, r); err != nil {
+		return err
+	}
+	// Other attempts' directories (cut short, or another controller's)
+	// are garbage once the restore is done; not before: two controllers
+	// would remove each other's.
+	return m.removeStale(ctx, root, ".restore-"+KeyOf(t.VolumeID)+"-", "")
 }
 
 // markRestored writes r done.

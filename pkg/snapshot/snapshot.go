@@ -427,12 +427,12 @@ func (m *Manager) copySnapshot(ctx context.Context, snap *Snapshot) error {
 	if raw, err := os.ReadFile(filepath.Join(final, "manifest.json")); err == nil && json.Unmarshal(raw, &man) == nil {
 		// In place already: an earlier attempt's rename, whose entry
 		// write did not happen.
-		return m.markReady(ctx, snap, man.Size)
+		if err := m.markReady(ctx, snap, man.Size); err != nil {
+			return err
+		}
+		return m.removeCopies(ctx, root, key, false)
 	}
 	if err := os.MkdirAll(filepath.Join(root, Area), 0o700); err != nil {
-		return err
-	}
-	if err := m.removeCopies(ctx, root, key, false); err != nil { // earlier attempts'
 		return err
 	}
 	tmp := ".tmp-" + key + "-" + randomHex()
@@ -463,7 +463,13 @@ func (m *Manager) copySnapshot(ctx context.Context, snap *Snapshot) error {
 	}
 	m.cfg.Logger.Info("snapshot copied", slog.String("snapshot", snap.ID), slog.Int64("bytes", size),
 		slog.Duration("took", m.cfg.Now().Sub(began)))
-	return m.markReady(ctx, snap, size)
+	if err := m.markReady(ctx, snap, size); err != nil {
+		return err
+	}
+	// Attempts cut short before (a restart), or still copying on another
+	// controller, whose rename would find this copy: theirs are garbage
+	// now. Not before the copy: two controllers would remove each other's.
+	return m.removeCopies(ctx, root, key, false)
 }
 
 // markReady writes snap's entry ready, unless it is gone or being

@@ -363,3 +363,39 @@ func TestCollectRestoresRemovesThoseOfVolumesGone(t *testing.T) {
 		t.Errorf("the given-up restore's directory: %v", err)
 	}
 }
+
+// Two controllers at once (a leader change with calls in flight): both
+// copy the same snapshot, and both restore the same volume; the first
+// rename wins, the other attempt's directory goes, and each answers the
+// whole copy.
+func TestTwoControllersCopyingAtOnceLeaveOneWholeCopy(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var ms [2]*Manager
+	for i := range ms {
+		cp := &cpCopier{gate: gates[i]}
+		ms[i] = New(Config{Store: w.store, Mount: dirMount(w.root), Copy: cp.copy, Wait: time.Millisecond,
+			VolumeLive: func(context.Context, string, string, string) (bool, error) { return true, nil }})
+	}
+	for i, m := range ms {
+		if snap, err := m.Create(ctx, "snap-1", src); err != nil && !errors.Is(err, keylockBusy) || err == nil && snap.Ready {
+			t.Fatalf("controller %d: %+v, %v; want a copy under way", i, snap, err)
+		}
+	}
+	// Either order: the second rename finds the first's copy.
+	close(gates[1])
+	ms[1].stopWait(t, "snap-1")
+	close(gates[0])
+	ms[0].stopWait(t, "snap-1")
+	for i, m := range ms {
+		m.cfg.Wait = time.Minute
+		if snap, err := m.Create(ctx, "snap-1", src); err != nil || !snap.Ready {
+			t.Fatalf("controller %d after both copies: %+v, %v", i, snap, err)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(w.root, Area))
+	if len(entries) != 1 || entries[0].Name() != KeyOf("snap-1") {
+		t.Errorf("the area holds %v, want the one copy", entries)
+	}
+}
