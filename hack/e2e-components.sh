@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the Kubernetes components the end-to-end test runs on loopback:
-# etcd, kube-apiserver, kube-controller-manager and csi-provisioner, plus the helm and
-# kubeconform tools that hack/check-manifests.sh uses.
+# etcd, kube-apiserver, kube-controller-manager, csi-provisioner, and csi-snapshotter and
+# snapshot-controller with the VolumeSnapshot CRDs, plus the helm and kubeconform tools
+# that hack/check-manifests.sh uses.
 #
 # Every binary lands in ${EFS_E2E_CACHE:-/var/cache/efs-csi-e2e}/<name>-<version>/, outside
 # the repository, so that a warm run only checks that the files exist (seconds) and CI
@@ -18,7 +19,8 @@
 # Usage:
 #   hack/e2e-components.sh [NAME...]  build what is missing (all, or only the NAMEs among
 #                                     etcd kube-apiserver kube-controller-manager
-#                                     csi-provisioner helm kubeconform), then print
+#                                     csi-provisioner csi-snapshotter snapshot-controller
+#                                     helm kubeconform), then print
 #                                     EFS_E2E_<NAME>=path lines for every component
 #   hack/e2e-components.sh --paths    print those lines only (no build, no network)
 # Components are built one after another: the machine's cores are shared.
@@ -27,6 +29,7 @@ set -euo pipefail
 ETCD_VERSION=v3.6.16
 K8S_VERSION=v1.37.2
 PROVISIONER_VERSION=v6.4.0
+SNAPSHOTTER_VERSION=v8.6.0
 HELM_VERSION=v3.22.0
 KUBECONFORM_VERSION=v0.8.0
 
@@ -42,6 +45,9 @@ ETCD|etcd|${ETCD_VERSION}|etcd
 KUBE_APISERVER|kube-apiserver|${K8S_VERSION}|kube-apiserver
 KUBE_CONTROLLER_MANAGER|kube-controller-manager|${K8S_VERSION}|kube-controller-manager
 CSI_PROVISIONER|csi-provisioner|${PROVISIONER_VERSION}|csi-provisioner
+CSI_SNAPSHOTTER|csi-snapshotter|${SNAPSHOTTER_VERSION}|csi-snapshotter
+SNAPSHOT_CONTROLLER|snapshot-controller|${SNAPSHOTTER_VERSION}|snapshot-controller
+SNAPSHOT_CRDS|snapshot-crds|${SNAPSHOTTER_VERSION}|crds
 HELM|helm|${HELM_VERSION}|helm
 KUBECONFORM|kubeconform|${KUBECONFORM_VERSION}|kubeconform
 EOF
@@ -221,6 +227,26 @@ build_scratch etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$ETCD_VERSION" '' 
 build_scratch csi-provisioner github.com/kubernetes-csi/external-provisioner/v6 "$PROVISIONER_VERSION" \
 	"$PROVISIONER_VERSION" '' "-X main.version=${PROVISIONER_VERSION}" \
 	github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner:csi-provisioner
+
+build_scratch external-snapshotter github.com/kubernetes-csi/external-snapshotter/v8 "$SNAPSHOTTER_VERSION" \
+	"$SNAPSHOTTER_VERSION" '' "-X main.version=${SNAPSHOTTER_VERSION}" \
+	github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter:csi-snapshotter \
+	github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller:snapshot-controller
+
+# The VolumeSnapshot CRDs of the same release (its client module's config/crd), with the
+# snapshotter: its controller needs them in the API server.
+if wanted csi-snapshotter || wanted snapshot-controller; then
+	crds="$CACHE/snapshot-crds-${SNAPSHOTTER_VERSION}/crds"
+	if [[ ! -f "$crds/snapshot.storage.k8s.io_volumesnapshots.yaml" ]]; then
+		dir=$(go mod download -json "github.com/kubernetes-csi/external-snapshotter/client/v8@${SNAPSHOTTER_VERSION}" |
+			sed -n 's/^[ \t]*"Dir": "\(.*\)",$/\1/p')
+		mkdir -p "$crds.tmp"
+		cp "$dir"/config/crd/snapshot.storage.k8s.io_*.yaml "$crds.tmp/"
+		chmod u+w "$crds.tmp"/*
+		rm -rf "$crds" && mv "$crds.tmp" "$crds"
+		log "snapshot CRDs ${SNAPSHOTTER_VERSION}: copied"
+	fi
+fi
 
 # sample-cli-plugin and sample-controller are not published at v0.x.y versions.
 build_scratch kubernetes k8s.io/kubernetes "$K8S_VERSION" "$K8S_STAGING_VERSION" \

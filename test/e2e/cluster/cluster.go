@@ -31,6 +31,9 @@ var ErrComponentsMissing = errors.New("e2e components are not built")
 // Components are the paths of the binaries hack/e2e-components.sh builds.
 type Components struct {
 	Etcd, KubeAPIServer, KubeControllerManager, CSIProvisioner, Helm, Kubeconform string
+	// CSISnapshotter and SnapshotController are the external-snapshotter's binaries,
+	// SnapshotCRDs the directory of its VolumeSnapshot CRDs.
+	CSISnapshotter, SnapshotController, SnapshotCRDs string
 }
 
 // LoadComponents asks hack/e2e-components.sh (under repoRoot) for the component paths. With
@@ -63,9 +66,12 @@ func LoadComponents(ctx context.Context, repoRoot string, build bool, log io.Wri
 		CSIProvisioner:        paths["EFS_E2E_CSI_PROVISIONER"],
 		Helm:                  paths["EFS_E2E_HELM"],
 		Kubeconform:           paths["EFS_E2E_KUBECONFORM"],
+		CSISnapshotter:        paths["EFS_E2E_CSI_SNAPSHOTTER"],
+		SnapshotController:    paths["EFS_E2E_SNAPSHOT_CONTROLLER"],
+		SnapshotCRDs:          paths["EFS_E2E_SNAPSHOT_CRDS"],
 	}
 	var missing []string
-	for _, p := range []string{c.Etcd, c.KubeAPIServer, c.KubeControllerManager, c.CSIProvisioner, c.Helm} {
+	for _, p := range []string{c.Etcd, c.KubeAPIServer, c.KubeControllerManager, c.CSIProvisioner, c.Helm, c.CSISnapshotter, c.SnapshotController} {
 		if st, err := os.Stat(p); p == "" || err != nil || st.Mode()&0o111 == 0 {
 			missing = append(missing, p)
 		}
