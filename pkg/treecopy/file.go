@@ -31,7 +31,7 @@ func (c *copier) startFile(dir *frame, name string, seen *unix.Stat_t) error {
 	case <-c.ctx.Done():
 		return c.ctx.Err()
 	}
-	j, err := c.openFile(dir, name, seen.Nlink)
+	j, err := c.openFile(dir, name, uint64(seen.Nlink)) // uint32 on arm64
 	if err != nil {
 		<-c.slots
 		return err
