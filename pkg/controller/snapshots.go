@@ -6,6 +6,7 @@ package controller
 // Files volumes are refused (ErrNotSupported).
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,7 +120,10 @@ func (s *Service) snapshotSource(ctx context.Context, volumeID string) (snapshot
 		if err != nil {
 			return snapshot.Source{}, err
 		}
-		src.Path = joinRoot(ap.Path, id.Path)
+		// A static "fs:/sub:fsap" ID names a directory below the root.
+		if src.Path, err = volume.SafeJoin(cmp.Or(ap.Path, "/"), id.Path); err != nil {
+			return snapshot.Source{}, err
+		}
 		if ap.PosixUser != nil {
 			src.UID, src.GID = ap.PosixUser.UID, ap.PosixUser.GID
 		}
@@ -137,18 +141,6 @@ func (s *Service) snapshotSource(ctx context.Context, volumeID string) (snapshot
 		return snapshot.Source{}, fmt.Errorf("%w: a snapshot of %q would copy the whole file system, or the controller's own directories", ErrInvalidRequest, volumeID)
 	}
 	return src, nil
-}
-
-// joinRoot is the directory sub (of a static "fs:/sub:fsap" ID) below an
-// access point's root.
-func joinRoot(root, sub string) string {
-	switch {
-	case sub == "" || sub == "/":
-		return root
-	case root == "/" || root == "":
-		return sub
-	}
-	return root + sub
 }
 
 // DeleteSnapshot removes the snapshot's copy, then its record entry: OK

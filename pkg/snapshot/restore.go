@@ -331,8 +331,9 @@ func (m *Manager) removeStages(ctx context.Context, fsID, volumeID string) error
 	return err
 }
 
-// removeStale removes the Area's directories of earlier attempts at a
-// restore (prefix), but the one its entry says is being renamed (moving).
+// removeStale removes the Area's directories whose names start with
+// prefix (a snapshot's or a restore's attempts), but moving (the one a
+// restore's entry says is being renamed; "" for none).
 func (m *Manager) removeStale(ctx context.Context, root, prefix, moving string) error {
 	entries, err := os.ReadDir(filepath.Join(root, Area))
 	if err != nil {

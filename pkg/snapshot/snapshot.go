@@ -369,22 +369,14 @@ func (m *Manager) refuseInUse(ctx context.Context, snap *Snapshot) error {
 // removeCopies removes the snapshot's attempts (Area/.tmp-<key>-*) and,
 // with final, its copy (Area/<key>).
 func (m *Manager) removeCopies(ctx context.Context, root, key string, final bool) error {
-	entries, err := os.ReadDir(filepath.Join(root, Area))
+	err := m.removeStale(ctx, root, ".tmp-"+key+"-", "")
+	if err == nil && final {
+		err = rmtree.RemoveAll(ctx, root, Area+"/"+key)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		n := e.Name()
-		if strings.HasPrefix(n, ".tmp-"+key+"-") || final && n == key {
-			if err := rmtree.RemoveAll(ctx, root, Area+"/"+n); err != nil {
-				return fmt.Errorf("snapshot: remove %s: %w", n, err)
-			}
-		}
-	}
-	return nil
+	return err
 }
 
 // List returns the snapshots of the record (of sourceVolumeID if not ""),
