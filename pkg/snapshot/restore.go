@@ -167,7 +167,30 @@ func (m *Manager) copyRestore(ctx context.Context, t Target, src Source) error {
 			return uid, gid
 		}
 	}
-	size, err := m.copyTree(ctx, filepath.Join(root, src.Path), work, mapIDs)
+	from := filepath.Join(root, src.Path)
+	if src.SnapshotID != "" {
+		// A snapshot's data directory exists from its Ready until its
+		// DeleteSnapshot removes it: missing, the snapshot is deleted (by
+		// a DeleteSnapshot whose check for restores ran before this
+		// restore's entry was written), not empty, as copyTree would take
+		// it (right for a volume never mounted, not for a snapshot).
+		if _, err := os.Lstat(from); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: snapshot %s: its copy is gone", ErrNotFound, src.SnapshotID)
+		}
+	}
+	size, err := m.copyTree(ctx, from, work, mapIDs)
+	if src.SnapshotID != "" {
+		// Such a DeleteSnapshot may remove the snapshot while it is
+		// copied: the copy skips what is gone and would be answered
+		// whole with a part of it, or none. Deleting is written before
+		// anything is removed, so a copy that finished while the entry
+		// was not yet Deleting read the snapshot intact (a DeleteSnapshot
+		// checking after this restore's entry was written refuses). A
+		// copy that failed as the snapshot went is ErrNotFound too.
+		if err := m.snapshotLives(ctx, src.SnapshotID); err != nil {
+			return fmt.Errorf("snapshot: restore %s: %w", t.Name, err)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("snapshot: restore %s from %s: %w", t.Name, sourceID(src), err)
 	}
@@ -218,6 +241,23 @@ func (m *Manager) copyRestore(ctx context.Context, t Target, src Source) error {
 	// are garbage once the restore is done; not before: two controllers
 	// would remove each other's.
 	return m.removeStale(ctx, root, ".restore-"+KeyOf(t.VolumeID)+"-", "")
+}
+
+// snapshotLives is ErrNotFound if the snapshot of id is gone or being
+// deleted.
+func (m *Manager) snapshotLives(ctx context.Context, id string) error {
+	fsID, key, ok := ParseID(id)
+	if !ok {
+		return fmt.Errorf("%w: %q is not a snapshot ID of this driver", ErrNotFound, id)
+	}
+	snap, err := m.read(ctx, fsID, key)
+	if err != nil {
+		return err
+	}
+	if snap.Deleting {
+		return fmt.Errorf("%w: snapshot %s is being deleted", ErrNotFound, id)
+	}
+	return nil
 }
 
 // markRestored writes r done.
