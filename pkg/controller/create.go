@@ -51,6 +51,15 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	}
 	var src snapshot.Source
 	cs := req.GetVolumeContentSource()
+	if volume.ReaderOnly(req.GetVolumeCapabilities()) {
+		// Served from a snapshot's copy, with no copy of its own: a
+		// read-only volume of no content would stay empty.
+		if cs.GetSnapshot() == nil || b.API != APIEFS {
+			return nil, fmt.Errorf("%w: reader-only access modes (ReadOnlyMany) are served from a VolumeSnapshot of an EFS volume: "+
+				"set the claim's dataSource to one, or ask for ReadWriteMany", ErrInvalidRequest)
+		}
+		return svc.createReader(ctx, req, b)
+	}
 	if cs != nil {
 		// Before anything is made: a source that does not exist is
 		// NOT_FOUND, and a snapshot not yet whole is waited for.

@@ -52,6 +52,9 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	if err != nil {
 		return nil, err
 	}
+	if id, err := volume.ParseID(rest); err == nil && id.Reader != "" {
+		return svc.deleteReader(ctx, id)
+	}
 	resp, err := svc.deleteVolume(ctx, rest)
 	if errors.Is(err, efs.ErrAccessDenied) && b != (Backend{}) {
 		s.dropBackend(b)

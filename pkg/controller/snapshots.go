@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -273,6 +274,73 @@ func (s *Service) restore(ctx context.Context, name string, resp *csi.CreateVolu
 		return err
 	}
 	return m.Restore(ctx, t, src)
+}
+
+// createReader answers a read-only volume of a ready snapshot, with no
+// copy: its ID names the snapshot's copy, which the node mounts
+// read-only; the record's entry (snapshot.Manager.AddReader) keeps the
+// snapshot from being deleted while the volume lives.
+func (s *Service) createReader(ctx context.Context, req *csi.CreateVolumeRequest, b Backend) (*csi.CreateVolumeResponse, error) {
+	p, err := s.plan(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.snapshots()
+	if err != nil {
+		return nil, err
+	}
+	snapID := req.GetVolumeContentSource().GetSnapshot().GetSnapshotId()
+	fsID, _, ok := snapshot.ParseID(snapID)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is not a snapshot ID of this driver", snapshot.ErrNotFound, snapID)
+	}
+	if fsID != p.Params.FileSystemID {
+		return nil, fmt.Errorf("%w: the snapshot is on %s, the class's file system is %s", snapshot.ErrOtherFileSystem, fsID, p.Params.FileSystemID)
+	}
+	claim := ""
+	if ns, name := req.GetParameters()[volume.ParamPVCNamespace], req.GetParameters()[volume.ParamPVCName]; ns != "" && name != "" {
+		claim = ns + "/" + name
+	}
+	id, err := m.AddReader(ctx, req.GetName(), snapID, claim)
+	if err != nil {
+		return nil, err
+	}
+	volCtx, err := s.volumeContext(ctx, b, p.crossAccount, p.Params.AZ, fsID)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
+		VolumeId:           id,
+		CapacityBytes:      p.Capacity,
+		VolumeContext:      volCtx,
+		AccessibleTopology: p.topology,
+		ContentSource:      req.GetVolumeContentSource(),
+	}}, nil
+}
+
+// deleteReader removes the record's entry of a read-only volume from a
+// snapshot: its data is the snapshot's, and stays.
+func (s *Service) deleteReader(ctx context.Context, id volume.ID) (*csi.DeleteVolumeResponse, error) {
+	m, err := s.snapshots()
+	if err != nil {
+		return nil, err
+	}
+	if err := m.RemoveReader(ctx, id, "DeleteVolume"); err != nil {
+		return nil, err
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// CollectReaders removes the record's entries of read-only volumes given
+// up (snapshot.Manager.CollectReaders): the orphan collector's, each
+// round.
+func (s *Service) CollectReaders(ctx context.Context, named func(volumeID string) bool,
+	claimGone func(ctx context.Context, namespace, name string) (bool, error), grace time.Duration) (int, error) {
+	m, err := s.snapshots()
+	if err != nil {
+		return 0, nil // no snapshots here: nothing to collect
+	}
+	return m.CollectReaders(ctx, named, claimGone, grace)
 }
 
 // forgetRestore ends the record of a restore into a volume deleted.

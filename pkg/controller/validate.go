@@ -43,6 +43,9 @@ func (s *Service) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valid
 	if err := volume.ValidateCapabilities(req.GetVolumeCapabilities()); err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 	}
+	if id.Reader != "" && !volume.ReaderOnly(req.GetVolumeCapabilities()) {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: "a volume from a snapshot with no copy of its own is read-only: reader-only access modes only"}, nil
+	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
 		VolumeContext:      req.GetVolumeContext(),
 		VolumeCapabilities: req.GetVolumeCapabilities(),

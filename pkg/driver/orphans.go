@@ -98,7 +98,7 @@ func newOrphanCollector(cfg Config, clusterID string, kc *kube.Client, clusterRe
 	oCfg := orphans.Config{
 		Driver: cfg.DriverName, ClusterID: clusterID, Interval: cfg.OrphanInterval, Grace: cfg.OrphanGrace,
 		Cluster: kc, Journal: ctl.Journal(), Collector: ctl, Logger: cfg.Logger,
-		Purge: ctl.PurgeTrash, Restores: ctl.CollectRestores,
+		Purge: ctl.PurgeTrash, Restores: ctl.CollectRestores, Readers: ctl.CollectReaders,
 	}
 	if clusterRecord {
 		oCfg.Sweep = ctl.SweepUnrecorded

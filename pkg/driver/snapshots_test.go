@@ -112,6 +112,45 @@ func TestSnapshotRestoreAndCloneCopyTheVolumeOnTheFileSystem(t *testing.T) {
 		}
 	}
 
+	// A ReadOnlyMany volume of the snapshot is its copy, with no copy of
+	// its own; the snapshot stays while it lives.
+	rox := []*csi.VolumeCapability{{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
+	}}
+	fromSnap := &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}
+	reader, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-rox", Parameters: params, VolumeCapabilities: rox, VolumeContentSource: fromSnap})
+	if err != nil {
+		t.Fatalf("CreateVolume ReadOnlyMany from the snapshot: %v", err)
+	}
+	rid, err := volume.ParseID(reader.Volume.VolumeId)
+	if err != nil || rid.Reader == "" || reader.Volume.ContentSource == nil {
+		t.Fatalf("read-only volume %v: %+v, %v", reader.Volume, rid, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(fsRoot, rid.Path, "sub", "data")); err != nil || string(got) != "payload" {
+		t.Errorf("the read-only volume's path holds %q, %v", got, err)
+	}
+	if gid := ownerOf(t, filepath.Join(fsRoot, rid.Path, "sub", "data")); gid != srcGID {
+		t.Errorf("the read-only volume's sub/data has gid %d, want the source's %d", gid, srcGID)
+	}
+	if _, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-rox-empty", Parameters: params, VolumeCapabilities: rox}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("CreateVolume ReadOnlyMany of no snapshot: %v, want InvalidArgument", err)
+	}
+	v, err := ctl.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: reader.Volume.VolumeId, VolumeCapabilities: capability})
+	if err != nil || v.Confirmed != nil {
+		t.Errorf("ValidateVolumeCapabilities of a writer mode on the read-only volume: %v, %v; want not confirmed", v, err)
+	}
+	if _, err := ctl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.Snapshot.SnapshotId}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("DeleteSnapshot while a read-only volume is served from it: %v, want FailedPrecondition", err)
+	}
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: reader.Volume.VolumeId}); err != nil {
+		t.Fatalf("DeleteVolume of the read-only volume: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(fsRoot, rid.Path, "sub", "data")); err != nil || string(got) != "payload" {
+		t.Errorf("deleting the read-only volume touched the snapshot: %q, %v", got, err)
+	}
+
 	// Deleting the restored volume leaves the snapshot; a snapshot with
 	// no unfinished restore is deleted with its copy.
 	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: restored.VolumeId}); err != nil {

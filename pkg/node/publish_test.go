@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,6 +79,21 @@ func TestPublishAnotherVolumeOnAnOccupiedTargetConflicts(t *testing.T) {
 	}
 	if got := mounttest.Marker(t, target); got != "vol1" {
 		t.Errorf("target shows %q, want vol1", got)
+	}
+}
+
+// TestPublishOfAReaderOnlyModeIsReadOnly: a ReadOnlyMany claim's volume
+// is mounted read-only even when the pod does not ask (kubelet sends
+// readonly only from the pod's volume).
+func TestPublishOfAReaderOnlyModeIsReadOnly(t *testing.T) {
+	f := newNodeFixture(t)
+	target := newTarget(t)
+	req := publishReq(vol1, target)
+	req.VolumeCapability.AccessMode.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	_, err := f.svc.NodePublishVolume(context.Background(), req)
+	must(t, err)
+	if err := os.WriteFile(filepath.Join(target, "x"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+		t.Errorf("write through a reader-only publish: %v, want EROFS", err)
 	}
 }
 

@@ -90,7 +90,9 @@ func (s *Service) publishRequest(req *csi.NodePublishVolumeRequest) (mount.Volum
 		FileSystemID:  id.FileSystemID,
 		Path:          id.Path,
 		AccessPointID: id.AccessPointID,
-		ReadOnly:      req.GetReadonly(),
+		// A reader-only access mode, and a volume served from a
+		// snapshot's copy, are mounted read-only whatever the CO says.
+		ReadOnly: req.GetReadonly() || id.Reader != "" || volume.ReaderOnly([]*csi.VolumeCapability{c}),
 	}
 	if err := s.applyContext(&vol, req.GetVolumeContext()); err != nil {
 		return mount.Volume{}, "", err

@@ -49,7 +49,7 @@ func TestPublishRejectsBadInput(t *testing.T) {
 		}), volume.ErrInvalidParameter},
 		{"unsupported access mode", withCap(&csi.VolumeCapability{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER},
 		}), volume.ErrInvalidParameter},
 		{"fsType ext4", withCap(&csi.VolumeCapability{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
@@ -145,6 +145,10 @@ func TestPublishTranslatesTheRequest(t *testing.T) {
 			want: mount.Volume{FileSystemID: fsID, Path: "/a/b", AccessPointID: apID}},
 		{name: "read-only request", id: fsID, readOnly: true,
 			want: mount.Volume{FileSystemID: fsID, ReadOnly: true}},
+		{name: "a volume from a snapshot with no copy: its copy, read-only, even asked rw",
+			id:    volume.ReaderID(fsID, "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"),
+			flags: []string{"rw"},
+			want:  mount.Volume{FileSystemID: fsID, Path: "/.efs-csi-snapshots/0123456789abcdef0123456789abcdef/data", ReadOnly: true}},
 		{name: "context keys, any case; provisioner identity ignored", id: fsID,
 			ctx: map[string]string{"encryptInTransit": "false", "MountTargetIP": "10.1.2.3", "crossAccount": "true",
 				"storage.kubernetes.io/csiProvisionerIdentity": "1234-efs.csi.aws.com"},

@@ -104,6 +104,11 @@ type Config struct {
 	// volumes whose record is gone (controller.Service.CollectRestores),
 	// each round.
 	Restores func(ctx context.Context) (int, error)
+	// Readers, when set, removes the record's entries of read-only
+	// volumes from snapshots given up (controller.Service.CollectReaders):
+	// their claim gone, no PV naming them, older than Grace.
+	Readers func(ctx context.Context, named func(volumeID string) bool,
+		claimGone func(ctx context.Context, namespace, name string) (bool, error), grace time.Duration) (int, error)
 }
 
 // Stats is what the last round saw and totals since start.
@@ -358,11 +363,35 @@ func (c *Collector) round(ctx context.Context) (int, error) {
 		_, err := c.cfg.Restores(ctx)
 		errs = append(errs, err)
 	}
+	if c.cfg.Readers != nil {
+		n, err := c.readers(ctx)
+		out.deleted += n
+		errs = append(errs, err)
+	}
 	c.mu.Lock()
 	st.Rounds, st.FailedRounds, st.Deleted = c.stats.Rounds, c.stats.FailedRounds, c.stats.Deleted
 	c.stats = st
 	c.mu.Unlock()
 	return out.deleted, errors.Join(errs...)
+}
+
+// readers collects the read-only volumes from snapshots given up, with
+// the PVs read after the record (the entries' Created is a grace period
+// old: a PV made from an answer is in this read).
+func (c *Collector) readers(ctx context.Context) (int, error) {
+	handles, err := c.cfg.Cluster.VolumeHandles(ctx, c.cfg.Driver)
+	if err != nil {
+		return 0, err
+	}
+	named := map[string]bool{}
+	for _, h := range handles {
+		named[h] = true
+	}
+	claimGone := func(ctx context.Context, ns, name string) (bool, error) {
+		uid, err := c.cfg.Cluster.ClaimUID(ctx, ns, name)
+		return err == nil && uid == "", err
+	}
+	return c.cfg.Readers(ctx, func(id string) bool { return named[id] }, claimGone, c.cfg.Grace)
 }
 
 // forgetAbsent drops what the collector remembers of volumes the record

@@ -39,22 +39,10 @@ func ParseID(id string) (fsID, key string, ok bool) {
 		return "", "", false
 	}
 	fsID, key, found = strings.Cut(rest, ":")
-	if !found || !volume.ValidFileSystemID(fsID) || !validKey(key) {
+	if !found || !volume.ValidFileSystemID(fsID) || !volume.ValidKey(key) {
 		return "", "", false
 	}
 	return fsID, key, true
-}
-
-func validKey(k string) bool {
-	if len(k) != 32 {
-		return false
-	}
-	for _, c := range k {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // dir is the snapshot's directory, relative to the file system's root.
@@ -62,4 +50,4 @@ func dir(key string) string { return Area + "/" + key }
 
 // DataDir is the copy of the snapshot of key, as an absolute path of the
 // file system.
-func DataDir(key string) string { return "/" + dir(key) + "/data" }
+func DataDir(key string) string { return volume.SnapshotData(key) }

@@ -156,8 +156,12 @@ type Snapshot struct {
 	Created    time.Time `json:"created"`
 	Ready      bool      `json:"ready,omitempty"`
 	Size       int64     `json:"size,omitempty"`
-	Deleting   bool      `json:"deleting,omitempty"`
-	entry      journal.Entry
+	// Deleting: a DeleteSnapshot runs; undone if it finds read-only
+	// volumes served from the copy (AddReader).
+	Deleting bool `json:"deleting,omitempty"`
+	// Removing: the copy is being removed (Deleting, for good).
+	Removing bool `json:"removing,omitempty"`
+	entry    journal.Entry
 }
 
 // restore is a restore as the record holds it (KindRestore's value).
@@ -280,7 +284,8 @@ func indexOf(volumeID string) string { return KeyOf(volumeID) }
 
 // Delete deletes the snapshot of id: nothing if there is none (an ID of
 // no snapshot is one that is gone). ErrInUse while a restore from it is
-// unfinished. Its entry is marked deleting, its copy stopped, its
+// unfinished or a read-only volume is served from it (AddReader). Its
+// entry is marked deleting, its copy stopped, its
 // directories removed, and its entry removed last.
 func (m *Manager) Delete(ctx context.Context, id string) error {
 	fsID, key, ok := ParseID(id)
@@ -299,18 +304,35 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if !snap.Deleting {
-		if err := m.refuseInUse(ctx, snap); err != nil {
-			return err
+	if !snap.Removing {
+		if !snap.Deleting {
+			if err := m.refuseInUse(ctx, snap); err != nil {
+				return err
+			}
+			snap.Deleting = true
+			if err := m.write(ctx, snap); err != nil {
+				return err
+			}
 		}
-		snap.Deleting = true
-		raw, _ := json.Marshal(snap)
-		snap.entry.Value = raw
-		e, err := m.cfg.Store.Update(ctx, snap.entry)
+		// Read-only volumes are listed after Deleting is written (AddReader
+		// writes its entry before it reads Deleting): one added at once is
+		// either listed here, or sees Deleting and gives up.
+		rs, err := m.readers(ctx, snap)
 		if err != nil {
 			return err
 		}
-		snap.entry = e
+		if len(rs) > 0 {
+			snap.Deleting = false
+			if err := m.write(ctx, snap); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: %d read-only volumes are served from %s (%s, made for %q)", ErrInUse, len(rs), id, rs[0].VolumeID, rs[0].Name)
+		}
+		// From here the copy is removed: Deleting is never undone.
+		snap.Removing = true
+		if err := m.write(ctx, snap); err != nil {
+			return err
+		}
 	}
 	m.stop(snap.entry.Key)
 	root, release, err := m.cfg.Mount.Mount(ctx, fsID)
@@ -326,6 +348,18 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	}
 	m.cfg.Logger.Info("snapshot deleted", slog.String("snapshot", id), slog.String("name", snap.Name),
 		slog.String("reason", "DeleteSnapshot"))
+	return nil
+}
+
+// write updates snap's entry to snap.
+func (m *Manager) write(ctx context.Context, snap *Snapshot) error {
+	raw, _ := json.Marshal(snap)
+	snap.entry.Value = raw
+	e, err := m.cfg.Store.Update(ctx, snap.entry)
+	if err != nil {
+		return err
+	}
+	snap.entry = e
 	return nil
 }
 

@@ -7,11 +7,34 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 )
 
-// supportedModes are the access modes an EFS volume serves, as upstream:
-// shared file systems are multi-node by nature.
+// supportedModes are the access modes an EFS volume serves: upstream's
+// two writer modes (shared file systems are multi-node by nature), and
+// the reader-only modes (upstream refuses them), which the node mounts
+// read-only and CreateVolume serves from a VolumeSnapshot with no copy.
 var supportedModes = map[csi.VolumeCapability_AccessMode_Mode]bool{
 	csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER:      true,
 	csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER: true,
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY: true,
+	csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:  true,
+}
+
+// ReaderOnly reports whether every capability of caps (at least one) is
+// of a reader-only access mode.
+func ReaderOnly(caps []*csi.VolumeCapability) bool {
+	for _, c := range caps {
+		if !readerMode(c) {
+			return false
+		}
+	}
+	return len(caps) > 0
+}
+
+func readerMode(c *csi.VolumeCapability) bool {
+	switch c.GetAccessMode().GetMode() {
+	case csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+		return true
+	}
+	return false
 }
 
 // ValidateCapabilities accepts mount access with fsType "efs" or empty and the

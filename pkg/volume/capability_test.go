@@ -29,7 +29,9 @@ func TestValidateCapabilities(t *testing.T) {
 		{"an option merely named like it", []*csi.VolumeCapability{mountCap("", rwx, "crossaccountx")}, true},
 		{"none", nil, false},
 		{"fsType nfs", []*csi.VolumeCapability{mountCap("nfs", rwx)}, false},
-		{"read-only many", []*csi.VolumeCapability{mountCap("", csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)}, false},
+		{"read-only many (mounted read-only; upstream refuses it)", []*csi.VolumeCapability{mountCap("", csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)}, true},
+		{"single-node read-only", []*csi.VolumeCapability{mountCap("", csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)}, true},
+		{"multi-node single writer", []*csi.VolumeCapability{mountCap("", csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER)}, false},
 		{"block", []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: rwx}}}, false},
 		{"crossaccount in mountOptions (upstream refuses it since v3.0.0)", []*csi.VolumeCapability{mountCap("", rwx, "tls", "crossaccount")}, false},
@@ -43,5 +45,27 @@ func TestValidateCapabilities(t *testing.T) {
 				t.Fatalf("ValidateCapabilities: %v, want ok=%v (else ErrInvalidParameter)", err, tt.ok)
 			}
 		})
+	}
+}
+
+// TestReaderOnly: only a request whose every capability reads only is
+// served from a snapshot with no copy.
+func TestReaderOnly(t *testing.T) {
+	rox, rwx := csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	tests := []struct {
+		name string
+		caps []*csi.VolumeCapability
+		want bool
+	}{
+		{"none", nil, false},
+		{"read-only many", []*csi.VolumeCapability{mountCap("", rox)}, true},
+		{"both reader modes", []*csi.VolumeCapability{mountCap("", rox), mountCap("", csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)}, true},
+		{"a reader and a writer", []*csi.VolumeCapability{mountCap("", rox), mountCap("", rwx)}, false},
+		{"a writer", []*csi.VolumeCapability{mountCap("", rwx)}, false},
+	}
+	for _, tt := range tests {
+		if got := ReaderOnly(tt.caps); got != tt.want {
+			t.Errorf("%s: ReaderOnly = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

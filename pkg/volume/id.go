@@ -37,6 +37,14 @@ const provisionedPrefix = "efs:"
 // the two apart; the node mounts both alike (the path of the file system).
 const DirPrefix = "efsdir:"
 
+// ReaderPrefix marks the IDs of read-only volumes served straight from a
+// VolumeSnapshot's copy, with no copy of their own:
+// "efsrox:fs-X:<snapshot key>:<volume key>", the keys 32 hex digits each
+// (pkg/snapshot: the snapshot's, and sha256 of the CO's volume name, so
+// that every such volume has an ID of its own). The node mounts the
+// snapshot's directory of the file system read-only.
+const ReaderPrefix = "efsrox:"
+
 // S3FilesPrefix marks the IDs of S3 Files volumes: S3FilesPrefix and any
 // of the EFS forms after "efs:" (fs-X::fsap-Y as provisioned). ParseID
 // takes it and says so in ID.API.
@@ -76,6 +84,9 @@ type ID struct {
 	// Dir: a directory volume (DirPrefix), provisioned by CreateVolume;
 	// Path is then never "" and AccessPointID always "".
 	Dir bool
+	// Snapshot and Reader are the keys of a read-only volume from a
+	// snapshot (ReaderPrefix); Path is then the snapshot's copy.
+	Snapshot, Reader string
 }
 
 // ParseID accepts every volume ID form users of the upstream driver have:
@@ -90,6 +101,10 @@ type ID struct {
 // (provisioningMode efs-dir) is
 //
 //	efsdir:fs-X:/sub/path     returned by CreateVolume (ID.Dir)
+//
+// and a read-only volume from a VolumeSnapshot
+//
+//	efsrox:fs-X:<32 hex>:<32 hex>   returned by CreateVolume (ID.Reader)
 //
 // with the "s3files:" prefix instead,
 // the same forms name an S3 Files volume (API APIS3Files), as upstream:
@@ -112,6 +127,13 @@ func ParseID(s string) (ID, error) {
 	}
 	if len(s) > MaxIDLength {
 		return bad("longer than %d bytes", MaxIDLength)
+	}
+	if r, ok := strings.CutPrefix(s, ReaderPrefix); ok {
+		fields := strings.Split(r, ":")
+		if len(fields) != 3 || !ValidFileSystemID(fields[0]) || !ValidKey(fields[1]) || !ValidKey(fields[2]) {
+			return bad("a read-only volume from a snapshot is %sfs-X:<32 hex digits>:<32 hex digits>", ReaderPrefix)
+		}
+		return ID{FileSystemID: fields[0], Path: SnapshotData(fields[1]), Snapshot: fields[1], Reader: fields[2]}, nil
 	}
 	api, rest := APIEFS, strings.TrimPrefix(s, provisionedPrefix)
 	if r, ok := strings.CutPrefix(s, S3FilesPrefix); ok {
@@ -168,6 +190,9 @@ func (id ID) String() string {
 	if id.Dir {
 		return DirPrefix + id.FileSystemID + ":" + id.Path
 	}
+	if id.Reader != "" {
+		return ReaderID(id.FileSystemID, id.Snapshot, id.Reader)
+	}
 	switch {
 	case id.AccessPointID != "":
 		return prefix + id.FileSystemID + ":" + id.Path + ":" + id.AccessPointID
@@ -186,6 +211,30 @@ func ProvisionedID(fsID, apID string) string {
 // "efsdir:fs-X:/path".
 func DirID(fsID, path string) string {
 	return DirPrefix + fsID + ":" + path
+}
+
+// ReaderID is the volume ID CreateVolume returns for a read-only volume
+// of the snapshot of key snapshot on fsID, its own key reader.
+func ReaderID(fsID, snapshot, reader string) string {
+	return ReaderPrefix + fsID + ":" + snapshot + ":" + reader
+}
+
+// SnapshotData is the directory of the copy of the snapshot of key, an
+// absolute path of the file system (pkg/snapshot makes it).
+func SnapshotData(key string) string { return "/" + SnapshotDir + "/" + key + "/data" }
+
+// ValidKey reports whether k is 32 lowercase hex digits, as pkg/snapshot's
+// keys are.
+func ValidKey(k string) bool {
+	if len(k) != 32 {
+		return false
+	}
+	for _, c := range k {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ProvisionedS3FilesID is the volume ID CreateVolume returns for an S3

@@ -41,6 +41,7 @@ func TestParseIDAcceptsEveryUpstreamForm(t *testing.T) {
 		// Directory volumes (efs-dir): told from the static fs-X:/path.
 		{"efsdir:" + fsID + ":/dyn/pvc-1", ID{FileSystemID: fsID, Path: "/dyn/pvc-1", Dir: true}},
 		{DirID(fsID, "/pvc-1"), ID{FileSystemID: fsID, Path: "/pvc-1", Dir: true}},
+		{ReaderID(fsID, roxSnap, roxVol), ID{FileSystemID: fsID, Path: "/.efs-csi-snapshots/" + roxSnap + "/data", Snapshot: roxSnap, Reader: roxVol}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -82,6 +83,10 @@ func TestParseIDRejects(t *testing.T) {
 		{"s3files invalid access point", "s3files:" + fsID + "::invalid-id", "access point ID"},
 		{"s3files then efs prefix", "s3files:efs:" + fsID, "file system ID"},
 		{"directory volume without a path", "efsdir:" + fsID, "directory volume"},
+		{"read-only volume without its own key", ReaderPrefix + fsID + ":" + roxSnap, "read-only volume"},
+		{"read-only volume with a short key", ReaderPrefix + fsID + ":" + roxSnap + ":abc", "read-only volume"},
+		{"read-only volume with a path for a key", ReaderPrefix + fsID + ":/etc/passwd:" + roxVol, "read-only volume"},
+		{"read-only volume with upper-case hex", ReaderPrefix + fsID + ":" + strings.ToUpper(roxSnap) + ":" + roxVol, "read-only volume"},
 		{"directory volume at the root", "efsdir:" + fsID + ":/", "directory volume"},
 		{"directory volume with an access point", "efsdir:" + fsID + ":/a:" + apID, "directory volume"},
 		{"directory then efs prefix", "efsdir:efs:" + fsID + ":/a", "file system ID"},
@@ -128,3 +133,8 @@ func TestProvisionedIDRoundTrips(t *testing.T) {
 		t.Fatalf("ParseID(longest) = %v", err)
 	}
 }
+
+const (
+	roxSnap = "0123456789abcdef0123456789abcdef"
+	roxVol  = "fedcba9876543210fedcba9876543210"
+)
