@@ -155,12 +155,15 @@ func TestVolumeSnapshotsRestoresAndClonesThroughTheExternalSnapshotter(t *testin
 		}
 		return filepath.Join(st.dataDir, fileSystemID, aws.ToString(out.AccessPoints[0].RootDirectory.Path))
 	}
-	claim := func(name string, source *corev1.TypedLocalObjectReference) {
+	claim := func(name string, source *corev1.TypedLocalObjectReference, modes ...corev1.PersistentVolumeAccessMode) {
 		t.Helper()
+		if len(modes) == 0 {
+			modes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+		}
 		pvc := &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.name},
 			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: aws.String(ns.class),
+				AccessModes: modes, StorageClassName: aws.String(ns.class),
 				Resources:  corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 				DataSource: source,
 			},
@@ -252,8 +255,37 @@ func TestVolumeSnapshotsRestoresAndClonesThroughTheExternalSnapshotter(t *testin
 		}
 	}
 
-	// Deleting the VolumeSnapshot deletes its content and its copy.
+	// A ReadOnlyMany claim of the snapshot is its copy, with no copy of its own.
+	claim("rox", &corev1.TypedLocalObjectReference{APIGroup: aws.String("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: "snap"},
+		corev1.ReadOnlyMany)
+	roxClaim, err := ns.pvcs().Get(ctx, "rox", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roxPV, err := s.cluster.Client.CoreV1().PersistentVolumes().Get(ctx, roxClaim.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := roxPV.Spec.CSI.VolumeHandle; !strings.HasPrefix(h, "efsrox:") {
+		t.Errorf("the ReadOnlyMany claim's volume is %s, want a volume of the snapshot's copy (efsrox:)", h)
+	}
+	if got, err := os.ReadFile(filepath.Join(area, names[0], "data", "marker")); err != nil || string(got) != "snapshotted" {
+		t.Errorf("the snapshot's copy: marker = %q, %v", got, err)
+	}
+
+	// Deleting the VolumeSnapshot while the ReadOnlyMany claim lives is refused
+	// (the csi-snapshotter retries), and done once the claim is gone; the copy with it.
 	if err := dyn.Resource(volumeSnapshots).Namespace(ns.name).Delete(ctx, "snap", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "DeleteSnapshot refused while the ReadOnlyMany claim lives", func() (bool, error) {
+		evs, err := s.cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=SnapshotDeleteError"})
+		return err == nil && len(evs.Items) > 0, err
+	})
+	if got, err := os.ReadFile(filepath.Join(area, names[0], "data", "marker")); err != nil || string(got) != "snapshotted" {
+		t.Fatalf("the copy a ReadOnlyMany claim reads was touched: marker = %q, %v", got, err)
+	}
+	if err := ns.pvcs().Delete(ctx, "rox", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "the VolumeSnapshotContent and the copy gone", func() (bool, error) {
