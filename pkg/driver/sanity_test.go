@@ -30,20 +30,20 @@ var unlimited = map[string]efs.RateLimit{"*": {}}
 
 // startDriver runs a driver in all modes on a unix socket in front of a
 // fresh emulator, mounting with bind mounts from the emulator's data dir.
-func startDriver(t *testing.T, mut ...func(*Config)) (socket string, emu *emulator.Emulator) {
+func startDriver(t testing.TB, mut ...func(*Config)) (socket string, emu *emulator.Emulator) {
 	socket, emu, _ = startDriverStop(t, mut...)
 	return socket, emu
 }
 
 // startDriverStop also returns a stop function: cancel (SIGTERM) and wait for Run.
-func startDriverStop(t *testing.T, mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
+func startDriverStop(t testing.TB, mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
 	t.Helper()
 	return startDriverOn(t, nil, mut...)
 }
 
 // startDriverOn starts the driver on an emulator that emuMut (if not nil)
 // configures further.
-func startDriverOn(t *testing.T, emuMut func(*emulator.Config), mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
+func startDriverOn(t testing.TB, emuMut func(*emulator.Config), mut ...func(*Config)) (socket string, emu *emulator.Emulator, stop func() error) {
 	t.Helper()
 	data := t.TempDir()
 	// Under the policies a user attaches (AWS's managed one, and

@@ -17,7 +17,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/internal/emulator"
 )
 
-func dial(t *testing.T, socket string) *grpc.ClientConn {
+func dial(t testing.TB, socket string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

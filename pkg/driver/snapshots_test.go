@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -189,4 +190,89 @@ func ownerOf(t *testing.T, p string) int {
 		t.Fatal(err)
 	}
 	return int(fi.Sys().(*syscall.Stat_t).Gid)
+}
+
+// BenchmarkVolumeFromSnapshot: the time from CreateVolume to a volume
+// ready, of a ReadOnlyMany volume served from a snapshot's copy (no copy:
+// the same at any size) and of a restore that copies, by the snapshot's
+// files (each 4 KiB), over gRPC to the driver with the emulator (with
+// DeleteVolume of each). docs/benchmarks.md, "Volumes from snapshots".
+func BenchmarkVolumeFromSnapshot(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("the controller's mount is a bind mount: root")
+	}
+	for _, bc := range []struct {
+		mode  csi.VolumeCapability_AccessMode_Mode
+		files int
+	}{
+		{csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, 0},
+		{csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, 10000},
+		{csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, 0},
+		{csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, 1000},
+		{csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, 10000},
+	} {
+		kind := "ReadOnlyMany"
+		if bc.mode == csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER {
+			kind = "restore"
+		}
+		b.Run(fmt.Sprintf("%s/files=%d", kind, bc.files), func(b *testing.B) {
+			var emuURL string
+			socket, emu := startDriver(b, func(c *Config) { c.Mode = ModeController; emuURL = c.EFS.Endpoint })
+			ctl := csi.NewControllerClient(dial(b, socket))
+			ctx := b.Context()
+			params := map[string]string{"provisioningMode": "efs-ap", "fileSystemId": sanityFS, "directoryPerms": "700",
+				"gidRangeStart": "7000", "gidRangeEnd": "7100", "basePath": "/dyn"}
+			caps := func(m csi.VolumeCapability_AccessMode_Mode) []*csi.VolumeCapability {
+				return []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+					AccessMode: &csi.VolumeCapability_AccessMode{Mode: m}}}
+			}
+			src, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-src", Parameters: params,
+				VolumeCapabilities: caps(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if bc.files > 0 {
+				id, _ := volume.ParseID(src.Volume.VolumeId)
+				client, err := efs.New(ctx, efs.Config{Region: "us-east-1", Endpoint: emuURL, RateLimits: unlimited})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ap, err := client.DescribeAccessPoint(ctx, id.AccessPointID)
+				if err != nil {
+					b.Fatal(err)
+				}
+				dir := filepath.Join(emu.FileSystemDir(sanityFS), ap.Path)
+				page := make([]byte, 4096)
+				for i := range bc.files {
+					sub := filepath.Join(dir, fmt.Sprintf("d%03d", i/100))
+					if i%100 == 0 {
+						if err := os.MkdirAll(sub, 0o755); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%02d", i%100)), page, 0o644); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			snap, err := ctl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: src.Volume.VolumeId})
+			if err != nil || !snap.Snapshot.ReadyToUse {
+				b.Fatalf("CreateSnapshot: %v, %v", snap, err)
+			}
+			from := &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+				Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}
+			i := 0
+			for b.Loop() {
+				i++
+				vol, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: fmt.Sprintf("pvc-%d", i), Parameters: params,
+					VolumeCapabilities: caps(bc.mode), VolumeContentSource: from})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.Volume.VolumeId}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
