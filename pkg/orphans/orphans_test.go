@@ -730,3 +730,43 @@ func TestDirectoryVolumeOrphans(t *testing.T) {
 		t.Errorf("the collected volume's record stays: %+v", r)
 	}
 }
+
+// TestReadOnlyVolumesOfSnapshotsAreJudgedWithThePVsAndClaims: each round
+// hands the controller's read-only volume collection the PVs' handles as
+// they are now, the claims as they are now, and the grace period.
+func TestReadOnlyVolumesOfSnapshotsAreJudgedWithThePVsAndClaims(t *testing.T) {
+	b := newBed(t, false)
+	const named, unnamed = "efsrox:" + fsID + ":0123456789abcdef0123456789abcdef:fedcba9876543210fedcba9876543210",
+		"efsrox:" + fsID + ":0123456789abcdef0123456789abcdef:00000000000000000000000000000000"
+	b.kube.AddPV("pvc-rox", driver, named)
+	b.kube.SetClaim("ns", "here", "uid-here")
+	type call struct {
+		named, unnamed, here, gone bool
+		grace                      time.Duration
+	}
+	var calls []call
+	c, err := New(Config{Driver: driver, Interval: time.Minute, Grace: grace, Cluster: b.kc, Journal: b.ctl.Journal(),
+		Collector: b.ctl, Now: b.clk.now,
+		Readers: func(ctx context.Context, isNamed func(string) bool, claimGone func(context.Context, string, string) (bool, error), g time.Duration) (int, error) {
+			hereGone, err := claimGone(ctx, "ns", "here")
+			if err != nil {
+				return 0, err
+			}
+			goneGone, err := claimGone(ctx, "ns", "gone")
+			if err != nil {
+				return 0, err
+			}
+			calls = append(calls, call{isNamed(named), isNamed(unnamed), !hereGone, goneGone, g})
+			return 1, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.rounds(t, c, 1); n != 1 {
+		t.Errorf("a round counts %d deletions, want the read-only volume collection's 1", n)
+	}
+	want := call{named: true, unnamed: false, here: true, gone: true, grace: grace}
+	if len(calls) != 1 || calls[0] != want {
+		t.Errorf("the collection saw %+v, want [%+v]", calls, want)
+	}
+}
