@@ -78,7 +78,7 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 		return resp, err
 	}
 	// Answered only once whole (ABORTED while the copy goes on).
-	if err := svc.restore(ctx, req.GetName(), resp, src, req.GetParameters()[volume.ParamDirectoryPerms]); err != nil {
+	if err := svc.restore(ctx, req.GetName(), resp, src, req.GetParameters()); err != nil {
 		return nil, err
 	}
 	resp.Volume.ContentSource = cs

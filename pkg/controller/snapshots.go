@@ -232,7 +232,9 @@ func (s *Service) restoreSource(ctx context.Context, cs *csi.VolumeContentSource
 
 // restore fills the volume resp answers from src (restoreSource) before
 // it is answered: ABORTED while the copy goes on.
-func (s *Service) restore(ctx context.Context, name string, resp *csi.CreateVolumeResponse, src snapshot.Source, perms string) error {
+// The class's parameters were validated (ParseParams) when the volume
+// was made.
+func (s *Service) restore(ctx context.Context, name string, resp *csi.CreateVolumeResponse, src snapshot.Source, params map[string]string) error {
 	m, err := s.snapshots()
 	if err != nil {
 		return err
@@ -241,8 +243,13 @@ func (s *Service) restore(ctx context.Context, name string, resp *csi.CreateVolu
 	if err != nil {
 		return err
 	}
-	t := snapshot.Target{Name: name, VolumeID: resp.GetVolume().GetVolumeId(), FileSystem: id.FileSystemID, Path: id.Path, UID: -1, GID: -1}
-	if mode, err := strconv.ParseUint(perms, 8, 32); err == nil && perms != "" {
+	t := snapshot.Target{Name: name, VolumeID: resp.GetVolume().GetVolumeId(), FileSystem: id.FileSystemID, Path: id.Path, UID: -1, GID: -1,
+		KeepOwners: params[volume.ParamRestoreOwnership] == volume.RestoreOwnershipSource}
+	if perms := params[volume.ParamDirectoryPerms]; perms != "" {
+		mode, err := strconv.ParseUint(perms, 8, 32)
+		if err != nil {
+			return err
+		}
 		t.Mode = uint32(mode)
 	}
 	if id.AccessPointID != "" {

@@ -113,6 +113,42 @@ func TestSnapshotRestoreAndCloneCopyTheVolumeOnTheFileSystem(t *testing.T) {
 		}
 	}
 
+	// A class with restoreOwnership "source": the files keep the
+	// source's owner, the root is the new volume's.
+	keep := map[string]string{"restoreOwnership": "source"}
+	for k, v := range params {
+		keep[k] = v
+	}
+	kept, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-kept", Parameters: keep, VolumeCapabilities: capability,
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src.VolumeId}}}})
+	if err != nil {
+		t.Fatalf("clone keeping owners: %v", err)
+	}
+	kid, _ := volume.ParseID(kept.Volume.VolumeId)
+	keptAP, err := client.DescribeAccessPoint(ctx, kid.AccessPointID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gid := ownerOf(t, filepath.Join(fsRoot, keptAP.Path, "sub", "data")); gid != srcGID {
+		t.Errorf("restoreOwnership source: sub/data's gid %d, want the source's %d", gid, srcGID)
+	}
+	if gid := ownerOf(t, filepath.Join(fsRoot, keptAP.Path)); gid != int(keptAP.PosixUser.GID) {
+		t.Errorf("restoreOwnership source: the root's gid %d, want the new volume's %d", gid, keptAP.PosixUser.GID)
+	}
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: kept.Volume.VolumeId}); err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]string{"restoreOwnership": "mine"}
+	for k, v := range params {
+		bad[k] = v
+	}
+	if _, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-bad", Parameters: bad, VolumeCapabilities: capability,
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src.VolumeId}}}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("restoreOwnership mine: %v, want InvalidArgument", err)
+	}
+
 	// A ReadOnlyMany volume of the snapshot is its copy, with no copy of
 	// its own; the snapshot stays while it lives.
 	rox := []*csi.VolumeCapability{{

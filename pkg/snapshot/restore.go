@@ -31,6 +31,9 @@ type Target struct {
 	// file (-1: the source's kept).
 	UID, GID int64
 	Mode     uint32 // the root's mode bits, setgid and sticky too (0: the source root's)
+	// KeepOwners: files keep the source's uid and gid (the root is still
+	// UID and GID's).
+	KeepOwners bool
 }
 
 // BeginRestore records the restore of the volume t from src, once the
@@ -156,7 +159,7 @@ func (m *Manager) copyRestore(ctx context.Context, t Target, src Source) error {
 		}
 	}()
 	var mapIDs func(uid, gid int) (int, int)
-	if t.UID >= 0 && t.GID >= 0 && src.UID >= 0 && src.GID >= 0 {
+	if t.UID >= 0 && t.GID >= 0 && src.UID >= 0 && src.GID >= 0 && !t.KeepOwners {
 		mapIDs = func(uid, gid int) (int, int) {
 			if int64(uid) == src.UID {
 				uid = int(t.UID)

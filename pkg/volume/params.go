@@ -30,6 +30,10 @@ const (
 	// ParamEnforceZoneAffinity "true": the volume of a One Zone file system
 	// is accessible from its zone only (AccessibleTopology).
 	ParamEnforceZoneAffinity = "enforceZoneAffinity"
+	// ParamRestoreOwnership is whose uid and gid the files of a volume
+	// restored from a snapshot or cloned from a volume get:
+	// RestoreOwnershipVolume (the default) or RestoreOwnershipSource.
+	ParamRestoreOwnership = "restoreOwnership"
 	// Set by the external-provisioner when run with --extra-create-metadata.
 	ParamPVCName      = "csi.storage.k8s.io/pvc/name"
 	ParamPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
@@ -67,6 +71,13 @@ const (
 	// in the volume context) writes whatever its uid, and what it makes
 	// keeps the gid. No access point enforces an identity there.
 	DefaultDirVolumePerms = "2770"
+	// RestoreOwnershipVolume: a restored or cloned volume's files owned by
+	// the source's uid and gid get the new volume's (its access point's
+	// POSIX user), so that its pods, which run as that identity, own them.
+	RestoreOwnershipVolume = "volume"
+	// RestoreOwnershipSource: every file keeps its owner as in the source;
+	// only the new root is the new volume's.
+	RestoreOwnershipSource = "source"
 	// MaxPosixID is the largest uid/gid EFS accepts.
 	MaxPosixID = 1<<32 - 1
 )
@@ -77,7 +88,7 @@ var knownParams = []string{
 	ParamEnsureUniqueDirectory, ParamReuseAccessPoint, ParamAZ,
 	ParamPVCName, ParamPVCNamespace, ParamPVName,
 	ParamFileSystemIDConfigRef, ParamFileSystemIDSecretRef,
-	ParamEnableTagging, ParamEnforceZoneAffinity,
+	ParamEnableTagging, ParamEnforceZoneAffinity, ParamRestoreOwnership,
 }
 
 // ParamError names the parameter that cannot be honoured. It wraps
@@ -119,6 +130,8 @@ type Params struct {
 	// EnableTagging (default true): false creates access points without any
 	// tag, not even efs.csi.aws.com/cluster, as upstream.
 	EnableTagging bool
+	// RestoreKeepsOwners: restoreOwnership "source".
+	RestoreKeepsOwners bool
 	AZ            string
 	PVCName       string
 	PVCNamespace  string
@@ -237,6 +250,14 @@ func ParseParams(m map[string]string) (Params, error) {
 	}
 	if p.EnforceZoneAffinity, err = boolParam(m, ParamEnforceZoneAffinity, false); err != nil {
 		return Params{}, err
+	}
+	switch v := m[ParamRestoreOwnership]; v {
+	case "", RestoreOwnershipVolume:
+	case RestoreOwnershipSource:
+		p.RestoreKeepsOwners = true
+	default:
+		return Params{}, paramErr(ParamRestoreOwnership, "%q is neither %q (the new volume's uid and gid, the default) nor %q (the source's kept)",
+			truncate(v, 64), RestoreOwnershipVolume, RestoreOwnershipSource)
 	}
 	if p.ReuseAccessPoint, err = boolParam(m, ParamReuseAccessPoint, false); err != nil {
 		return Params{}, err
