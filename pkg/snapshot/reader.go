@@ -109,7 +109,10 @@ func decodeReader(e journal.Entry) (*Reader, error) {
 	if err := json.Unmarshal(e.Value, r); err != nil {
 		return nil, fmt.Errorf("snapshot: the record's read-only volume entry %s is damaged: %w", e.Key.Name, err)
 	}
-	_, key, _ := ParseID(r.Snapshot)
+	fsID, key, ok := ParseID(r.Snapshot)
+	if !ok || fsID != e.Key.FileSystem || !volume.ValidKey(e.Key.Name) {
+		return nil, fmt.Errorf("snapshot: the record's read-only volume entry %s is damaged: it names snapshot %q", e.Key.Name, r.Snapshot)
+	}
 	r.entry, r.VolumeID = e, volume.ReaderID(e.Key.FileSystem, key, e.Key.Name)
 	return r, nil
 }
