@@ -38,14 +38,29 @@ type actorKey struct{}
 
 // actor is one call of a schedule; its context carries it to the store.
 type actor struct {
-	name   string
-	wake   chan struct{}
-	err    error
-	done   bool
-	killAt int // the step at which the process is killed (0: never)
-	steps  int
-	killed bool
+	name    string
+	wake    chan struct{}
+	err     error
+	done    bool
+	faultAt int   // the step at which fault strikes (0: never)
+	fault   fault // what strikes then
+	steps   int
+	killed  bool
+	faulted bool
 }
+
+// fault is what strikes an actor at a step.
+type fault int
+
+const (
+	kill     fault = iota // the process is killed before the step
+	fail                  // the record's operation fails, not applied
+	lostWord              // the record's operation is applied, its answer lost
+)
+
+func (f fault) String() string { return [...]string{"killed", "failed", "answer lost"}[f] }
+
+var errInjected = errors.New("injected: the API server's answer did not arrive")
 
 type report struct {
 	a    *actor
@@ -56,13 +71,16 @@ type report struct {
 // step (and at its start) and waits to be woken.
 type sched struct{ reports chan report }
 
-func (s *sched) gate(ctx context.Context) {
+// gate is a step: it returns the fault that strikes the step's record
+// operation, if any (fail or lostWord; a killed actor never returns).
+func (s *sched) gate(ctx context.Context) (fault, bool) {
 	a, _ := ctx.Value(actorKey{}).(*actor)
 	if a == nil {
-		return // set-up and checks: not an actor's
+		return 0, false // set-up and checks: not an actor's
 	}
 	a.steps++
-	if a.steps == a.killAt {
+	struck := a.steps == a.faultAt
+	if struck && a.fault == kill {
 		// Killed: nothing after this point runs, not even deferred
 		// calls; the goroutine stays parked until the test's end.
 		a.killed = true
@@ -71,6 +89,8 @@ func (s *sched) gate(ctx context.Context) {
 	}
 	s.reports <- report{a: a}
 	<-a.wake
+	a.faulted = a.faulted || struck
+	return a.fault, struck
 }
 
 // gatedStore makes every record operation a step of the schedule.
@@ -79,29 +99,40 @@ type gatedStore struct {
 	s *sched
 }
 
+// do runs a record operation as the step's fault says.
+func do[T any](g gatedStore, ctx context.Context, op func() (T, error)) (T, error) {
+	var zero T
+	f, struck := g.s.gate(ctx)
+	if struck && f == fail {
+		return zero, errInjected
+	}
+	v, err := op()
+	if struck && f == lostWord {
+		return zero, errInjected
+	}
+	return v, err
+}
+
 func (g gatedStore) Get(ctx context.Context, k journal.Key) (journal.Entry, error) {
-	g.s.gate(ctx)
-	return g.Store.Get(ctx, k)
+	return do(g, ctx, func() (journal.Entry, error) { return g.Store.Get(ctx, k) })
 }
 
 func (g gatedStore) Create(ctx context.Context, e journal.Entry) (journal.Entry, error) {
-	g.s.gate(ctx)
-	return g.Store.Create(ctx, e)
+	return do(g, ctx, func() (journal.Entry, error) { return g.Store.Create(ctx, e) })
 }
 
 func (g gatedStore) Update(ctx context.Context, e journal.Entry) (journal.Entry, error) {
-	g.s.gate(ctx)
-	return g.Store.Update(ctx, e)
+	return do(g, ctx, func() (journal.Entry, error) { return g.Store.Update(ctx, e) })
 }
 
 func (g gatedStore) Delete(ctx context.Context, e journal.Entry) error {
-	g.s.gate(ctx)
-	return g.Store.Delete(ctx, e)
+	_, err := do(g, ctx, func() (struct{}, error) { return struct{}{}, g.Store.Delete(ctx, e) })
+	return err
 }
 
 func (g gatedStore) List(ctx context.Context, kind journal.Kind, fsID, index string, fn func([]journal.Entry) error) error {
-	g.s.gate(ctx)
-	return g.Store.List(ctx, kind, fsID, index, fn)
+	_, err := do(g, ctx, func() (struct{}, error) { return struct{}{}, g.Store.List(ctx, kind, fsID, index, fn) })
+	return err
 }
 
 // copy copies a tree in process (the model's copier: quick; the copy's
@@ -122,7 +153,9 @@ func (s *sched) copy(ctx context.Context, src, dst string, _ func(uid, gid int) 
 		if d.IsDir() {
 			return os.MkdirAll(to, 0o755)
 		}
-		s.gate(ctx)
+		if f, struck := s.gate(ctx); struck && f != kill {
+			return errInjected // a file copy is no record operation: the step fails
+		}
 		b, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
@@ -198,11 +231,11 @@ func must(t *testing.T, err error) {
 // run runs the actors with the choices of prefix, then the first ready
 // actor at each step; it returns the choices made and, per step, how many
 // actors were ready.
-func (w *modelWorld) run(prefix []int, calls map[string]func(ctx context.Context) error, killAt int) (choices, width []int, actors map[string]*actor) {
+func (w *modelWorld) run(prefix []int, calls map[string]func(ctx context.Context) error, faultAt int, f fault) (choices, width []int, actors map[string]*actor) {
 	actors = map[string]*actor{}
 	names := slices.Sorted(maps.Keys(calls))
 	for _, n := range names {
-		a := &actor{name: n, wake: make(chan struct{}), killAt: killAt}
+		a := &actor{name: n, wake: make(chan struct{}), faultAt: faultAt, fault: f}
 		actors[n] = a
 		call := calls[n]
 		go func() {
@@ -385,7 +418,7 @@ func TestModelSnapshotProtocols(t *testing.T) {
 			n := 0
 			for {
 				w := newModelWorld(t, tt.ready, bound)
-				choices, width, actors := w.run(prefix, tt.calls(w), 0)
+				choices, width, actors := w.run(prefix, tt.calls(w), 0, kill)
 				n++
 				failed := t.Failed()
 				if tt.check != nil {
@@ -407,11 +440,13 @@ func TestModelSnapshotProtocols(t *testing.T) {
 	t.Logf("%d schedules in all", total)
 }
 
-// TestModelSnapshotCallsKilledAtEveryStep: each call, its process killed
-// before each of its steps in turn (nothing after runs, not even its
-// deferred cleanup) and the call made again by a new process, leaves what
-// the call alone leaves.
-func TestModelSnapshotCallsKilledAtEveryStep(t *testing.T) {
+// TestModelSnapshotCallsFaultedAtEveryStep: each call, struck at each of
+// its steps in turn, leaves what the call alone leaves once made again:
+// its process killed before the step (nothing after runs, not even its
+// deferred cleanup; a new process makes the call again), or the step's
+// record operation failing or applied with its answer lost (a file copy
+// failing), the call made again by the same process.
+func TestModelSnapshotCallsFaultedAtEveryStep(t *testing.T) {
 	key := KeyOf("snap-1")
 	from := func(w *modelWorld) Source {
 		return Source{SnapshotID: w.snap.ID, FileSystem: fs1, Path: DataDir(key), UID: -1, GID: -1}
@@ -473,26 +508,41 @@ func TestModelSnapshotCallsKilledAtEveryStep(t *testing.T) {
 	total := 0
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for killAt := 1; ; killAt++ {
-				w := newModelWorld(t, tt.ready, math.MaxInt)
-				_, _, actors := w.run(nil, map[string]func(ctx context.Context) error{"call": tt.call(w, w.m)}, killAt)
-				total++
-				if !actors["call"].killed {
-					break // it ran whole: every step was a kill point
-				}
-				err := tt.call(w, m0(w))(context.Background()) // the new process's
-				if tt.check != nil {
-					tt.check(t, w, err)
-				} else if err != nil {
-					t.Errorf("killed before step %d, the call made again: %v", killAt, err)
-				}
-				settled := map[string]*actor{}
-				if tt.name == "a DeleteSnapshot" {
-					settled["delete"] = &actor{}
-				}
-				checkSettles(t, w, settled)
-				if t.Failed() {
-					t.Fatalf("killed before step %d", killAt)
+			for _, f := range []fault{kill, fail, lostWord} {
+				for at := 1; ; at++ {
+					w := newModelWorld(t, tt.ready, math.MaxInt)
+					_, _, actors := w.run(nil, map[string]func(ctx context.Context) error{"call": tt.call(w, w.m)}, at, f)
+					total++
+					a := actors["call"]
+					if !a.killed && !a.faulted {
+						break // it ran whole: every step was struck
+					}
+					// Made again: by a new process after a kill, by the
+					// same one (the CO's retry) after a failure.
+					m := w.m
+					if a.killed {
+						m = m0(w)
+					}
+					err := a.err
+					for try := 0; try < 3 && (a.killed || err != nil); try++ {
+						err = tt.call(w, m)(context.Background())
+						if err == nil {
+							break
+						}
+					}
+					if tt.check != nil {
+						tt.check(t, w, err)
+					} else if err != nil {
+						t.Errorf("%s at step %d, the call made again: %v", f, at, err)
+					}
+					settled := map[string]*actor{}
+					if tt.name == "a DeleteSnapshot" {
+						settled["delete"] = &actor{}
+					}
+					checkSettles(t, w, settled)
+					if t.Failed() {
+						t.Fatalf("%s at step %d (the call's first answer: %v)", f, at, a.err)
+					}
 				}
 			}
 		})
