@@ -230,7 +230,7 @@ type shared struct {
 
 	// snaps: snapshots, restores and clones (snapshots.go), made once.
 	snapOnce sync.Once
-	snaps    *snapshot.Manager
+	snaps    atomic.Pointer[snapshot.Manager]
 }
 
 // listKey is a listing of a file system through one client.

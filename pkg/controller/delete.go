@@ -55,6 +55,9 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	if id, err := volume.ParseID(rest); err == nil && id.Reader != "" {
 		return svc.deleteReader(ctx, id)
 	}
+	// A copy this process runs into the volume (a restore or clone given
+	// up) ends before the volume's root is removed.
+	svc.stopRestore(req.GetVolumeId())
 	resp, err := svc.deleteVolume(ctx, rest)
 	if errors.Is(err, efs.ErrAccessDenied) && b != (Backend{}) {
 		s.dropBackend(b)

@@ -35,12 +35,12 @@ func (s *Service) snapshots() (*snapshot.Manager, error) {
 		}
 	}
 	s.snapOnce.Do(func() {
-		s.snaps = snapshot.New(snapshot.Config{
+		s.snaps.Store(snapshot.New(snapshot.Config{
 			Store: s.cfg.Journal, Mount: snapMounter{s}, Copy: s.cfg.Copier, Now: s.now, Logger: s.log,
 			VolumeLive: s.volumeLive, Wait: s.cfg.SnapshotWait,
-		})
+		}))
 	})
-	return s.snaps, nil
+	return s.snaps.Load(), nil
 }
 
 // snapMounter mounts a file system for the snapshot manager: the mount
@@ -350,16 +350,29 @@ func (s *Service) CollectReaders(ctx context.Context, named func(volumeID string
 	return m.CollectReaders(ctx, named, claimGone, grace)
 }
 
+// stopRestore stops a copy this process runs into the volume being
+// deleted (snapshot.Manager.StopRestore).
+func (s *Service) stopRestore(volumeID string) {
+	m := s.snaps.Load()
+	if m == nil {
+		return // no restore began in this process
+	}
+	if id, err := volume.ParseID(volumeID); err == nil {
+		m.StopRestore(id.FileSystemID, volumeID)
+	}
+}
+
 // forgetRestore ends the record of a restore into a volume deleted.
 func (s *Service) forgetRestore(ctx context.Context, volumeID string) error {
-	if s.snaps == nil {
+	m := s.snaps.Load()
+	if m == nil {
 		return nil // no restore began in this process: the collector's
 	}
 	id, err := volume.ParseID(volumeID)
 	if err != nil {
 		return nil
 	}
-	return s.snaps.Forget(ctx, id.FileSystemID, volumeID)
+	return m.Forget(ctx, id.FileSystemID, volumeID)
 }
 
 // CollectRestores removes the record's restore entries of volumes whose

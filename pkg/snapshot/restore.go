@@ -277,6 +277,15 @@ func (m *Manager) markRestored(ctx context.Context, t Target, r *restore) error 
 	}
 }
 
+// StopRestore stops the copy into the volume volumeID on fsID, if this
+// process runs one, and waits for its end: DeleteVolume's first step, so
+// that no rename lands on the volume's path after the delete removed it.
+// After it, the copy's rename has happened (and the delete removes it
+// with the root) or never will.
+func (m *Manager) StopRestore(fsID, volumeID string) {
+	m.stop(restoreKey(fsID, volumeID))
+}
+
 // Forget removes the restore entry of the volume volumeID on fsID, once
 // its DeleteVolume is done, and stops a copy into it: of the volumes this
 // process restored (with no request for any other volume);

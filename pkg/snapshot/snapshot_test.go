@@ -399,3 +399,44 @@ func TestTwoControllersCopyingAtOnceLeaveOneWholeCopy(t *testing.T) {
 		t.Errorf("the area holds %v, want the one copy", entries)
 	}
 }
+
+// TestStopRestoreEndsTheCopyBeforeItsRename: a restore given up (its
+// volume deleted while it copies) is stopped before the delete goes on;
+// after StopRestore its rename never lands on the volume's path.
+func TestStopRestoreEndsTheCopyBeforeItsRename(t *testing.T) {
+	w := newWorld(t)
+	m := w.manager(time.Millisecond)
+	ctx := context.Background()
+	w.cp.gate = make(chan struct{})
+	close(w.cp.gate) // the snapshot's copy runs
+	snap, err := m.Create(ctx, "snap-1", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.stopWait(t, "snap-1")
+	if snap, err = m.Create(ctx, "snap-1", src); err != nil || !snap.Ready {
+		t.Fatalf("Create: %+v, %v", snap, err)
+	}
+	w.cp.gate = make(chan struct{}) // the restore's copy blocks
+	from := Source{SnapshotID: snap.ID, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: -1, GID: -1}
+	to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new", UID: -1, GID: -1}
+	if err := m.BeginRestore(ctx, to, from); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restore(ctx, to, from); !errors.Is(err, ErrPending) {
+		t.Fatalf("Restore while copying: %v, want ErrPending", err)
+	}
+	m.StopRestore(fs1, to.VolumeID)
+	close(w.cp.gate)
+	if m.running(restoreKey(fs1, to.VolumeID)) {
+		t.Fatal("the restore's copy still runs after StopRestore")
+	}
+	if _, err := os.Stat(filepath.Join(w.root, "base", "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the volume's path after StopRestore: %v, want nothing there", err)
+	}
+	for _, n := range areaNames(w.root) {
+		if n != KeyOf("snap-1") {
+			t.Errorf("the area keeps %s after the restore was stopped", n)
+		}
+	}
+}
