@@ -69,12 +69,11 @@ func TestVolumeSnapshotsRestoresAndClonesThroughTheExternalSnapshotter(t *testin
 		_, err := dyn.Resource(volumeSnapshotClasses).List(ctx, metav1.ListOptions{})
 		return err == nil, nil
 	})
+	a = newApplier(t, s) // discovery read before the CRDs: read it again
 
-	// The chart with snapshots on: its RBAC applied, its Deployment's arguments run.
-	values := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(values, []byte("controller:\n  snapshots:\n    enabled: true\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// The chart with snapshots on (ci/snapshots-values.yaml): its RBAC and its
+	// VolumeSnapshotClass applied, its Deployment's arguments run.
+	values := filepath.Join(s.repo, "charts", "efs-csi-driver", "ci", "snapshots-values.yaml")
 	objs, err := manifests.RenderChart(s.comps.Helm, filepath.Join(s.repo, "charts", "efs-csi-driver"), releaseNamespace, values)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +85,7 @@ func TestVolumeSnapshotsRestoresAndClonesThroughTheExternalSnapshotter(t *testin
 	st := newEmulatorStack(ctx, t, s)
 	for _, obj := range append(objs, examples...) {
 		switch obj.GetKind() {
-		case "CSIDriver", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "StorageClass":
+		case "CSIDriver", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "StorageClass", "VolumeSnapshotClass":
 			if err := a.apply(ctx, obj, false); err != nil {
 				t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
 			}
@@ -128,12 +127,8 @@ func TestVolumeSnapshotsRestoresAndClonesThroughTheExternalSnapshotter(t *testin
 	})
 
 	ns := newNamespace(ctx, t, s, "e2e-snapshots")
-	class := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-		"metadata": map[string]any{"name": "efs-snapshots"}, "driver": "efs.csi.aws.com", "deletionPolicy": "Delete",
-	}}
-	if _, err := dyn.Resource(volumeSnapshotClasses).Create(ctx, class, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	if _, err := dyn.Resource(volumeSnapshotClasses).Get(ctx, "efs-snapshots", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the chart's VolumeSnapshotClass: %v", err)
 	}
 	efsc := efsClient(st.endpoint)
 	// rootOf is the directory of the claim's volume in the emulator's file system.
