@@ -53,6 +53,9 @@ type realCase struct {
 	vctx  map[string]string
 	flags []string // the capability's mount flags (a StorageClass's mountOptions)
 	ro    bool
+	// reader: a ReadOnlyMany claim's volume (a reader-only access mode), the request
+	// not read-only; mounted read-only all the same (ro).
+	reader bool
 	// Success: the tunnel ("efs-proxy", "stunnel" or "" for none), TLS, what mount.nfs4
 	// mounts, whereto the tunnel connects, the [efs] keys of efs-proxy's configuration.
 	tunnel      string
@@ -172,6 +175,10 @@ func TestRealEFSUtilsThroughNodePublish(t *testing.T) {
 			source: "127.0.0.1:/data/shared", connect: realDNS + ":2049"},
 		{name: "sub path under an access point", volID: realFS + ":/sub:" + realAP, tunnel: "efs-proxy", tls: true,
 			accessPoint: realAP, source: "127.0.0.1:/sub", connect: realDNS + ":2049"},
+		{name: "ReadOnlyMany volume of a snapshot: its copy, read-only",
+			volID:  volume.ReaderID(realFS, "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"),
+			reader: true, ro: true, tunnel: "efs-proxy", tls: true,
+			source: "127.0.0.1:/.efs-csi-snapshots/0123456789abcdef0123456789abcdef/data", connect: realDNS + ":2049"},
 		{name: "deprecated path key", volID: realFS, vctx: map[string]string{"path": "/legacy"}, tunnel: "efs-proxy", tls: true,
 			source: "127.0.0.1:/legacy", connect: realDNS + ":2049"},
 		{name: "iam with an access point", volID: realFS + "::" + realAP, flags: []string{"iam"}, tunnel: "efs-proxy", tls: true,
@@ -296,10 +303,14 @@ func TestRealEFSUtilsThroughNodePublish(t *testing.T) {
 // returns the PIDs of the tunnels it started.
 func checkRealCase(t *testing.T, env *realefs.Env, imds *realefs.IMDS, node csi.NodeClient, tc realCase) []int {
 	target := mounttest.Target(t)
-	req := &csi.NodePublishVolumeRequest{VolumeId: tc.volID, TargetPath: target, Readonly: tc.ro, VolumeContext: tc.vctx,
+	mode := csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	if tc.reader {
+		mode = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	}
+	req := &csi.NodePublishVolumeRequest{VolumeId: tc.volID, TargetPath: target, Readonly: tc.ro && !tc.reader, VolumeContext: tc.vctx,
 		VolumeCapability: &csi.VolumeCapability{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: tc.flags}},
-			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
 		}}
 	switch {
 	case tc.fail:
