@@ -219,7 +219,8 @@ func (s *Service) restoreSource(ctx context.Context, cs *csi.VolumeContentSource
 			return snapshot.Source{}, fmt.Errorf("%w: snapshot %s", snapshot.ErrNotReady, got.ID)
 		}
 		_, key, _ := snapshot.ParseID(got.ID)
-		return snapshot.Source{SnapshotID: got.ID, FileSystem: got.FileSystem, Path: snapshot.DataDir(key), UID: got.UID, GID: got.GID}, nil
+		return snapshot.Source{SnapshotID: got.ID, SnapshotLife: got.Life, FileSystem: got.FileSystem, Path: snapshot.DataDir(key),
+			UID: got.UID, GID: got.GID}, nil
 	}
 	if v := cs.GetVolume(); v != nil {
 		if _, err := s.snapshots(); err != nil {

@@ -39,7 +39,7 @@ type actorKey struct{}
 // actor is one call of a schedule; its context carries it to the store.
 type actor struct {
 	name    string
-	wake    chan struct{}
+	wake    chan fault // what strikes its next step (proceed: nothing)
 	err     error
 	done    bool
 	faultAt int   // the step at which fault strikes (0: never)
@@ -53,12 +53,13 @@ type actor struct {
 type fault int
 
 const (
-	kill     fault = iota // the process is killed before the step
+	proceed  fault = iota // nothing
+	kill                  // the process is killed before the step
 	fail                  // the record's operation fails, not applied
 	lostWord              // the record's operation is applied, its answer lost
 )
 
-func (f fault) String() string { return [...]string{"killed", "failed", "answer lost"}[f] }
+func (f fault) String() string { return [...]string{"none", "killed", "failed", "answer lost"}[f] }
 
 var errInjected = errors.New("injected: the API server's answer did not arrive")
 
@@ -79,18 +80,20 @@ func (s *sched) gate(ctx context.Context) (fault, bool) {
 		return 0, false // set-up and checks: not an actor's
 	}
 	a.steps++
-	struck := a.steps == a.faultAt
-	if struck && a.fault == kill {
+	s.reports <- report{a: a}
+	switch f := <-a.wake; f {
+	case proceed:
+		return proceed, false
+	case kill:
 		// Killed: nothing after this point runs, not even deferred
 		// calls; the goroutine stays parked until the test's end.
 		a.killed = true
 		s.reports <- report{a: a, done: true}
 		select {}
+	default:
+		a.faulted = true
+		return f, true
 	}
-	s.reports <- report{a: a}
-	<-a.wake
-	a.faulted = a.faulted || struck
-	return a.fault, struck
 }
 
 // gatedStore makes every record operation a step of the schedule.
@@ -235,7 +238,7 @@ func (w *modelWorld) run(prefix []int, calls map[string]func(ctx context.Context
 	actors = map[string]*actor{}
 	names := slices.Sorted(maps.Keys(calls))
 	for _, n := range names {
-		a := &actor{name: n, wake: make(chan struct{}), faultAt: faultAt, fault: f}
+		a := &actor{name: n, wake: make(chan fault), faultAt: faultAt, fault: f}
 		actors[n] = a
 		call := calls[n]
 		go func() {
@@ -268,7 +271,11 @@ func (w *modelWorld) run(prefix []int, calls map[string]func(ctx context.Context
 		}
 		last = a.name
 		delete(waiting, a.name)
-		a.wake <- struct{}{}
+		verdict := proceed
+		if a.steps > 0 && a.steps == a.faultAt {
+			verdict = a.fault
+		}
+		a.wake <- verdict
 		r := <-w.s.reports
 		if r.done {
 			r.a.done = true
@@ -363,7 +370,7 @@ func TestModelSnapshotProtocols(t *testing.T) {
 	}, {
 		name: "a restore from the snapshot and a DeleteSnapshot", ready: true,
 		calls: func(w *modelWorld) map[string]func(ctx context.Context) error {
-			from := Source{SnapshotID: w.snap.ID, FileSystem: fs1, Path: DataDir(key), UID: -1, GID: -1}
+			from := Source{SnapshotID: w.snap.ID, SnapshotLife: w.snap.Life, FileSystem: fs1, Path: DataDir(key), UID: -1, GID: -1}
 			return map[string]func(ctx context.Context) error{
 				"restore": func(ctx context.Context) error {
 					if err := w.m.BeginRestore(ctx, modelTarget, from); err != nil {
@@ -449,7 +456,7 @@ func TestModelSnapshotProtocols(t *testing.T) {
 func TestModelSnapshotCallsFaultedAtEveryStep(t *testing.T) {
 	key := KeyOf("snap-1")
 	from := func(w *modelWorld) Source {
-		return Source{SnapshotID: w.snap.ID, FileSystem: fs1, Path: DataDir(key), UID: -1, GID: -1}
+		return Source{SnapshotID: w.snap.ID, SnapshotLife: w.snap.Life, FileSystem: fs1, Path: DataDir(key), UID: -1, GID: -1}
 	}
 	tests := []struct {
 		name  string

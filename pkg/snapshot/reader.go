@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
+	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
@@ -39,15 +40,17 @@ func readerKey(fsID, name string) journal.Key {
 // AddReader records the read-only volume named name of the snapshot of
 // snapshotID and returns its volume ID: the same for the same name, after
 // any restart (ErrNameTaken if the name is another snapshot's).
-// ErrNotFound for a snapshot that is not there or being deleted,
-// ErrNotReady for one not yet whole.
+// ErrNotFound for a snapshot that is not there or deleted, keylock.ErrBusy
+// while a DeleteSnapshot runs, ErrNotReady for one not yet whole.
 //
 // A delete of the snapshot that runs at once is told apart by the order
 // of writes on both sides (as two flags in Dekker's algorithm): this entry
 // is written before the snapshot is read again, and the delete writes
 // Deleting before it lists readers. One of the two sees the other: if
 // this read finds no Deleting, the delete's listing comes after this
-// entry and refuses.
+// entry and refuses. The snapshot read again must be the same life
+// (deleted and made again under its name between the two reads, it is
+// another copy, maybe not made yet).
 func (m *Manager) AddReader(ctx context.Context, name, snapshotID, claim string) (string, error) {
 	// A DeleteVolume of the same volume at once waits (ABORTED), so that
 	// an entry is never removed between its write and the answer.
@@ -78,15 +81,21 @@ func (m *Manager) AddReader(ctx context.Context, name, snapshotID, claim string)
 	} else if err != nil {
 		return "", err
 	}
-	snap, err = m.read(ctx, fsID, key)
-	if errors.Is(err, ErrNotFound) || err == nil && (snap.Deleting || snap.Removing) {
-		if err := m.forget(ctx, readerKey(fsID, name)); err != nil {
-			return "", err
-		}
-		return "", fmt.Errorf("%w: snapshot %s is being deleted", ErrNotFound, snapshotID)
-	}
-	if err != nil {
+	// The entry stays when the answer is no: it may be another call's
+	// for the same volume (a repeated CreateVolume, or another
+	// controller's), answered already; removing it would let the
+	// snapshot be deleted under that volume. The CO's next call finds it
+	// (or the orphan collector removes it once the claim is gone).
+	life := snap.Life
+	switch snap, err = m.read(ctx, fsID, key); {
+	case errors.Is(err, ErrNotFound), err == nil && (snap.Removing || snap.Life != life):
+		return "", fmt.Errorf("%w: snapshot %s was deleted", ErrNotFound, snapshotID)
+	case err != nil:
 		return "", err
+	case snap.Deleting:
+		// The delete finds this entry and refuses, unless it listed
+		// before it was written: a next call tells which.
+		return "", fmt.Errorf("%w: snapshot %s is being deleted", keylock.ErrBusy, snapshotID)
 	}
 	id := volume.ReaderID(fsID, key, KeyOf(name))
 	m.cfg.Logger.Info("read-only volume recorded", slog.String("volume", id), slog.String("name", name), slog.String("snapshot", snapshotID))

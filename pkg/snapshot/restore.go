@@ -190,7 +190,7 @@ func (m *Manager) copyRestore(ctx context.Context, t Target, src Source) error {
 		// was not yet Deleting read the snapshot intact (a DeleteSnapshot
 		// checking after this restore's entry was written refuses). A
 		// copy that failed as the snapshot went is ErrNotFound too.
-		if err := m.snapshotLives(ctx, src.SnapshotID); err != nil {
+		if err := m.snapshotLives(ctx, src.SnapshotID, src.SnapshotLife); err != nil {
 			return fmt.Errorf("snapshot: restore %s: %w", t.Name, err)
 		}
 	}
@@ -246,9 +246,9 @@ func (m *Manager) copyRestore(ctx context.Context, t Target, src Source) error {
 	return m.removeStale(ctx, root, ".restore-"+KeyOf(t.VolumeID)+"-", "")
 }
 
-// snapshotLives is ErrNotFound if the snapshot of id is gone or being
-// deleted.
-func (m *Manager) snapshotLives(ctx context.Context, id string) error {
+// snapshotLives is ErrNotFound if the snapshot of id is gone, being
+// deleted, or another life than life (deleted and made again).
+func (m *Manager) snapshotLives(ctx context.Context, id, life string) error {
 	fsID, key, ok := ParseID(id)
 	if !ok {
 		return fmt.Errorf("%w: %q is not a snapshot ID of this driver", ErrNotFound, id)
@@ -257,8 +257,8 @@ func (m *Manager) snapshotLives(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if snap.Deleting {
-		return fmt.Errorf("%w: snapshot %s is being deleted", ErrNotFound, id)
+	if snap.Deleting || !snap.Ready || snap.Life != life {
+		return fmt.Errorf("%w: snapshot %s is being deleted, or was deleted and made again", ErrNotFound, id)
 	}
 	return nil
 }

@@ -119,7 +119,7 @@ func TestARestoreWhoseSnapshotIsDeletedFailsNotFound(t *testing.T) {
 			if err != nil || !snap.Ready {
 				t.Fatalf("Create: %+v, %v", snap, err)
 			}
-			from := Source{SnapshotID: snap.ID, FileSystem: fs1, Path: DataDir(key), UID: -1, GID: -1}
+			from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(key), UID: -1, GID: -1}
 			to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new",
 				UID: -1, GID: -1}
 			if err := m.BeginRestore(ctx, to, from); err != nil {

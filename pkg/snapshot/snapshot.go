@@ -139,9 +139,11 @@ func New(cfg Config) *Manager {
 type Source struct {
 	VolumeID   string // the CO's ID of the volume (a snapshot's source)
 	SnapshotID string // or a snapshot's (a restore's source)
-	FileSystem string
-	Path       string // absolute, on FileSystem
-	UID, GID   int64  // the ids its files are made with (-1: none)
+	// SnapshotLife is the snapshot's Life when the restore read it ready.
+	SnapshotLife string
+	FileSystem   string
+	Path         string // absolute, on FileSystem
+	UID, GID     int64  // the ids its files are made with (-1: none)
 }
 
 // Snapshot is a snapshot as the record holds it (KindSnapshot's value).
@@ -154,8 +156,13 @@ type Snapshot struct {
 	UID        int64     `json:"uid"`
 	GID        int64     `json:"gid"`
 	Created    time.Time `json:"created"`
-	Ready      bool      `json:"ready,omitempty"`
-	Size       int64     `json:"size,omitempty"`
+	// Life is random, drawn when the entry is made: a snapshot deleted
+	// and made again under the same name is another life, whose copy a
+	// read-only volume or restore of the earlier one must not take for
+	// its own.
+	Life  string `json:"life,omitempty"`
+	Ready bool   `json:"ready,omitempty"`
+	Size  int64  `json:"size,omitempty"`
 	// Deleting: a DeleteSnapshot runs; undone if it finds read-only
 	// volumes served from the copy (AddReader).
 	Deleting bool `json:"deleting,omitempty"`
@@ -212,11 +219,29 @@ func (m *Manager) Create(ctx context.Context, name string, src Source) (*Snapsho
 		return nil, err
 	}
 	defer unlock()
+	snap, err := m.begin(ctx, name, src)
+	if err != nil {
+		return nil, err
+	}
+	if snap.Ready {
+		return snap, nil
+	}
+	j := m.start(snap.entry.Key, func(ctx context.Context) error { return m.copySnapshot(ctx, snap) })
+	if err := m.await(ctx, j); err != nil && !errors.Is(err, ErrPending) {
+		return nil, err
+	}
+	return m.read(ctx, src.FileSystem, key)
+}
+
+// begin is the snapshot named name of src as recorded, recorded now (not
+// ready) if it was not: Create's first step, under the name's lock.
+func (m *Manager) begin(ctx context.Context, name string, src Source) (*Snapshot, error) {
+	key := KeyOf(name)
 	snap, err := m.read(ctx, src.FileSystem, key)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		snap = &Snapshot{Name: name, Source: src.VolumeID, FileSystem: src.FileSystem, SourcePath: src.Path,
-			UID: src.UID, GID: src.GID, Created: m.cfg.Now().UTC().Truncate(time.Millisecond)}
+			UID: src.UID, GID: src.GID, Created: m.cfg.Now().UTC().Truncate(time.Millisecond), Life: randomHex()}
 		raw, _ := json.Marshal(snap)
 		e, err := m.cfg.Store.Create(ctx, journal.Entry{Key: snapshotKey(src.FileSystem, key), Value: raw, Index: indexOf(src.VolumeID)})
 		if err != nil {
@@ -234,14 +259,7 @@ func (m *Manager) Create(ctx context.Context, name string, src Source) (*Snapsho
 	case snap.Deleting:
 		return nil, fmt.Errorf("%w: snapshot %q is being deleted", keylock.ErrBusy, name)
 	}
-	if snap.Ready {
-		return snap, nil
-	}
-	j := m.start(snap.entry.Key, func(ctx context.Context) error { return m.copySnapshot(ctx, snap) })
-	if err := m.await(ctx, j); err != nil && !errors.Is(err, ErrPending) {
-		return nil, err
-	}
-	return m.read(ctx, src.FileSystem, key)
+	return snap, nil
 }
 
 // Get returns the snapshot of id: ErrNotFound if there is none (or it is
@@ -392,6 +410,11 @@ func (m *Manager) refuseInUse(ctx context.Context, snap *Snapshot) error {
 			return fmt.Errorf("%w: the restore of %q from %s is unfinished", ErrInUse, r.Name, snap.ID)
 		}
 		if err := m.cfg.Store.Delete(ctx, r.entry); err != nil && !errors.Is(err, journal.ErrNotFound) {
+			return err
+		}
+		// Its attempts' directories go with it, as CollectRestores
+		// removes them: no entry names them any more.
+		if err := m.removeStages(ctx, snap.FileSystem, r.Volume); err != nil {
 			return err
 		}
 		m.cfg.Logger.Warn("unfinished restore given up: its volume's record is gone", slog.String("volume", r.Name),

@@ -251,7 +251,7 @@ func TestRestoreRenamesAWholeCopyOntoTheNewRoot(t *testing.T) {
 			if err := tc.prepare(w.root); err != nil {
 				t.Fatal(err)
 			}
-			from := Source{SnapshotID: snap.ID, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: 0, GID: 0}
+			from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: 0, GID: 0}
 			to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new",
 				UID: 1001, GID: 1002, Mode: 0o2750}
 			if err := m.BeginRestore(ctx, to, from); err != nil {
@@ -297,7 +297,7 @@ func TestDeleteSnapshotWaitsForUnfinishedRestoresOfLiveVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	from := Source{SnapshotID: snap.ID, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: -1, GID: -1}
+	from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: -1, GID: -1}
 	to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new", UID: -1, GID: -1}
 	if err := m.BeginRestore(ctx, to, from); err != nil {
 		t.Fatal(err)
@@ -418,7 +418,7 @@ func TestStopRestoreEndsTheCopyBeforeItsRename(t *testing.T) {
 		t.Fatalf("Create: %+v, %v", snap, err)
 	}
 	w.cp.gate = make(chan struct{}) // the restore's copy blocks
-	from := Source{SnapshotID: snap.ID, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: -1, GID: -1}
+	from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: -1, GID: -1}
 	to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new", UID: -1, GID: -1}
 	if err := m.BeginRestore(ctx, to, from); err != nil {
 		t.Fatal(err)
