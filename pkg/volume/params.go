@@ -132,10 +132,10 @@ type Params struct {
 	EnableTagging bool
 	// RestoreKeepsOwners: restoreOwnership "source".
 	RestoreKeepsOwners bool
-	AZ            string
-	PVCName       string
-	PVCNamespace  string
-	PVName        string
+	AZ                 string
+	PVCName            string
+	PVCNamespace       string
+	PVName             string
 
 	// Mode is the provisioningMode: ProvisioningModeAccessPoint,
 	// ProvisioningModeS3FilesAccessPoint or ProvisioningModeDirectory.
