@@ -26,7 +26,7 @@ test: build image-check
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
 	$(GO) test -count=1 -run '^TestModel$$' ./pkg/controller/core
-	$(GO) test -count=1 -run '^TestModelSnapshotProtocols$$' ./pkg/snapshot
+	$(GO) test -count=1 -run '^TestModelSnapshotProtocols$$|^TestSimSnapshotProtocols$$' ./pkg/snapshot
 	GO=$(GO) hack/sim.sh $(SIM_SEEDS) 1 $(SIM_PROCS)
 
 # The deterministic simulator (internal/sim, docs/design.md): make test

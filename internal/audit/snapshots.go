@@ -15,10 +15,11 @@ import (
 )
 
 // snapshotRecord is what the record says of one file system's snapshot
-// area (pkg/snapshot): the snapshots it holds, by key, and whether each is
-// ready; the restores unfinished, by key.
+// area (pkg/snapshot): the snapshots it holds, by the copy key of their
+// life (snapshot.CopyKey), and whether each is ready; the restores
+// unfinished, by key.
 type snapshotRecord struct {
-	ready    map[string]bool // snapshot key -> ready
+	ready    map[string]bool // copy key -> ready
 	restores map[string]bool // restore key (of its volume ID) -> unfinished
 }
 
@@ -35,9 +36,12 @@ func readSnapshotRecord(ctx context.Context, st journal.Store) (map[string]*snap
 	}
 	err := st.List(ctx, snapshot.KindSnapshot, "", "", func(es []journal.Entry) error {
 		for _, e := range es {
-			var v struct{ Ready bool }
+			var v struct {
+				Ready bool
+				Life  string
+			}
 			_ = json.Unmarshal(e.Value, &v) // a damaged entry: not ready (its copies are not judged left)
-			of(e.Key.FileSystem).ready[e.Key.Name] = v.Ready
+			of(e.Key.FileSystem).ready[snapshot.CopyKey(e.Key.Name, v.Life)] = v.Ready
 		}
 		return nil
 	})

@@ -45,10 +45,11 @@ func TestSnapshotAreaLeftoversAreFindings(t *testing.T) {
 		t.Fatal(err)
 	}
 	area := filepath.Join(root, volume.SnapshotDir)
-	ready := snapshot.KeyOf("snap-ready")
+	ready := snap.CopyKey()
 	for _, d := range []string{
 		".tmp-" + ready + "-aa",                           // an attempt of a snapshot ready: left
 		snapshot.KeyOf("gone"),                            // a copy no entry names: left
+		snapshot.KeyOf("snap-ready"),                      // the ready snapshot's name, not its life's copy: left
 		".tmp-" + snapshot.KeyOf("gone") + "-bb",          // an attempt of no snapshot: left
 		".restore-" + snapshot.KeyOf(to.VolumeID) + "-cc", // a restore unfinished: accounted for
 		".restore-" + snapshot.KeyOf("other") + "-dd",     // of no restore: left
@@ -70,6 +71,7 @@ func TestSnapshotAreaLeftoversAreFindings(t *testing.T) {
 		"/" + volume.SnapshotDir + "/.tmp-" + snapshot.KeyOf("gone") + "-bb",
 		"/" + volume.SnapshotDir + "/.tmp-" + ready + "-aa",
 		"/" + volume.SnapshotDir + "/" + snapshot.KeyOf("gone"),
+		"/" + volume.SnapshotDir + "/" + snapshot.KeyOf("snap-ready"),
 	}
 	slices.Sort(left)
 	slices.Sort(want)

@@ -218,8 +218,7 @@ func (s *Service) restoreSource(ctx context.Context, cs *csi.VolumeContentSource
 		if !got.Ready {
 			return snapshot.Source{}, fmt.Errorf("%w: snapshot %s", snapshot.ErrNotReady, got.ID)
 		}
-		_, key, _ := snapshot.ParseID(got.ID)
-		return snapshot.Source{SnapshotID: got.ID, SnapshotLife: got.Life, FileSystem: got.FileSystem, Path: snapshot.DataDir(key),
+		return snapshot.Source{SnapshotID: got.ID, SnapshotLife: got.Life, FileSystem: got.FileSystem, Path: snapshot.DataDir(got.CopyKey()),
 			UID: got.UID, GID: got.GID}, nil
 	}
 	if v := cs.GetVolume(); v != nil {

@@ -30,7 +30,7 @@ func FuzzSnapshotEntriesAndIDs(f *testing.F) {
 		}
 		if r, err := decodeReader(journal.Entry{Key: readerKey("fs-0123456789abcdef0", id), Value: raw}); err == nil {
 			v, err := volume.ParseID(r.VolumeID)
-			if err != nil || v.Reader != KeyOf(id) || v.Path != DataDir(v.Snapshot) || ID(v.FileSystemID, v.Snapshot) != r.Snapshot {
+			if err != nil || v.Reader != KeyOf(id) || v.Path != DataDir(r.Copy) || v.Snapshot != r.Copy || v.FileSystemID != "fs-0123456789abcdef0" {
 				t.Errorf("read-only volume %q of entry %s: %+v, %v", r.VolumeID, KeyOf(id), v, err)
 			}
 		}

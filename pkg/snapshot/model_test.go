@@ -345,7 +345,7 @@ func TestModelSnapshotProtocols(t *testing.T) {
 		},
 		check: func(t *testing.T, w *modelWorld, actors map[string]*actor) {
 			add, del := actors["add"].err, actors["delete"].err
-			if add == nil && !holdsHello(filepath.Join(w.root, DataDir(key))) {
+			if add == nil && !holdsHello(filepath.Join(w.root, DataDir(w.snap.CopyKey()))) {
 				t.Errorf("a read-only volume was answered and its copy is gone (delete: %v)", del)
 			}
 			if add == nil && del == nil {
@@ -370,7 +370,7 @@ func TestModelSnapshotProtocols(t *testing.T) {
 	}, {
 		name: "a restore from the snapshot and a DeleteSnapshot", ready: true,
 		calls: func(w *modelWorld) map[string]func(ctx context.Context) error {
-			from := Source{SnapshotID: w.snap.ID, SnapshotLife: w.snap.Life, FileSystem: fs1, Path: DataDir(key), UID: -1, GID: -1}
+			from := Source{SnapshotID: w.snap.ID, SnapshotLife: w.snap.Life, FileSystem: fs1, Path: DataDir(w.snap.CopyKey()), UID: -1, GID: -1}
 			return map[string]func(ctx context.Context) error{
 				"restore": func(ctx context.Context) error {
 					if err := w.m.BeginRestore(ctx, modelTarget, from); err != nil {
@@ -456,7 +456,7 @@ func TestModelSnapshotProtocols(t *testing.T) {
 func TestModelSnapshotCallsFaultedAtEveryStep(t *testing.T) {
 	key := KeyOf("snap-1")
 	from := func(w *modelWorld) Source {
-		return Source{SnapshotID: w.snap.ID, SnapshotLife: w.snap.Life, FileSystem: fs1, Path: DataDir(key), UID: -1, GID: -1}
+		return Source{SnapshotID: w.snap.ID, SnapshotLife: w.snap.Life, FileSystem: fs1, Path: DataDir(w.snap.CopyKey()), UID: -1, GID: -1}
 	}
 	tests := []struct {
 		name  string
@@ -607,11 +607,11 @@ func checkSettles(t *testing.T, w *modelWorld, actors map[string]*actor) {
 			t.Fatalf("after a copy alone: %+v, %v", snap, err)
 		}
 	}
-	if !holdsHello(filepath.Join(w.root, DataDir(key))) {
+	if !holdsHello(filepath.Join(w.root, DataDir(snap.CopyKey()))) {
 		t.Errorf("a ready snapshot whose copy is not whole")
 	}
-	if names := areaNames(w.root); len(names) != 1 || names[0] != key {
-		t.Errorf("the snapshot area holds %v, want only %s", names, key)
+	if names := areaNames(w.root); len(names) != 1 || names[0] != snap.CopyKey() {
+		t.Errorf("the snapshot area holds %v, want only %s", names, snap.CopyKey())
 	}
 }
 

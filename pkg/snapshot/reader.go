@@ -25,6 +25,7 @@ type Reader struct {
 	VolumeID string `json:"-"`
 	Name     string `json:"name"`     // the CO's volume name
 	Snapshot string `json:"snapshot"` // the snapshot's ID
+	Copy     string `json:"copy"`     // the copy key of its life (Snapshot.CopyKey): the volume's directory
 	// Claim is the claim it was made for ("namespace/name"; "" when the
 	// provisioner passes none): the orphan collector's proof that the
 	// volume was given up.
@@ -67,12 +68,13 @@ func (m *Manager) AddReader(ctx context.Context, name, snapshotID, claim string)
 		return "", fmt.Errorf("%w: snapshot %s", ErrNotReady, snapshotID)
 	}
 	fsID, key, _ := ParseID(snapshotID)
-	r := Reader{Name: name, Snapshot: snapshotID, Claim: claim, Created: m.cfg.Now().UTC().Truncate(time.Millisecond)}
+	copyKey := snap.CopyKey()
+	r := Reader{Name: name, Snapshot: snapshotID, Copy: copyKey, Claim: claim, Created: m.cfg.Now().UTC().Truncate(time.Millisecond)}
 	raw, _ := json.Marshal(r)
+	var old *Reader
 	_, err = m.cfg.Store.Create(ctx, journal.Entry{Key: readerKey(fsID, name), Value: raw, Index: indexOf(snapshotID)})
 	if errors.Is(err, journal.ErrExists) {
-		old, err := m.readReader(ctx, fsID, name)
-		if err != nil {
+		if old, err = m.readReader(ctx, fsID, name); err != nil {
 			return "", err
 		}
 		if old.Snapshot != snapshotID {
@@ -97,7 +99,19 @@ func (m *Manager) AddReader(ctx context.Context, name, snapshotID, claim string)
 		// before it was written: a next call tells which.
 		return "", fmt.Errorf("%w: snapshot %s is being deleted", keylock.ErrBusy, snapshotID)
 	}
-	id := volume.ReaderID(fsID, key, KeyOf(name))
+	if old != nil && old.Copy != copyKey {
+		// An earlier call's entry, answered no, of a life deleted since:
+		// this life is the one read twice, and a life with a volume
+		// answered is never deleted. The entry is this life's now (its
+		// name protected the snapshot all along).
+		old.Copy = copyKey
+		raw, _ := json.Marshal(old)
+		old.entry.Value = raw
+		if _, err := m.cfg.Store.Update(ctx, old.entry); err != nil {
+			return "", err
+		}
+	}
+	id := volume.ReaderID(fsID, copyKey, KeyOf(name))
 	m.cfg.Logger.Info("read-only volume recorded", slog.String("volume", id), slog.String("name", name), slog.String("snapshot", snapshotID))
 	return id, nil
 }
@@ -118,11 +132,11 @@ func decodeReader(e journal.Entry) (*Reader, error) {
 	if err := json.Unmarshal(e.Value, r); err != nil {
 		return nil, fmt.Errorf("snapshot: the record's read-only volume entry %s is damaged: %w", e.Key.Name, err)
 	}
-	fsID, key, ok := ParseID(r.Snapshot)
-	if !ok || fsID != e.Key.FileSystem || !volume.ValidKey(e.Key.Name) {
-		return nil, fmt.Errorf("snapshot: the record's read-only volume entry %s is damaged: it names snapshot %q", e.Key.Name, r.Snapshot)
+	fsID, _, ok := ParseID(r.Snapshot)
+	if !ok || fsID != e.Key.FileSystem || !volume.ValidKey(e.Key.Name) || !volume.ValidKey(r.Copy) {
+		return nil, fmt.Errorf("snapshot: the record's read-only volume entry %s is damaged: it names snapshot %q, copy %q", e.Key.Name, r.Snapshot, r.Copy)
 	}
-	r.entry, r.VolumeID = e, volume.ReaderID(e.Key.FileSystem, key, e.Key.Name)
+	r.entry, r.VolumeID = e, volume.ReaderID(e.Key.FileSystem, r.Copy, e.Key.Name)
 	return r, nil
 }
 

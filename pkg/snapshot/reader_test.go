@@ -77,7 +77,7 @@ func TestAReadOnlyVolumeKeepsItsSnapshot(t *testing.T) {
 		t.Fatalf("second volume: %q, %v; want an ID other than %q", b, err, a)
 	}
 	id, err := volume.ParseID(a)
-	if err != nil || id.Path != DataDir(KeyOf("snap-1")) {
+	if err != nil || id.Path != DataDir(snap.CopyKey()) {
 		t.Fatalf("ID %q parses to %+v, %v; want the snapshot's copy", a, id, err)
 	}
 	if _, err := os.Stat(filepath.Join(w.root, id.Path, "a", "f")); err != nil {

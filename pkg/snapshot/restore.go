@@ -297,13 +297,26 @@ func (m *Manager) Forget(ctx context.Context, fsID, volumeID string) error {
 	if !known {
 		return nil
 	}
-	if err := m.forget(ctx, restoreKey(fsID, volumeID)); err != nil {
+	if err := m.forgetRestore(ctx, fsID, volumeID); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	delete(m.restores, volumeID)
 	m.mu.Unlock()
 	return nil
+}
+
+// forgetRestore ends the restore into volumeID on fsID: its copy here
+// stopped, its attempts' directories removed (garbage, done or not: one
+// whose Done write's answer was lost kept them), then its entry, last, so
+// that a failure leaves the entry naming what is left to remove.
+func (m *Manager) forgetRestore(ctx context.Context, fsID, volumeID string) error {
+	key := restoreKey(fsID, volumeID)
+	m.stop(key)
+	if err := m.removeStages(ctx, fsID, volumeID); err != nil {
+		return err
+	}
+	return m.forget(ctx, key)
 }
 
 func (m *Manager) forget(ctx context.Context, key journal.Key) error {
@@ -353,13 +366,8 @@ func (m *Manager) CollectRestores(ctx context.Context) (int, error) {
 		if live {
 			continue
 		}
-		if err := m.forget(ctx, r.entry.Key); err != nil {
+		if err := m.forgetRestore(ctx, r.entry.Key.FileSystem, r.Volume); err != nil {
 			return n, err
-		}
-		if !r.Done {
-			if err := m.removeStages(ctx, r.entry.Key.FileSystem, r.Volume); err != nil {
-				return n, err
-			}
 		}
 		n++
 		m.cfg.Logger.Info("restore entry removed: its volume's record is gone", slog.String("volume", r.Volume),

@@ -66,7 +66,17 @@ func (d deletion) run(ctx context.Context, t *testing.T, w *world, key string) {
 		}
 	}
 	if d.remove {
-		if err := os.RemoveAll(filepath.Join(w.root, Area, key)); err != nil {
+		e, err := w.store.Get(ctx, snapshotKey(fs1, key))
+		if err != nil {
+			t.Errorf("the snapshot's entry: %v", err)
+			return
+		}
+		snap, err := decodeSnapshot(e)
+		if err != nil {
+			t.Errorf("the snapshot's entry: %v", err)
+			return
+		}
+		if err := os.RemoveAll(filepath.Join(w.root, Area, snap.CopyKey())); err != nil {
 			t.Errorf("removing the snapshot's copy: %v", err)
 		}
 	}
@@ -119,7 +129,7 @@ func TestARestoreWhoseSnapshotIsDeletedFailsNotFound(t *testing.T) {
 			if err != nil || !snap.Ready {
 				t.Fatalf("Create: %+v, %v", snap, err)
 			}
-			from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(key), UID: -1, GID: -1}
+			from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(snap.CopyKey()), UID: -1, GID: -1}
 			to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new",
 				UID: -1, GID: -1}
 			if err := m.BeginRestore(ctx, to, from); err != nil {

@@ -114,7 +114,7 @@ func simDo(ctx context.Context, m *Manager, c simCall) error {
 		if !snap.Ready {
 			return ErrNotReady
 		}
-		from := Source{SnapshotID: id, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(KeyOf(c.name)), UID: -1, GID: -1}
+		from := Source{SnapshotID: id, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(snap.CopyKey()), UID: -1, GID: -1}
 		t := simTarget(c.vol)
 		if err := m.BeginRestore(ctx, t, from); err != nil {
 			return err
@@ -271,14 +271,16 @@ func (w *simWorld) check(t *testing.T, ok []simCall, tried map[string]bool) []st
 		case snap.Removing || !snap.Ready:
 			v = append(v, fmt.Sprintf("read-only volume %s of %s: its snapshot is ready %v, removing %v (life %s)", r.Name, r.Snapshot,
 				snap.Ready, snap.Removing, snap.Life))
-		case !holdsHello(filepath.Join(w.root, DataDir(key))):
+		case r.Copy != snap.CopyKey():
+			v = append(v, fmt.Sprintf("read-only volume %s of %s serves copy %s, not its snapshot's %s", r.Name, r.Snapshot, r.Copy, snap.CopyKey()))
+		case !holdsHello(filepath.Join(w.root, DataDir(snap.CopyKey()))):
 			v = append(v, fmt.Sprintf("read-only volume %s of %s: the snapshot's copy is not whole", r.Name, r.Snapshot))
 		}
 	}
 	// Every ready snapshot is whole.
 	for _, name := range simSnaps {
 		if snap, err := fresh.read(ctx, fs1, KeyOf(name)); err == nil && snap.Ready && !snap.Removing &&
-			!holdsHello(filepath.Join(w.root, DataDir(KeyOf(name)))) {
+			!holdsHello(filepath.Join(w.root, DataDir(snap.CopyKey()))) {
 			v = append(v, fmt.Sprintf("snapshot %s is ready and its copy is not whole (deleting %v; the area: %v)", name, snap.Deleting, areaNames(w.root)))
 		}
 	}
@@ -301,6 +303,13 @@ func (w *simWorld) check(t *testing.T, ok []simCall, tried map[string]bool) []st
 			v = append(v, fmt.Sprintf("volume %s holds part of a copy: %d entries", vol, len(entries)))
 		}
 	}
+	must(t, w.store.List(ctx, KindRestore, "", "", func(es []journal.Entry) error {
+		for _, e := range es {
+			w.logf("restore entry %s: %s", e.Key.Name, e.Value)
+		}
+		return nil
+	}))
+	w.logf("area before the deletes: %v", areaNames(w.root))
 	// Everything deleted, by a new process: nothing left.
 	gone := New(Config{Store: w.store, Mount: dirMount(w.root), Copy: w.s.copy, Wait: time.Minute,
 		VolumeLive: func(context.Context, string, string, string) (bool, error) { return false, nil }})

@@ -195,7 +195,23 @@ type manifest struct {
 	UID        int64     `json:"uid"`
 	GID        int64     `json:"gid"`
 	Created    time.Time `json:"created"`
+	Life       string    `json:"life,omitempty"`
 	Size       int64     `json:"size"`
+}
+
+// CopyKey is the name of the snapshot's copy in the Area: a function of
+// its key and its life, so that a snapshot deleted and made again under
+// its name never finds the earlier life's copy at its own (a rename of an
+// attempt that outlived its delete lands at the dead life's name, which
+// nothing reads, and CollectCopies removes).
+func (snap *Snapshot) CopyKey() string { return CopyKey(snap.entry.Key.Name, snap.Life) }
+
+// CopyKey is the copy key of the snapshot of key in its life life.
+func CopyKey(key, life string) string {
+	if life == "" {
+		return key
+	}
+	return KeyOf(key + "/" + life)
 }
 
 func snapshotKey(fsID, key string) journal.Key {
@@ -358,7 +374,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	defer release()
-	if err := m.removeCopies(ctx, root, key, true); err != nil {
+	if err := m.removeCopies(ctx, root, snap.CopyKey(), true); err != nil {
 		return err
 	}
 	if err := m.cfg.Store.Delete(ctx, snap.entry); err != nil && !errors.Is(err, journal.ErrNotFound) {
@@ -409,12 +425,9 @@ func (m *Manager) refuseInUse(ctx context.Context, snap *Snapshot) error {
 		if live {
 			return fmt.Errorf("%w: the restore of %q from %s is unfinished", ErrInUse, r.Name, snap.ID)
 		}
-		if err := m.cfg.Store.Delete(ctx, r.entry); err != nil && !errors.Is(err, journal.ErrNotFound) {
-			return err
-		}
 		// Its attempts' directories go with it, as CollectRestores
-		// removes them: no entry names them any more.
-		if err := m.removeStages(ctx, snap.FileSystem, r.Volume); err != nil {
+		// removes them.
+		if err := m.forgetRestore(ctx, snap.FileSystem, r.Volume); err != nil {
 			return err
 		}
 		m.cfg.Logger.Warn("unfinished restore given up: its volume's record is gone", slog.String("volume", r.Name),
@@ -470,7 +483,7 @@ func (m *Manager) copySnapshot(ctx context.Context, snap *Snapshot) error {
 		return err
 	}
 	defer release()
-	key := snap.entry.Key.Name
+	key := snap.CopyKey()
 	final := filepath.Join(root, dir(key))
 	var man manifest
 	if raw, err := os.ReadFile(filepath.Join(final, "manifest.json")); err == nil && json.Unmarshal(raw, &man) == nil {
@@ -499,14 +512,15 @@ func (m *Manager) copySnapshot(ctx context.Context, snap *Snapshot) error {
 		return fmt.Errorf("snapshot: copy %s of %s: %w", snap.SourcePath, snap.FileSystem, err)
 	}
 	man = manifest{Name: snap.Name, Source: snap.Source, SourcePath: snap.SourcePath, UID: snap.UID, GID: snap.GID,
-		Created: snap.Created, Size: size}
+		Created: snap.Created, Life: snap.Life, Size: size}
 	raw, _ := json.MarshalIndent(man, "", "  ")
 	if err := os.WriteFile(filepath.Join(work, "manifest.json"), append(raw, '\n'), 0o600); err != nil {
 		return err
 	}
 	switch err := rmtree.Move(root, Area+"/"+tmp, dir(key)); {
 	case errors.Is(err, rmtree.ErrExist):
-		// Another attempt's rename came first: its copy is the snapshot.
+		// Another attempt's rename came first: its copy is the snapshot
+		// (the copy key is this life's: no other life's copy is there).
 	case err != nil:
 		return err
 	}
@@ -521,13 +535,15 @@ func (m *Manager) copySnapshot(ctx context.Context, snap *Snapshot) error {
 	return m.removeCopies(ctx, root, key, false)
 }
 
-// markReady writes snap's entry ready, unless it is gone or being
-// deleted: then the copy just put in place is removed again (the delete
-// may have removed the directories before the rename).
+// markReady writes snap's entry ready, unless it is gone, being removed,
+// or another life (deleted, and made again under its name): then the copy
+// just put in place is removed again (the delete may have removed the
+// directories before the rename). Being deleted only, it is marked ready:
+// the copy is whole, and the delete, if it refuses, leaves it so.
 func (m *Manager) markReady(ctx context.Context, snap *Snapshot, size int64) error {
 	for {
 		cur, err := m.read(ctx, snap.FileSystem, snap.entry.Key.Name)
-		if errors.Is(err, ErrNotFound) || err == nil && cur.Deleting {
+		if errors.Is(err, ErrNotFound) || err == nil && (cur.Removing || cur.Life != snap.Life) {
 			return m.discard(ctx, snap)
 		}
 		if err != nil {
@@ -555,7 +571,7 @@ func (m *Manager) discard(ctx context.Context, snap *Snapshot) error {
 	defer release()
 	m.cfg.Logger.Warn("snapshot copy removed: the snapshot was deleted while it was copied", slog.String("snapshot", snap.ID),
 		slog.String("reason", "snapshot deleted"))
-	return m.removeCopies(context.WithoutCancel(ctx), root, snap.entry.Key.Name, true)
+	return m.removeCopies(context.WithoutCancel(ctx), root, snap.CopyKey(), true)
 }
 
 // copyTree is Config.Copy, with a source that does not exist yet copied

@@ -99,7 +99,7 @@ func TestCreateIsIdempotentByNameAndCopiesOnce(t *testing.T) {
 	if n := w.cp.n.Load(); n != 1 {
 		t.Errorf("%d copies, want 1", n)
 	}
-	if got, _ := os.ReadFile(filepath.Join(w.root, DataDir(KeyOf("snap-1")), "a", "f")); string(got) != "hello" {
+	if got, _ := os.ReadFile(filepath.Join(w.root, DataDir(a.CopyKey()), "a", "f")); string(got) != "hello" {
 		t.Errorf("copy holds %q", got)
 	}
 	other := src
@@ -118,7 +118,7 @@ func TestACopyPastTheWaitIsPendingThenReady(t *testing.T) {
 	if err != nil || snap.Ready {
 		t.Fatalf("Create while copying: %+v, %v; want not ready", snap, err)
 	}
-	if _, err := os.Stat(filepath.Join(w.root, Area, KeyOf("snap-1"))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(w.root, Area, snap.CopyKey())); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a copy in progress is at its final name: %v", err)
 	}
 	close(w.cp.gate)
@@ -251,7 +251,7 @@ func TestRestoreRenamesAWholeCopyOntoTheNewRoot(t *testing.T) {
 			if err := tc.prepare(w.root); err != nil {
 				t.Fatal(err)
 			}
-			from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: 0, GID: 0}
+			from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(snap.CopyKey()), UID: 0, GID: 0}
 			to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new",
 				UID: 1001, GID: 1002, Mode: 0o2750}
 			if err := m.BeginRestore(ctx, to, from); err != nil {
@@ -297,7 +297,7 @@ func TestDeleteSnapshotWaitsForUnfinishedRestoresOfLiveVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: -1, GID: -1}
+	from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(snap.CopyKey()), UID: -1, GID: -1}
 	to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new", UID: -1, GID: -1}
 	if err := m.BeginRestore(ctx, to, from); err != nil {
 		t.Fatal(err)
@@ -395,7 +395,11 @@ func TestTwoControllersCopyingAtOnceLeaveOneWholeCopy(t *testing.T) {
 		}
 	}
 	entries, _ := os.ReadDir(filepath.Join(w.root, Area))
-	if len(entries) != 1 || entries[0].Name() != KeyOf("snap-1") {
+	snap, err := ms[0].Get(ctx, ID(fs1, KeyOf("snap-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != snap.CopyKey() {
 		t.Errorf("the area holds %v, want the one copy", entries)
 	}
 }
@@ -418,7 +422,7 @@ func TestStopRestoreEndsTheCopyBeforeItsRename(t *testing.T) {
 		t.Fatalf("Create: %+v, %v", snap, err)
 	}
 	w.cp.gate = make(chan struct{}) // the restore's copy blocks
-	from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(KeyOf("snap-1")), UID: -1, GID: -1}
+	from := Source{SnapshotID: snap.ID, SnapshotLife: snap.Life, FileSystem: fs1, Path: DataDir(snap.CopyKey()), UID: -1, GID: -1}
 	to := Target{Name: "pvc-new", VolumeID: "efs:" + fs1 + "::fsap-00000000000000009", FileSystem: fs1, Path: "/base/new", UID: -1, GID: -1}
 	if err := m.BeginRestore(ctx, to, from); err != nil {
 		t.Fatal(err)
@@ -435,7 +439,7 @@ func TestStopRestoreEndsTheCopyBeforeItsRename(t *testing.T) {
 		t.Errorf("the volume's path after StopRestore: %v, want nothing there", err)
 	}
 	for _, n := range areaNames(w.root) {
-		if n != KeyOf("snap-1") {
+		if n != snap.CopyKey() {
 			t.Errorf("the area keeps %s after the restore was stopped", n)
 		}
 	}
