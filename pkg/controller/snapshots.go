@@ -376,11 +376,17 @@ func (s *Service) forgetRestore(ctx context.Context, volumeID string) error {
 }
 
 // CollectRestores removes the record's restore entries of volumes whose
-// record is gone (the orphan collector's, each round).
+// record is gone, and the snapshot copies of no snapshot's life (the
+// orphan collector's, each round).
 func (s *Service) CollectRestores(ctx context.Context) (int, error) {
 	m, err := s.snapshots()
 	if err != nil {
 		return 0, nil // no snapshots here: nothing to collect
 	}
-	return m.CollectRestores(ctx)
+	n, err := m.CollectRestores(ctx)
+	if err != nil {
+		return n, err
+	}
+	k, err := m.CollectCopies(ctx)
+	return n + k, err
 }

@@ -327,6 +327,9 @@ func (w *simWorld) check(t *testing.T, ok []simCall, tried map[string]bool) []st
 	if _, err := gone.CollectRestores(ctx); err != nil {
 		v = append(v, fmt.Sprintf("collecting restores: %v", err))
 	}
+	if _, err := gone.collectCopies(ctx, fs1); err != nil {
+		v = append(v, fmt.Sprintf("collecting copies: %v", err))
+	}
 	for _, kind := range []journal.Kind{KindSnapshot, KindReader, KindRestore} {
 		must(t, w.store.List(ctx, kind, "", "", func(es []journal.Entry) error {
 			for _, e := range es {

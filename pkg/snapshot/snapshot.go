@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +49,7 @@ import (
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 	"github.com/efs-csi/efs-csi-driver/pkg/keylock"
 	"github.com/efs-csi/efs-csi-driver/pkg/rmtree"
+	"github.com/efs-csi/efs-csi-driver/pkg/volume"
 )
 
 // Entry kinds of the record.
@@ -588,4 +590,86 @@ func randomHex() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// CollectCopies removes, on every file system with snapshots in the
+// record, the copies and copy attempts of no snapshot's life: what an
+// attempt that outlived its snapshot's delete renamed into place, its
+// process killed before it removed it again. The orphan collector's, each
+// round (with CollectRestores). It returns how many it removed.
+func (m *Manager) CollectCopies(ctx context.Context) (int, error) {
+	fss := map[string]bool{}
+	if err := m.cfg.Store.List(ctx, KindSnapshot, "", "", func(es []journal.Entry) error {
+		for _, e := range es {
+			fss[e.Key.FileSystem] = true
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, fsID := range slices.Sorted(maps.Keys(fss)) {
+		k, err := m.collectCopies(ctx, fsID)
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// collectCopies is CollectCopies on fsID. The area is listed before the
+// record is read: a directory listed is of a life whose entry was made
+// before it; if no entry names that life once read, the life is over and
+// nothing reads its copy. Nothing is removed while a snapshot entry of
+// fsID is damaged (its life, and so its copy's name, is unknown).
+func (m *Manager) collectCopies(ctx context.Context, fsID string) (int, error) {
+	root, release, err := m.cfg.Mount.Mount(ctx, fsID)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	names, err := os.ReadDir(filepath.Join(root, Area))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	live, damaged := map[string]bool{}, false
+	if err := m.cfg.Store.List(ctx, KindSnapshot, fsID, "", func(es []journal.Entry) error {
+		for _, e := range es {
+			snap, err := decodeSnapshot(e)
+			if err != nil {
+				damaged = true
+				continue
+			}
+			live[snap.CopyKey()] = true
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	if damaged {
+		m.cfg.Logger.Error("snapshot copies not collected: a snapshot entry of the file system is damaged", slog.String("fileSystem", fsID))
+		return 0, nil
+	}
+	n := 0
+	for _, d := range names {
+		name := d.Name()
+		copyKey := name
+		if rest, ok := strings.CutPrefix(name, ".tmp-"); ok {
+			copyKey, _, _ = strings.Cut(rest, "-")
+		}
+		if !volume.ValidKey(copyKey) || live[copyKey] {
+			continue // a restore's directory, or a live life's
+		}
+		if err := rmtree.RemoveAll(ctx, root, Area+"/"+name); err != nil {
+			return n, err
+		}
+		n++
+		m.cfg.Logger.Warn("snapshot copy removed: no snapshot's life names it", slog.String("fileSystem", fsID),
+			slog.String("directory", "/"+Area+"/"+name), slog.String("reason", "copy of a snapshot deleted"))
+	}
+	return n, nil
 }

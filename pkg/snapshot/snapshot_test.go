@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -443,4 +444,64 @@ func TestStopRestoreEndsTheCopyBeforeItsRename(t *testing.T) {
 			t.Errorf("the area keeps %s after the restore was stopped", n)
 		}
 	}
+}
+
+// TestCollectCopiesRemovesOnlyDeadLivesCopies: a copy renamed into place
+// by an attempt that outlived its snapshot's delete (the snapshot since
+// made again under its name) is removed, with a dead life's attempt; the
+// live copy, a live copy's attempt while it is not ready, and restores'
+// directories stay.
+func TestCollectCopiesRemovesOnlyDeadLivesCopies(t *testing.T) {
+	w := newWorld(t)
+	m := w.manager(time.Minute)
+	ctx := context.Background()
+	old, err := m.Create(ctx, "snap-1", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(ctx, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	live, err := m.Create(ctx, "snap-1", src)
+	if err != nil || !live.Ready || live.CopyKey() == old.CopyKey() {
+		t.Fatalf("made again: %+v, %v; want ready, another copy than %s", live, err, old.CopyKey())
+	}
+	other, err := m.Create(ctx, "snap-2", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pending one's attempt (as if copying), and the dead life's copy
+	// and attempt.
+	pending := snapshotKey(fs1, KeyOf("snap-3"))
+	e, err := w.store.Create(ctx, journal.Entry{Key: pending, Value: mustJSON(t, Snapshot{Name: "snap-3", Source: src.VolumeID, Life: "abc"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := decodeSnapshot(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{old.CopyKey() + "/data/a", ".tmp-" + old.CopyKey() + "-x", ".tmp-" + p.CopyKey() + "-y", ".restore-" + KeyOf("v") + "-z"} {
+		if err := os.MkdirAll(filepath.Join(w.root, Area, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := m.CollectCopies(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("CollectCopies: %d, %v; want the dead life's copy and attempt", n, err)
+	}
+	want := []string{".restore-" + KeyOf("v") + "-z", ".tmp-" + p.CopyKey() + "-y", live.CopyKey(), other.CopyKey()}
+	slices.Sort(want)
+	if got := areaNames(w.root); !slices.Equal(got, want) {
+		t.Errorf("the area holds %v, want %v", got, want)
+	}
+	if !holdsCp(filepath.Join(w.root, DataDir(live.CopyKey()))) {
+		t.Errorf("the live copy is not whole")
+	}
+}
+
+// holdsCp: the cp copier's tree (vol/a/f).
+func holdsCp(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "a", "f"))
+	return err == nil && string(b) == "hello"
 }
