@@ -44,48 +44,34 @@ type deletion struct {
 }
 
 func (d deletion) run(ctx context.Context, t *testing.T, w *world, key string) {
+	e, err := w.store.Get(ctx, snapshotKey(fs1, key))
+	if err != nil {
+		t.Errorf("the snapshot's entry: %v", err)
+		return
+	}
+	snap, err := decodeSnapshot(e)
+	if err != nil {
+		t.Errorf("the snapshot's entry: %v", err)
+		return
+	}
 	if d.mark {
-		e, err := w.store.Get(ctx, snapshotKey(fs1, key))
-		if err != nil {
-			t.Errorf("the snapshot's entry: %v", err)
-			return
-		}
-		snap, err := decodeSnapshot(e)
-		if err != nil {
-			t.Errorf("the snapshot's entry: %v", err)
-			return
-		}
 		snap.Deleting = true
 		if e.Value, err = json.Marshal(snap); err != nil {
 			t.Errorf("the snapshot's entry: %v", err)
 			return
 		}
-		if _, err := w.store.Update(ctx, e); err != nil {
+		if e, err = w.store.Update(ctx, e); err != nil {
 			t.Errorf("marking the snapshot deleting: %v", err)
 			return
 		}
 	}
 	if d.remove {
-		e, err := w.store.Get(ctx, snapshotKey(fs1, key))
-		if err != nil {
-			t.Errorf("the snapshot's entry: %v", err)
-			return
-		}
-		snap, err := decodeSnapshot(e)
-		if err != nil {
-			t.Errorf("the snapshot's entry: %v", err)
-			return
-		}
 		if err := os.RemoveAll(filepath.Join(w.root, Area, snap.CopyKey())); err != nil {
 			t.Errorf("removing the snapshot's copy: %v", err)
 		}
 	}
 	if d.drop {
-		e, err := w.store.Get(ctx, snapshotKey(fs1, key))
-		if err == nil {
-			err = w.store.Delete(ctx, e)
-		}
-		if err != nil {
+		if err := w.store.Delete(ctx, e); err != nil {
 			t.Errorf("removing the snapshot's entry: %v", err)
 		}
 	}
