@@ -104,7 +104,11 @@ func Start(t testing.TB) *Server {
 		ns: map[string]string{"kube-system": KubeSystemUID}, claims: map[string]string{},
 		leases: map[string]*coordinationv1.Lease{}, nodes: map[string]*corev1.Node{}, changed: make(chan struct{}),
 		configMaps: map[string]*corev1.ConfigMap{}}
-	s.srv = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	// HTTP/2, as kube-apiserver serves and client-go speaks it: every
+	// request of a client on one connection.
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.srv.EnableHTTP2 = true
+	s.srv.StartTLS()
 	t.Cleanup(func() {
 		s.srv.CloseClientConnections() // watches stream until their client goes
 		s.srv.Close()
