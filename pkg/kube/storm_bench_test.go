@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +133,10 @@ type stormRun struct {
 	created  int     // volumes created
 	out      string  // the run's reports
 	seconds  float64 // the phases'
+	// CPU time of the run: the stress tool's process and what it waited
+	// for (the driver, the emulator in it), and this process's (the API
+	// server, while the run lasted).
+	toolCPU, apiCPU time.Duration
 }
 
 type stormBench struct {
@@ -158,6 +163,7 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 		args, env = append(args, more...), e
 	}
 	before := len(b.srv.Requests())
+	selfBefore := cpuSelf()
 	cmd := exec.CommandContext(t.Context(), filepath.Join(b.bins, "efs-csi-stress"), args...)
 	cmd.Env = env
 	// Exit 1 is findings, 3 claims without a volume: the report says.
@@ -166,6 +172,8 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 			t.Fatalf("%s, %s: %v\n%s", s.name, d.name, err, o)
 		}
 	}
+	apiCPU := cpuSelf() - selfBefore
+	toolCPU := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	raw, err := os.ReadFile(filepath.Join(out, "report.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +189,7 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatal(err)
 	}
-	run := stormRun{outcome: rep.Outcome, created: rep.Volumes.Created, out: out}
+	run := stormRun{outcome: rep.Outcome, created: rep.Volumes.Created, out: out, toolCPU: toolCPU, apiCPU: apiCPU}
 	for _, p := range rep.Phases {
 		run.seconds += p.Seconds
 	}
@@ -215,8 +223,9 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 			run.peak, run.peakKB = c.n, float64(c.bytes)/1024
 		}
 	}
-	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s, %s, %d findings, %d Lease requests (%d reads, %d KB, peak %d/s)",
-		s.name, d.name, r, run.pairs, run.created, run.seconds, run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.peak)
+	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s, %s, %d findings, %d Lease requests (%d reads, %d KB, peak %d/s), CPU %.2f ms a volume (tool and driver %.2f, API server %.2f)",
+		s.name, d.name, r, run.pairs, run.created, run.seconds, run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.peak,
+		perVolumeMS(run.toolCPU+run.apiCPU, run.created), perVolumeMS(run.toolCPU, run.created), perVolumeMS(run.apiCPU, run.created))
 	return run
 }
 
@@ -365,8 +374,8 @@ func stormTable(storms []storm, drivers []benchDriver, results [][][]stormRun, r
 		}
 		fmt.Fprintf(&sb, " %s | %s | %s |\n", ratio(0, 1), ratio(0, 2), strings.Join(findings, "; "))
 	}
-	sb.WriteString("\nThe API server's cost of the Lease record (medians of the Leases runs): Lease requests and the bytes of their bodies (protobuf) per created volume, over the run and in its busiest second (an answer is about as large as its request; the client's rate flag, `--journal-kube-api-qps` 300 burst 600, bounds the rate however fast EFS answers).\n\n")
-	sb.WriteString("| storm | Lease requests per volume (of which reads) | KB sent per volume | busiest second: requests, KB sent |\n|---|---|---|---|\n")
+	sb.WriteString("\nThe API server's cost of the Lease record (medians of the Leases runs): Lease requests and the bytes of their bodies (protobuf) per created volume, over the run and in its busiest second (an answer is about as large as its request; the client's rate flag, `--journal-kube-api-qps` 300 burst 600, bounds the rate however fast EFS answers). CPU per volume is over each run's processes' whole lives (start, storm, audit): the stress tool with the emulator and the driver it ran, and the API server's (kubetest's, HTTP/2 over TLS, in the benchmark's process while the run lasted), which on a cluster runs on other machines.\n\n")
+	sb.WriteString("| storm | Lease requests per volume (of which reads) | KB sent per volume | busiest second: requests, KB sent | CPU ms per volume, Leases: stress tool and driver; API server | CPU ms per volume, file |\n|---|---|---|---|---|---|\n")
 	for i, s := range storms {
 		rs := results[i][0]
 		perVol := median(rs, func(r stormRun) float64 { return float64(r.requests) / float64(max(r.created, 1)) })
@@ -374,10 +383,26 @@ func stormTable(storms []storm, drivers []benchDriver, results [][][]stormRun, r
 		kb := median(rs, func(r stormRun) float64 { return float64(r.bytes) / 1024 / float64(max(r.created, 1)) })
 		peak := median(rs, func(r stormRun) float64 { return float64(r.peak) })
 		peakKB := median(rs, func(r stormRun) float64 { return r.peakKB })
-		fmt.Fprintf(&sb, "| %s | %.2f (%.2f) | %.1f | %.0f, %.0f |\n", s.name, perVol, reads, kb, peak, peakKB)
+		tool := median(rs, func(r stormRun) float64 { return perVolumeMS(r.toolCPU, r.created) })
+		api := median(rs, func(r stormRun) float64 { return perVolumeMS(r.apiCPU, r.created) })
+		file := median(results[i][1], func(r stormRun) float64 { return perVolumeMS(r.toolCPU, r.created) })
+		fmt.Fprintf(&sb, "| %s | %.2f (%.2f) | %.1f | %.0f, %.0f | %.2f; %.2f | %.2f |\n", s.name, perVol, reads, kb, peak, peakKB, tool, api, file)
 	}
 	sb.WriteString("\n```sh\nmake bench   # EFS_BENCH_RUNS=3 EFS_BENCH_VOLUMES=200 EFS_BENCH_BUCKET_VOLUMES=200 EFS_BENCH_FAULT_VOLUMES=60\n```\n\n")
 	return sb.String()
+}
+
+// cpuSelf is this process's CPU time so far.
+func cpuSelf() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func perVolumeMS(d time.Duration, volumes int) float64 {
+	return float64(d) / float64(time.Millisecond) / float64(max(volumes, 1))
 }
 
 func cpuModel() string {
