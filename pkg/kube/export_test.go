@@ -7,6 +7,7 @@ import (
 	coordinationv1api "k8s.io/api/coordination/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 )
@@ -58,3 +59,7 @@ func ObserveLeaseRead(s journal.Store, l *coordinationv1api.Lease) {
 	entries, _ := entriesOf(l)
 	st.observe(st.shard(id), l.DeepCopy(), entries)
 }
+
+// SetLeaseJournalLimiter makes s, a LeaseJournalStore, pace its requests
+// with l.
+func SetLeaseJournalLimiter(s journal.Store, l flowcontrol.RateLimiter) { s.(*leaseStore).limiter = l }

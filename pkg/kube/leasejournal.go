@@ -498,9 +498,15 @@ func (s *leaseStore) leaf(bits uint64) *leaseShard {
 // commitLoop drains sh's queue, a batch at a time, until it is empty. It
 // waits for the rate limiter before it takes a batch, so that what is
 // queued meanwhile joins it: above the rate, batches grow instead of
-// requests.
+// requests. It takes a token only when something waits: the flags count
+// requests, and a token taken for an empty queue would halve the rate of
+// one caller's operations in turn
+// (TestLeaseStoreTakesATokenPerRequestSent).
 func (s *leaseStore) commitLoop(sh *leaseShard) {
 	for {
+		if !s.waiting(sh) {
+			return
+		}
 		_ = s.limiter.Wait(context.Background()) // no deadline: never fails
 		sh.mu.Lock()
 		var batch []*leaseOp
@@ -510,7 +516,7 @@ func (s *leaseStore) commitLoop(sh *leaseShard) {
 			}
 		}
 		sh.queue = nil
-		if len(batch) == 0 {
+		if len(batch) == 0 { // every caller went while this waited
 			sh.running = false
 			sh.mu.Unlock()
 			return
@@ -520,6 +526,21 @@ func (s *leaseStore) commitLoop(sh *leaseShard) {
 		s.stats.ops.Add(int64(len(batch)))
 		s.commit(sh, batch, known, cur)
 	}
+}
+
+// waiting says whether an operation is queued on sh whose caller waits;
+// if none is, the committer stops (sh.running false) and the queue is
+// emptied of abandoned operations.
+func (s *leaseStore) waiting(sh *leaseShard) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, op := range sh.queue {
+		if !op.abandoned.Load() {
+			return true
+		}
+	}
+	sh.queue, sh.running = nil, false
+	return false
 }
 
 // commit answers every operation of batch, starting from cur (the shard as
