@@ -181,8 +181,11 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 	var rep struct {
 		Outcome string
 		Volumes struct{ Created int }
-		Phases  []struct{ Seconds float64 }
-		Audits  []struct {
+		Phases  []struct {
+			Name    string
+			Seconds float64
+		}
+		Audits []struct {
 			Report map[string]json.RawMessage
 		}
 	}
@@ -190,8 +193,10 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 		t.Fatal(err)
 	}
 	run := stormRun{outcome: rep.Outcome, created: rep.Volumes.Created, out: out, toolCPU: toolCPU, apiCPU: apiCPU}
+	var phases []string
 	for _, p := range rep.Phases {
 		run.seconds += p.Seconds
+		phases = append(phases, fmt.Sprintf("%s %.2f s", p.Name, p.Seconds))
 	}
 	run.pairs = float64(run.created) / run.seconds
 	for _, a := range rep.Audits {
@@ -223,8 +228,8 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 			run.peak, run.peakKB = c.n, float64(c.bytes)/1024
 		}
 	}
-	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s, %s, %d findings, %d Lease requests (%d reads, %d KB, peak %d/s), CPU %.2f ms a volume (tool and driver %.2f, API server %.2f)",
-		s.name, d.name, r, run.pairs, run.created, run.seconds, run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.peak,
+	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s (%s), %s, %d findings, %d Lease requests (%d reads, %d KB, peak %d/s), CPU %.2f ms a volume (tool and driver %.2f, API server %.2f)",
+		s.name, d.name, r, run.pairs, run.created, run.seconds, strings.Join(phases, ", "), run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.peak,
 		perVolumeMS(run.toolCPU+run.apiCPU, run.created), perVolumeMS(run.toolCPU, run.created), perVolumeMS(run.apiCPU, run.created))
 	return run
 }
@@ -418,4 +423,38 @@ func cpuModel() string {
 func loadAverage() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	return strings.Join(strings.Fields(string(b) + " - - -")[:3], " ")
+}
+
+// TestStormProbe runs one storm against one configuration of this driver,
+// for a question make bench does not ask (another concurrency, a driver
+// flag): EFS_PROBE_BIN (the built binaries) runs it, EFS_PROBE_RECORD
+// "leases" (default) or "file", EFS_PROBE_ARGS the stress tool's flags
+// after "--volumes=200 --concurrency=100 --fault-profile=none",
+// EFS_PROBE_DRIVER_ARGS the driver's after its record's, EFS_PROBE_RUNS
+// (3) the runs after the warm-up. It logs each run as make bench does and
+// writes nothing.
+func TestStormProbe(t *testing.T) {
+	bins := os.Getenv("EFS_PROBE_BIN")
+	if bins == "" {
+		t.Skip("EFS_PROBE_BIN=<dir of built binaries> runs it")
+	}
+	runs, err := strconv.Atoi(cmp.Or(os.Getenv("EFS_PROBE_RUNS"), "3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := kubetest.Start(t)
+	d := benchDriver{name: "leases", args: []string{"--journal=kubernetes", "--kube-api-url=" + srv.URL,
+		"--kube-token-file=" + srv.TokenFile("controller"), "--kube-ca-file=" + srv.CAFile,
+		"--leader-election-namespace=default", "--delete-access-point-root-dir=false"}}
+	if os.Getenv("EFS_PROBE_RECORD") == "file" {
+		d = benchDriver{name: "file", args: []string{"--journal=file", "--delete-access-point-root-dir=false"}}
+	}
+	d.args = append(d.args, strings.Fields(os.Getenv("EFS_PROBE_DRIVER_ARGS"))...)
+	b := &stormBench{t: t, bins: bins, srv: srv}
+	b.run(d, storm{"warm-up", []string{"--volumes=20", "--concurrency=20", "--fault-profile=none"}}, 0)
+	s := storm{"probe", append([]string{"--volumes=200", "--concurrency=100", "--fault-profile=none"},
+		strings.Fields(os.Getenv("EFS_PROBE_ARGS"))...)}
+	for r := range runs {
+		b.run(d, s, r)
+	}
 }
