@@ -56,7 +56,18 @@ import (
 const (
 	KindSnapshot journal.Kind = "snapshot"
 	KindRestore  journal.Kind = "restore"
+	// KindArea: a file system has a snapshot area (one entry a file
+	// system, written before its first snapshot entry and kept for good,
+	// as the handover's): the collector's CollectCopies goes through
+	// these, so that a copy left behind after the last snapshot of its
+	// file system is found too.
+	KindArea journal.Kind = "snapshot-area"
 )
+
+// areaKey is the area entry of fsID.
+func areaKey(fsID string) journal.Key {
+	return journal.Key{Kind: KindArea, FileSystem: fsID, Name: "copies"}
+}
 
 // Sentinel errors (pkg/driver gives each its gRPC code).
 var (
@@ -118,6 +129,9 @@ type Manager struct {
 	// restores: the volumes whose restore this process recorded, for
 	// Forget (the collector's CollectRestores finds the rest).
 	restores map[string]bool
+	// areas: the file systems whose area entry this process wrote or saw
+	// (it is never removed: no need to write it again).
+	areas map[string]bool
 }
 
 // New returns a Manager.
@@ -134,7 +148,7 @@ func New(cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{cfg: cfg, locks: keylock.New(), slots: make(chan struct{}, cfg.MaxCopies), jobs: map[string]*job{}, restores: map[string]bool{}}
+	return &Manager{cfg: cfg, locks: keylock.New(), slots: make(chan struct{}, cfg.MaxCopies), jobs: map[string]*job{}, restores: map[string]bool{}, areas: map[string]bool{}}
 }
 
 // Source is what a snapshot or restore copies: a volume's directory.
@@ -258,6 +272,11 @@ func (m *Manager) begin(ctx context.Context, name string, src Source) (*Snapshot
 	snap, err := m.read(ctx, src.FileSystem, key)
 	switch {
 	case errors.Is(err, ErrNotFound):
+		// Before the snapshot entry, so before anything is copied: the
+		// collector finds every file system that may hold copies.
+		if err := m.noteArea(ctx, src.FileSystem); err != nil {
+			return nil, err
+		}
 		snap = &Snapshot{Name: name, Source: src.VolumeID, FileSystem: src.FileSystem, SourcePath: src.Path,
 			UID: src.UID, GID: src.GID, Created: m.cfg.Now().UTC().Truncate(time.Millisecond), Life: randomHex()}
 		raw, _ := json.Marshal(snap)
@@ -598,7 +617,15 @@ func randomHex() string {
 // process killed before it removed it again. The orphan collector's, each
 // round (with CollectRestores). It returns how many it removed.
 func (m *Manager) CollectCopies(ctx context.Context) (int, error) {
-	fss := map[string]bool{}
+	areas, fss := map[string]bool{}, map[string]bool{}
+	if err := m.cfg.Store.List(ctx, KindArea, "", "", func(es []journal.Entry) error {
+		for _, e := range es {
+			areas[e.Key.FileSystem], fss[e.Key.FileSystem] = true, true
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
 	if err := m.cfg.Store.List(ctx, KindSnapshot, "", "", func(es []journal.Entry) error {
 		for _, e := range es {
 			fss[e.Key.FileSystem] = true
@@ -608,14 +635,41 @@ func (m *Manager) CollectCopies(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	n := 0
+	var errs []error
 	for _, fsID := range slices.Sorted(maps.Keys(fss)) {
+		if !areas[fsID] {
+			// Snapshots recorded before area entries were: the file system
+			// is recorded now, for the rounds after its last snapshot.
+			if err := m.noteArea(ctx, fsID); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		k, err := m.collectCopies(ctx, fsID)
 		n += k
 		if err != nil {
-			return n, err
+			// The other file systems' rounds still run.
+			errs = append(errs, fmt.Errorf("snapshot copies of %s: %w", fsID, err))
 		}
 	}
-	return n, nil
+	return n, errors.Join(errs...)
+}
+
+// noteArea makes sure the record's area entry of fsID exists.
+func (m *Manager) noteArea(ctx context.Context, fsID string) error {
+	m.mu.Lock()
+	known := m.areas[fsID]
+	m.mu.Unlock()
+	if known {
+		return nil
+	}
+	_, err := m.cfg.Store.Create(ctx, journal.Entry{Key: areaKey(fsID), Value: []byte("/" + Area)})
+	if err != nil && !errors.Is(err, journal.ErrExists) {
+		return err
+	}
+	m.mu.Lock()
+	m.areas[fsID] = true
+	m.mu.Unlock()
+	return nil
 }
 
 // collectCopies is CollectCopies on fsID. The area is listed before the

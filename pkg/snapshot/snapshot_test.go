@@ -500,6 +500,34 @@ func TestCollectCopiesRemovesOnlyDeadLivesCopies(t *testing.T) {
 	}
 }
 
+// A dead life's copy on a file system whose last snapshot is gone (an
+// attempt renamed into place, its process killed before it saw the
+// snapshot deleted) is collected too: the file systems with a snapshot
+// area are recorded, not inferred from the snapshots left.
+func TestCollectCopiesOnAFileSystemWithNoSnapshotLeft(t *testing.T) {
+	w := newWorld(t)
+	m := w.manager(time.Minute)
+	ctx := context.Background()
+	snap, err := m.Create(ctx, "snap-1", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(w.root, DataDir(snap.CopyKey()), "a"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A new process: nothing in memory says the file system had snapshots.
+	n, err := w.manager(time.Minute).CollectCopies(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("CollectCopies: %d, %v; want the dead life's copy", n, err)
+	}
+	if got := areaNames(w.root); len(got) != 0 {
+		t.Errorf("the area holds %v, want nothing", got)
+	}
+}
+
 // holdsCp: the cp copier's tree (vol/a/f).
 func holdsCp(dir string) bool {
 	b, err := os.ReadFile(filepath.Join(dir, "a", "f"))
