@@ -128,16 +128,22 @@ func TestSDKStandardRetryerRunsOutOfQuotaUnderABurst(t *testing.T) {
 }
 
 // A burst of 1,000 calls of one operation opens at most DefaultMaxInFlight
-// requests at once, and all of them succeed. The server holds every request
-// until DefaultMaxInFlight of them are in flight together (or the burst is
-// over), so an unbounded client would be seen with many more.
+// requests at once, and all of them succeed. The server answers the first
+// DefaultMaxInFlight requests at once (the burst's slow start opens the
+// bound to DefaultMaxInFlight as they are answered), then holds every
+// request until DefaultMaxInFlight of them are in flight together, so an
+// unbounded client would be seen with many more.
 func TestInFlightRequestsAreBoundedPerOperation(t *testing.T) {
 	const calls = 1000
 	fake := newFake(t)
-	var cur, peak atomic.Int64
+	var cur, peak, seen atomic.Int64
 	full := make(chan struct{})
 	var once sync.Once
 	fake.always = func(w http.ResponseWriter, r *http.Request) {
+		if seen.Add(1) <= efs.DefaultMaxInFlight {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		n := cur.Add(1)
 		defer cur.Add(-1)
 		for {

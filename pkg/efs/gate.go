@@ -49,6 +49,17 @@ type gate struct {
 
 	mu       sync.Mutex
 	inFlight int
+	// opening is the in-flight bound while a burst opens (slow start, as
+	// TCP's): startOpening after idle, one more for each request answered
+	// without a throttle (so it doubles each round trip), up to
+	// maxInFlight. A burst into a token bucket is then sent in steps, and
+	// the bucket's first throttles are answered before most of the burst
+	// is sent: the requests sent into it at once were most of what a storm
+	// wasted under a bucket (86 of 102 in a run of hack/pacing-bench.sh).
+	// An API that answers fast and throttles nothing costs a few round
+	// trips. 0: no bound of its own (maxInFlight unbounded).
+	opening  int
+	lastDone time.Time // when the last permit was released
 	limit    float64 // the limit tokens accrue at; +Inf: no tokens needed
 	burst    float64
 	fixed    bool // the limit is the operator's ceiling, not the adaptive rate
@@ -67,6 +78,9 @@ type waiter struct {
 // newGate makes a gate whose limit and burst rate tells at each moment.
 func newGate(rate func(time.Time) (float64, int, bool), maxInFlight int) *gate {
 	g := &gate{rate: rate, maxInFlight: maxInFlight, limit: math.Inf(1)}
+	if maxInFlight > startOpening {
+		g.opening = startOpening
+	}
 	now := time.Now()
 	g.setLimit(now)
 	g.tokens = g.burst // a fresh bucket is full, as rate.Limiter's
@@ -99,9 +113,28 @@ func (g *gate) accrue(now time.Time) {
 	}
 }
 
+// Slow start (gate.opening): the in-flight bound a burst opens with, and
+// the idle time after which the next burst opens with it again (a token
+// bucket refills meanwhile).
+const (
+	startOpening = 16
+	openingIdle  = time.Second
+)
+
 // free reports whether a request may go now (tokens and slot). Under mu.
 func (g *gate) free() bool {
-	return (math.IsInf(g.limit, 1) || g.tokens >= 1) && (g.maxInFlight <= 0 || g.inFlight < g.maxInFlight)
+	bound := g.maxInFlight
+	if g.opening > 0 {
+		bound = min(bound, g.opening)
+	}
+	return (math.IsInf(g.limit, 1) || g.tokens >= 1) && (g.maxInFlight <= 0 || g.inFlight < bound)
+}
+
+// reopen starts a burst's slow start again after idle. Under mu.
+func (g *gate) reopen(now time.Time) {
+	if g.opening > 0 && g.inFlight == 0 && !g.lastDone.IsZero() && now.Sub(g.lastDone) > openingIdle {
+		g.opening = startOpening
+	}
 }
 
 // take hands a permit out. Under mu, after free.
@@ -148,6 +181,7 @@ func (g *gate) acquire(ctx context.Context, p Priority, bounded bool, need time.
 	g.mu.Lock()
 	now := time.Now()
 	g.setLimit(now)
+	g.reopen(now)
 	if g.ahead(p) == 0 && g.free() {
 		g.take()
 		g.mu.Unlock()
@@ -202,12 +236,18 @@ func (g *gate) busy() int {
 	return g.inFlight
 }
 
-// release gives a permit's slot back.
-func (g *gate) release() {
+// release gives a permit's slot back; delivered: its request was
+// answered without a throttle (the opening grows).
+func (g *gate) release(delivered bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.inFlight--
-	g.dispatch(time.Now())
+	now := time.Now()
+	if delivered && g.opening > 0 && g.opening < g.maxInFlight {
+		g.opening++
+	}
+	g.lastDone = now
+	g.dispatch(now)
 }
 
 // dispatch grants permits to the waiters, highest priority first, while

@@ -571,14 +571,14 @@ func TestGateShedsOnlyWhatCannotFinish(t *testing.T) {
 		if ok, _ := g.acquire(ctx, PriorityNew, true, time.Second); !ok {
 			t.Fatalf("permit %d refused without a limit", i)
 		}
-		g.release()
+		g.release(true)
 	}
 
 	slow := newGate(func(time.Time) (float64, int, bool) { return 1, 1, true }, 0)
 	if ok, _ := slow.acquire(context.Background(), PriorityNew, false, 0); !ok {
 		t.Fatal("first token refused")
 	}
-	slow.release()
+	slow.release(true)
 	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel2()
 	ok, wait := slow.acquire(short, PriorityNew, true, 10*time.Millisecond)
@@ -598,7 +598,7 @@ func TestGateServesFollowUpsFirst(t *testing.T) {
 	if ok, _ := g.acquire(ctx, PriorityNew, false, 0); !ok { // takes the one token
 		t.Fatal("first token refused")
 	}
-	g.release()
+	g.release(true)
 	order := make(chan string, 4)
 	queued := func(n int) {
 		for {
@@ -614,7 +614,7 @@ func TestGateServesFollowUpsFirst(t *testing.T) {
 	for i := range 3 {
 		go func() {
 			if ok, _ := g.acquire(ctx, PriorityNew, false, 0); ok {
-				g.release()
+				g.release(true)
 				order <- fmt.Sprint("new", i)
 			}
 		}()
@@ -622,7 +622,7 @@ func TestGateServesFollowUpsFirst(t *testing.T) {
 	}
 	go func() {
 		if ok, _ := g.acquire(ctx, PriorityFollowUp, false, 0); ok {
-			g.release()
+			g.release(true)
 			order <- "follow-up"
 		}
 	}()
@@ -675,5 +675,52 @@ func TestWindowSumsTheLastSecondAndRecentTheHistory(t *testing.T) {
 		if ok, thr := w.recent(tc.want); ok != tc.recOK || thr != tc.recThr {
 			t.Errorf("at %d ms: recent(%d) = %d ok, %d throttled; want %d, %d", tc.ms, tc.want, ok, thr, tc.recOK, tc.recThr)
 		}
+	}
+}
+
+// Slow start: a burst opens with startOpening requests in flight, one more
+// for each answered without a throttle (none for a throttle), up to
+// maxInFlight; after idle the next burst opens with startOpening again.
+func TestGateOpensABurstInSteps(t *testing.T) {
+	g := newGate(func(time.Time) (float64, int, bool) { return math.Inf(1), 1, false }, 64)
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	take := func() bool {
+		ok, _ := g.acquire(canceled, PriorityNew, false, 0)
+		return ok
+	}
+	takeAll := func() int {
+		n := 0
+		for take() {
+			n++
+		}
+		return n
+	}
+	if n := takeAll(); n != startOpening {
+		t.Fatalf("a burst opened with %d in flight, want %d", n, startOpening)
+	}
+	g.release(true) // answered: the bound grows by one
+	if n := takeAll(); n != 2 {
+		t.Fatalf("after one answer, %d more went, want 2", n)
+	}
+	g.release(false) // throttled: the bound stays
+	if n := takeAll(); n != 1 {
+		t.Fatalf("after a throttle, %d more went, want 1", n)
+	}
+	for range 200 { // every request answered, again and again: the bound reaches maxInFlight
+		g.release(true)
+		takeAll()
+	}
+	if got := g.busy(); got != 64 {
+		t.Fatalf("%d in flight once open, want 64", got)
+	}
+	for g.busy() > 0 {
+		g.release(true)
+	}
+	g.mu.Lock()
+	g.lastDone = time.Now().Add(-2 * openingIdle) // idle since
+	g.mu.Unlock()
+	if n := takeAll(); n != startOpening {
+		t.Fatalf("after idle a burst opened with %d in flight, want %d", n, startOpening)
 	}
 }

@@ -156,7 +156,7 @@ func (p *pacer) done(sentAt time.Time, answered, throttled, waited bool) (change
 	if p.adaptive != nil && answered {
 		change = p.adaptive.answered(time.Now(), sentAt, throttled, waited, p.gate.busy()-1)
 	}
-	p.gate.release()
+	p.gate.release(answered && !throttled)
 	return change
 }
 
