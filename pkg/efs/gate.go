@@ -60,7 +60,7 @@ type gate struct {
 	// trips. 0: no bound of its own (maxInFlight unbounded).
 	opening  int
 	lastDone time.Time // when the last permit was released
-	limit    float64 // the limit tokens accrue at; +Inf: no tokens needed
+	limit    float64   // the limit tokens accrue at; +Inf: no tokens needed
 	burst    float64
 	fixed    bool // the limit is the operator's ceiling, not the adaptive rate
 	tokens   float64
