@@ -61,12 +61,7 @@ func TestStormBenchmark(t *testing.T) {
 				"--duplicate-rate=1", "--duplicate-callers=3", "--timeout=10s"}},
 	}
 	srv := kubetest.Start(t)
-	leases := []string{"--journal=kubernetes", "--kube-api-url=" + srv.URL, "--kube-token-file=" + srv.TokenFile("controller"),
-		"--kube-ca-file=" + srv.CAFile, "--leader-election-namespace=default", "--delete-access-point-root-dir=false"}
-	drivers := []benchDriver{
-		{name: "leases", args: leases},
-		{name: "file", args: []string{"--journal=file", "--delete-access-point-root-dir=false"}},
-	}
+	drivers := benchDrivers(srv)
 	if up := os.Getenv("EFS_BENCH_UPSTREAM"); up != "" {
 		drivers = append(drivers, benchDriver{name: "upstream", upstream: up})
 	} else {
@@ -119,6 +114,17 @@ type benchDriver struct {
 	name     string
 	args     []string
 	upstream string
+}
+
+// benchDrivers are this driver with the record in srv's Leases (default
+// flags, as the chart runs it) and with --journal=file, both without root
+// directory removal (the default).
+func benchDrivers(srv *kubetest.Server) []benchDriver {
+	return []benchDriver{
+		{name: "leases", args: []string{"--journal=kubernetes", "--kube-api-url=" + srv.URL, "--kube-token-file=" + srv.TokenFile("controller"),
+			"--kube-ca-file=" + srv.CAFile, "--leader-election-namespace=default", "--delete-access-point-root-dir=false"}},
+		{name: "file", args: []string{"--journal=file", "--delete-access-point-root-dir=false"}},
+	}
 }
 
 type stormRun struct {
@@ -443,11 +449,9 @@ func TestStormProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := kubetest.Start(t)
-	d := benchDriver{name: "leases", args: []string{"--journal=kubernetes", "--kube-api-url=" + srv.URL,
-		"--kube-token-file=" + srv.TokenFile("controller"), "--kube-ca-file=" + srv.CAFile,
-		"--leader-election-namespace=default", "--delete-access-point-root-dir=false"}}
+	d := benchDrivers(srv)[0]
 	if os.Getenv("EFS_PROBE_RECORD") == "file" {
-		d = benchDriver{name: "file", args: []string{"--journal=file", "--delete-access-point-root-dir=false"}}
+		d = benchDrivers(srv)[1]
 	}
 	d.args = append(d.args, strings.Fields(os.Getenv("EFS_PROBE_DRIVER_ARGS"))...)
 	b := &stormBench{t: t, bins: bins, srv: srv}
