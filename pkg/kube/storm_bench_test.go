@@ -184,6 +184,9 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if keep := os.Getenv("EFS_PROBE_KEEP"); keep != "" { // TestStormProbe's
+		_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("%s-%d.json", d.name, r)), raw, 0o644)
+	}
 	var rep struct {
 		Outcome string
 		Volumes struct{ Created int }
@@ -438,7 +441,8 @@ func loadAverage() string {
 // after "--volumes=200 --concurrency=100 --fault-profile=none",
 // EFS_PROBE_DRIVER_ARGS the driver's after its record's, EFS_PROBE_RUNS
 // (3) the runs after the warm-up. It logs each run as make bench does and
-// writes nothing.
+// writes nothing but, when EFS_PROBE_KEEP names a directory, each run's
+// stress report there (<record>-<run>.json: latencies, codes, timeline).
 func TestStormProbe(t *testing.T) {
 	bins := os.Getenv("EFS_PROBE_BIN")
 	if bins == "" {

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -404,6 +405,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		s.watchPVs(w, r)
 		return
+	}
+	// The body is read before the lock. Over HTTP/2 a client's requests
+	// share one connection's flow-control window: a handler that read its
+	// body under the lock, while the bodies of requests waiting for it
+	// filled that window, would wait for data that cannot come until the
+	// client gave up (kube-apiserver takes no lock of the whole server).
+	if r.Body != nil {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			fail(w, apierrors.NewBadRequest(err.Error()))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
