@@ -162,7 +162,8 @@ func (s *Service) backend(ctx context.Context, b Backend) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: %w", b, err)
 	}
-	svc := &Service{efs: client, mounter: s.mounter, log: s.log.With(slog.String("backend", b.String())), api: b.API, shared: s.shared}
+	svc := &Service{efs: client, mounter: s.mounter, log: s.log.With(slog.String("backend", b.String())), api: b.API,
+		made: newMadeAPs(), shared: s.shared}
 	if d, ok := client.(FileSystemDescriber); ok {
 		svc.describer = d // the backend's file systems are described as its own
 	}

@@ -188,6 +188,9 @@ type Service struct {
 	describer FileSystemDescriber
 	log       *slog.Logger
 	api       API
+	// made: the access points this backend made and has not deleted
+	// (made.go), which a delete looks up without a request.
+	made *madeAPs
 
 	*shared
 }
@@ -310,7 +313,7 @@ func New(cfg Config) (*Service, error) {
 	})
 	fss.alloc = gid.New(cfg.EFS, gidOpts)
 	return &Service{
-		efs: cfg.EFS, mounter: cfg.Mounter, describer: cfg.Zones, log: cfg.Logger,
+		efs: cfg.EFS, mounter: cfg.Mounter, describer: cfg.Zones, log: cfg.Logger, made: newMadeAPs(),
 		shared: &shared{
 			refs: cfg.Refs, tags: cfg.Tags, cluster: cfg.ClusterID, now: cfg.Now, delRoot: cfg.DeleteRootDir, tmpDir: cfg.TempDir,
 			locks: keylock.New(), gids: fss.alloc, journal: j,

@@ -100,7 +100,9 @@ func (s *Service) deleteVolume(ctx context.Context, volumeID string) (*csi.Delet
 // One the listing does not show (EFS lists with a lag; gone; another file
 // system's ID) or a listing that failed (a file system these credentials
 // cannot see) is described, as without root removal; the view, if any,
-// still serves the removal.
+// still serves the removal. Without root removal, one this backend made
+// and has not deleted is as CreateAccessPoint answered it (made.go): no
+// request either.
 func (s *Service) lookUp(ctx context.Context, id volume.ID) (*efs.AccessPoint, *rootView, error) {
 	var view *rootView
 	if s.delRoot {
@@ -114,6 +116,8 @@ func (s *Service) lookUp(ctx context.Context, id volume.ID) (*efs.AccessPoint, *
 			}
 			view = v
 		}
+	} else if ap, ok := s.made.get(id.AccessPointID); ok {
+		return ap, nil, nil // made here: no request (made.go)
 	}
 	ap, err := s.efs.DescribeAccessPoint(ctx, id.AccessPointID)
 	return ap, view, err
@@ -155,6 +159,7 @@ func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) erro
 	if err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
 		return err
 	}
+	s.made.drop(apID)
 	s.fs(fsID).gone(apID, s.now())
 	s.fs(fsID).dropAnswer(apID)
 	return nil

@@ -184,7 +184,9 @@ func (x *effects) request(e core.Effect) (r core.Result, ok bool) {
 	followUp := efs.WithPriority(ctx, efs.PriorityFollowUp) // what follows an applied request: before new work, never shed
 	switch e := e.(type) {
 	case core.CreateAccessPoint:
-		r.AP, r.Err = s.efs.CreateAccessPoint(ctx, e.Input)
+		if r.AP, r.Err = s.efs.CreateAccessPoint(ctx, e.Input); r.Err == nil {
+			s.made.add(r.AP)
+		}
 	case core.Describe:
 		dctx := ctx
 		if e.FollowUp {

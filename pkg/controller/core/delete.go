@@ -21,7 +21,9 @@ type (
 	// LookUp is the access point ID names as Describe shows it
 	// (Result.AP, or Result.Err: efs.ErrAccessPointNotFound). With root
 	// removal the caller may take it from the listing it needs anyway,
-	// which it keeps for RemoveRoot.
+	// which it keeps for RemoveRoot; without, from its own
+	// CreateAccessPoint's answer. Either may show one deleted or retagged
+	// since, as a Describe that raced that change does.
 	LookUp struct{ ID volume.ID }
 	// ReadRecord reads a volume's record (Result.Record, or Result.Err:
 	// journal.ErrNotFound): by its volume entry's Key, or, with
