@@ -412,12 +412,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	// filled that window, would wait for data that cannot come until the
 	// client gave up (kube-apiserver takes no lock of the whole server).
 	if r.Body != nil {
-		b, err := io.ReadAll(r.Body)
+		buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), 4<<20)+bytes.MinRead))
+		_, err := buf.ReadFrom(r.Body)
+		b := buf.Bytes()
 		if err != nil {
 			fail(w, apierrors.NewBadRequest(err.Error()))
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.Body = readBody{bytes.NewReader(b), b}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -585,4 +587,21 @@ func (s *Server) keyedObject(w http.ResponseWriter, resource, ns, name string) {
 		return
 	}
 	reply(w, http.StatusOK, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: d})
+}
+
+// readBody is a request's body as serve read it: bodyOf takes the bytes
+// without copying them again.
+type readBody struct {
+	*bytes.Reader
+	b []byte
+}
+
+func (readBody) Close() error { return nil }
+
+// bodyOf is r's body, whole.
+func bodyOf(r *http.Request) ([]byte, error) {
+	if rb, ok := r.Body.(readBody); ok {
+		return rb.b, nil
+	}
+	return io.ReadAll(r.Body)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -194,7 +193,7 @@ func decodeLease(w http.ResponseWriter, r *http.Request, into *coordinationv1.Le
 	if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/vnd.kubernetes.protobuf") {
 		return decodeBody(w, r, into)
 	}
-	body, err := io.ReadAll(r.Body)
+	body, err := bodyOf(r)
 	if err == nil {
 		_, _, err = leaseProtobuf.Decode(body, nil, into)
 	}
