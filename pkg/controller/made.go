@@ -34,9 +34,11 @@ type madeAPs struct {
 
 func newMadeAPs() *madeAPs { return &madeAPs{byID: map[string]*list.Element{}} }
 
-// add remembers ap, as CreateAccessPoint answered it.
+// add remembers ap, as CreateAccessPoint answered it. An answer without
+// its file system or client token (EFS sends both) is not remembered: a
+// delete finds the record by the token, so it describes that one.
 func (m *madeAPs) add(ap *efs.AccessPoint) {
-	if ap == nil || ap.ID == "" {
+	if ap == nil || ap.ID == "" || ap.FileSystemID == "" || ap.ClientToken == "" {
 		return
 	}
 	cp := *ap

@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 
+	"github.com/efs-csi/efs-csi-driver/pkg/efs"
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
 )
 
@@ -97,5 +99,46 @@ func wantNoRecords(t *testing.T, b *bed) {
 	}
 	if n != 0 {
 		t.Fatalf("%d volumes recorded after every delete", n)
+	}
+}
+
+// What a backend remembers: an answer with its ID, file system and token,
+// a copy each time, the oldest forgotten past madeCap.
+func TestMadeAccessPointsRemembered(t *testing.T) {
+	ap := func(id string) *efs.AccessPoint {
+		return &efs.AccessPoint{ID: id, FileSystemID: testFS, ClientToken: "token-" + id, Tags: map[string]string{"k": "v"}}
+	}
+	cases := []struct {
+		name string
+		ap   *efs.AccessPoint
+		want bool
+	}{
+		{"a whole answer", ap("fsap-1"), true},
+		{"no client token", &efs.AccessPoint{ID: "fsap-1", FileSystemID: testFS}, false},
+		{"no file system", &efs.AccessPoint{ID: "fsap-1", ClientToken: "t"}, false},
+		{"no ID", &efs.AccessPoint{FileSystemID: testFS, ClientToken: "t"}, false},
+		{"nil", nil, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMadeAPs()
+			m.add(c.ap)
+			if _, ok := m.get("fsap-1"); ok != c.want {
+				t.Errorf("remembered %v, want %v", ok, c.want)
+			}
+		})
+	}
+	m := newMadeAPs()
+	m.add(ap("fsap-1"))
+	got, _ := m.get("fsap-1")
+	got.Tags["k"] = "changed"
+	if again, _ := m.get("fsap-1"); again.Tags["k"] != "v" {
+		t.Errorf("a caller's change reached the memory: %v", again.Tags)
+	}
+	for i := range madeCap {
+		m.add(ap(fmt.Sprintf("fsap-more-%d", i)))
+	}
+	if _, ok := m.get("fsap-1"); ok || m.len() != madeCap {
+		t.Errorf("after %d more: the oldest remembered %v, %d remembered; want it forgotten, %d", madeCap, ok, m.len(), madeCap)
 	}
 }
