@@ -184,7 +184,9 @@ func (x *effects) request(e core.Effect) (r core.Result, ok bool) {
 	followUp := efs.WithPriority(ctx, efs.PriorityFollowUp) // what follows an applied request: before new work, never shed
 	switch e := e.(type) {
 	case core.CreateAccessPoint:
-		if r.AP, r.Err = s.efs.CreateAccessPoint(ctx, e.Input); r.Err == nil {
+		// Remembered only where a delete looks it up there: with root
+		// removal, the listing shows it (lookUp).
+		if r.AP, r.Err = s.efs.CreateAccessPoint(ctx, e.Input); r.Err == nil && !s.delRoot {
 			s.made.add(r.AP)
 		}
 	case core.Describe:

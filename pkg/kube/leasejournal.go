@@ -196,8 +196,7 @@ type leaseStore struct {
 	mu         sync.Mutex
 	shards     map[shardID]*leaseShard
 	stats      struct {
-		gets, lists, creates, updates, conflicts, ops, bytes, splits atomic.Int64
-		waitedToCommit                                               atomic.Int64
+		gets, lists, creates, updates, conflicts, ops, bytes, splits, waitedToCommit atomic.Int64
 	}
 }
 
