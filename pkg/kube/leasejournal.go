@@ -140,7 +140,7 @@ const (
 func (c *Client) LeaseJournalStore(namespace, owner string) journal.Store {
 	qps, burst := c.journalRate()
 	cv1 := c.journalLeases()
-	return &leaseStore{leases: cv1.Leases(namespace), rest: cv1.RESTClient(), ns: namespace, owner: owner,
+	return &leaseStore{leases: cv1.Leases(namespace), writer: newLeaseWriter(cv1.RESTClient(), namespace), ns: namespace, owner: owner,
 		ownerLabel: labelValueOf(owner), page: pageSize, ownerHash: ownerHash(owner), log: c.logger(),
 		limiter: flowcontrol.NewTokenBucketRateLimiter(qps, burst), shards: map[shardID]*leaseShard{},
 		committing: make(chan struct{}, LeaseCommitsInFlight)}
@@ -183,7 +183,7 @@ func LeaseJournalStatsOf(s journal.Store) (LeaseJournalStats, bool) {
 
 type leaseStore struct {
 	leases     coordinationv1.LeaseInterface
-	rest       rest.Interface // the same client, for writes (writeShard)
+	writer     leaseWriter // the same client's, for writes (writeShard)
 	ns, owner  string
 	ownerLabel string
 	ownerHash  string
@@ -888,18 +888,16 @@ func (s *leaseStore) writeShard(sh *leaseShard, cur, next *coordinationv1api.Lea
 		n += len(k) + len(v)
 	}
 	s.stats.bytes.Add(int64(n))
-	req := s.rest.Put().Name(next.Name)
 	if cur == nil {
 		s.stats.creates.Add(1)
-		req = s.rest.Post()
 	} else {
 		s.stats.updates.Add(1)
 	}
 	// The request is encoded as the client would (protobuf, the same
-	// bytes), into a buffer kept for the next write, and sent as it is;
-	// the answer is read into another and only for its resourceVersion
-	// (resourceVersionOf): the rest is what was sent, and decoding a
-	// shard's entries back would cost as much as encoding them.
+	// bytes), into a buffer kept for the next write, and sent as it is
+	// (leaseWriter); the answer is read into another and only for its
+	// resourceVersion (resourceVersionOf): the rest is what was sent, and
+	// decoding a shard's entries back would cost as much as encoding them.
 	bufs := writeBuffers.Get().(*leaseWriteBuffers)
 	defer writeBuffers.Put(bufs)
 	next.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1api.SchemeGroupVersion.String(), Kind: "Lease"}
@@ -909,17 +907,10 @@ func (s *leaseStore) writeShard(sh *leaseShard, cur, next *coordinationv1api.Lea
 	if err != nil {
 		return nil, fmt.Errorf("kube: journal: encode Lease %s/%s: %w", s.ns, next.Name, err)
 	}
-	answer, err := req.Namespace(s.ns).Resource("leases").SetHeader("Content-Type", runtime.ContentTypeProtobuf).
-		Body(body.b).Stream(ctx)
-	if err != nil {
+	if err := s.writer.send(ctx, cur == nil, next.Name, body.b, &bufs.answer); err != nil {
 		return nil, err
 	}
-	bufs.answer.Reset()
-	_, err = bufs.answer.ReadFrom(answer)
-	answer.Close()
-	if err == nil {
-		next.ResourceVersion, err = resourceVersionOf(bufs.answer.Bytes())
-	}
+	next.ResourceVersion, err = resourceVersionOf(bufs.answer.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("%w: kube: journal: the answer to the write of Lease %s/%s: %w", journal.ErrUnavailable, s.ns, next.Name, err)
 	}
