@@ -109,6 +109,36 @@ func TestLeaseJournalObjects(t *testing.T) {
 	}
 }
 
+// A write asks for its answer as a Table without the Lease, which
+// carries the resourceVersion and not the shard's entries: every write's
+// answer is small however full the shard, and each next write's
+// precondition is the resourceVersion the Table gave (no conflict).
+func TestLeaseWritesAreAnsweredWithoutTheShard(t *testing.T) {
+	k := kubetest.Start(t)
+	s := leaseStore(t, k, driver, 0)
+	big := strings.Repeat("v", 4000)
+	for i := range 20 {
+		key := journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: fmt.Sprintf("pvc-%d", i)}
+		if _, err := s.Create(t.Context(), journal.Entry{Key: key, Value: []byte(big)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writes := 0
+	for _, q := range k.Requests() {
+		if q.Method != http.MethodPut && q.Method != http.MethodPost {
+			continue
+		}
+		writes++
+		if !strings.HasPrefix(q.Accept, "application/json;as=Table;v=v1;g=meta.k8s.io,") || q.Query != "includeObject=None" {
+			t.Errorf("%s %s?%s asks for %q", q.Method, q.Path, q.Query, q.Accept)
+		}
+	}
+	// One read a root shard, its first use; none after a write.
+	if st, _ := kube.LeaseJournalStatsOf(s); writes != 20 || st.Conflicts != 0 || st.Gets > kube.RootShards {
+		t.Errorf("%d writes, %d conflicts, %d reads: want 20, none, at most %d", writes, st.Conflicts, st.Gets, kube.RootShards)
+	}
+}
+
 // Concurrent operations on one shard share its writes: 200 creates, then
 // 200 deletes, from 200 callers at once, take far fewer Lease writes than
 // operations, and every one is answered as the contract says.
@@ -498,6 +528,9 @@ func TestResourceVersionOfAnAnswer(t *testing.T) {
 		{`{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","metadata":{"name":"x","resourceVersion":"42","annotations":{"a":"{\"resourceVersion\":\"7\"}"}},"spec":{}}`, "42"},
 		{`{"spec":{"resourceVersion":"1"},"metadata":{"annotations":{"resourceVersion":"9"},"resourceVersion":"43"}}`, "43"},
 		{` { "metadata" : { "resourceVersion" : "44" } } `, "44"},
+		// kube-apiserver's Table of a Lease written with ?includeObject=None
+		// (its column descriptions shortened).
+		{`{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"211"},"columnDefinitions":[{"name":"Name","type":"string","format":"name","description":"Name must be unique within a namespace.","priority":0},{"name":"Holder","type":"string","format":"","description":"holderIdentity contains the identity of the holder of a current lease.","priority":0},{"name":"Age","type":"date","format":"","description":"CreationTimestamp is a timestamp.","priority":0}],"rows":[{"cells":["efs-csi-journal-0-3-1","","0s"],"object":null}]}`, "211"},
 		{`{"metadata":{"name":"x"}}`, ""},
 		{`{"metadata":{"resourceVersion":""}}`, ""},
 		{`{"metadata":{"resourceVersion":5}}`, ""},

@@ -50,6 +50,17 @@ func newLeaseWriter(rc rest.Interface, ns string) leaseWriter {
 	return w
 }
 
+// writeAccept and writeQuery ask the API server to answer a write with a
+// Table of the Lease without the object (about 1.4 KB from kube-apiserver,
+// whatever the shard holds) rather than the Lease sent back whole (up to
+// about 64 KiB): only its resourceVersion is read, which the Table carries
+// as its own. An API server without Tables for Leases answers the next
+// form, the Lease in protobuf; errors come as a Status either way.
+const (
+	writeAccept = runtime.ContentTypeJSON + ";as=Table;v=v1;g=meta.k8s.io," + runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	writeQuery  = "?includeObject=None"
+)
+
 // leaseWriteRetries bounds the sends of one write the API server answers
 // 429 with Retry-After, as client-go's default does.
 const leaseWriteRetries = 10
@@ -59,9 +70,9 @@ var leasesResource = schema.GroupResource{Group: coordinationv1api.GroupName, Re
 // send POSTs (create) or PUTs (update) body, the Lease name encoded, and
 // reads a 2xx answer into answer.
 func (w leaseWriter) send(ctx context.Context, create bool, name string, body []byte, answer *bytes.Buffer) error {
-	method, url := http.MethodPut, w.collection+"/"+name
+	method, url := http.MethodPut, w.collection+"/"+name+writeQuery
 	if create {
-		method, url = http.MethodPost, w.collection
+		method, url = http.MethodPost, w.collection+writeQuery
 	}
 	for try := 1; ; try++ {
 		req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
@@ -69,7 +80,7 @@ func (w leaseWriter) send(ctx context.Context, create bool, name string, body []
 			return err
 		}
 		req.Header.Set("Content-Type", runtime.ContentTypeProtobuf)
-		req.Header.Set("Accept", runtime.ContentTypeProtobuf+","+runtime.ContentTypeJSON)
+		req.Header.Set("Accept", writeAccept)
 		resp, err := w.client.Do(req)
 		if err != nil {
 			return err

@@ -76,8 +76,9 @@ func TestLeaseWriterAnswers(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				n := int(sends.Add(1))
 				if r.Method != http.MethodPut || r.URL.Path != "/apis/coordination.k8s.io/v1/namespaces/ns/leases/shard" ||
-					r.Header.Get("Content-Type") != runtime.ContentTypeProtobuf {
-					t.Errorf("%s %s as %s", r.Method, r.URL.Path, r.Header.Get("Content-Type"))
+					r.URL.RawQuery != "includeObject=None" || r.Header.Get("Content-Type") != runtime.ContentTypeProtobuf ||
+					r.Header.Get("Accept") != writeAccept {
+					t.Errorf("%s %s?%s as %s, answer as %s", r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), r.Header.Get("Accept"))
 				}
 				if b := new(bytes.Buffer); func() bool { _, _ = b.ReadFrom(r.Body); return b.String() != "body" }() {
 					t.Errorf("send %d: another body", n)

@@ -95,6 +95,7 @@ type Request struct {
 	Query                string // the raw query: labelSelector, limit, continue...
 	Watch                bool   // ?watch=true
 	Bytes                int64  // the body's length as sent (Content-Length; -1: unknown)
+	Accept               string // the Accept header: the forms of answer asked for
 	At                   time.Time
 }
 
@@ -383,7 +384,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := Request{Caller: caller, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Watch: r.URL.Query().Get("watch") == "true",
-		Bytes: r.ContentLength, At: time.Now()}
+		Bytes: r.ContentLength, Accept: r.Header.Get("Accept"), At: time.Now()}
 	if hook != nil {
 		hook(req) // without the lock: the hook may change objects
 	}

@@ -3,6 +3,8 @@ package kubetest_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -55,5 +57,74 @@ func TestLargeWritesAtOnceAreAllAnswered(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// A Lease is answered in the first form the Accept header names that the
+// API server serves: a Table in JSON (with ?includeObject=None no object
+// in its row, by default the Lease's metadata), not a Table in protobuf
+// (which kube-apiserver does not serve either: the next form), protobuf,
+// JSON. The Table's resourceVersion is the Lease's.
+func TestLeaseAnsweredInTheFormAsked(t *testing.T) {
+	k := kubetest.Start(t)
+	raw, err := os.ReadFile(k.TokenFile("controller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := rest.HTTPClientFor(&rest.Config{Host: k.URL, BearerToken: strings.TrimSpace(string(raw)),
+		TLSClientConfig: rest.TLSClientConfig{CAFile: k.CAFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+	lease := `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","annotations":{"entries":"the shard"}}}`
+	url := k.URL + "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+	for i, tc := range []struct {
+		query, accept string
+		contentType   string
+		has, hasNot   []string
+	}{
+		{"?includeObject=None", table + ",application/vnd.kubernetes.protobuf", "application/json",
+			[]string{`"kind":"Table"`, `"resourceVersion":"`}, []string{"the shard"}},
+		{"", table, "application/json", []string{`"kind":"Table"`, `"PartialObjectMetadata"`, "the shard"}, nil},
+		{"?includeObject=None", "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/vnd.kubernetes.protobuf",
+			"application/vnd.kubernetes.protobuf", []string{"the shard"}, []string{"Table"}},
+		{"", "application/json", "application/json", []string{`"kind":"Lease"`, "the shard"}, nil},
+	} {
+		method, u := http.MethodPost, url+tc.query
+		if i > 0 {
+			l, ok := k.Lease("default", "l")
+			if !ok {
+				t.Fatal("no Lease l")
+			}
+			method, u = http.MethodPut, url+"/l"+tc.query
+			lease = `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","resourceVersion":"` + l.ResourceVersion +
+				`","annotations":{"entries":"the shard","n":"` + fmt.Sprint(i) + `"}}}`
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), method, u, strings.NewReader(lease))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", tc.accept)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 || resp.Header.Get("Content-Type") != tc.contentType {
+			t.Fatalf("%s %s, Accept %s: %d %s %q", method, u, tc.accept, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		}
+		for _, s := range tc.has {
+			if !strings.Contains(string(body), s) {
+				t.Errorf("%s %s, Accept %s: no %s in %q", method, u, tc.accept, s, body)
+			}
+		}
+		for _, s := range tc.hasNot {
+			if strings.Contains(string(body), s) {
+				t.Errorf("%s %s, Accept %s: %s in %q", method, u, tc.accept, s, body)
+			}
+		}
+		if l, _ := k.Lease("default", "l"); strings.Contains(tc.contentType, "json") && !strings.Contains(string(body), `"resourceVersion":"`+l.ResourceVersion+`"`) {
+			t.Errorf("%s %s: not the Lease's resourceVersion %s in %q", method, u, l.ResourceVersion, body)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"mime"
 	"net/http"
 	"slices"
 	"strconv"
@@ -204,18 +205,59 @@ func decodeLease(w http.ResponseWriter, r *http.Request, into *coordinationv1.Le
 	return true
 }
 
-// replyLease answers l as the API server does: in protobuf to a client
-// that accepts it (client-go's, configured so), else in JSON.
+// replyLease answers l as the API server does, in the first form the
+// Accept header names that it serves: a Table (JSON, meta.k8s.io/v1),
+// protobuf, or JSON (also when it names none). Another transform (a Table
+// in protobuf, which the API server does not serve either) is passed over.
 func replyLease(w http.ResponseWriter, r *http.Request, code int, l *coordinationv1.Lease) {
-	if !strings.Contains(r.Header.Get("Accept"), runtime.ContentTypeProtobuf) {
-		reply(w, code, l)
-		return
+	for clause := range strings.SplitSeq(r.Header.Get("Accept"), ",") {
+		media, params, err := mime.ParseMediaType(strings.TrimSpace(clause))
+		switch {
+		case err != nil:
+		case params["as"] == "Table" && params["g"] == "meta.k8s.io" && params["v"] == "v1" && media == runtime.ContentTypeJSON:
+			reply(w, code, leaseTable(r, l))
+			return
+		case params["as"] != "":
+		case media == runtime.ContentTypeProtobuf:
+			typed := *l
+			typed.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease"}
+			w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
+			w.WriteHeader(code)
+			_ = leaseProtobuf.Encode(&typed, w)
+			return
+		case media == runtime.ContentTypeJSON:
+			reply(w, code, l)
+			return
+		}
 	}
-	typed := *l
-	typed.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease"}
-	w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
-	w.WriteHeader(code)
-	_ = leaseProtobuf.Encode(&typed, w)
+	reply(w, code, l)
+}
+
+// leaseTable is l as kubectl's Table of Leases (name, holder, age), its
+// resourceVersion the Table's: with ?includeObject=None the row holds no
+// object, with Object the Lease, else (Metadata, the default) its
+// metadata, as the API server answers.
+func leaseTable(r *http.Request, l *coordinationv1.Lease) *metav1.Table {
+	holder := ""
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	row := metav1.TableRow{Cells: []any{l.Name, holder, time.Since(l.CreationTimestamp.Time).Truncate(time.Second).String()}}
+	switch r.URL.Query().Get("includeObject") {
+	case string(metav1.IncludeNone):
+	case string(metav1.IncludeObject):
+		typed := *l
+		typed.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease"}
+		row.Object.Object = &typed
+	default:
+		row.Object.Object = &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
+			ObjectMeta: l.ObjectMeta}
+	}
+	return &metav1.Table{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "Table"},
+		ListMeta: metav1.ListMeta{ResourceVersion: l.ResourceVersion},
+		ColumnDefinitions: []metav1.TableColumnDefinition{{Name: "Name", Type: "string", Format: "name"},
+			{Name: "Holder", Type: "string"}, {Name: "Age", Type: "date"}},
+		Rows: []metav1.TableRow{row}}
 }
 
 var leaseProtobuf = func() *protobuf.Serializer {
