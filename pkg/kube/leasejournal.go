@@ -1254,6 +1254,12 @@ func (c *Client) journalLeases() coordinationv1.CoordinationV1Interface {
 	// ends less to encode and decode, on every write.
 	jc.ContentType = "application/vnd.kubernetes.protobuf"
 	jc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	// HTTP/1.1: over HTTP/2, Go's client and server each spawn a goroutine
+	// a request and send a body in flow-controlled frames of 16 KiB, and a
+	// write sends the whole shard. The store has at most
+	// LeaseCommitsInFlight writes under way (and its reads and Lists), so
+	// it keeps a few connections, each reused (docs/record.md).
+	jc.TLSClientConfig.NextProtos = []string{"http/1.1"}
 	cs, err := coordinationv1.NewForConfig(jc)
 	if err != nil {
 		panic(fmt.Sprintf("kube: a configuration NewForConfig accepted: %v", err))

@@ -112,7 +112,8 @@ func TestLeaseJournalObjects(t *testing.T) {
 // A write asks for its answer as a Table without the Lease, which
 // carries the resourceVersion and not the shard's entries: every write's
 // answer is small however full the shard, and each next write's
-// precondition is the resourceVersion the Table gave (no conflict).
+// precondition is the resourceVersion the Table gave (no conflict). The
+// record speaks HTTP/1.1.
 func TestLeaseWritesAreAnsweredWithoutTheShard(t *testing.T) {
 	k := kubetest.Start(t)
 	s := leaseStore(t, k, driver, 0)
@@ -125,6 +126,9 @@ func TestLeaseWritesAreAnsweredWithoutTheShard(t *testing.T) {
 	}
 	writes := 0
 	for _, q := range k.Requests() {
+		if q.Proto != "HTTP/1.1" {
+			t.Errorf("%s %s over %s", q.Method, q.Path, q.Proto)
+		}
 		if q.Method != http.MethodPut && q.Method != http.MethodPost {
 			continue
 		}

@@ -96,6 +96,7 @@ type Request struct {
 	Watch                bool   // ?watch=true
 	Bytes                int64  // the body's length as sent (Content-Length; -1: unknown)
 	Accept               string // the Accept header: the forms of answer asked for
+	Proto                string // HTTP/1.1 or HTTP/2.0
 	At                   time.Time
 }
 
@@ -384,7 +385,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := Request{Caller: caller, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Watch: r.URL.Query().Get("watch") == "true",
-		Bytes: r.ContentLength, Accept: r.Header.Get("Accept"), At: time.Now()}
+		Bytes: r.ContentLength, Accept: r.Header.Get("Accept"), Proto: r.Proto, At: time.Now()}
 	if hook != nil {
 		hook(req) // without the lock: the hook may change objects
 	}
