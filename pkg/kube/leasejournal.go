@@ -413,8 +413,11 @@ func encodeEntry(e journal.Entry) string {
 	if !utf8.Valid(e.Value) {
 		v, h.ValueB64 = base64.StdEncoding.EncodeToString(e.Value), true
 	}
-	b, _ := json.Marshal(&h) // strings only: cannot fail
-	return string(b) + "\n" + v
+	b, ok := appendHeader(make([]byte, 0, 128+len(v)), &h)
+	if !ok {
+		b, _ = json.Marshal(&h) // strings only: cannot fail
+	}
+	return string(append(append(b, '\n'), v...))
 }
 
 func decodeEntry(s string) (journal.Entry, error) {
@@ -423,7 +426,7 @@ func decodeEntry(s string) (journal.Entry, error) {
 		return journal.Entry{}, errors.New("no header line")
 	}
 	var h entryHeader
-	if err := json.Unmarshal([]byte(head), &h); err != nil {
+	if err := parseHeader(head, &h); err != nil {
 		return journal.Entry{}, err
 	}
 	if h.NameB64 {
@@ -950,7 +953,29 @@ func resourceVersionOf(body []byte) (string, error) {
 	if raw, ok := bytes.CutPrefix(body, protobufMagic); ok {
 		return protobufResourceVersion(raw)
 	}
+	if rv, ok := tableResourceVersion(body); ok {
+		return rv, nil
+	}
 	return jsonResourceVersion(body)
+}
+
+// tableStart starts a Table as kube-apiserver (encoding/json) writes the
+// answer to a write (writeAccept), up to its resourceVersion's value.
+var tableStart = []byte(`{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"`)
+
+// tableResourceVersion is the resourceVersion of a Table that starts as
+// tableStart, when its digits end in a quote: what jsonResourceVersion
+// reads, without decoding JSON token by token.
+func tableResourceVersion(body []byte) (string, bool) {
+	rest, ok := bytes.CutPrefix(body, tableStart)
+	if !ok {
+		return "", false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i <= 0 || bytes.ContainsFunc(rest[:i], func(r rune) bool { return r < '0' || r > '9' }) {
+		return "", false
+	}
+	return string(rest[:i]), true
 }
 
 // protobufMagic starts the API server's protobuf envelope

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -82,4 +83,46 @@ func TestWriteBodyIsTheClientsEncoding(t *testing.T) {
 func withKind(l *coordinationv1api.Lease) *coordinationv1api.Lease {
 	l.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1api.SchemeGroupVersion.String(), Kind: "Lease"}
 	return l
+}
+
+// An entry's header is written byte for byte as json.Marshal writes it and
+// read as json.Unmarshal reads it, whatever its strings hold, and the
+// plain ones (all a storm writes) are written and read by hand.
+func FuzzEntryHeader(f *testing.F) {
+	f.Add("volume", "fs-0123456789abcdef0", "pvc-1", false, "fsap-0123", "ab12cd34.7", false, `{"k":"volume","f":"fs-1","v":"a.1"}`)
+	f.Add("id", "fs-1", "\xff<&>\"\\\u2028", true, "", "x", true, `{"k":"a","k":"b","nb":true,"K":"c"}`)
+	f.Add("", "", "", false, "", "", false, `{"nb":false}`)
+	f.Fuzz(func(t *testing.T, kind, fs, name string, nb bool, index, version string, vb bool, line string) {
+		h := entryHeader{Kind: kind, FileSystem: fs, Name: name, NameB64: nb, Index: index, Version: version, ValueB64: vb}
+		want, _ := json.Marshal(&h)
+		got, ok := appendHeader(nil, &h)
+		if ok != (plain(kind) && plain(fs) && plain(name) && plain(index) && plain(version)) || ok && string(got) != string(want) {
+			t.Fatalf("%+v: wrote %q (%v), json.Marshal %q", h, got, ok, want)
+		}
+		for _, in := range []string{string(want), line} {
+			var fast, slow entryHeader
+			errFast := parseHeader(in, &fast)
+			errSlow := json.Unmarshal([]byte(in), &slow)
+			if (errFast == nil) != (errSlow == nil) || errSlow == nil && fast != slow {
+				t.Fatalf("%q: read %+v (%v), json.Unmarshal %+v (%v)", in, fast, errFast, slow, errSlow)
+			}
+			if in == string(want) && ok && !parsePlainHeader(in, &fast) {
+				t.Fatalf("%q: a plain header not read by hand", in)
+			}
+		}
+	})
+}
+
+// A Table's resourceVersion read from its start is what the JSON reading
+// of the answer finds.
+func FuzzTableResourceVersion(f *testing.F) {
+	f.Add([]byte(`{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"211"},"rows":[]}`))
+	f.Add([]byte(`{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"2\"11"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if rv, ok := tableResourceVersion(body); ok {
+			if want, err := jsonResourceVersion(body); err != nil || rv != want {
+				t.Fatalf("%q: %q from its start, %q (%v) read as JSON", body, rv, want, err)
+			}
+		}
+	})
 }
