@@ -154,15 +154,15 @@ func (s *Service) reachable(ctx context.Context, fsID string) error {
 }
 
 // deleteAccessPoint deletes apID and tells the allocator its ids are free.
-func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) error {
+func (s *Service) deleteAccessPoint(ctx context.Context, fsID, apID string) (gone bool, _ error) {
 	err := s.efs.DeleteAccessPoint(ctx, apID)
 	if err != nil && !errors.Is(err, efs.ErrAccessPointNotFound) {
-		return err
+		return false, err
 	}
 	s.made.drop(apID)
 	s.fs(fsID).gone(apID, s.now())
 	s.fs(fsID).dropAnswer(apID)
-	return nil
+	return err != nil, nil
 }
 
 // cleanupTimeout bounds the unmount after the call's own context is gone.

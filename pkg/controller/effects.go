@@ -204,7 +204,7 @@ func (x *effects) request(e core.Effect) (r core.Result, ok bool) {
 	case core.Reachable:
 		r.Err = s.reachable(ctx, e.FileSystem)
 	case core.DeleteAccessPoint:
-		r.Err = s.deleteAccessPoint(followUp, e.FileSystem, e.AccessPoint)
+		r.Yes, r.Err = s.deleteAccessPoint(followUp, e.FileSystem, e.AccessPoint)
 	case core.RemoveRoot:
 		x.held = append(x.held, s.fs(e.AP.FileSystemID).deletingNow(e.AP.ID)) // through the DeleteAccessPoint
 		// Handed over, not kept: a view is a whole listing and the

@@ -69,3 +69,32 @@ func TestMachinesLogOutsideTheFileSystemsLock(t *testing.T) {
 		t.Fatalf("written under the file system's lock: %q", probe.locked)
 	}
 }
+
+// A delete whose access point was deleted behind the controller's back
+// (by hand, another replica) deletes nothing, and its log line says so:
+// "access point already gone", not "access point deleted".
+func TestDeleteOfAnAccessPointGoneLogsItGone(t *testing.T) {
+	probe := &lockProbe{st: func() *fsState { return nil }}
+	b := newBed(t, func(c *Config) { c.Logger = slog.New(probe) })
+	id := b.mustCreate("pvc-gone")
+	if err := b.client.DeleteAccessPoint(b.ctx(), apOf(t, id)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.delete(id); err != nil {
+		t.Fatal(err)
+	}
+	probe.mu.Lock()
+	defer probe.mu.Unlock()
+	gone, deleted := 0, 0
+	for _, m := range probe.messages {
+		switch m {
+		case "access point already gone":
+			gone++
+		case "access point deleted":
+			deleted++
+		}
+	}
+	if gone != 1 || deleted != 0 {
+		t.Fatalf("%d lines say the access point was already gone, %d that it was deleted; want 1 and 0: %q", gone, deleted, probe.messages)
+	}
+}

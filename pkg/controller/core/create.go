@@ -943,10 +943,11 @@ func (c *Create) dropUnanswered(ap *efs.AccessPoint, id int64, why error, reason
 // deleteUnanswered deletes ap for dropUnanswered, and logs it with its
 // reason; a failure ends the call keylock.ErrBusy, wrapping why.
 func (c *Create) deleteUnanswered(ap *efs.AccessPoint, why error, reason string) error {
-	if r := c.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}); r.Err != nil {
+	r := c.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID})
+	if r.Err != nil {
 		return fmt.Errorf("%w: %w", keylock.ErrBusy, errors.Join(why, r.Err))
 	}
-	c.logAttrs(slog.LevelInfo, "access point deleted",
+	c.logAttrs(slog.LevelInfo, deletedMessage(r.Yes),
 		slog.String("accessPoint", ap.ID), slog.String("name", c.rec.Name), slog.String("reason", reason))
 	return nil
 }

@@ -62,8 +62,8 @@ type (
 		Prov  Provenance
 		Since time.Time
 	}
-	// DeleteAccessPoint deletes it, before new work; not found is success
-	// (Result.Err otherwise).
+	// DeleteAccessPoint deletes it, before new work; not found is success,
+	// with Result.Yes (Result.Err otherwise).
 	DeleteAccessPoint struct{ FileSystem, AccessPoint string }
 	// Finish removes the record and releases its id (Result.Err).
 	Finish struct{ Record *journal.Record }
@@ -182,10 +182,11 @@ func (d *Delete) delete() error {
 	}
 	// After the record is marked deleting and the directory removed: the
 	// rest of an irreversible step.
-	if r := d.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}); r.Err != nil {
+	r = d.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID})
+	if r.Err != nil {
 		return r.Err
 	}
-	d.logAttrs(slog.LevelInfo, "access point deleted",
+	d.logAttrs(slog.LevelInfo, deletedMessage(r.Yes),
 		slog.String("accessPoint", ap.ID), slog.String("reason", "DeleteVolume"), slog.Bool("recorded", d.rec != nil))
 	return d.finish(d.rec, d.prov.Locks)
 }
@@ -290,12 +291,14 @@ func (d *Delete) unseen() error {
 		}
 	}
 	d.mem.DropAnswer(apID)
-	for _, e := range []Effect{Mark{Record: rec}, DeleteAccessPoint{FileSystem: fsID, AccessPoint: apID}} {
-		if r := d.do(e); r.Err != nil {
-			return r.Err
-		}
+	if r := d.do(Mark{Record: rec}); r.Err != nil {
+		return r.Err
 	}
-	d.logAttrs(slog.LevelInfo, "access point deleted",
+	r = d.do(DeleteAccessPoint{FileSystem: fsID, AccessPoint: apID})
+	if r.Err != nil {
+		return r.Err
+	}
+	d.logAttrs(slog.LevelInfo, deletedMessage(r.Yes),
 		slog.String("accessPoint", apID), slog.String("reason", "DeleteVolume (not visible, recorded)"))
 	return d.finish(rec, locks)
 }
@@ -343,4 +346,14 @@ func (d *Delete) agreeing(r Result) (rec *journal.Record, done bool, err error) 
 		return nil, true, r.Err
 	}
 	return nil, false, nil
+}
+
+// deletedMessage is the log line of a DeleteAccessPoint that succeeded:
+// gone says EFS no longer had the access point (deleted by another call,
+// a replica or by hand), so this call deleted nothing.
+func deletedMessage(gone bool) string {
+	if gone {
+		return "access point already gone"
+	}
+	return "access point deleted"
 }

@@ -126,6 +126,11 @@ func TestDeleteSteps(t *testing.T) {
 			{"mark if=true", Result{}}, {"read record hint=false", Result{Err: journal.ErrNotFound}},
 			{"read record of access point", Result{Err: journal.ErrNotFound}},
 			{"delete access point", Result{}}, {"log access point deleted", Result{}}, {"remember", Result{}}, {"answer ok", Result{}}}},
+		{"an access point gone before its DeleteAccessPoint is logged as gone, not deleted", vid, false, []step{
+			{"recall", Result{}}, {"lock ap/" + apID, Result{}}, {"look up", Result{AP: ap}},
+			{"read record hint=true", Result{Record: rec}}, {nameLocks, Result{}}, {"forget", Result{}},
+			{"mark if=true", Result{Record: rec}}, {"delete access point", Result{Yes: true}},
+			{"log access point already gone", Result{}}, {"finish", Result{}}, {"remember", Result{}}, {"answer ok", Result{}}}},
 		{"a failed removal keeps the access point", vid, true, append(append([]step{}, full[:7]...),
 			step{"remove root since=0s", Result{Err: errAPI}}, step{"answer " + errAPI.Error(), Result{}})},
 		{"an access point on another file system is not this volume's", vid, true, []step{
@@ -148,7 +153,7 @@ func TestDeleteSteps(t *testing.T) {
 		{"not visible but recorded: marked, deleted, finished", vid, true, []step{
 			{"recall", Result{}}, {"lock ap/" + apID, Result{}}, {"look up", Result{Err: efs.ErrAccessPointNotFound}},
 			{"read record of access point", Result{Record: rec}}, {"reachable", Result{}}, {nameLocks, Result{}}, {"forget", Result{}},
-			{"mark if=false", Result{}}, {"delete access point", Result{}}, {"log access point deleted", Result{}},
+			{"mark if=false", Result{}}, {"delete access point", Result{Yes: true}}, {"log access point already gone", Result{}},
 			{"finish", Result{}}, {"remember", Result{}}, {"answer ok", Result{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

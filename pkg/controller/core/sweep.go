@@ -201,10 +201,11 @@ func (s *Sweep) held(ap *efs.AccessPoint, id int64) Answer {
 	if s.named(ap.ID) {
 		return s.release(ap.FileSystemID, id, ap.ID, nil)
 	}
-	if r := s.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID}); r.Err != nil {
+	r = s.do(DeleteAccessPoint{FileSystem: ap.FileSystemID, AccessPoint: ap.ID})
+	if r.Err != nil {
 		return Answer{Err: fmt.Errorf("sweep %s: %w", ap.ID, r.Err)}
 	}
-	s.logAttrs(slog.LevelInfo, "access point deleted",
+	s.logAttrs(slog.LevelInfo, deletedMessage(r.Yes),
 		slog.String("accessPoint", ap.ID), slog.String("fileSystem", ap.FileSystemID),
 		slog.String("name", ap.Tags[ownership.TagVolumeName]), slog.Int64("id", id),
 		slog.String("reason", "unrecorded: made for a record that no longer names it (a create's request that reached EFS after its volume's delete), never answered"))
