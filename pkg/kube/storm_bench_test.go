@@ -136,6 +136,7 @@ type stormRun struct {
 	bytes    int64   // their bodies
 	peak     int     // Lease requests in the busiest second
 	peakKB   float64 // and their bodies' KB
+	answered int64   // the bodies of their answers
 	created  int     // volumes created
 	out      string  // the run's reports
 	seconds  float64 // the phases'
@@ -228,6 +229,7 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 				run.gets++
 			}
 			run.bytes += max(q.Bytes, 0)
+			run.answered += q.Answered
 			c := perSecond[q.At.Unix()]
 			perSecond[q.At.Unix()] = second{c.n + 1, c.bytes + max(q.Bytes, 0)}
 		}
@@ -237,8 +239,8 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 			run.peak, run.peakKB = c.n, float64(c.bytes)/1024
 		}
 	}
-	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s (%s), %s, %d findings, %d Lease requests (%d reads, %d KB, peak %d/s), CPU %.2f ms a volume (tool and driver %.2f, API server %.2f)",
-		s.name, d.name, r, run.pairs, run.created, run.seconds, strings.Join(phases, ", "), run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.peak,
+	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s (%s), %s, %d findings, %d Lease requests (%d reads, %d KB, %d KB answered, peak %d/s), CPU %.2f ms a volume (tool and driver %.2f, API server %.2f)",
+		s.name, d.name, r, run.pairs, run.created, run.seconds, strings.Join(phases, ", "), run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.answered>>10, run.peak,
 		perVolumeMS(run.toolCPU+run.apiCPU, run.created), perVolumeMS(run.toolCPU, run.created), perVolumeMS(run.apiCPU, run.created))
 	return run
 }
@@ -388,19 +390,20 @@ func stormTable(storms []storm, drivers []benchDriver, results [][][]stormRun, r
 		}
 		fmt.Fprintf(&sb, " %s | %s | %s |\n", ratio(0, 1), ratio(0, 2), strings.Join(findings, "; "))
 	}
-	sb.WriteString("\nThe API server's cost of the Lease record (medians of the Leases runs): Lease requests and the bytes of their bodies (protobuf) per created volume, over the run and in its busiest second (a write is answered by a Table of about 1.4 KB, not counted; the client's rate flag, `--journal-kube-api-qps` 300 burst 600, bounds the rate however fast EFS answers). CPU per volume is over each run's processes' whole lives (start, storm, audit): the stress tool with the emulator and the driver it ran, and the API server's (kubetest's, HTTP/1.1 over TLS, in the benchmark's process while the run lasted), which on a cluster runs on other machines.\n\n")
-	sb.WriteString("| storm | Lease requests per volume (of which reads) | KB sent per volume | busiest second: requests, KB sent | CPU ms per volume, Leases: stress tool and driver; API server | CPU ms per volume, file |\n|---|---|---|---|---|---|\n")
+	sb.WriteString("\nThe API server's cost of the Lease record (medians of the Leases runs): Lease requests and the bytes of their bodies (protobuf) per created volume, over the run and in its busiest second (and of their answers: a write's is a Table of about 1.4 KB; the client's rate flag, `--journal-kube-api-qps` 300 burst 600, bounds the rate however fast EFS answers). CPU per volume is over each run's processes' whole lives (start, storm, audit): the stress tool with the emulator and the driver it ran, and the API server's (kubetest's, HTTP/1.1 over TLS, in the benchmark's process while the run lasted), which on a cluster runs on other machines.\n\n")
+	sb.WriteString("| storm | Lease requests per volume (of which reads) | KB sent per volume (answered) | busiest second: requests, KB sent | CPU ms per volume, Leases: stress tool and driver; API server | CPU ms per volume, file |\n|---|---|---|---|---|---|\n")
 	for i, s := range storms {
 		rs := results[i][0]
 		perVol := median(rs, func(r stormRun) float64 { return float64(r.requests) / float64(max(r.created, 1)) })
 		reads := median(rs, func(r stormRun) float64 { return float64(r.gets) / float64(max(r.created, 1)) })
 		kb := median(rs, func(r stormRun) float64 { return float64(r.bytes) / 1024 / float64(max(r.created, 1)) })
+		answered := median(rs, func(r stormRun) float64 { return float64(r.answered) / 1024 / float64(max(r.created, 1)) })
 		peak := median(rs, func(r stormRun) float64 { return float64(r.peak) })
 		peakKB := median(rs, func(r stormRun) float64 { return r.peakKB })
 		tool := median(rs, func(r stormRun) float64 { return perVolumeMS(r.toolCPU, r.created) })
 		api := median(rs, func(r stormRun) float64 { return perVolumeMS(r.apiCPU, r.created) })
 		file := median(results[i][1], func(r stormRun) float64 { return perVolumeMS(r.toolCPU, r.created) })
-		fmt.Fprintf(&sb, "| %s | %.2f (%.2f) | %.1f | %.0f, %.0f | %.2f; %.2f | %.2f |\n", s.name, perVol, reads, kb, peak, peakKB, tool, api, file)
+		fmt.Fprintf(&sb, "| %s | %.2f (%.2f) | %.1f (%.1f) | %.0f, %.0f | %.2f; %.2f | %.2f |\n", s.name, perVol, reads, kb, answered, peak, peakKB, tool, api, file)
 	}
 	sb.WriteString("\n```sh\nmake bench   # EFS_BENCH_RUNS=3 EFS_BENCH_VOLUMES=200 EFS_BENCH_BUCKET_VOLUMES=200 EFS_BENCH_FAULT_VOLUMES=60\n```\n\n")
 	return sb.String()

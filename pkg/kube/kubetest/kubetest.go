@@ -97,6 +97,7 @@ type Request struct {
 	Bytes                int64  // the body's length as sent (Content-Length; -1: unknown)
 	Accept               string // the Accept header: the forms of answer asked for
 	Proto                string // HTTP/1.1 or HTTP/2.0
+	Answered             int64  // the answer's body bytes (0 for a watch or an injected fault)
 	At                   time.Time
 }
 
@@ -423,9 +424,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Body = readBody{bytes.NewReader(b), b}
 	}
+	cw := &countingWriter{ResponseWriter: w}
+	w = cw
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	at := len(s.requests)
 	s.requests = append(s.requests, req)
+	defer func() { s.requests[at].Answered = cw.n }() // before the unlock
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	get := r.Method == http.MethodGet
 	switch p := parts; {
@@ -606,4 +611,16 @@ func bodyOf(r *http.Request) ([]byte, error) {
 		return rb.b, nil
 	}
 	return io.ReadAll(r.Body)
+}
+
+// countingWriter counts the bytes of an answer's body.
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	w.n += int64(n)
+	return n, err
 }

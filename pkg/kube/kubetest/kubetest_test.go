@@ -64,7 +64,8 @@ func TestLargeWritesAtOnceAreAllAnswered(t *testing.T) {
 // API server serves: a Table in JSON (with ?includeObject=None no object
 // in its row, by default the Lease's metadata), not a Table in protobuf
 // (which kube-apiserver does not serve either: the next form), protobuf,
-// JSON. The Table's resourceVersion is the Lease's.
+// JSON. The Table's resourceVersion is the Lease's, and the request log
+// counts the answer's bytes.
 func TestLeaseAnsweredInTheFormAsked(t *testing.T) {
 	k := kubetest.Start(t)
 	raw, err := os.ReadFile(k.TokenFile("controller"))
@@ -122,6 +123,9 @@ func TestLeaseAnsweredInTheFormAsked(t *testing.T) {
 			if strings.Contains(string(body), s) {
 				t.Errorf("%s %s, Accept %s: %s in %q", method, u, tc.accept, s, body)
 			}
+		}
+		if rs := k.Requests(); rs[len(rs)-1].Answered != int64(len(body)) {
+			t.Errorf("%s %s: %d bytes answered, the log says %d", method, u, len(body), rs[len(rs)-1].Answered)
 		}
 		if l, _ := k.Lease("default", "l"); strings.Contains(tc.contentType, "json") && !strings.Contains(string(body), `"resourceVersion":"`+l.ResourceVersion+`"`) {
 			t.Errorf("%s %s: not the Lease's resourceVersion %s in %q", method, u, l.ResourceVersion, body)
