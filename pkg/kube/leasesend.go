@@ -43,11 +43,12 @@ type leaseWriter struct {
 }
 
 func newLeaseWriter(rc rest.Interface, ns string) leaseWriter {
-	w := leaseWriter{client: http.DefaultClient, collection: rc.Post().Namespace(ns).Resource("leases").URL().String()}
-	if c, ok := rc.(*rest.RESTClient); ok && c.Client != nil {
-		w.client = c.Client
+	c, ok := rc.(*rest.RESTClient)
+	if !ok || c.Client == nil {
+		// NewForConfig makes a *rest.RESTClient with its http.Client.
+		panic(fmt.Sprintf("kube: a REST client without its http.Client: %T", rc))
 	}
-	return w
+	return leaseWriter{client: c.Client, collection: rc.Post().Namespace(ns).Resource("leases").URL().String()}
 }
 
 // writeAccept and writeQuery ask the API server to answer a write with a
