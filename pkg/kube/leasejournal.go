@@ -89,9 +89,10 @@ const (
 	leaseCallTimeout = 30 * time.Second
 	// LeaseCommitsInFlight is how many shards' commits run at once; the
 	// others' queues fill meanwhile. A request costs both ends about the
-	// same whatever it carries (HTTP/2 and TLS, the protobuf envelope, the
-	// API server's handling: BenchmarkLeaseRecordPairs, 0.2 ms of its
-	// 0.24 ms a request), so fewer, fuller requests cost less: with one
+	// same whatever it carries (the connection and TLS, the protobuf
+	// envelope, the API server's handling: BenchmarkLeaseRecordPairs, 0.2
+	// ms of its 0.24 ms a request over HTTP/2), so fewer, fuller requests
+	// cost less: with one
 	// commit a shard and none across them, a storm's 8 root shards sent 8
 	// requests at once of 3 operations each (docs/record.md, "Commits in
 	// flight").

@@ -113,24 +113,22 @@ func (w leaseWriter) send(ctx context.Context, create bool, name string, body []
 // makes it: the API server's Status, else a generic error of its code
 // (with the body as its message when it is text).
 func answerError(resp *http.Response, body []byte, method, name string, retryAfter int) error {
+	contentType := resp.Header.Get("Content-Type")
+	media, _, _ := mime.ParseMediaType(contentType) // "" when it does not parse
 	var st metav1.Status
-	if decodeStatus(resp.Header.Get("Content-Type"), body, &st) && st.Status != metav1.StatusSuccess {
+	if decodeStatus(media, body, &st) && st.Status != metav1.StatusSuccess {
 		return &apierrors.StatusError{ErrStatus: st}
 	}
 	message := "unknown"
-	if media, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.Header.Get("Content-Type") == "" || err == nil && strings.HasPrefix(media, "text/") {
+	if contentType == "" || strings.HasPrefix(media, "text/") {
 		message = strings.TrimSpace(string(body[:min(len(body), 2048)]))
 	}
 	return apierrors.NewGenericServerResponse(resp.StatusCode, method, leasesResource, name, message, retryAfter, true)
 }
 
-// decodeStatus decodes body, of contentType, as a metav1.Status: false if
-// it is none.
-func decodeStatus(contentType string, body []byte, st *metav1.Status) bool {
-	media, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false
-	}
+// decodeStatus decodes body, of media type media, as a metav1.Status:
+// false if it is none.
+func decodeStatus(media string, body []byte, st *metav1.Status) bool {
 	switch media {
 	case runtime.ContentTypeProtobuf:
 		obj, _, err := leaseSerializer.Decode(body, nil, st)

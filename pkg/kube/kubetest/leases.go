@@ -219,11 +219,9 @@ func replyLease(w http.ResponseWriter, r *http.Request, code int, l *coordinatio
 			return
 		case params["as"] != "":
 		case media == runtime.ContentTypeProtobuf:
-			typed := *l
-			typed.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease"}
 			w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
 			w.WriteHeader(code)
-			_ = leaseProtobuf.Encode(&typed, w)
+			_ = leaseProtobuf.Encode(typedLease(l), w)
 			return
 		case media == runtime.ContentTypeJSON:
 			reply(w, code, l)
@@ -246,9 +244,7 @@ func leaseTable(r *http.Request, l *coordinationv1.Lease) *metav1.Table {
 	switch r.URL.Query().Get("includeObject") {
 	case string(metav1.IncludeNone):
 	case string(metav1.IncludeObject):
-		typed := *l
-		typed.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease"}
-		row.Object.Object = &typed
+		row.Object.Object = typedLease(l)
 	default:
 		row.Object.Object = &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
 			ObjectMeta: l.ObjectMeta}
@@ -258,6 +254,14 @@ func leaseTable(r *http.Request, l *coordinationv1.Lease) *metav1.Table {
 		ColumnDefinitions: []metav1.TableColumnDefinition{{Name: "Name", Type: "string", Format: "name"},
 			{Name: "Holder", Type: "string"}, {Name: "Age", Type: "date"}},
 		Rows: []metav1.TableRow{row}}
+}
+
+// typedLease is a copy of l with its apiVersion and kind, as an answer
+// carries them.
+func typedLease(l *coordinationv1.Lease) *coordinationv1.Lease {
+	typed := *l
+	typed.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease"}
+	return &typed
 }
 
 var leaseProtobuf = func() *protobuf.Serializer {
