@@ -187,6 +187,9 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 	}
 	if keep := os.Getenv("EFS_PROBE_KEEP"); keep != "" { // TestStormProbe's
 		_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("%s-%d.json", d.name, r)), raw, 0o644)
+		if log, err := os.ReadFile(filepath.Join(out, "driver.log")); err == nil {
+			_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("%s-%d.log", d.name, r)), log, 0o644)
+		}
 	}
 	var rep struct {
 		Outcome string
@@ -197,6 +200,11 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 		}
 		Audits []struct {
 			Report map[string]json.RawMessage
+		}
+		Started time.Time
+		Events  []struct {
+			Seconds    float64
+			Kind, Note string
 		}
 	}
 	if err := json.Unmarshal(raw, &rep); err != nil {
@@ -222,8 +230,26 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 		bytes int64
 	}
 	perSecond := map[int64]second{}
+	// The phases' spans (each from its start to the next event's), to
+	// count each one's Lease requests: a create makes its record writes
+	// one by one, a delete too, but creates are spread over a longer
+	// phase, so their writes batch less.
+	phaseOf := func(at time.Time) string {
+		name := ""
+		for _, e := range rep.Events {
+			if at.Before(rep.Started.Add(time.Duration(e.Seconds * float64(time.Second)))) {
+				break
+			}
+			if name = ""; e.Kind == "phase" {
+				name = e.Note
+			}
+		}
+		return name
+	}
+	byPhase := map[string]int{}
 	for _, q := range b.srv.Requests()[before:] {
 		if strings.Contains(q.Path, "/leases") {
+			byPhase[phaseOf(q.At)]++
 			run.requests++
 			if q.Method == http.MethodGet {
 				run.gets++
@@ -239,8 +265,8 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 			run.peak, run.peakKB = c.n, float64(c.bytes)/1024
 		}
 	}
-	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s (%s), %s, %d findings, %d Lease requests (%d reads, %d KB, %d KB answered, peak %d/s), CPU %.2f ms a volume (tool and driver %.2f, API server %.2f)",
-		s.name, d.name, r, run.pairs, run.created, run.seconds, strings.Join(phases, ", "), run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.answered>>10, run.peak,
+	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s (%s), %s, %d findings, %d Lease requests (%d reads, %d KB, %d KB answered, peak %d/s; create phase %d, delete phase %d), CPU %.2f ms a volume (tool and driver %.2f, API server %.2f)",
+		s.name, d.name, r, run.pairs, run.created, run.seconds, strings.Join(phases, ", "), run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.answered>>10, run.peak, byPhase["create"], byPhase["delete"],
 		perVolumeMS(run.toolCPU+run.apiCPU, run.created), perVolumeMS(run.toolCPU, run.created), perVolumeMS(run.apiCPU, run.created))
 	return run
 }
