@@ -169,7 +169,7 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 		defer stop()
 		args, env = append(args, more...), e
 	}
-	before := len(b.srv.Requests())
+	before, connsBefore := len(b.srv.Requests()), b.srv.Connections()
 	selfBefore := cpuSelf()
 	cmd := exec.CommandContext(t.Context(), filepath.Join(b.bins, "efs-csi-stress"), args...)
 	cmd.Env = env
@@ -265,8 +265,8 @@ func (b *stormBench) run(d benchDriver, s storm, r int) stormRun {
 			run.peak, run.peakKB = c.n, float64(c.bytes)/1024
 		}
 	}
-	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s (%s), %s, %d findings, %d Lease requests (%d reads, %d KB, %d KB answered, peak %d/s; create phase %d, delete phase %d), CPU %.2f ms a volume (tool and driver %.2f, API server %.2f)",
-		s.name, d.name, r, run.pairs, run.created, run.seconds, strings.Join(phases, ", "), run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.answered>>10, run.peak, byPhase["create"], byPhase["delete"],
+	t.Logf("BENCH %s | %s | run %d: %.1f pairs/s, %d created in %.1f s (%s), %s, %d findings, %d Lease requests (%d reads, %d KB, %d KB answered, peak %d/s; create phase %d, delete phase %d; %d connections), CPU %.2f ms a volume (tool and driver %.2f, API server %.2f)",
+		s.name, d.name, r, run.pairs, run.created, run.seconds, strings.Join(phases, ", "), run.outcome, run.findings, run.requests, run.gets, run.bytes>>10, run.answered>>10, run.peak, byPhase["create"], byPhase["delete"], b.srv.Connections()-connsBefore,
 		perVolumeMS(run.toolCPU+run.apiCPU, run.created), perVolumeMS(run.toolCPU, run.created), perVolumeMS(run.apiCPU, run.created))
 	return run
 }

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,6 +56,9 @@ type Server struct {
 	t   testing.TB
 	srv *httptest.Server
 	dir string
+	// conns counts the connections clients opened, each with its TLS
+	// handshake.
+	conns atomic.Int64
 
 	mu       sync.Mutex
 	tokens   map[string]string // bearer token -> caller name
@@ -112,6 +117,11 @@ func Start(t testing.TB) *Server {
 	// request of a client on one connection.
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	s.srv.EnableHTTP2 = true
+	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
 	s.srv.StartTLS()
 	t.Cleanup(func() {
 		s.srv.CloseClientConnections() // watches stream until their client goes
@@ -153,6 +163,9 @@ func (s *Server) Requests() []Request {
 	defer s.mu.Unlock()
 	return slices.Clone(s.requests)
 }
+
+// Connections returns how many connections clients opened so far.
+func (s *Server) Connections() int64 { return s.conns.Load() }
 
 // Count returns how many requests of method the server answered so far.
 func (s *Server) Count(method string) int {
