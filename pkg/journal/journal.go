@@ -595,6 +595,17 @@ var errNotKept = errors.New("record no longer as required")
 // holds (nothing written). A hint already marked deleting would write
 // nothing to prove it, so it is read first.
 func (j *Journal) MarkDeletingIf(ctx context.Context, r *Record, keep func(*Record) bool) (*Record, error) {
+	return j.MarkDeletingFor(ctx, r, "", keep)
+}
+
+// MarkDeletingFor is MarkDeletingIf for a delete of access point apID: a
+// record that names no access point yet is marked naming it, so that the
+// record is found by its access point (ByAccessPoint) once that access
+// point is gone. A delete's retry looks for it there, and a mark no retry
+// finds is left for ever: every create of the volume is ABORTED while it
+// stands (the simulator's seed 10747546: a retry's mark, its answer lost,
+// of the volume's next life, which agreed by its path).
+func (j *Journal) MarkDeletingFor(ctx context.Context, r *Record, apID string, keep func(*Record) bool) (*Record, error) {
 	r = &Record{Volume: r.Volume, entry: r.entry}
 	if r.Deleting {
 		fresh, err := j.Volume(ctx, r.FileSystem, r.Token)
@@ -614,6 +625,9 @@ func (j *Journal) MarkDeletingIf(ctx context.Context, r *Record, keep func(*Reco
 			return false, nil // read by write (a conflict) or above: current
 		}
 		v.Deleting, v.DeletingSince = true, j.now().UTC()
+		if v.AccessPoint == "" && apID != "" {
+			v.AccessPoint, v.Recorded = apID, v.DeletingSince
+		}
 		return true, nil
 	})
 	switch {
@@ -631,6 +645,26 @@ func (j *Journal) MarkDeletingIf(ctx context.Context, r *Record, keep func(*Reco
 // another writer's access point holds the record's GID token).
 // ErrConflict, with r re-read, if another writer changed them first.
 func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int) error {
+	return j.setIDs(ctx, r, from, uid, gid, allocated, clientToken, probe, false)
+}
+
+// MoveUnsentID is SetIDs for a move off from because another volume held
+// it (HoldID's ErrIDTaken): that proves no create of r's volume sent under
+// from then, but from may have been freed since, and held and sent under
+// by another create of the volume (a retry, a duplicate) before this
+// move. So, after each read of the record it writes at, the id's entry is
+// read: held for r's token, it is ErrConflict (the caller's next hold
+// holds from again, and its send adopts what that create made). Another
+// create's hold comes before its confirm (Touch), and its confirm before
+// its send: either this read sees the hold, or the confirm comes after
+// the read of the record and the move's compare-and-swap fails, or the
+// move lands first and the confirm fails (the simulator's seed 10070537:
+// a send under from, its maker killed, left by the move to no record).
+func (j *Journal) MoveUnsentID(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int) error {
+	return j.setIDs(ctx, r, from, uid, gid, allocated, clientToken, probe, true)
+}
+
+func (j *Journal) setIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int, unsent bool) error {
 	created := r.Created
 	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
 		if err := ofLife(created, v); err != nil {
@@ -638,6 +672,14 @@ func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocat
 		}
 		if v.Allocated != from || v.AccessPoint != "" {
 			return false, fmt.Errorf("%w: ids of %s/%q changed", ErrConflict, v.FileSystem, v.Token)
+		}
+		if unsent {
+			switch e, err := j.s.Get(ctx, idKey(v.FileSystem, from)); {
+			case err == nil && string(e.Value) == v.Token:
+				return false, fmt.Errorf("%w: id %d on %s is held for %q again", ErrConflict, from, v.FileSystem, v.Token)
+			case err != nil && !errors.Is(err, ErrNotFound):
+				return false, err
+			}
 		}
 		if clientToken == v.Token {
 			clientToken = ""

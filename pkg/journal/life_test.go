@@ -68,3 +68,53 @@ func TestWritesForAFinishedRecordLeaveItsNextLifeAlone(t *testing.T) {
 		})
 	}
 }
+
+// A delete's mark names the access point it is for when the record names
+// none yet (it agreed by its path: the volume's next life, or a create
+// not yet recorded), so that a retry finds the record by that access
+// point once it is gone; a record that names one keeps it. Before, such a
+// mark named nothing, the retry found no record by the access point and
+// answered OK, and the mark stayed for ever (the simulator's seed
+// 10747546, testdata/scenarios/liveness-retry-marks-next-life.txt).
+func TestAMarkNamesTheAccessPointItIsFor(t *testing.T) {
+	for _, tc := range []struct {
+		name, recorded, markFor, want string
+	}{
+		{"names none: named", "", "fsap-old", "fsap-old"},
+		{"names one: kept", "fsap-own", "fsap-old", "fsap-own"},
+		{"a mark for no access point names none", "", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			j := journal.New(journal.NewMemory())
+			v := journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", UID: 60001, GID: 60001, Allocated: 60001}
+			r, _, err := j.Begin(ctx, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.recorded != "" {
+				if err := j.SetAccessPoint(ctx, r, journal.Made{ID: tc.recorded, Path: r.Path, Token: r.Token, UID: r.UID, GID: r.GID, Allocated: r.Allocated}, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			marked, err := j.MarkDeletingFor(ctx, r, tc.markFor, func(*journal.Record) bool { return true })
+			if err != nil || marked == nil {
+				t.Fatalf("MarkDeletingFor = %v, %v", marked, err)
+			}
+			got, err := j.Volume(ctx, "fs-1", "pvc-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Deleting || got.AccessPoint != tc.want {
+				t.Errorf("marked record: deleting %v, access point %q; want deleting, %q", got.Deleting, got.AccessPoint, tc.want)
+			}
+			if tc.want == "" {
+				return
+			}
+			byAP, err := j.ByAccessPoint(ctx, "fs-1", tc.want)
+			if err != nil || byAP.Token != "pvc-1" {
+				t.Errorf("ByAccessPoint(%s) = %v, %v; want the record", tc.want, byAP, err)
+			}
+		})
+	}
+}

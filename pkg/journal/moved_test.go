@@ -95,3 +95,62 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A move off an id because another volume held it (MoveUnsentID) does not
+// move a record whose id is held for its own volume by the time of the
+// move: another create of the volume (a retry, a duplicate) held it once
+// the other volume freed it, and may have sent under it. Before, the move
+// read the record again on the conflict with that create's confirm and
+// moved it all the same, and an access point that create made under the
+// id's token was named by nothing (the simulator's seed 10070537,
+// testdata/scenarios/leak-move-off-an-id-held-again.txt).
+func TestAMoveOffAnIDLeavesOneItsVolumeHoldsAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		holder  string // the id's entry when the move is made ("": none)
+		confirm bool   // the holder confirms the record (Touch) first
+		moved   bool
+	}{
+		{"free: moved", "", false, true},
+		{"another volume's: moved", "pvc-2", false, true},
+		{"its own volume's: kept", "pvc-1", false, false},
+		{"its own volume's, confirmed: kept", "pvc-1", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := journal.NewMemory()
+			j, other := journal.New(store), journal.New(store)
+			v := journal.Volume{FileSystem: "fs-1", Token: "pvc-1", Name: "pvc-1", Path: "/pvc-1", UID: 60001, GID: 60001, Allocated: 60001}
+			r, _, err := j.Begin(ctx, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.holder != "" {
+				held := &journal.Record{Volume: journal.Volume{FileSystem: "fs-1", Token: tc.holder, Allocated: 60001}}
+				if err := other.HoldID(ctx, held); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.confirm {
+				cur, err := other.Volume(ctx, "fs-1", "pvc-1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := other.Touch(ctx, cur); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = j.MoveUnsentID(ctx, r, 60001, 60002, 60002, 60002, "csi-gid:fs-1:60002", 1)
+			got, rerr := j.Volume(ctx, "fs-1", "pvc-1")
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			switch {
+			case tc.moved && (err != nil || got.Allocated != 60002):
+				t.Errorf("MoveUnsentID: %v, record on %d; want moved to 60002", err, got.Allocated)
+			case !tc.moved && (!errors.Is(err, journal.ErrConflict) || got.Allocated != 60001):
+				t.Errorf("MoveUnsentID: %v, record on %d; want ErrConflict, kept on 60001", err, got.Allocated)
+			}
+		})
+	}
+}

@@ -52,12 +52,15 @@ type (
 	// a conflict (journal.Touch; Result.Err).
 	Touch struct{ Record *journal.Record }
 	// SetIDs moves the record from the id From to these (Result.Err:
-	// journal.ErrConflict when another writer changed them first).
+	// journal.ErrConflict when another writer changed them first). Unsent:
+	// a move because another volume held From, which conflicts too if
+	// From is held for the record's token by then (journal.MoveUnsentID).
 	SetIDs struct {
 		Record             *journal.Record
 		From, UID, GID, ID int64
 		ClientToken        string
 		Probe              int
+		Unsent             bool
 	}
 	// ReleaseUnsentID releases ID, which Record held but this call never
 	// sent, or sent to be told another writer's access point holds its
@@ -476,7 +479,7 @@ func (c *Create) moveID(attempt int, held bool) error {
 		}
 	}
 	nu, ng := p.Params.Identity(next)
-	r := c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: token, Probe: probe})
+	r := c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: token, Probe: probe, Unsent: !held})
 	switch {
 	case errors.Is(r.Err, journal.ErrConflict):
 		c.drop(handle)

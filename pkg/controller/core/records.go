@@ -36,7 +36,11 @@ func DoRecord(ctx context.Context, j *journal.Journal, e Effect) (r Result, ok b
 	case Touch:
 		r.Err = j.Touch(ctx, e.Record)
 	case SetIDs:
-		r.Err = j.SetIDs(ctx, e.Record, e.From, e.UID, e.GID, e.ID, e.ClientToken, e.Probe)
+		set := j.SetIDs
+		if e.Unsent {
+			set = j.MoveUnsentID
+		}
+		r.Err = set(ctx, e.Record, e.From, e.UID, e.GID, e.ID, e.ClientToken, e.Probe)
 	case ReleaseUnsentID:
 		r.Err = j.ReleaseUnsentID(ctx, e.Record, e.ID, e.OnlyMade)
 	case ReleaseMovedID:
@@ -56,7 +60,7 @@ func DoRecord(ctx context.Context, j *journal.Journal, e Effect) (r Result, ok b
 		case e.IfOrphan != nil:
 			r.Record, r.Err = j.MarkDeletingIf(ctx, e.Record, func(cur *journal.Record) bool { return OrphanChange(e.IfOrphan, cur) == "" })
 		case e.IfAgrees != nil:
-			r.Record, r.Err = j.MarkDeletingIf(ctx, e.Record, func(cur *journal.Record) bool { return ownership.Agrees(cur, e.IfAgrees) })
+			r.Record, r.Err = j.MarkDeletingFor(ctx, e.Record, e.IfAgrees.ID, func(cur *journal.Record) bool { return ownership.Agrees(cur, e.IfAgrees) })
 		default:
 			r.Err = j.MarkDeleting(ctx, e.Record)
 		}
