@@ -17,10 +17,6 @@ import (
 // the scenario passes and the test fails until its name is removed here:
 // flip it then.
 var knownFailures = map[string]string{
-	// leak: a create's send under a token its record moved from, whose
-	// refusing record write the store's faults outlast, and the
-	// collector's release of that id (the scenario's comment).
-	"leak-stale-send-after-move-id-freed": "leak: an access point under a GID token its record moved from, its cleanup cut short, its id released by the collector without a look for it",
 	// leak: a duplicate's send whose cleanup ran out of time, the volume's
 	// next life placed on another file system (the scenario's comment).
 	"leak-cleanup-cut-short-next-life-placed-elsewhere": "leak: an access point sent by a duplicate after the volume's delete, its cleanup cut short, the next life placed on another file system, left to a sweep that needs --descriptive-tags",

@@ -648,23 +648,27 @@ func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocat
 	return j.setIDs(ctx, r, from, uid, gid, allocated, clientToken, probe, false)
 }
 
-// MoveUnsentID is SetIDs for a move off from because another volume held
-// it (HoldID's ErrIDTaken): that proves no create of r's volume sent under
-// from then, but from may have been freed since, and held and sent under
-// by another create of the volume (a retry, a duplicate) before this
-// move. So, after each read of the record it writes at, the id's entry is
-// read: held for r's token, it is ErrConflict (the caller's next hold
-// holds from again, and its send adopts what that create made). Another
-// create's hold comes before its confirm (Touch), and its confirm before
-// its send: either this read sees the hold, or the confirm comes after
-// the read of the record and the move's compare-and-swap fails, or the
-// move lands first and the confirm fails (the simulator's seed 10070537:
-// a send under from, its maker killed, left by the move to no record).
-func (j *Journal) MoveUnsentID(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int) error {
+// MoveID is SetIDs for a move off from that no create of r's volume may
+// have sent under: another volume held it (HoldID's ErrIDTaken), or EFS
+// answered that another writer's access point holds its GID token, and the
+// caller released its own hold first (ReleaseUnsentID). Either premise
+// may be stale by the time of the move: the other volume freed the id, or
+// the other writer's access point was deleted, and another create of r's
+// volume (a retry, a duplicate) held the id, confirmed the record and
+// sent under it. So, after each read of the record it writes at, the
+// id's entry is read: held for r's token, it is ErrConflict (the caller's
+// next hold holds from again, and its send adopts what that create made).
+// That create's hold comes before its confirm (Touch), and its confirm
+// before its send: either this read sees the hold, or the confirm comes
+// after the read of the record and the move's compare-and-swap fails, or
+// the move lands first and the confirm fails (the simulator's seeds
+// 10070537 and 9324 of -sim.wide: a send under from, its maker killed or
+// its cleanup cut short, left by the move to no record).
+func (j *Journal) MoveID(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int) error {
 	return j.setIDs(ctx, r, from, uid, gid, allocated, clientToken, probe, true)
 }
 
-func (j *Journal) setIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int, unsent bool) error {
+func (j *Journal) setIDs(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int, move bool) error {
 	created := r.Created
 	return j.mutate(ctx, r, func(v *Volume) (bool, error) {
 		if err := ofLife(created, v); err != nil {
@@ -673,7 +677,7 @@ func (j *Journal) setIDs(ctx context.Context, r *Record, from, uid, gid, allocat
 		if v.Allocated != from || v.AccessPoint != "" {
 			return false, fmt.Errorf("%w: ids of %s/%q changed", ErrConflict, v.FileSystem, v.Token)
 		}
-		if unsent {
+		if move {
 			switch e, err := j.s.Get(ctx, idKey(v.FileSystem, from)); {
 			case err == nil && string(e.Value) == v.Token:
 				return false, fmt.Errorf("%w: id %d on %s is held for %q again", ErrConflict, from, v.FileSystem, v.Token)

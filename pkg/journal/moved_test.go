@@ -96,7 +96,7 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// A move off an id because another volume held it (MoveUnsentID) does not
+// A move off an id because another volume held it (MoveID) does not
 // move a record whose id is held for its own volume by the time of the
 // move: another create of the volume (a retry, a duplicate) held it once
 // the other volume freed it, and may have sent under it. Before, the move
@@ -140,16 +140,16 @@ func TestAMoveOffAnIDLeavesOneItsVolumeHoldsAgain(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err = j.MoveUnsentID(ctx, r, 60001, 60002, 60002, 60002, "csi-gid:fs-1:60002", 1)
+			err = j.MoveID(ctx, r, 60001, 60002, 60002, 60002, "csi-gid:fs-1:60002", 1)
 			got, rerr := j.Volume(ctx, "fs-1", "pvc-1")
 			if rerr != nil {
 				t.Fatal(rerr)
 			}
 			switch {
 			case tc.moved && (err != nil || got.Allocated != 60002):
-				t.Errorf("MoveUnsentID: %v, record on %d; want moved to 60002", err, got.Allocated)
+				t.Errorf("MoveID: %v, record on %d; want moved to 60002", err, got.Allocated)
 			case !tc.moved && (!errors.Is(err, journal.ErrConflict) || got.Allocated != 60001):
-				t.Errorf("MoveUnsentID: %v, record on %d; want ErrConflict, kept on 60001", err, got.Allocated)
+				t.Errorf("MoveID: %v, record on %d; want ErrConflict, kept on 60001", err, got.Allocated)
 			}
 		})
 	}

@@ -52,15 +52,16 @@ type (
 	// a conflict (journal.Touch; Result.Err).
 	Touch struct{ Record *journal.Record }
 	// SetIDs moves the record from the id From to these (Result.Err:
-	// journal.ErrConflict when another writer changed them first). Unsent:
-	// a move because another volume held From, which conflicts too if
-	// From is held for the record's token by then (journal.MoveUnsentID).
+	// journal.ErrConflict when another writer changed them first). Move:
+	// a move off an id no create of the volume may have sent under, which
+	// conflicts too if From is held for the record's token by then
+	// (journal.MoveID).
 	SetIDs struct {
 		Record             *journal.Record
 		From, UID, GID, ID int64
 		ClientToken        string
 		Probe              int
-		Unsent             bool
+		Move               bool
 	}
 	// ReleaseUnsentID releases ID, which Record held but this call never
 	// sent, or sent to be told another writer's access point holds its
@@ -479,7 +480,7 @@ func (c *Create) moveID(attempt int, held bool) error {
 		}
 	}
 	nu, ng := p.Params.Identity(next)
-	r := c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: token, Probe: probe, Unsent: !held})
+	r := c.do(SetIDs{Record: rec, From: rec.Allocated, UID: nu, GID: ng, ID: next, ClientToken: token, Probe: probe, Move: true})
 	switch {
 	case errors.Is(r.Err, journal.ErrConflict):
 		c.drop(handle)

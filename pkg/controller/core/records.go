@@ -37,8 +37,8 @@ func DoRecord(ctx context.Context, j *journal.Journal, e Effect) (r Result, ok b
 		r.Err = j.Touch(ctx, e.Record)
 	case SetIDs:
 		set := j.SetIDs
-		if e.Unsent {
-			set = j.MoveUnsentID
+		if e.Move {
+			set = j.MoveID
 		}
 		r.Err = set(ctx, e.Record, e.From, e.UID, e.GID, e.ID, e.ClientToken, e.Probe)
 	case ReleaseUnsentID:
