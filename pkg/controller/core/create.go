@@ -443,7 +443,9 @@ func (c *Create) hold(attempt int, found, later bool) error {
 // released first, if this call held it (held): a crash in between leaves a
 // record naming an id it no longer holds, which its retry holds again or
 // moves from, never an id held for nobody. Another writer that changed
-// the record's ids first wins: the next hold holds what it chose.
+// the record's ids first wins: the next hold holds what it chose. So does
+// another create of the volume that holds the old id by the time of the
+// move (journal.MoveID): it may have sent under it.
 func (c *Create) moveID(attempt int, held bool) error {
 	p, rec := c.p, c.rec
 	fsID := p.Params.FileSystemID
