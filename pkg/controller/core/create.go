@@ -800,7 +800,11 @@ func (c *Create) adopt(found *efs.AccessPoint) (*efs.AccessPoint, error) {
 		Sent: stale(rec.SentToken())}
 	// The token is bound to found, so no attempt of ours made another
 	// access point: the id the record planned is on none of ours, and is
-	// released once the record names found's.
+	// released once found's is held. Released, and the claim recorded,
+	// before the record names found: that write is the confirm, the last
+	// before the answer. A write after it let a delete mark the record
+	// and delete found before this call answered it (the simulator's seed
+	// 20006567 of -sim.fs=3: a duplicate's release of its planned id).
 	planned, moved := rec.Allocated, alloc != rec.Allocated
 	if moved {
 		adopted := *rec
@@ -817,11 +821,6 @@ func (c *Create) adopt(found *efs.AccessPoint) (*efs.AccessPoint, error) {
 		case r.Err != nil:
 			return nil, r.Err
 		}
-	}
-	if r := c.do(SetAccessPoint{Record: rec, Made: made}); r.Err != nil {
-		return nil, c.dropStale(found, alloc, r.Err)
-	}
-	if moved {
 		if r := c.do(ReleaseUnsentID{Record: rec, ID: planned}); r.Err != nil {
 			return nil, r.Err
 		}
@@ -830,6 +829,9 @@ func (c *Create) adopt(found *efs.AccessPoint) (*efs.AccessPoint, error) {
 		if r := c.do(SetClaim{Record: rec, Name: p.Name, Namespace: p.Params.PVCNamespace}); r.Err != nil {
 			return nil, r.Err
 		}
+	}
+	if r := c.do(SetAccessPoint{Record: rec, Made: made}); r.Err != nil {
+		return nil, c.dropStale(found, alloc, r.Err)
 	}
 	return found, nil
 }
