@@ -658,12 +658,17 @@ func (j *Journal) SetIDs(ctx context.Context, r *Record, from, uid, gid, allocat
 // sent under it. So, after each read of the record it writes at, the
 // id's entry is read: held for r's token, it is ErrConflict (the caller's
 // next hold holds from again, and its send adopts what that create made).
-// That create's hold comes before its confirm (Touch), and its confirm
-// before its send: either this read sees the hold, or the confirm comes
-// after the read of the record and the move's compare-and-swap fails, or
-// the move lands first and the confirm fails (the simulator's seeds
-// 10070537 and 9324 of -sim.wide: a send under from, its maker killed or
-// its cleanup cut short, left by the move to no record).
+// A create that confirms the record (Touch) holds before its confirm, and
+// confirms before its send: either this read sees the hold, or the
+// confirm comes after the read of the record and the move's
+// compare-and-swap fails, or the move lands first and the confirm fails
+// (the simulator's seeds 10070537 and 9324 of -sim.wide: a send under
+// from, its maker killed or its cleanup cut short, left by the move to no
+// record). A create that made the record and holds the id afresh sends
+// with no confirm (core's hold), so a move that lands before its hold
+// leaves its send stale: refused when it records it (ErrStaleToken) and
+// deleted, unless its cleanup is cut short (docs/design.md, "Known
+// limits").
 func (j *Journal) MoveID(ctx context.Context, r *Record, from, uid, gid, allocated int64, clientToken string, probe int) error {
 	return j.setIDs(ctx, r, from, uid, gid, allocated, clientToken, probe, true)
 }
