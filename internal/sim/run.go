@@ -58,8 +58,12 @@ type Config struct {
 	// ListAccessPoints and DescribeAccessPoint from DownAt after the start
 	// for Down (negative: for the rest of the run).
 	Down, DownAt time.Duration
-	Steps        int // decisions with faults; then faults stop
-	MaxSteps     int // liveness bound on all decisions
+	// Pairs: the record makes a volume's record and holds its id in one
+	// write (journal.Pairer), as the Lease record does where the two
+	// share a shard.
+	Pairs    bool
+	Steps    int // decisions with faults; then faults stop
+	MaxSteps int // liveness bound on all decisions
 }
 
 // DefaultConfig is one cluster of one controller with three volumes.
@@ -114,6 +118,8 @@ func RandomConfig(seed uint64) Config {
 	// passes (seed 10726 over three breaks leak-dup-next-life-placed-elsewhere). From
 	// a stream of its own: the draws above stay what they were.
 	c.drawFileSystems(rand.New(rand.NewPCG(seed, 0xf5)), 0)
+	// From a stream of its own too: half the worlds' records make pairs.
+	c.Pairs = rand.New(rand.NewPCG(seed, 0x9a125)).IntN(2) == 0
 	return c
 }
 
@@ -247,6 +253,9 @@ func (c Config) String() string {
 	if c.Dirs > 0 {
 		fmt.Fprintf(&b, " dirs=%d", c.Dirs)
 	}
+	if c.Pairs {
+		b.WriteString(" pairs=true")
+	}
 	if c.FileSystems > 1 {
 		fmt.Fprintf(&b, " filesystems=%d", c.FileSystems)
 	}
@@ -325,6 +334,8 @@ func ParseConfig(fields []string) (Config, error) {
 			c.During, err = strconv.ParseBool(v)
 		case "dirs":
 			atoi(&c.Dirs)
+		case "pairs":
+			c.Pairs, err = strconv.ParseBool(v)
 		case "filesystems":
 			atoi(&c.FileSystems)
 		case "down":

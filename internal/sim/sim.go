@@ -298,7 +298,7 @@ func (s *Sim) newInstance(c *cluster, slot int) *instance {
 	inst.st = c.shared
 	cc := controller.Config{
 		EFS:        &efsPort{s: s, inst: inst},
-		Journal:    &storePort{s: s, inst: inst, st: inst.st},
+		Journal:    s.port(inst),
 		ClusterID:  c.id,
 		GIDOptions: gid.Options{Seed: fmt.Sprintf("%d-%s", s.cfg.Seed, inst.name)},
 		// --listing-lag tells the truth about EFS's (its default, 1s, is

@@ -382,6 +382,41 @@ type storePort struct {
 	journaltest.Hints
 }
 
+// port is inst's store port: one that makes pairs (Config.Pairs), or not.
+func (s *Sim) port(inst *instance) journal.Store {
+	p := &storePort{s: s, inst: inst, st: inst.st}
+	if s.cfg.Pairs {
+		return &pairPort{p}
+	}
+	return p
+}
+
+// pairPort is a storePort that makes a record and its id in one write
+// (journal.Pairer), as pkg/kube's Lease store does where the two share a
+// shard: here every two keys do (Near nil), so a volume's sequence is as
+// without pairs.
+type pairPort struct{ *storePort }
+
+func (p *pairPort) Near(journal.Key) func(journal.Key) bool { return nil }
+
+func (p *pairPort) CreateBoth(ctx context.Context, a, b journal.Entry) (journal.Entry, journal.Entry, error) {
+	v, err := p.s.park(ctx, p.inst, kindStore, "CreateBoth "+a.Key.String()+" "+b.Key.String(), func() (any, error) {
+		for _, e := range []journal.Entry{a, b} {
+			if _, ok := p.st.m[e.Key]; ok {
+				return nil, fmt.Errorf("%w: %s", journal.ErrExists, e.Key)
+			}
+		}
+		return [2]journal.Entry{p.st.put(a), p.st.put(b)}, nil
+	})
+	if err != nil {
+		return journal.Entry{}, journal.Entry{}, err
+	}
+	got := v.([2]journal.Entry)
+	p.Saw(a.Key, &got[0])
+	p.Saw(b.Key, &got[1])
+	return got[0], got[1], nil
+}
+
 func (p *storePort) Get(ctx context.Context, k journal.Key) (journal.Entry, error) {
 	v, err := p.s.park(ctx, p.inst, kindStoreRead, "Get "+k.String(), func() (any, error) { return p.st.get(k) })
 	e, _ := v.(journal.Entry)

@@ -244,7 +244,7 @@ func (s *Service) tagsFor(name string, capacity int64, params volume.Params) (ma
 // createConfig is what core.Create needs of this controller, logging to
 // log.
 func (s *Service) createConfig(log *slog.Logger) core.CreateConfig {
-	return core.CreateConfig{API: string(s.api), Cluster: s.cluster, DeleteRootDir: s.delRoot, Logger: log}
+	return core.CreateConfig{API: string(s.api), Cluster: s.cluster, DeleteRootDir: s.delRoot, Near: s.journal.Near, Logger: log}
 }
 
 // cleanupContext is ctx without its end, within cleanupTimeout: for what

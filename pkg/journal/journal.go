@@ -308,6 +308,57 @@ func (j *Journal) Begin(ctx context.Context, v Volume) (*Record, bool, error) {
 	return nil, false, fmt.Errorf("%w: volume %q is on %s, not %s", ErrPlacedElsewhere, r.Placed, won, r.FileSystem)
 }
 
+// BeginHeld is Begin, and Hold of the record it makes, in one write when
+// the store keeps the two entries together (Pairer): held says the record
+// was made with its id held (as a Hold that made the id's entry). Else,
+// and when either entry exists already, it is Begin alone (held false),
+// and the caller holds the id itself. A placed volume (Begin's Place
+// comes between the two) and a volume of fixed ids are Begin alone.
+//
+// The one write refines Begin followed at once by Hold: no other write
+// comes between them, and the outcomes are those of the two in turn
+// (both written, or neither; unknown: either, as a Begin written and a
+// Hold unknown, or a Begin unknown), so every schedule of it is one of
+// theirs (docs/design.md, Create step 4).
+func (j *Journal) BeginHeld(ctx context.Context, v Volume) (r *Record, made, held bool, err error) {
+	p, ok := j.s.(Pairer)
+	if !ok || v.Allocated == NoID || v.Placed != "" {
+		r, made, err = j.Begin(ctx, v)
+		return r, made, false, err
+	}
+	if v.Created.IsZero() {
+		v.Created = j.now().UTC()
+	}
+	e, err := encode(&v)
+	if err != nil {
+		return nil, false, false, err
+	}
+	got, id, err := p.CreateBoth(ctx, e, Entry{Key: idKey(v.FileSystem, v.Allocated), Value: []byte(v.Token)})
+	switch {
+	case err == nil:
+		return &Record{Volume: v, entry: got, held: &id, heldNew: true}, true, true, nil
+	case errors.Is(err, ErrExists), errors.Is(err, ErrApart):
+		r, made, err = j.Begin(ctx, v)
+		return r, made, false, err
+	}
+	return nil, false, false, err
+}
+
+// Near is a test of whether the id entry of an id on fs is kept with the
+// record of token's volume (Pairer.Near), for a create that chooses its
+// volume's id: nil when any id is, or the store makes no pairs.
+func (j *Journal) Near(fs, token string) func(id int64) bool {
+	p, ok := j.s.(Pairer)
+	if !ok {
+		return nil
+	}
+	near := p.Near(volumeKey(fs, token))
+	if near == nil {
+		return nil
+	}
+	return func(id int64) bool { return near(idKey(fs, id)) }
+}
+
 // HoldID makes r's allocated id r's in the id table. Held by r already:
 // the entry is written again (a new version), so that a ReleaseMovedID
 // that read it before fails its compare-and-swap and reads r's record

@@ -98,6 +98,28 @@ type Store interface {
 	List(ctx context.Context, kind Kind, fileSystem, index string, fn func([]Entry) error) error
 }
 
+// ErrApart: CreateBoth's two keys are not kept together (the store's
+// layout changed since Near said they were); nothing was written.
+var ErrApart = errors.New("journal: entries not stored together")
+
+// Pairer is a Store that can create two entries in one atomic write when
+// its layout keeps them together: the journal makes a volume's record and
+// holds its id in one write (Journal.BeginHeld), so that no create sees a
+// record whose id its volume does not hold yet, and a create waits for
+// one write, not two. Contract:
+//   - CreateBoth stores a and b if neither key holds an entry, and neither
+//     otherwise: ErrExists if either exists (nothing written), ErrApart if
+//     the two are not kept together, ErrUnavailable if the outcome is
+//     unknown (both were written, or neither). It answers both entries as
+//     stored.
+//   - Near(k) is a test of whether another key is kept with k, as far as
+//     this process knows the layout (a hint: CreateBoth decides), or nil
+//     when every two keys are.
+type Pairer interface {
+	Near(k Key) func(Key) bool
+	CreateBoth(ctx context.Context, a, b Entry) (Entry, Entry, error)
+}
+
 // Hinter is a Store that can also answer from what this process last read
 // or wrote of an entry, without a request: Hint returns that entry, or
 // false when it knows none. A hint may be stale (another replica may have

@@ -330,20 +330,23 @@ const (
 	opCreate
 	opUpdate
 	opDelete
+	// opCreateBoth creates e and both.e in one write (CreateBoth).
+	opCreateBoth
 )
 
 type leaseOp struct {
 	kind      opKind
 	e         journal.Entry
-	ann       string // the entry's annotation
-	bits      uint64 // the entry's hash, whose top bits pick its shard
+	ann       string   // the entry's annotation
+	bits      uint64   // the entry's hash, whose top bits pick its shard
+	both      *leaseOp // opCreateBoth: the second entry (its e, ann, bits)
 	done      chan leaseResult
 	abandoned atomic.Bool // its caller is gone: skip it if not yet taken
 }
 
 type leaseResult struct {
-	e   journal.Entry
-	err error
+	e, both journal.Entry // both: opCreateBoth's second entry
+	err     error
 }
 
 // PageSize is the most entries one call of List's fn gets.
@@ -465,25 +468,53 @@ func (s *leaseStore) Delete(ctx context.Context, e journal.Entry) error {
 	return err
 }
 
-// do queues an operation on its shard and waits for its answer. A caller
-// whose context ends first gets ErrUnavailable: its operation may still be
-// in a write under way.
+// CreateBoth creates a and b in one write of their shard (journal.Pairer):
+// ErrApart if b's shard is not a's when the batch is applied.
+func (s *leaseStore) CreateBoth(ctx context.Context, a, b journal.Entry) (journal.Entry, journal.Entry, error) {
+	ann, bits := entryAnnotation(b.Key)
+	r, err := s.send(ctx, &leaseOp{kind: opCreateBoth, e: a, both: &leaseOp{e: b, ann: ann, bits: bits}})
+	return r.e, r.both, err
+}
+
+// Near is journal.Pairer's: whether k2 is in k's shard as this process
+// knows the layout (k's leaf: the shard's prefix of k2's hash is the
+// leaf's, so the same splits lead to it).
+func (s *leaseStore) Near(k journal.Key) func(journal.Key) bool {
+	_, bits := entryAnnotation(k)
+	sh := s.leaf(bits)
+	id := sh.id
+	sh.mu.Unlock()
+	return func(k2 journal.Key) bool {
+		_, bits2 := entryAnnotation(k2)
+		return prefixOf(bits2, id.depth) == id.prefix
+	}
+}
+
+// do is send of one operation on e.
 func (s *leaseStore) do(ctx context.Context, kind opKind, e journal.Entry) (journal.Entry, error) {
+	r, err := s.send(ctx, &leaseOp{kind: kind, e: e})
+	return r.e, err
+}
+
+// send queues op on its shard and waits for its answer. A caller whose
+// context ends first gets ErrUnavailable: its operation may still be in a
+// write under way.
+func (s *leaseStore) send(ctx context.Context, op *leaseOp) (leaseResult, error) {
 	if s.ns == "" {
-		return journal.Entry{}, errors.New("kube: journal: no namespace for the journal's Leases")
+		return leaseResult{}, errors.New("kube: journal: no namespace for the journal's Leases")
 	}
 	if err := ctx.Err(); err != nil {
-		return journal.Entry{}, fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, e.Key, err)
+		return leaseResult{}, fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, op.e.Key, err)
 	}
-	ann, bits := entryAnnotation(e.Key)
-	op := &leaseOp{kind: kind, e: e, ann: ann, bits: bits, done: make(chan leaseResult, 1)}
+	op.ann, op.bits = entryAnnotation(op.e.Key)
+	op.done = make(chan leaseResult, 1)
 	s.route(op)
 	select {
 	case r := <-op.done:
-		return r.e, r.err
+		return r, r.err
 	case <-ctx.Done():
 		op.abandoned.Store(true)
-		return journal.Entry{}, fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, e.Key, ctx.Err())
+		return leaseResult{}, fmt.Errorf("%w: %s: %w", journal.ErrUnavailable, op.e.Key, ctx.Err())
 	}
 }
 
@@ -756,6 +787,12 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 	version := epoch + "." + strconv.FormatUint(seq+1, 10)
 	changed := false
 	for i, op := range batch {
+		if op.kind == opCreateBoth {
+			var grew bool
+			results[i], size, grew = s.applyBoth(sh, next, op, version, size)
+			changed = changed || grew
+			continue
+		}
 		var found journal.Entry
 		raw, exists := next[op.ann]
 		if exists {
@@ -842,6 +879,35 @@ func (s *leaseStore) apply(sh *leaseShard, cur *coordinationv1api.Lease, batch [
 		l.Labels[LabelJournalOwner] = s.ownerLabel
 	}
 	return results, l, next, size, true
+}
+
+// applyBoth applies an opCreateBoth to next, the shard's entries of size
+// bytes, at version: both entries, or neither (journal.Pairer).
+func (s *leaseStore) applyBoth(sh *leaseShard, next map[string]string, op *leaseOp, version string, size int) (leaseResult, int, bool) {
+	if prefixOf(op.both.bits, sh.id.depth) != sh.id.prefix {
+		return leaseResult{err: fmt.Errorf("%w: %s is not in Lease %s/%s with %s", journal.ErrApart, op.both.e.Key, s.ns, sh.name, op.e.Key)}, size, false
+	}
+	grown := size
+	var made [2]journal.Entry
+	var raws [2]string
+	for i, o := range []*leaseOp{op, op.both} {
+		if raw, exists := next[o.ann]; exists {
+			found, err := decodeEntry(raw)
+			if err != nil || found.Key != o.e.Key {
+				return leaseResult{err: fmt.Errorf("kube: journal: %s: entry %s of Lease %s/%s holds another key (a hash collision?)", o.e.Key, o.ann, s.ns, sh.name)}, size, false
+			}
+			return leaseResult{err: fmt.Errorf("%w: %s", journal.ErrExists, o.e.Key)}, size, false
+		}
+		made[i] = journal.Entry{Key: o.e.Key, Value: o.e.Value, Index: o.e.Index, Version: version}
+		raws[i] = encodeEntry(made[i])
+		grown += len(sh.fragment(o.ann, raws[i])) + 1
+	}
+	if grown > MaxLeaseShardBytes {
+		return leaseResult{err: fmt.Errorf("kube: journal: %s: Lease %s/%s holds %d bytes of entries: no room for %d more (at most %d; docs/design.md, The record)",
+			op.e.Key, s.ns, sh.name, size, grown-size, MaxLeaseShardBytes)}, size, false
+	}
+	next[op.ann], next[op.both.ann] = raws[0], raws[1]
+	return leaseResult{e: made[0], both: made[1]}, grown, true
 }
 
 func (s *leaseStore) answer(batch []*leaseOp, results []leaseResult) {

@@ -577,3 +577,39 @@ func FuzzResourceVersionOf(f *testing.F) {
 		_, _ = kube.ResourceVersionOf(b)
 	})
 }
+
+// The Lease store keeps the Pairer contract: a record and an id of one
+// shard in one write, nothing written for keys of two shards.
+func TestLeaseJournalPairConformance(t *testing.T) {
+	journaltest.PairConformance(t, func(t *testing.T) journal.Store {
+		return leaseStore(t, kubetest.Start(t), driver, 0)
+	})
+}
+
+// CreateBoth is one request: the shard's write holds both entries.
+func TestLeaseJournalCreateBothIsOneWrite(t *testing.T) {
+	k := kubetest.Start(t)
+	s := leaseStore(t, k, driver, 0)
+	p := s.(journal.Pairer)
+	a := journal.Entry{Key: journal.Key{Kind: journal.KindVolume, FileSystem: fs1, Name: "pvc-1"}, Value: []byte("record")}
+	near := p.Near(a.Key)
+	b := journal.Entry{Key: journal.Key{Kind: journal.KindID, FileSystem: fs1}, Value: []byte("pvc-1")}
+	for n := 50000; ; n++ {
+		if b.Key.Name = strconv.Itoa(n); near(b.Key) {
+			break
+		}
+	}
+	before := len(k.Requests())
+	if _, _, err := p.CreateBoth(t.Context(), a, b); err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	for _, r := range k.Requests()[before:] {
+		if r.Method != "GET" { // a GET of the shard, if it was not known yet
+			writes++
+		}
+	}
+	if writes != 1 {
+		t.Fatalf("CreateBoth sent %d writes, want 1: %v", writes, k.Requests()[before:])
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/efs-csi/efs-csi-driver/pkg/journal"
@@ -31,8 +32,15 @@ func TestRecordUnavailable(t *testing.T) {
 		_, errGet := s.Get(ctx, e.Key)
 		_, errCreate := s.Create(ctx, e)
 		_, errUpdate := s.Update(ctx, e)
+		id := journal.Entry{Key: journal.Key{Kind: journal.KindID, FileSystem: fs1}, Value: []byte("pvc-1")}
+		for n, near := 50000, s.(journal.Pairer).Near(e.Key); ; n++ {
+			if id.Key.Name = strconv.Itoa(n); near(id.Key) {
+				break
+			}
+		}
+		_, _, errBoth := s.(journal.Pairer).CreateBoth(ctx, e, id)
 		return map[string]error{"get": errGet, "create": errCreate, "update": errUpdate, "delete": s.Delete(ctx, e),
-			"list": s.List(ctx, journal.KindVolume, "", "", func([]journal.Entry) error { return nil })}
+			"create both": errBoth, "list": s.List(ctx, journal.KindVolume, "", "", func([]journal.Entry) error { return nil })}
 	}
 	check := func(t *testing.T, errs map[string]error) {
 		t.Helper()

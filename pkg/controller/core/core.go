@@ -41,6 +41,7 @@ type Result struct {
 	APs    []efs.AccessPoint
 	Record *journal.Record
 	Yes    bool
+	Held   bool   // Begin: the record was made with its id held in the same write
 	ID     int64  // an id (a scripted FS.Candidate or FS.Reserve)
 	N      int    // a place in a volume's sequence of ids (a scripted FS.Candidate)
 	Token  string // a client token (HoldForSweep: the holder)

@@ -40,7 +40,8 @@ type (
 		Since      uint64
 	}
 	// Begin makes the volume's record, or finds it (Result.Record;
-	// Result.Yes: made now).
+	// Result.Yes: made now), with its id held in the same write where the
+	// record can (journal.BeginHeld; Result.Held).
 	Begin struct{ Volume journal.Volume }
 	// Hold holds the record's id in the id table (Result.Yes: its token
 	// held it already; Result.Err: journal.ErrIDTaken by another volume).
@@ -155,6 +156,10 @@ type CreateConfig struct {
 	API           string // the backend's API, recorded with the volume
 	Cluster       string // --cluster-id: another cluster's access points hold no volume's token here (TokenHolder)
 	DeleteRootDir bool   // --delete-access-point-root-dir: this process's deletes see its creates
+	// Near is the record's test of whether an id's entry is kept with
+	// the record of a volume (journal.Journal.Near), which a volume's
+	// sequence tries first (FS.Candidate); nil: any id is.
+	Near func(fs, token string) func(id int64) bool
 	// Logger is where the create logs what it decided (nil: nowhere).
 	Logger *slog.Logger
 }
@@ -268,7 +273,7 @@ func (c *Create) reserve(lo, hi int64, key string) (*gid.Reservation, error) {
 // allocator for a new one) and makes its id held in the record, with c.rec
 // set.
 func (c *Create) record() error {
-	rec, made, err := c.begin()
+	rec, made, held, err := c.begin()
 	if err != nil {
 		return err
 	}
@@ -279,6 +284,9 @@ func (c *Create) record() error {
 	if why := c.p.recordMismatch(rec); why != "" {
 		return fmt.Errorf("%w: volume %q: %s", ErrIncompatible, c.p.Name, why)
 	}
+	if held {
+		return nil // as hold's Hold of a record this call made
+	}
 	// A record naming its access point is confirmed after the Describe
 	// that finds it, or before the send that makes it again (recorded):
 	// not here.
@@ -286,10 +294,11 @@ func (c *Create) record() error {
 }
 
 // begin finds the volume's record or makes it with a freshly reserved id
-// (made true, the reservation kept in c.res). A retry whose record exists
-// needs no new id: when the range is full (it may be full of this very
-// volume's id) the record is looked up before giving up.
-func (c *Create) begin() (rec *journal.Record, made bool, err error) {
+// (made true, the reservation kept in c.res; held: its id held in the
+// same write). A retry whose record exists needs no new id: when the
+// range is full (it may be full of this very volume's id) the record is
+// looked up before giving up.
+func (c *Create) begin() (rec *journal.Record, made, held bool, err error) {
 	p := c.p
 	if !p.Params.NeedsGIDAllocation() {
 		return c.beginWith(p.Params.UID, p.Params.GID, journal.NoID, false, 0)
@@ -299,7 +308,7 @@ func (c *Create) begin() (rec *journal.Record, made bool, err error) {
 	switch {
 	case exhausted:
 	case err != nil:
-		return nil, false, err
+		return nil, false, false, err
 	default:
 		c.res = res
 	}
@@ -321,7 +330,7 @@ func (c *Create) begin() (rec *journal.Record, made bool, err error) {
 	c.release()
 	id, n, err := c.candidate(0)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	return c.beginWith(p.Params.UID, p.Params.GID, id, true, n)
 }
@@ -331,22 +340,26 @@ func (c *Create) begin() (rec *journal.Record, made bool, err error) {
 // its place.
 func (c *Create) candidate(from int) (int64, int, error) {
 	p := c.p
-	return c.mem.Candidate(p.Name, p.Input.Path, p.Params.GIDRangeStart, p.Params.GIDRangeEnd, from)
+	var fits func(int64) bool
+	if c.cfg.Near != nil {
+		fits = c.cfg.Near(p.Params.FileSystemID, p.Input.ClientToken)
+	}
+	return c.mem.Candidate(p.Name, p.Input.Path, p.Params.GIDRangeStart, p.Params.GIDRangeEnd, from, fits)
 }
 
 // exhausted ends a create whose range the allocator saw full with err,
 // unless the volume's record exists: a retry needs no new id (the range
 // may be full of this very volume's id).
-func (c *Create) exhausted(err error) (*journal.Record, bool, error) {
+func (c *Create) exhausted(err error) (*journal.Record, bool, bool, error) {
 	p := c.p
 	r := c.do(ReadRecord{FileSystem: p.Params.FileSystemID, Key: p.Input.ClientToken})
 	switch {
 	case r.Err == nil:
-		return r.Record, false, nil
+		return r.Record, false, false, nil
 	case !errors.Is(r.Err, journal.ErrNotFound):
-		return nil, false, r.Err
+		return nil, false, false, r.Err
 	}
-	return nil, false, err
+	return nil, false, false, err
 }
 
 // upstream is the access point upstream's driver made for this volume, as
@@ -368,7 +381,7 @@ func (c *Create) upstream() *efs.AccessPoint {
 // beginWith writes the record with the id alloc (journal.NoID: the class
 // fixes both), under its GID token if gidToken (at place probe of the
 // volume's sequence).
-func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, probe int) (*journal.Record, bool, error) {
+func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, probe int) (*journal.Record, bool, bool, error) {
 	p := c.p
 	fsID := p.Params.FileSystemID
 	if alloc != journal.NoID {
@@ -388,12 +401,12 @@ func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, probe int) (*jour
 	r := c.do(Begin{Volume: v})
 	switch {
 	case r.Err != nil:
-		return nil, false, r.Err
+		return nil, false, false, r.Err
 	case !r.Yes:
 		c.release() // the record has its own
-		return r.Record, false, nil
+		return r.Record, false, false, nil
 	}
-	return r.Record, true, nil
+	return r.Record, true, r.Held, nil
 }
 
 // hold makes the record's id held in the id table, taking another id while

@@ -148,6 +148,10 @@ func TestCreateSteps(t *testing.T) {
 			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok},
 			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, ok}, step{"answer " + apID, ok})},
+		{"a new volume whose record the store made with its id held: no Hold of its own", append(append([]step{}, fresh...),
+			step{"begin " + g1 + " gid=60001", func(Effect) Result { return Result{Record: rec(), Yes: true, Held: true} }},
+			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
+			step{"record " + apID, ok}, step{"answer " + apID, ok})},
 		{"a retry whose record exists confirms it before its send", append(append([]step{}, fresh...),
 			step{"begin " + g1 + " gid=60001", begun(rec(), false)}, step{"hold", ok}, step{"touch", ok},
 			step{"create " + g1 + " gid=60001", give(Result{Err: &efs.AlreadyExistsError{AccessPointID: apID}})},
@@ -373,6 +377,15 @@ func TestCreateEveryOutcome(t *testing.T) {
 						func() Result { lastReadGone = true; return Result{Err: journal.ErrNotFound} },
 						errr,
 					}
+					if _, ok := e.(Begin); ok {
+						// Made with its id held in the same write
+						// (journal.BeginHeld): a Hold that made the entry.
+						opts = append(opts, func() Result {
+							r := mk(nil, true)()
+							held, r.Held = true, true
+							return r
+						})
+					}
 				case Hold:
 					opts = []func() Result{
 						func() Result { held = true; return Result{} },
@@ -553,7 +566,7 @@ func (m *branchingMemory) Reserve(lo, hi int64, key string, since uint64, now ti
 
 // Candidate is the id at place from of a sequence that starts at 60001, or
 // an error.
-func (m *branchingMemory) Candidate(_, _ string, _, _ int64, from int) (int64, int, error) {
+func (m *branchingMemory) Candidate(_, _ string, _, _ int64, from int, _ func(int64) bool) (int64, int, error) {
 	if m.pick("Candidate", 2) == 1 {
 		return 0, 0, errAPI
 	}
@@ -574,7 +587,7 @@ type sequenceMemory struct {
 	take func(want string, e Effect) Result
 }
 
-func (m *sequenceMemory) Candidate(_, _ string, _, _ int64, from int) (int64, int, error) {
+func (m *sequenceMemory) Candidate(_, _ string, _, _ int64, from int, _ func(int64) bool) (int64, int, error) {
 	r := m.take(fmt.Sprintf("candidate from %d", from), nil)
 	return r.ID, r.N, r.Err
 }

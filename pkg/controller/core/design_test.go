@@ -194,9 +194,9 @@ func (m recordingMemory) Upstream(token string) *efs.AccessPoint {
 	m.note("Upstream")
 	return m.FS.Upstream(token)
 }
-func (m recordingMemory) Candidate(name, root string, lo, hi int64, from int) (int64, int, error) {
+func (m recordingMemory) Candidate(name, root string, lo, hi int64, from int, fits func(int64) bool) (int64, int, error) {
 	m.note("Candidate")
-	return m.FS.Candidate(name, root, lo, hi, from)
+	return m.FS.Candidate(name, root, lo, hi, from, fits)
 }
 func (m recordingMemory) SawToken(ap *efs.AccessPoint, cluster string) {
 	m.note("SawToken")

@@ -216,7 +216,7 @@ type Memory interface {
 	ForgetFinished(names []string)
 	Burned(token string, now time.Time) bool
 	Upstream(token string) *efs.AccessPoint
-	Candidate(name, root string, lo, hi int64, from int) (int64, int, error)
+	Candidate(name, root string, lo, hi int64, from int, fits func(int64) bool) (int64, int, error)
 	SawToken(ap *efs.AccessPoint, cluster string)
 	AddOutside(ids ...int64)
 	Listings() uint64

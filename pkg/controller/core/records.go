@@ -28,7 +28,7 @@ func DoRecord(ctx context.Context, j *journal.Journal, e Effect) (r Result, ok b
 		}
 		r.Record, r.Err = read(ctx, e.FileSystem, key)
 	case Begin:
-		r.Record, r.Yes, r.Err = j.Begin(ctx, e.Volume)
+		r.Record, r.Yes, r.Held, r.Err = j.BeginHeld(ctx, e.Volume)
 	case Hold:
 		r.Yes, r.Err = j.Hold(ctx, e.Record)
 	case HoldID:

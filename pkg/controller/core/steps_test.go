@@ -55,7 +55,7 @@ func (s *script) DeleteFinished(string, time.Time) bool    { return s.take("reca
 func (s *script) FinishDelete(string, []string, time.Time) { s.take("remember") }
 func (s *script) ForgetFinished([]string)                  { s.take("core.ForgetFinished") }
 func (s *script) Burned(string, time.Time) bool            { return s.take("burned").Yes }
-func (s *script) Candidate(_, _ string, _, _ int64, from int) (int64, int, error) {
+func (s *script) Candidate(_, _ string, _, _ int64, from int, _ func(int64) bool) (int64, int, error) {
 	r := s.take(fmt.Sprintf("candidate from %d", from))
 	return r.ID, r.N, r.Err
 }
