@@ -15,16 +15,8 @@ import (
 // simulator found). Each file promises "ok"; while its name is listed here
 // the test logs the violation loudly instead of failing. Once a fix lands
 // the scenario passes and the test fails until its name is removed here:
-// flip it then.
-var knownFailures = map[string]string{
-	// leak: a create that made its record sends with no confirm, under an
-	// id a duplicate's move left, its cleanup cut short (the scenario's
-	// comment; the same debt as the next).
-	"leak-maker-sends-unconfirmed-after-move": "leak: an access point sent with no confirm by the create that made its record, under an id the record had moved off, its cleanup cut short, left to a sweep that needs --descriptive-tags",
-	// leak: a duplicate's send whose cleanup ran out of time, the volume's
-	// next life placed on another file system (the scenario's comment).
-	"leak-cleanup-cut-short-next-life-placed-elsewhere": "leak: an access point sent by a duplicate after the volume's delete, its cleanup cut short, the next life placed on another file system, left to a sweep that needs --descriptive-tags",
-}
+// flip it then. None on today's main.
+var knownFailures = map[string]string{}
 
 // knownBulk are the invariant kinds (invariant/topology, Config.Topology)
 // that TestSchedules' seeds still break on main, each with why. Only exact

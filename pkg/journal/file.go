@@ -279,6 +279,29 @@ func (s *File) Create(_ context.Context, e Entry) (Entry, error) {
 	return out, err
 }
 
+// CreateBoth creates a and b under one lock (Pairer): no other process
+// reads the file between the two appends.
+func (s *File) CreateBoth(_ context.Context, a, b Entry) (Entry, Entry, error) {
+	var ga, gb Entry
+	err := s.locked(func() error {
+		for _, e := range []Entry{a, b} {
+			if _, ok := s.mem[e.Key]; ok {
+				return fmt.Errorf("%w: %s", ErrExists, e.Key)
+			}
+		}
+		var err error
+		if ga, err = s.put(a); err != nil {
+			return err
+		}
+		gb, err = s.put(b)
+		return err
+	})
+	return ga, gb, err
+}
+
+// Near is Pairer's: every two keys are in the one file.
+func (s *File) Near(Key) func(Key) bool { return nil }
+
 func (s *File) Update(_ context.Context, e Entry) (Entry, error) {
 	var out Entry
 	err := s.locked(func() error {

@@ -96,3 +96,18 @@ func TestBeginHeldIsBeginAndHoldInOneWrite(t *testing.T) {
 		})
 	}
 }
+
+// The file record keeps the Store contract, and the Pairer's: its two
+// appends are under one lock.
+func TestFileConformance(t *testing.T) {
+	open := func(t *testing.T) journal.Store {
+		s, err := journal.OpenFile(t.TempDir() + "/journal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	journaltest.Conformance(t, open)
+	journaltest.PairConformance(t, open)
+}

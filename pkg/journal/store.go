@@ -109,9 +109,9 @@ var ErrApart = errors.New("journal: entries not stored together")
 // one write, not two. Contract:
 //   - CreateBoth stores a and b if neither key holds an entry, and neither
 //     otherwise: ErrExists if either exists (nothing written), ErrApart if
-//     the two are not kept together, ErrUnavailable if the outcome is
-//     unknown (both were written, or neither). It answers both entries as
-//     stored.
+//     the two are not kept together (nothing written), ErrUnavailable if
+//     the outcome is unknown (as of a Create of a and then one of b, either
+//     of which may have been written). It answers both entries as stored.
 //   - Near(k) is a test of whether another key is kept with k, as far as
 //     this process knows the layout (a hint: CreateBoth decides), or nil
 //     when every two keys are.

@@ -59,7 +59,7 @@ func TestLeaseJournalConformanceRealAPIServer(t *testing.T) {
 	c := realAPIServer(t)
 	run := time.Now().UnixNano() // an owner of its own for each subtest of each run
 	n := 0
-	journaltest.Conformance(t, func(t *testing.T) journal.Store {
+	open := func(t *testing.T) journal.Store {
 		n++
 		owner := fmt.Sprintf("conformance-%d-%d.efs.csi.aws.com", run, n)
 		t.Cleanup(func() {
@@ -71,7 +71,9 @@ func TestLeaseJournalConformanceRealAPIServer(t *testing.T) {
 		s := c.LeaseJournalStore("default", owner)
 		kube.SetLeaseJournalPageSize(s, 7)
 		return s
-	})
+	}
+	journaltest.Conformance(t, open)
+	journaltest.PairConformance(t, open)
 }
 
 // An entry is kept in the Lease its key's hash picks, under that hash, in

@@ -192,11 +192,6 @@ type Create struct {
 	// call holds, released when the machine ends or is stopped (run).
 	res  *gid.Reservation
 	held []*gid.Reservation
-	// contended: a move of this call's lost to another writer of the
-	// record (moveID's ErrConflict), another create of the volume at
-	// work: from then on every hold confirms the record before the send,
-	// even of a record this call made (hold).
-	contended bool
 }
 
 // NewCreate starts the protocol of p at now.
@@ -273,7 +268,7 @@ func (c *Create) reserve(lo, hi int64, key string) (*gid.Reservation, error) {
 // allocator for a new one) and makes its id held in the record, with c.rec
 // set.
 func (c *Create) record() error {
-	rec, made, held, err := c.begin()
+	rec, _, held, err := c.begin()
 	if err != nil {
 		return err
 	}
@@ -285,12 +280,15 @@ func (c *Create) record() error {
 		return fmt.Errorf("%w: volume %q: %s", ErrIncompatible, c.p.Name, why)
 	}
 	if held {
-		return nil // as hold's Hold of a record this call made
+		// Made with its id held in one write: no other writer saw the
+		// record before its id was held, so none moved it off the id,
+		// which is the volume's until a delete marks the record (step 5).
+		return nil
 	}
 	// A record naming its access point is confirmed after the Describe
 	// that finds it, or before the send that makes it again (recorded):
 	// not here.
-	return c.hold(1, !made, rec.AccessPoint != "")
+	return c.hold(1, rec.AccessPoint != "")
 }
 
 // begin finds the volume's record or makes it with a freshly reserved id
@@ -410,24 +408,25 @@ func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, probe int) (*jour
 }
 
 // hold makes the record's id held in the id table, taking another id while
-// other volumes hold the ones it has. Then, for a record this call found
-// (found) or an id the volume's token held already (another create of it
-// at work: a retry, a duplicate), the record is confirmed, the last step
-// before the send: a delete, or another create's move to another id, may
-// have overtaken what this call read, and a delete marks the record before
-// it deletes anything. A send under a token that delete freed would make
-// an access point nobody answers (leak-dup-create-after-delete); one under
-// an id the record moved from, an id held for nobody
-// (record-id-left-after-stale-drop). later: the caller confirms it itself,
-// after a Describe (recorded); every hold after a send confirms again,
-// since a delete may have come between that send and the next
-// (TestCreateEveryOutcome with -core.repeats=2).
-func (c *Create) hold(attempt int, found, later bool) error {
+// other volumes hold the ones it has. Then the record is confirmed, the
+// last step before the send: a delete, or another create's move to
+// another id, may have overtaken what this call read or wrote, and a
+// delete marks the record before it deletes anything. A send under a
+// token that delete freed would make an access point nobody answers
+// (leak-dup-create-after-delete); one under an id the record moved from,
+// an id held for nobody (record-id-left-after-stale-drop), or an access
+// point no record names once its cleanup is cut short
+// (leak-maker-sends-unconfirmed-after-move: a record this call made,
+// moved by a duplicate while another volume held its id, whose hold then
+// found the id free). Only a record made with its id held in the same
+// write is sent with no confirm (record). later: the caller confirms it
+// itself, after a Describe (recorded).
+func (c *Create) hold(attempt int, later bool) error {
 	for ; ; attempt++ {
 		rec := c.rec
 		r := c.do(Hold{Record: rec})
 		switch {
-		case r.Err == nil && (!found && !c.contended && !r.Yes || later):
+		case r.Err == nil && later:
 			return nil
 		case r.Err == nil:
 			return c.confirm()
@@ -504,11 +503,7 @@ func (c *Create) moveID(attempt int, held bool) error {
 	switch {
 	case errors.Is(r.Err, journal.ErrConflict):
 		// Another create of the volume moved the record, or holds the id
-		// again: what it does next (a move off what the next hold takes)
-		// only a confirm shows (the simulator's seed 20100530 of
-		// -sim.wide: a hold of the id it moved to, which it then moved
-		// off, and a send under it with no confirm).
-		c.contended = true
+		// again: the next hold's confirm shows what it did.
 		c.drop(handle)
 		return nil
 	case r.Err != nil:
@@ -677,7 +672,7 @@ func (c *Create) adoptUpstream() (ap *efs.AccessPoint, again bool, err error) {
 	if err := c.toSequence(); err != nil {
 		return nil, false, err
 	}
-	if err := c.hold(1, false, false); err != nil {
+	if err := c.hold(1, false); err != nil {
 		return nil, false, err
 	}
 	return nil, true, nil
@@ -793,7 +788,7 @@ func (c *Create) taken(attempt int, token string, found *efs.AccessPoint) (ap *e
 	if err := c.moveID(attempt, true); err != nil {
 		return nil, false, err
 	}
-	if err := c.hold(1, false, false); err != nil {
+	if err := c.hold(1, false); err != nil {
 		return nil, false, err
 	}
 	return nil, true, nil

@@ -136,7 +136,7 @@ func TestCreateSteps(t *testing.T) {
 	// made while its volume was being deleted: the record write says so.
 	madeWhileDeleting := func() []step {
 		return append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok},
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok}, step{"touch", ok},
 			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, give(Result{Err: journal.ErrDeleting})}, step{"detach", ok})
 	}
@@ -145,7 +145,7 @@ func TestCreateSteps(t *testing.T) {
 		steps []step
 	}{
 		{"a new volume: record, hold, send, record the access point, answer", append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok},
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok}, step{"touch", ok},
 			step{"create " + g1 + " gid=60001", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, ok}, step{"answer " + apID, ok})},
 		{"a new volume whose record the store made with its id held: no Hold of its own", append(append([]step{}, fresh...),
@@ -170,17 +170,17 @@ func TestCreateSteps(t *testing.T) {
 			step{"reserve " + name, ok}, step{"release", ok},
 			step{"candidate from 1", give(Result{ID: 60002, N: 1})},
 			step{"set ids 60001 -> 60002", setIDs},
-			step{"hold", ok}, step{"create " + g2 + " gid=60002", made}, step{"seen " + apID, ok}, step{"detach", ok},
+			step{"hold", ok}, step{"touch", ok}, step{"create " + g2 + " gid=60002", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, ok}, step{"answer " + apID, ok})},
 		{"another writer's access point holds the GID token: the next id of the sequence", append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok},
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok}, step{"touch", ok},
 			step{"create " + g1 + " gid=60001", give(Result{Err: &efs.AlreadyExistsError{AccessPointID: other.ID}})},
 			step{"describe " + other.ID, give(Result{AP: other})}, step{"seen " + other.ID, ok},
 			step{"log GID taken by another writer's access point; taking another", ok},
 			step{"reserve " + name, ok}, step{"release", ok},
 			step{"candidate from 1", give(Result{ID: 60002, N: 1})},
 			step{"release unsent 60001", ok}, step{"set ids 60001 -> 60002", setIDs},
-			step{"hold", ok}, step{"create " + g2 + " gid=60002", made}, step{"seen " + apID, ok}, step{"detach", ok},
+			step{"hold", ok}, step{"touch", ok}, step{"create " + g2 + " gid=60002", made}, step{"seen " + apID, ok}, step{"detach", ok},
 			step{"record " + apID, ok}, step{"answer " + apID, ok})},
 		{"made while its volume was being deleted: deleted, never answered", append(madeWhileDeleting(),
 			step{"release moved 60001", ok}, step{"hold for sweep 60001", ok}, // no create sends its token now
@@ -205,7 +205,7 @@ func TestCreateSteps(t *testing.T) {
 			step{"log access point kept: the volume's next create adopts it, or the collector's sweep deletes it", ok},
 			step{"answer " + keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error(), ok})},
 		{"an unknown outcome keeps the record and its id for the identical retry", append(append([]step{}, fresh...),
-			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok},
+			step{"begin " + g1 + " gid=60001", begun(rec(), true)}, step{"hold", ok}, step{"touch", ok},
 			step{"create " + g1 + " gid=60001", give(Result{Err: errAPI})}, step{"answer " + errAPI.Error(), ok})},
 		{"a full range finds a retry's record before giving up", []step{
 			{"reserve " + name, give(Result{Err: gid.ErrExhausted})},
@@ -365,7 +365,11 @@ func TestCreateEveryOutcome(t *testing.T) {
 							if edit != nil {
 								edit(r)
 							}
-							rec, held, mustConfirm, lastReadGone = r, false, !made, false
+							// Made or found, a record is confirmed before
+							// the send: another create may move a record it
+							// made before its hold (but one made with its id
+							// held, below).
+							rec, held, mustConfirm, lastReadGone = r, false, true, false
 							return Result{Record: r, Yes: made}
 						}
 					}
@@ -382,7 +386,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 						// (journal.BeginHeld): a Hold that made the entry.
 						opts = append(opts, func() Result {
 							r := mk(nil, true)()
-							held, r.Held = true, true
+							held, mustConfirm, r.Held = true, false, true
 							return r
 						})
 					}
@@ -402,7 +406,7 @@ func TestCreateEveryOutcome(t *testing.T) {
 					opts = []func() Result{
 						func() Result {
 							e.Record.Allocated, e.Record.UID, e.Record.GID, e.Record.ClientToken, e.Record.Probe = e.ID, e.UID, e.GID, e.ClientToken, e.Probe
-							held, mustConfirm = false, false // a compare-and-swap at the version read: the record is unchanged
+							held, mustConfirm = false, true // the next hold's id: another create may move it off before that hold
 							return Result{}
 						},
 						one(Result{Err: journal.ErrConflict}), errr,

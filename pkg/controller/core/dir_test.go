@@ -60,7 +60,7 @@ func TestCreateDirSteps(t *testing.T) {
 	recorded := []step{
 		{"lock name/" + name + ",name/" + p.Input.ClientToken, Result{}}, {"core.ForgetFinished", Result{}},
 		{"creating " + p.Input.Path, Result{}}, {"reserve " + name, Result{ID: 60003}},
-		{"begin  gid=60003", Result{Record: rec, Yes: true}}, {"hold", Result{}},
+		{"begin  gid=60003", Result{Record: rec, Yes: true}}, {"hold", Result{}}, {"touch", Result{}},
 	}
 	then := func(tail ...step) []step { return append(append([]step{}, recorded...), tail...) }
 	busy := keylock.ErrBusy.Error() + ": " + journal.ErrDeleting.Error()
