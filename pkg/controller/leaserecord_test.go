@@ -39,9 +39,20 @@ func leaseWrites(k *kubetest.Server) int {
 // the access point: two writes a volume, where Begin, Hold and
 // SetAccessPoint were three.
 func TestLeaseRecordCreateIsTwoWrites(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    map[string]string
+	}{
+		{"GID tokens: the volume's sequence", params()},
+		{"no GID tokens: the allocator", params("subPathPattern", "shared", "ensureUniqueDirectory", "false")},
+	} {
+		t.Run(tc.name, func(t *testing.T) { leaseRecordCreateIsTwoWrites(t, tc.p) })
+	}
+}
+
+func leaseRecordCreateIsTwoWrites(t *testing.T, p map[string]string) {
 	k, rec := leaseRecord(t)
 	b := newBed(t, rec)
-	p := params()
 	for i := range 20 { // every root shard written: none needs a read first
 		if _, err := b.svc.CreateVolume(b.ctx(), createReq(fmt.Sprint("pvc-warm-", i), 1<<30, p)); err != nil {
 			t.Fatal(err)

@@ -292,6 +292,13 @@ func (a *Allocator) Listings(fsID string) uint64 { return a.viewHeld(fsID).gen }
 // or the range looks full and none completed since), else a reservation or
 // ErrExhausted.
 func (a *Allocator) TryReserve(fsID string, lo, hi int64, hint string, since uint64, now time.Time) (*Reservation, error) {
+	return a.TryReserveFit(fsID, lo, hi, hint, since, now, nil)
+}
+
+// TryReserveFit is TryReserve preferring an id that fits (nil: any): the
+// first free one of the next MaxFitProbes from the hint's place that
+// fits, else the first free one.
+func (a *Allocator) TryReserveFit(fsID string, lo, hi int64, hint string, since uint64, now time.Time, fits func(int64) bool) (*Reservation, error) {
 	if lo < 0 || hi < lo || hi > maxGID {
 		return nil, fmt.Errorf("gid: invalid range [%d, %d]", lo, hi)
 	}
@@ -301,7 +308,7 @@ func (a *Allocator) TryReserve(fsID string, lo, hi int64, hint string, since uin
 	if !v.listed || (v.gen == since && (now.Sub(v.listedAt) > a.maxAge || v.listedAt.UnixNano() < a.floor.Load())) {
 		return nil, ErrStale
 	}
-	if g, ok := v.pick(lo, hi, probeStart(lo, hi, a.seed+hint)); ok {
+	if g, ok := v.pickFit(lo, hi, probeStart(lo, hi, a.seed+hint), fits); ok {
 		v.reserved[g]++
 		v.sync(g)
 		return &Reservation{v: v, mu: mu, gid: g}, nil
@@ -510,6 +517,30 @@ func probeStart(lo, hi int64, hint string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte(hint))
 	return lo + int64(h.Sum64()%uint64(hi-lo+1))
+}
+
+// MaxFitProbes bounds the free ids TryReserveFit tries for one that fits.
+const MaxFitProbes = 512
+
+// pickFit is pick's first free GID that fits of the next MaxFitProbes
+// free ones, if any, else pick's.
+func (v *View) pickFit(lo, hi, start int64, fits func(int64) bool) (int64, bool) {
+	first, ok := v.pick(lo, hi, start)
+	if !ok || fits == nil || fits(first) {
+		return first, ok
+	}
+	g := first
+	for range MaxFitProbes - 1 {
+		next, _ := v.pick(lo, hi, g+1) // first is free: found, at worst it
+		if next == first {
+			break // a full turn
+		}
+		if fits(next) {
+			return next, true
+		}
+		g = next
+	}
+	return first, true
 }
 
 // pick returns the first free GID at or after start, wrapping around.

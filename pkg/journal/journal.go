@@ -333,7 +333,12 @@ func (j *Journal) BeginHeld(ctx context.Context, v Volume) (r *Record, made, hel
 	if err != nil {
 		return nil, false, false, err
 	}
-	got, id, err := p.CreateBoth(ctx, e, Entry{Key: idKey(v.FileSystem, v.Allocated), Value: []byte(v.Token)})
+	idEntry := Entry{Key: idKey(v.FileSystem, v.Allocated), Value: []byte(v.Token)}
+	if near := p.Near(e.Key); near != nil && !near(idEntry.Key) {
+		r, made, err = j.Begin(ctx, v) // apart as far as this process knows: no write would take both
+		return r, made, false, err
+	}
+	got, id, err := p.CreateBoth(ctx, e, idEntry)
 	switch {
 	case err == nil:
 		return &Record{Volume: v, entry: got, held: &id, heldNew: true}, true, true, nil

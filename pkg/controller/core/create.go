@@ -247,7 +247,7 @@ func (c *Create) releaseAll() {
 func (c *Create) reserve(lo, hi int64, key string) (*gid.Reservation, error) {
 	since := c.mem.Listings()
 	for listed := false; ; listed = true {
-		res, err := c.mem.Reserve(lo, hi, key, since, c.now)
+		res, err := c.mem.Reserve(lo, hi, key, since, c.now, c.fits())
 		switch {
 		case err == nil:
 			c.held = append(c.held, res)
@@ -338,11 +338,17 @@ func (c *Create) begin() (rec *journal.Record, made, held bool, err error) {
 // its place.
 func (c *Create) candidate(from int) (int64, int, error) {
 	p := c.p
-	var fits func(int64) bool
-	if c.cfg.Near != nil {
-		fits = c.cfg.Near(p.Params.FileSystemID, p.Input.ClientToken)
+	return c.mem.Candidate(p.Name, p.Input.Path, p.Params.GIDRangeStart, p.Params.GIDRangeEnd, from, c.fits())
+}
+
+// fits is the record's test of whether an id's entry is kept with the
+// volume's record (CreateConfig.Near), which FS.Candidate and FS.Reserve
+// try first; nil: any id is.
+func (c *Create) fits() func(int64) bool {
+	if c.cfg.Near == nil {
+		return nil
 	}
-	return c.mem.Candidate(p.Name, p.Input.Path, p.Params.GIDRangeStart, p.Params.GIDRangeEnd, from, fits)
+	return c.cfg.Near(c.p.Params.FileSystemID, c.p.Input.ClientToken)
 }
 
 // exhausted ends a create whose range the allocator saw full with err,

@@ -559,8 +559,8 @@ func (m *branchingMemory) Burned(string, time.Time) bool { return m.pick("Burned
 
 // Reserve is the allocator's: it asks for a listing first (the view is
 // cold), then gives an id or finds the range full.
-func (m *branchingMemory) Reserve(lo, hi int64, key string, since uint64, now time.Time) (*gid.Reservation, error) {
-	r, err := m.FS.Reserve(lo, hi, key, since, now)
+func (m *branchingMemory) Reserve(lo, hi int64, key string, since uint64, now time.Time, fits func(int64) bool) (*gid.Reservation, error) {
+	r, err := m.FS.Reserve(lo, hi, key, since, now, fits)
 	if err != nil || m.pick("Reserve", 2) == 0 {
 		return r, err
 	}
@@ -596,7 +596,7 @@ func (m *sequenceMemory) Candidate(_, _ string, _, _ int64, from int, _ func(int
 	return r.ID, r.N, r.Err
 }
 
-func (m *sequenceMemory) Reserve(lo, hi int64, key string, since uint64, now time.Time) (*gid.Reservation, error) {
+func (m *sequenceMemory) Reserve(lo, hi int64, key string, since uint64, now time.Time, fits func(int64) bool) (*gid.Reservation, error) {
 	r := m.take("reserve "+key, nil)
 	if r.Err != nil {
 		return nil, r.Err
@@ -604,7 +604,7 @@ func (m *sequenceMemory) Reserve(lo, hi int64, key string, since uint64, now tim
 	if r.ID != 0 { // the id the step gives
 		lo, hi = r.ID, r.ID
 	}
-	return m.FS.Reserve(lo, hi, key, since, now)
+	return m.FS.Reserve(lo, hi, key, since, now, fits)
 }
 
 func (m *sequenceMemory) Release(r *gid.Reservation) {

@@ -205,9 +205,9 @@ func (m recordingMemory) SawToken(ap *efs.AccessPoint, cluster string) {
 	m.FS.SawToken(ap, cluster)
 }
 func (m recordingMemory) AddOutside(ids ...int64) { m.note("AddOutside"); m.FS.AddOutside(ids...) }
-func (m recordingMemory) Reserve(lo, hi int64, key string, since uint64, now time.Time) (*gid.Reservation, error) {
+func (m recordingMemory) Reserve(lo, hi int64, key string, since uint64, now time.Time, fits func(int64) bool) (*gid.Reservation, error) {
 	m.note("Reserve")
-	return m.FS.Reserve(lo, hi, key, since, now)
+	return m.FS.Reserve(lo, hi, key, since, now, fits)
 }
 func (m recordingMemory) Release(r *gid.Reservation) { m.note("Release"); m.FS.Release(r) }
 func (m recordingMemory) Seen(ap efs.AccessPoint, now time.Time) {

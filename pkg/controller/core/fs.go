@@ -100,8 +100,8 @@ func (f *FS) Listings() uint64 { return f.alloc.Listings(f.id) }
 // Reserve reserves an id of [lo, hi] for key (gid.Allocator.TryReserve):
 // gid.ErrStale when the machine must list the file system first
 // (Refresh), gid.ErrExhausted when the range is full.
-func (f *FS) Reserve(lo, hi int64, key string, since uint64, now time.Time) (*gid.Reservation, error) {
-	return f.alloc.TryReserve(f.id, lo, hi, key, since, now)
+func (f *FS) Reserve(lo, hi int64, key string, since uint64, now time.Time, fits func(int64) bool) (*gid.Reservation, error) {
+	return f.alloc.TryReserveFit(f.id, lo, hi, key, since, now, fits)
 }
 
 // Release ends a reservation Reserve made. Idempotent.
@@ -220,7 +220,7 @@ type Memory interface {
 	SawToken(ap *efs.AccessPoint, cluster string)
 	AddOutside(ids ...int64)
 	Listings() uint64
-	Reserve(lo, hi int64, key string, since uint64, now time.Time) (*gid.Reservation, error)
+	Reserve(lo, hi int64, key string, since uint64, now time.Time, fits func(int64) bool) (*gid.Reservation, error)
 	Release(r *gid.Reservation)
 	Seen(ap efs.AccessPoint, now time.Time)
 	RootNotOwned()

@@ -87,12 +87,12 @@ func (h lineHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
 func (h lineHandler) WithGroup(string) slog.Handler                 { return h }
 
 // Reserve gives the id the step gives (Result.ID), or its error.
-func (s *script) Reserve(_, _ int64, key string, since uint64, now time.Time) (*gid.Reservation, error) {
+func (s *script) Reserve(_, _ int64, key string, since uint64, now time.Time, _ func(int64) bool) (*gid.Reservation, error) {
 	r := s.take("reserve " + key)
 	if r.Err != nil {
 		return nil, r.Err
 	}
-	return s.fs.Reserve(r.ID, r.ID, key, since, now)
+	return s.fs.Reserve(r.ID, r.ID, key, since, now, nil)
 }
 func (s *script) Listings() uint64 { return s.fs.Listings() }
 func (s *script) Release(r *gid.Reservation) {
