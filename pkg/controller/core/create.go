@@ -268,7 +268,7 @@ func (c *Create) reserve(lo, hi int64, key string) (*gid.Reservation, error) {
 // allocator for a new one) and makes its id held in the record, with c.rec
 // set.
 func (c *Create) record() error {
-	rec, _, held, err := c.begin()
+	rec, held, err := c.begin()
 	if err != nil {
 		return err
 	}
@@ -292,11 +292,11 @@ func (c *Create) record() error {
 }
 
 // begin finds the volume's record or makes it with a freshly reserved id
-// (made true, the reservation kept in c.res; held: its id held in the
-// same write). A retry whose record exists needs no new id: when the
+// (the reservation kept in c.res; held: made with its id held in the same
+// write). A retry whose record exists needs no new id: when the
 // range is full (it may be full of this very volume's id) the record is
 // looked up before giving up.
-func (c *Create) begin() (rec *journal.Record, made, held bool, err error) {
+func (c *Create) begin() (rec *journal.Record, held bool, err error) {
 	p := c.p
 	if !p.Params.NeedsGIDAllocation() {
 		return c.beginWith(p.Params.UID, p.Params.GID, journal.NoID, false, 0)
@@ -306,7 +306,7 @@ func (c *Create) begin() (rec *journal.Record, made, held bool, err error) {
 	switch {
 	case exhausted:
 	case err != nil:
-		return nil, false, false, err
+		return nil, false, err
 	default:
 		c.res = res
 	}
@@ -328,7 +328,7 @@ func (c *Create) begin() (rec *journal.Record, made, held bool, err error) {
 	c.release()
 	id, n, err := c.candidate(0)
 	if err != nil {
-		return nil, false, false, err
+		return nil, false, err
 	}
 	return c.beginWith(p.Params.UID, p.Params.GID, id, true, n)
 }
@@ -354,16 +354,16 @@ func (c *Create) fits() func(int64) bool {
 // exhausted ends a create whose range the allocator saw full with err,
 // unless the volume's record exists: a retry needs no new id (the range
 // may be full of this very volume's id).
-func (c *Create) exhausted(err error) (*journal.Record, bool, bool, error) {
+func (c *Create) exhausted(err error) (*journal.Record, bool, error) {
 	p := c.p
 	r := c.do(ReadRecord{FileSystem: p.Params.FileSystemID, Key: p.Input.ClientToken})
 	switch {
 	case r.Err == nil:
-		return r.Record, false, false, nil
+		return r.Record, false, nil
 	case !errors.Is(r.Err, journal.ErrNotFound):
-		return nil, false, false, r.Err
+		return nil, false, r.Err
 	}
-	return nil, false, false, err
+	return nil, false, err
 }
 
 // upstream is the access point upstream's driver made for this volume, as
@@ -385,7 +385,7 @@ func (c *Create) upstream() *efs.AccessPoint {
 // beginWith writes the record with the id alloc (journal.NoID: the class
 // fixes both), under its GID token if gidToken (at place probe of the
 // volume's sequence).
-func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, probe int) (*journal.Record, bool, bool, error) {
+func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, probe int) (*journal.Record, bool, error) {
 	p := c.p
 	fsID := p.Params.FileSystemID
 	if alloc != journal.NoID {
@@ -405,12 +405,12 @@ func (c *Create) beginWith(uid, g, alloc int64, gidToken bool, probe int) (*jour
 	r := c.do(Begin{Volume: v})
 	switch {
 	case r.Err != nil:
-		return nil, false, false, r.Err
+		return nil, false, r.Err
 	case !r.Yes:
 		c.release() // the record has its own
-		return r.Record, false, false, nil
+		return r.Record, false, nil
 	}
-	return r.Record, true, r.Held, nil
+	return r.Record, r.Held, nil
 }
 
 // hold makes the record's id held in the id table, taking another id while

@@ -73,11 +73,11 @@ func (g gidProbe) at(i int) int64 {
 // gives the call back as contention.
 const maxProbeSkips = 1 << 16
 
-// maxFitProbes bounds the ids Candidate tries for one that fits: the
-// Lease record's shards split past 8, one id in 2^depth fits, and 512
-// find one in 99.98% of tries at depth 6 (64 shards, about 8,000
-// volumes), 98% at depth 7.
-const maxFitProbes = 512
+// maxFitProbes bounds the ids Candidate tries for one that fits, as the
+// allocator bounds its free ones: the Lease record's shards split past 8,
+// one id in 2^depth fits, and 512 find one in 99.98% of tries at depth 6
+// (64 shards, about 8,000 volumes), 98% at depth 7.
+const maxFitProbes = gid.MaxFitProbes
 
 // Candidate is the first id of the sequence of the volume named name, at
 // root directory root, in [lo, hi], at or after index from (the
